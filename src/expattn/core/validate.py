@@ -1,0 +1,71 @@
+"""Argument checks shared by the core: each raises ValueError/TypeError naming the argument."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def as_tensor(name: str, value: object) -> Tensor:
+    """Return ``value`` as a floating tensor or raise ``TypeError`` naming ``name``."""
+    if not isinstance(value, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
+    if not value.is_floating_point():
+        raise TypeError(f"{name} must be a floating tensor, got dtype {value.dtype}")
+    return value
+
+
+def check_finite(name: str, value: Tensor) -> Tensor:
+    """Raise ``ValueError`` if ``value`` holds NaN or infinity (nothing becomes NaN silently)."""
+    if not torch.isfinite(value).all():
+        raise ValueError(f"{name} must be finite, got NaN or infinity")
+    return value
+
+
+def check_ndim(name: str, value: Tensor, at_least: int, shape_hint: str) -> Tensor:
+    if value.ndim < at_least:
+        raise ValueError(
+            f"{name} must have shape {shape_hint} (at least {at_least} dims), got {tuple(value.shape)}"
+        )
+    return value
+
+
+def check_last_dim(name: str, value: Tensor, dim: int, other: str) -> Tensor:
+    if value.shape[-1] != dim:
+        raise ValueError(
+            f"{name} has last dimension {value.shape[-1]}, expected {dim} to match {other}"
+        )
+    return value
+
+
+def check_positive_definite(name: str, cov: Tensor) -> Tensor:
+    """Check a (..., D, D) covariance is symmetric positive definite; return its Cholesky factor."""
+    check_finite(name, cov)
+    if cov.ndim < 2 or cov.shape[-1] != cov.shape[-2]:
+        raise ValueError(f"{name} must be a square (..., D, D) matrix, got {tuple(cov.shape)}")
+    scale = cov.abs().amax().clamp_min(1.0)
+    tol = 1e-6 if cov.dtype == torch.float64 else 1e-4
+    if ((cov - cov.mT).abs().amax() > tol * scale).item():
+        raise ValueError(f"{name} must be symmetric")
+    chol, info = torch.linalg.cholesky_ex(cov)
+    if (info != 0).any():
+        raise ValueError(f"{name} must be positive definite (Cholesky failed)")
+    return chol
+
+
+def check_mask(name: str, mask: Tensor | None, shape: torch.Size) -> Tensor | None:
+    """A boolean mask (True = keep) that broadcasts to ``shape`` and keeps at least one atom."""
+    if mask is None:
+        return None
+    if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
+        got = mask.dtype if isinstance(mask, Tensor) else type(mask).__name__
+        raise TypeError(f"{name} must be a boolean tensor (True = keep), got {got}")
+    try:
+        torch.broadcast_shapes(mask.shape, shape)
+    except RuntimeError as err:
+        raise ValueError(
+            f"{name} of shape {tuple(mask.shape)} does not broadcast to {tuple(shape)}"
+        ) from err
+    if not mask.any(dim=-1).all():
+        raise ValueError(f"{name} removes every atom of some row; keep at least one per row")
+    return mask
