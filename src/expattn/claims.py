@@ -1,7 +1,8 @@
 """Registry of the claims in shared/CLAIMS.md: claim ID -> check function -> ``Record``.
 
-Check modules live in ``expattn.checks``; each decorates its functions with
-``register_claim``. A check takes a seed and returns a ``Record``; the runner fills in the
+Check modules live in ``expattn.checks`` (and ``expattn.dynamics`` presets register the same
+way); each decorates its functions with ``register_claim``. A check takes a ``RunContext``
+(seed, output folder for plots, quick flag) and returns a ``Record``; the runner fills in the
 claim's statement, source and method, times it, and turns an exception into a ``fail``
 record (a crashing check is a failing check, never a silent one).
 """
@@ -14,6 +15,7 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from expattn.report.schema import Record
 
@@ -21,77 +23,110 @@ COMMANDS = ("verify", "simulate", "probe")
 
 
 @dataclass(frozen=True)
+class RunContext:
+    """What every check receives.
+
+    Attributes:
+        seed: seed of all random draws of the check.
+        out_dir: folder for plots (``None``: draw none, e.g. under ``verify``).
+        quick: smaller sizes for smoke runs (``report --quick``, tests).
+    """
+
+    seed: int = 0
+    out_dir: Path | None = None
+    quick: bool = False
+
+
+@dataclass(frozen=True)
 class Claim:
-    """A claim ID with what it states, where, how it is checked, and by which command."""
+    """A check of one claim ID: what it states, where, how, under which command and name.
+
+    ``name`` is the claim ID for verify; simulate presets have their own names (several
+    presets may check one claim ID).
+    """
 
     id: str
+    name: str
     kind: str
     statement: str
     source: str
     method: str
     command: str
-    check: Callable[[int], Record]
+    check: Callable[[RunContext], Record]
 
 
 _REGISTRY: dict[str, Claim] = {}
 
 
 def register_claim(
-    claim_id: str, *, kind: str, statement: str, source: str, method: str, command: str = "verify"
-) -> Callable[[Callable[[int], Record]], Callable[[int], Record]]:
-    """Decorator: register ``fn(seed) -> Record`` as the check of ``claim_id``."""
+    claim_id: str,
+    *,
+    kind: str,
+    statement: str,
+    source: str,
+    method: str,
+    command: str = "verify",
+    name: str | None = None,
+) -> Callable[[Callable[[RunContext], Record]], Callable[[RunContext], Record]]:
+    """Decorator: register ``fn(ctx) -> Record`` as a ``command`` check of ``claim_id``."""
     if command not in COMMANDS:
         raise ValueError(f"command must be one of {COMMANDS}, got {command!r}")
+    name = name or claim_id
 
-    def decorate(fn: Callable[[int], Record]) -> Callable[[int], Record]:
-        key = f"{command}:{claim_id}"
+    def decorate(fn: Callable[[RunContext], Record]) -> Callable[[RunContext], Record]:
+        key = f"{command}:{name}"
         if key in _REGISTRY:
-            raise ValueError(f"claim {claim_id} already has a {command} check")
-        _REGISTRY[key] = Claim(claim_id, kind, statement, source, method, command, fn)
+            raise ValueError(f"{command} already has a check named {name}")
+        _REGISTRY[key] = Claim(claim_id, name, kind, statement, source, method, command, fn)
         return fn
 
     return decorate
 
 
+CHECK_PACKAGES = ("expattn.checks",)
+
+
 def _load_checks() -> None:
-    import expattn.checks as pkg
+    for package in CHECK_PACKAGES:
+        pkg = importlib.import_module(package)
+        for info in pkgutil.iter_modules(pkg.__path__):
+            importlib.import_module(f"{package}.{info.name}")
 
-    for info in pkgutil.iter_modules(pkg.__path__):
-        importlib.import_module(f"{pkg.__name__}.{info.name}")
 
-
-def _id_key(claim_id: str) -> tuple[str, int]:
-    return claim_id[0], int(claim_id[1:]) if claim_id[1:].isdigit() else 0
+def _id_key(claim: Claim) -> tuple[str, int, str]:
+    number = claim.id[1:]
+    return claim.id[0], int(number) if number.isdigit() else 0, claim.name
 
 
 def claims(command: str = "verify") -> list[Claim]:
-    """All registered claims of ``command``, sorted by ID (A1, A2, ..., A10, ...)."""
+    """All registered checks of ``command``, sorted by ID (A1, A2, ..., A10, ...), then name."""
     _load_checks()
-    found = [c for c in _REGISTRY.values() if c.command == command]
-    return sorted(found, key=lambda c: _id_key(c.id))
+    return sorted((c for c in _REGISTRY.values() if c.command == command), key=_id_key)
 
 
 def select(command: str, only: list[str] | None) -> list[Claim]:
-    """The claims of ``command`` whose IDs are in ``only`` (all if ``None``)."""
+    """The checks of ``command`` whose claim ID or name is in ``only`` (all if ``None``)."""
     available = claims(command)
     if not only:
         return available
-    known = {c.id for c in available}
-    unknown = [i for i in only if i not in known]
+    wanted = {w.lower() for w in only}
+    known = {c.id.lower() for c in available} | {c.name.lower() for c in available}
+    unknown = [w for w in only if w.lower() not in known]
     if unknown:
+        names = sorted({c.name for c in available}, key=str)
         raise ValueError(
-            f"unknown claim ID(s) {', '.join(unknown)} for {command}; "
-            f"available: {', '.join(c.id for c in available)}"
+            f"unknown claim or preset {', '.join(unknown)} for {command}; "
+            f"available: {', '.join(names)}"
         )
-    return [c for c in available if c.id in only]
+    return [c for c in available if c.id.lower() in wanted or c.name.lower() in wanted]
 
 
-def run_claim(claim: Claim, seed: int) -> Record:
+def run_claim(claim: Claim, ctx: RunContext) -> Record:
     """Run one check; fill in context; a raised exception becomes a ``fail`` record."""
     start = time.perf_counter()
     try:
-        record = claim.check(seed)
-    except Exception as err:  # noqa: BLE001 - reported, not swallowed
+        record = claim.check(ctx)
+    except Exception as err:
         record = Record(
             id=claim.id,
             kind=claim.kind,

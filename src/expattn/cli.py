@@ -18,7 +18,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="Attention as the gradient of an exponential family's log-normalizer.",
 )
-console = Console()
+console = Console(width=None if sys.stdout.isatty() else 160)
 
 
 @app.callback()

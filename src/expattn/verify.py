@@ -8,7 +8,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from expattn.claims import run_claim, select
+from expattn.claims import RunContext, run_claim, select
 from expattn.report.schema import Record, results_document, write_json_atomic
 
 STYLE = {"pass": "green", "fail": "red", "supported": "green", "not_supported": "red"}
@@ -44,7 +44,7 @@ def run_verify(only: list[str] | None, json_path: Path | None, seed: int, consol
     with console.status("verifying") as status:
         for claim in chosen:
             status.update(f"verifying {claim.id}")
-            records.append(run_claim(claim, seed))
+            records.append(run_claim(claim, RunContext(seed=seed)))
     console.print(record_table(records, "expattn verify"))
     passed = sum(r.verdict == "pass" for r in records)
     console.print(f"{passed}/{len(records)} passed in {time.perf_counter() - start:.1f} s (seed {seed})")

@@ -7,7 +7,7 @@ import math
 import torch
 
 from expattn.checks.tools import compare, generator, max_abs, randn
-from expattn.claims import register_claim
+from expattn.claims import RunContext, register_claim
 from expattn.core.empirical import Empirical
 
 DRAWS = 50
@@ -20,8 +20,8 @@ DRAWS = 50
     source="seed 000 eq. 3; 002 eqs. 4-5",
     method="explicit exp/sum formula in float64 vs Empirical.probs, 50 random draws",
 )
-def check_a1(seed: int):
-    gen = generator(seed)
+def check_a1(ctx: RunContext):
+    gen = generator(ctx.seed)
     errors, uniform = [], []
     for _ in range(DRAWS):
         n, d, q = torch.randint(1, 20, (3,), generator=gen).tolist()
@@ -44,8 +44,8 @@ def check_a1(seed: int):
     source="seed 000 Prop. 1a; 002 eq. 7",
     method="autograd of logsumexp vs the fused attention kernel, float64, 50 draws",
 )
-def check_a3(seed: int):
-    gen = generator(seed)
+def check_a3(ctx: RunContext):
+    gen = generator(ctx.seed)
     errors, scaled, nw = [], [], []
     for _ in range(DRAWS):
         b, n, q, d = torch.randint(1, 12, (4,), generator=gen).tolist()
