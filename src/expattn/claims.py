@@ -83,7 +83,7 @@ def register_claim(
     return decorate
 
 
-CHECK_PACKAGES = ("expattn.checks",)
+CHECK_PACKAGES = ("expattn.checks", "expattn.presets")
 
 
 def _load_checks() -> None:
