@@ -1,0 +1,229 @@
+r"""Normalizations as contractions of a cloud of hidden states (claims B4, C2; seed 000 §3.3).
+
+Every normalization takes a cloud ``(*batch, token, dim)`` and returns one of the same shape:
+
+- ``layernorm``: $y_t = (x_t - \bar x_t \mathbf 1)/\sqrt{\operatorname{var}(x_t) + \epsilon}$ per token;
+- ``rmsnorm``: $y_t = x_t / \sqrt{\operatorname{mean}(x_t^2) + \epsilon}$ per token;
+- ``sphere``: $y_t = r\, x_t / \lVert x_t \rVert$ (cosine similarity, claim C2);
+- ``whitening``: Theorem 1's $\mathrm{RN}_{\eta_0,\Lambda_0}$, one affine map per cloud,
+  $y_t = \eta_0 + \Lambda_0^{1/2} \bar S^{-1/2} (x_t - \bar x)$ with $\bar x, \bar S$ the cloud's
+  mean and covariance over tokens;
+- ``identity``.
+
+All share one constructor signature ``cls(config: NormConfig)`` and a registry
+(``build_norm(name, config)``, ``register_norm``). ``contraction(x)`` measures how much one
+application shrinks the cloud's spread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from jaxtyping import Float
+from torch import Tensor, nn
+
+from expattn.core.validate import as_tensor, check_finite, check_ndim, check_positive_definite
+
+
+@dataclass(frozen=True)
+class NormConfig:
+    r"""Options shared by the normalizations (each uses the ones that concern it).
+
+    Attributes:
+        dim: feature size $D$ of the cloud.
+        eps: added to the variance (layernorm, rmsnorm) or floor of the norm (sphere).
+        radius: radius $r$ of the sphere projection.
+        elementwise_affine: learnable per-feature scale (and shift for layernorm), as in torch.
+        target_mean: ``(dim,)`` $\eta_0$ of whitening (``None``: zero).
+        target_cov: ``(dim, dim)`` $\Lambda_0$ of whitening, positive definite (``None``: identity).
+    """
+
+    dim: int
+    eps: float = 1e-5
+    radius: float = 1.0
+    elementwise_affine: bool = False
+    target_mean: Tensor | None = None
+    target_cov: Tensor | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.dim, int) or self.dim < 1:
+            raise ValueError(f"dim must be a positive integer, got {self.dim!r}")
+        if not self.eps >= 0:
+            raise ValueError(f"eps must be >= 0, got {self.eps!r}")
+        if not self.radius > 0:
+            raise ValueError(f"radius must be > 0, got {self.radius!r}")
+
+
+def spread(x: Float[Tensor, "*batch token dim"]) -> Float[Tensor, "*batch"]:
+    r"""Root-mean-square distance to the centroid, $\sqrt{\operatorname{tr}\operatorname{Cov}(x)}$."""
+    centred = x - x.mean(-2, keepdim=True)
+    return centred.square().sum(-1).mean(-1).sqrt()
+
+
+class Norm(nn.Module):
+    """Base class: a map of clouds ``(*batch, token, dim) -> (*batch, token, dim)``."""
+
+    def __init__(self, config: NormConfig) -> None:
+        super().__init__()
+        self.config = config
+
+    def check_cloud(self, x: Tensor) -> Tensor:
+        as_tensor("x", x)
+        check_ndim("x", x, 2, "(*batch, token, dim)")
+        if x.shape[-1] != self.config.dim:
+            raise ValueError(f"x has last dimension {x.shape[-1]}, expected dim={self.config.dim}")
+        return check_finite("x", x)
+
+    def contraction(self, x: Float[Tensor, "*batch token dim"]) -> Float[Tensor, "*batch"]:
+        r"""Measured contraction factor $\operatorname{spread}(N(x)) / \operatorname{spread}(x)$.
+
+        Below one: the normalization shrinks the cloud around its centroid (claim B4).
+        """
+        with torch.no_grad():
+            before = spread(self.check_cloud(x))
+            if (before == 0).any():
+                raise ValueError("x holds a cloud with zero spread; its contraction factor is undefined")
+            return spread(self(x)) / before
+
+
+class Identity(Norm):
+    r"""$y = x$ (the baseline of B4)."""
+
+    def forward(self, x: Float[Tensor, "*batch token dim"]) -> Float[Tensor, "*batch token dim"]:
+        return self.check_cloud(x)
+
+
+class _PerToken(Norm):
+    """Shared affine parameters of layernorm and rmsnorm."""
+
+    def __init__(self, config: NormConfig, shift: bool) -> None:
+        super().__init__(config)
+        self.weight = nn.Parameter(torch.ones(config.dim)) if config.elementwise_affine else None
+        self.bias = nn.Parameter(torch.zeros(config.dim)) if config.elementwise_affine and shift else None
+
+    def _affine(self, y: Tensor) -> Tensor:
+        if self.weight is not None:
+            y = y * self.weight.to(y.dtype)
+        if self.bias is not None:
+            y = y + self.bias.to(y.dtype)
+        return y
+
+
+class LayerNorm(_PerToken):
+    r"""$y_t = (x_t - \operatorname{mean}(x_t)) / \sqrt{\operatorname{var}(x_t) + \epsilon}\, \odot w + b$.
+
+    The variance is the biased one over the feature axis, as in ``torch.nn.LayerNorm``.
+    """
+
+    def __init__(self, config: NormConfig) -> None:
+        super().__init__(config, shift=True)
+
+    def forward(self, x: Float[Tensor, "*batch token dim"]) -> Float[Tensor, "*batch token dim"]:
+        self.check_cloud(x)
+        centred = x - x.mean(-1, keepdim=True)
+        var = centred.square().mean(-1, keepdim=True)
+        return self._affine(centred * torch.rsqrt(var + self.config.eps))
+
+
+class RMSNorm(_PerToken):
+    r"""$y_t = x_t / \sqrt{\operatorname{mean}(x_t^2) + \epsilon}\, \odot w$ (as ``torch.nn.RMSNorm``)."""
+
+    def __init__(self, config: NormConfig) -> None:
+        super().__init__(config, shift=False)
+
+    def forward(self, x: Float[Tensor, "*batch token dim"]) -> Float[Tensor, "*batch token dim"]:
+        self.check_cloud(x)
+        return self._affine(x * torch.rsqrt(x.square().mean(-1, keepdim=True) + self.config.eps))
+
+
+class Sphere(Norm):
+    r"""$y_t = r\, x_t / \max(\lVert x_t \rVert, \epsilon)$: projection to the sphere of radius $r$ (C2)."""
+
+    def forward(self, x: Float[Tensor, "*batch token dim"]) -> Float[Tensor, "*batch token dim"]:
+        self.check_cloud(x)
+        norm = x.norm(dim=-1, keepdim=True).clamp_min(self.config.eps)
+        return self.config.radius * x / norm
+
+
+def sym_power(matrix: Float[Tensor, "*batch dim dim"], power: float) -> Float[Tensor, "*batch dim dim"]:
+    r"""$M^{p} = V \operatorname{diag}(\lambda^p) V^\top$ for symmetric positive definite $M$."""
+    evals, evecs = torch.linalg.eigh(matrix)
+    return (evecs * evals.unsqueeze(-2).pow(power)) @ evecs.mT
+
+
+class Whitening(Norm):
+    r"""Theorem 1's renormalization $\mathrm{RN}_{\eta_0,\Lambda_0}$ (claim B5, B4).
+
+    $$y_t = \eta_0 + \Lambda_0^{1/2}\, \bar S^{-1/2} (x_t - \bar x), \quad
+    \bar x = \tfrac1T \sum_t x_t, \quad \bar S = \tfrac1T \sum_t (x_t - \bar x)(x_t - \bar x)^\top$$
+
+    with symmetric square roots. The output cloud has mean $\eta_0$ and covariance (normalised
+    by $T$) $\Lambda_0$ exactly. Needs more tokens than features and a non-degenerate cloud.
+    Seed 000 prints $\bar S = E[\eta\eta^\top]$, the raw second moment; that only agrees when
+    $\bar x = 0$, so the centred covariance is used here.
+    """
+
+    def __init__(self, config: NormConfig) -> None:
+        super().__init__(config)
+        d = config.dim
+        mean = torch.zeros(d) if config.target_mean is None else as_tensor("target_mean", config.target_mean)
+        cov = torch.eye(d) if config.target_cov is None else as_tensor("target_cov", config.target_cov)
+        if mean.shape != (d,):
+            raise ValueError(f"target_mean must have shape ({d},), got {tuple(mean.shape)}")
+        if cov.shape != (d, d):
+            raise ValueError(f"target_cov must have shape ({d}, {d}), got {tuple(cov.shape)}")
+        check_finite("target_mean", mean)
+        check_positive_definite("target_cov", cov)
+        self.register_buffer("target_mean", mean.clone())
+        self.register_buffer("target_cov_sqrt", sym_power(cov, 0.5))
+
+    def forward(self, x: Float[Tensor, "*batch token dim"]) -> Float[Tensor, "*batch token dim"]:
+        self.check_cloud(x)
+        tokens, d = x.shape[-2], x.shape[-1]
+        if tokens <= d:
+            raise ValueError(f"whitening needs more tokens than features, got token={tokens}, dim={d}")
+        mean = x.mean(-2, keepdim=True)
+        centred = x - mean
+        cov = centred.mT @ centred / tokens  # (*B, D, D)
+        evals = torch.linalg.eigvalsh(cov)
+        if (evals[..., 0] <= 1e3 * torch.finfo(x.dtype).eps * evals[..., -1]).any():
+            raise ValueError("x holds a cloud with singular covariance; whitening is undefined")
+        gain = self.target_cov_sqrt.to(x.dtype) @ sym_power(cov, -0.5)  # (*B, D, D)
+        return self.target_mean.to(x.dtype) + centred @ gain.mT
+
+
+NormFactory = Callable[[NormConfig], Norm]
+_NORMS: dict[str, NormFactory] = {}
+
+
+def register_norm(name: str, factory: NormFactory) -> None:
+    """Add a normalization ``factory(config) -> Norm`` under ``name``."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"name must be a non-empty string, got {name!r}")
+    if name in _NORMS:
+        raise ValueError(f"a normalization named {name!r} is already registered")
+    _NORMS[name] = factory
+
+
+def norm_names() -> list[str]:
+    """Names of the registered normalizations."""
+    return sorted(_NORMS)
+
+
+def build_norm(name: str, config: NormConfig) -> Norm:
+    """The normalization called ``name``, built from ``config``; unknown names raise ``ValueError``."""
+    if name not in _NORMS:
+        raise ValueError(f"unknown normalization {name!r}; known: {', '.join(norm_names())}")
+    return _NORMS[name](config)
+
+
+for _name, _cls in (
+    ("identity", Identity),
+    ("layernorm", LayerNorm),
+    ("rmsnorm", RMSNorm),
+    ("sphere", Sphere),
+    ("whitening", Whitening),
+):
+    register_norm(_name, _cls)
