@@ -18,13 +18,23 @@ from expattn.core.measure import Measure
 from expattn.core.validate import as_tensor, check_finite, check_mask, check_ndim
 
 
+def _broadcast(name: str, shape: torch.Size, batch: torch.Size) -> torch.Size:
+    try:
+        return torch.broadcast_shapes(shape, batch)
+    except RuntimeError as err:
+        raise ValueError(
+            f"{name} has batch shape {tuple(shape)}, which does not broadcast with {tuple(batch)}"
+        ) from err
+
+
 class Empirical(Measure):
     r"""Weighted atoms $\{(x_n, w_n)\}$ with an optional mask.
 
     Args:
         atoms: ``(*batch, key, dim)`` the support points $x_n$ (the keys).
         log_weights: ``(*batch, key)`` $\log w_n$; ``None`` means $w_n = 1$.
-        mask: boolean ``(*batch, key)`` or ``(*batch, query, key)``, True = atom kept. Every
+        mask: boolean ``(*batch, key)`` or ``(*batch, query, key)`` (a mask with as many dims as
+            ``atoms`` is read as per-query), True = atom kept. Every
             row must keep at least one atom (a family over an empty set does not exist).
     """
 
@@ -39,18 +49,32 @@ class Empirical(Measure):
         if atoms.shape[-2] == 0:
             raise ValueError("atoms must hold at least one atom, got an empty key axis")
         check_finite("atoms", atoms)
+        batch = atoms.shape[:-2]
         if log_weights is not None:
             as_tensor("log_weights", log_weights)
-            if log_weights.shape[-1] != atoms.shape[-2]:
+            if log_weights.shape[-1:] != atoms.shape[-2:-1]:
                 raise ValueError(
-                    f"log_weights has {log_weights.shape[-1]} entries on its last axis, "
-                    f"expected {atoms.shape[-2]} (one per atom)"
+                    f"log_weights has shape {tuple(log_weights.shape)}, expected (*batch, {atoms.shape[-2]}) "
+                    "(one entry per atom)"
                 )
+            if log_weights.dtype != atoms.dtype:
+                raise TypeError(f"log_weights has dtype {log_weights.dtype}, expected {atoms.dtype} like atoms")
             check_finite("log_weights", log_weights)
+            batch = _broadcast("log_weights", log_weights.shape[:-1], batch)
+        self.per_query_mask = isinstance(mask, Tensor) and mask.ndim >= atoms.ndim
+        if self.per_query_mask:
+            # (*batch, query, key): check against (*batch, 1, key)
+            self.mask = check_mask("mask", mask, (*atoms.shape[:-2], 1, atoms.shape[-2]))
+            batch = _broadcast("mask", mask.shape[:-2], batch)
+        else:
+            self.mask = check_mask("mask", mask, atoms.shape[:-1])
+            if mask is not None:
+                batch = _broadcast("mask", mask.shape[:-1], batch)
         self.atoms = atoms
         self.log_weights = log_weights
-        self.mask = check_mask("mask", mask, atoms.shape[:-1])
         self.dim = atoms.shape[-1]
+        self.dtype = atoms.dtype
+        self.batch_shape = batch
 
     @classmethod
     def from_weights(cls, atoms: Tensor, weights: Tensor, mask: Tensor | None = None) -> Empirical:
@@ -67,7 +91,7 @@ class Empirical(Measure):
         """The mask as ``(*batch, query or 1, key)``."""
         if self.mask is None:
             return None
-        return self.mask if self.mask.ndim == eta.ndim else self.mask.unsqueeze(-2)
+        return self.mask if self.per_query_mask else self.mask.unsqueeze(-2)
 
     def logits(self, eta: Float[Tensor, "*batch query dim"]) -> Float[Tensor, "*batch query key"]:
         r"""$\log w_n + x_n^\top\eta$, with $-\infty$ on masked atoms."""

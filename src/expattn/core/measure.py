@@ -27,6 +27,8 @@ class Measure:
     """
 
     dim: int
+    dtype: torch.dtype | None = None
+    batch_shape: torch.Size = torch.Size()
 
     def log_normalizer(self, eta: Float[Tensor, "*batch query dim"]) -> Float[Tensor, "*batch query"]:
         r"""$G(\eta) = \log \int h(x) e^{x^\top \eta} dx$."""
@@ -40,6 +42,15 @@ class Measure:
             raise ValueError(
                 f"{name} has last dimension {eta.shape[-1]}, expected {self.dim} (the measure's dim)"
             )
+        if self.dtype is not None and eta.dtype != self.dtype:
+            raise TypeError(f"{name} has dtype {eta.dtype}, expected {self.dtype} (the measure's dtype)")
+        try:
+            torch.broadcast_shapes(eta.shape[:-2], self.batch_shape)
+        except RuntimeError as err:
+            raise ValueError(
+                f"{name} has batch shape {tuple(eta.shape[:-2])}, which does not broadcast with the "
+                f"measure's batch shape {tuple(self.batch_shape)}"
+            ) from err
         check_finite(name, eta)
         self.check_domain(eta, name)
         return eta

@@ -19,12 +19,16 @@ def maximise_concave(measure, m: Tensor, max_iter: int = 100, tol: float = 1e-10
     eye = torch.eye(m.shape[-1], dtype=m.dtype, device=m.device)
     scale = m.norm(dim=-1).clamp_min(1.0)
 
-    def objective(e: Tensor) -> Tensor:
-        value = (e * m).sum(-1) - measure.log_normalizer(e)
-        return torch.where(measure.in_domain(e) & torch.isfinite(value), value, -torch.inf)
+    def objective(e: Tensor, inside_point: Tensor) -> Tensor:
+        # Points outside the domain are replaced by a point inside before G is evaluated (G would
+        # raise there), then scored -inf so the line search rejects them.
+        inside = measure.in_domain(e)
+        safe = torch.where(inside.unsqueeze(-1), e, inside_point)
+        value = (safe * m).sum(-1) - measure.log_normalizer(safe)
+        return torch.where(inside & torch.isfinite(value), value, -torch.inf)
 
     with torch.no_grad():
-        value = objective(eta)
+        value = objective(eta, eta)
         for _ in range(max_iter):
             residual = m - measure.mean(eta)
             if (residual.norm(dim=-1) <= tol * scale).all():
@@ -36,7 +40,7 @@ def maximise_concave(measure, m: Tensor, max_iter: int = 100, tol: float = 1e-10
             accepted = torch.zeros_like(value, dtype=torch.bool)
             for _ in range(60):
                 trial = eta + t[..., None] * step
-                trial_value = objective(torch.where(accepted[..., None], eta, trial))
+                trial_value = objective(torch.where(accepted[..., None], eta, trial), eta)
                 ok = (trial_value >= value) & ~accepted
                 eta = torch.where(ok[..., None], trial, eta)
                 value = torch.where(ok, trial_value, value)
