@@ -1,0 +1,189 @@
+r"""Operators on a cloud of natural parameters ``(batch, token, dim)`` (claims B1-B7; seed 000 §3.3, §4).
+
+- ``AttentionUpdate``: $\eta_t \mapsto [\eta_t +]\; s\,\nabla G_h(\beta W\eta_t)$, one gradient step of
+  the carrier's log-normalizer at every token (with the residual) or the bare attention output;
+- ``FeedForward``: a pointwise MLP (random or given), optionally residual;
+- any normalization of ``expattn.nn.norms``;
+- ``Compose``: operators applied first to last.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from jaxtyping import Float
+from torch import Tensor, nn
+
+from expattn.core.empirical import Empirical
+from expattn.core.validate import as_tensor, check_finite, check_ndim, check_positive_definite
+
+CARRIERS = ("empirical", "mixture")
+
+
+@dataclass(frozen=True)
+class AttentionConfig:
+    r"""Options of ``AttentionUpdate``.
+
+    Attributes:
+        beta: inverse temperature $\beta > 0$ multiplying the natural parameter.
+        step: step size $s > 0$ of the residual (gradient-ascent) form.
+        residual: ``True``: $\eta + s\nabla G$; ``False``: $\nabla G$ alone (a convex combination
+            of the atoms for the empirical carrier, claim B2).
+        carrier: ``"empirical"`` (Dirac atoms: softmax attention) or ``"mixture"`` (a Gaussian
+            around every atom with one covariance $\Sigma$, claim A6: a kernel-smoothed cloud).
+        bandwidth: for ``"mixture"`` without an explicit covariance, $\Sigma = \text{bandwidth}^2 I$.
+    """
+
+    beta: float = 1.0
+    step: float = 1.0
+    residual: bool = True
+    carrier: str = "empirical"
+    bandwidth: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.beta > 0:
+            raise ValueError(f"beta must be > 0, got {self.beta!r}")
+        if not self.step > 0:
+            raise ValueError(f"step must be > 0, got {self.step!r}")
+        if self.carrier not in CARRIERS:
+            raise ValueError(f"carrier must be one of {CARRIERS}, got {self.carrier!r}")
+        if not self.bandwidth >= 0:
+            raise ValueError(f"bandwidth must be >= 0, got {self.bandwidth!r}")
+
+
+def check_cloud(x: Tensor, dim: int | None = None, name: str = "cloud") -> Tensor:
+    """A finite floating ``(batch, token, dim)`` tensor, with last dimension ``dim`` if given."""
+    as_tensor(name, x)
+    if x.ndim != 3:
+        raise ValueError(f"{name} must have shape (batch, token, dim), got {tuple(x.shape)}")
+    if dim is not None and x.shape[-1] != dim:
+        raise ValueError(f"{name} has last dimension {x.shape[-1]}, expected {dim}")
+    return check_finite(name, x)
+
+
+class AttentionUpdate(nn.Module):
+    r"""One attention step read as a gradient step on the log-normalizer (claim B1).
+
+    $$\eta_t' = \eta_t + s\, \nabla G(\beta W \eta_t) \quad\text{or}\quad \eta_t' = \nabla G(\beta W\eta_t)$$
+
+    with $\nabla G(\theta) = \sum_n \operatorname{softmax}_n(x_n^\top\theta)\, x_n$ for the empirical
+    carrier and $\nabla G(\theta) = \Sigma\theta + \sum_n \operatorname{softmax}_n(x_n^\top\theta)\, x_n$
+    for the Gaussian mixture $h = \frac1N\sum_n N(x_n, \Sigma)$ (A6). One atom with the mixture
+    carrier is the Gaussian carrier $N(\mu, \Sigma)$, $\nabla G = \mu + \Sigma\theta$ (A5, Thm. 1).
+
+    Args:
+        config: ``AttentionConfig``.
+        atoms: ``(key, dim)`` or ``(batch, key, dim)`` fixed carrier (cross-attention, Hopfield
+            setting); ``None`` makes the cloud its own carrier (self-attention).
+        covariance: ``(dim, dim)`` $\Sigma$ of the mixture carrier (overrides ``bandwidth``).
+        query_map: ``(dim, dim)`` $W$, a linear distortion of the natural parameter
+            ($W_k^\top W_q$ of a head with values = keys); ``None`` is the identity.
+    """
+
+    def __init__(
+        self,
+        config: AttentionConfig,
+        atoms: Float[Tensor, "*batch key dim"] | None = None,
+        covariance: Float[Tensor, "dim dim"] | None = None,
+        query_map: Float[Tensor, "dim dim"] | None = None,
+    ) -> None:
+        super().__init__()
+        self.config = config
+        if atoms is not None:
+            as_tensor("atoms", atoms)
+            check_ndim("atoms", atoms, 2, "(key, dim) or (batch, key, dim)")
+            check_finite("atoms", atoms)
+        if covariance is not None:
+            if config.carrier != "mixture":
+                raise ValueError(f"covariance needs carrier='mixture', got carrier={config.carrier!r}")
+            as_tensor("covariance", covariance)
+            check_positive_definite("covariance", covariance)
+        if query_map is not None:
+            as_tensor("query_map", query_map)
+            if query_map.ndim != 2 or query_map.shape[0] != query_map.shape[1]:
+                raise ValueError(f"query_map must be a square (dim, dim) matrix, got {tuple(query_map.shape)}")
+            check_finite("query_map", query_map)
+        self.atoms, self.covariance, self.query_map = atoms, covariance, query_map
+
+    def gradient(self, eta: Float[Tensor, "batch token dim"]) -> Float[Tensor, "batch token dim"]:
+        r"""$\nabla G(\beta W\eta)$ at every token: the attention output (values = keys)."""
+        check_cloud(eta, name="eta")
+        atoms = eta if self.atoms is None else self.atoms
+        for name, m in (("atoms", atoms), ("covariance", self.covariance), ("query_map", self.query_map)):
+            if m is not None and m.shape[-1] != eta.shape[-1]:
+                raise ValueError(f"{name} has last dimension {m.shape[-1]}, expected {eta.shape[-1]} (the cloud's dim)")
+        theta = self.config.beta * eta
+        if self.query_map is not None:
+            theta = theta @ self.query_map.to(eta.dtype).mT
+        grad = Empirical(atoms.to(eta.dtype)).mean(theta)  # (B, T, D)
+        if self.config.carrier == "mixture":
+            if self.covariance is not None:
+                grad = grad + theta @ self.covariance.to(eta.dtype)
+            else:
+                grad = grad + self.config.bandwidth**2 * theta
+        return grad
+
+    def forward(self, eta: Float[Tensor, "batch token dim"]) -> Float[Tensor, "batch token dim"]:
+        grad = self.gradient(eta)
+        return eta + self.config.step * grad if self.config.residual else grad
+
+
+@dataclass(frozen=True)
+class FeedForwardConfig:
+    """Options of a random two-layer MLP $x \\mapsto [x +]\\, W_2\\,\\mathrm{gelu}(W_1 x + b_1) + b_2$.
+
+    Attributes:
+        dim: feature size; hidden: hidden width; gain: weights are $N(0, \\text{gain}^2/\\text{fan-in})$;
+        residual: add the input; seed: seed of the weights.
+    """
+
+    dim: int
+    hidden: int
+    gain: float = 1.0
+    residual: bool = True
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.dim < 1 or self.hidden < 1:
+            raise ValueError(f"dim and hidden must be >= 1, got dim={self.dim}, hidden={self.hidden}")
+        if not self.gain > 0:
+            raise ValueError(f"gain must be > 0, got {self.gain!r}")
+
+
+class FeedForward(nn.Module):
+    r"""Pointwise MLP operator (claim B7): $x_t \mapsto [x_t +]\, f(x_t)$ with a random or given $f$."""
+
+    def __init__(self, config: FeedForwardConfig, mlp: nn.Module | None = None) -> None:
+        super().__init__()
+        self.config = config
+        self.mlp = mlp
+        if mlp is None:
+            gen = torch.Generator().manual_seed(config.seed)
+            d, h, g = config.dim, config.hidden, config.gain
+            self.register_buffer("w1", torch.randn(h, d, generator=gen, dtype=torch.float64) * g / d**0.5)
+            self.register_buffer("b1", torch.randn(h, generator=gen, dtype=torch.float64) * 0.1)
+            self.register_buffer("w2", torch.randn(d, h, generator=gen, dtype=torch.float64) * g / h**0.5)
+            self.register_buffer("b2", torch.randn(d, generator=gen, dtype=torch.float64) * 0.1)
+
+    def forward(self, x: Float[Tensor, "batch token dim"]) -> Float[Tensor, "batch token dim"]:
+        check_cloud(x, self.config.dim, name="x")
+        if self.mlp is not None:
+            update = self.mlp(x)
+        else:
+            hidden = F.gelu(F.linear(x, self.w1.to(x.dtype), self.b1.to(x.dtype)))
+            update = F.linear(hidden, self.w2.to(x.dtype), self.b2.to(x.dtype))
+        return x + update if self.config.residual else update
+
+
+class Compose(nn.Sequential):
+    r"""Operators applied first to last: ``Compose(A, N)`` is $N \circ A$ (e.g. Theorem 1's RN∘A)."""
+
+    def __init__(self, *operators: nn.Module) -> None:
+        if not operators:
+            raise ValueError("Compose needs at least one operator")
+        for i, op in enumerate(operators):
+            if not isinstance(op, nn.Module):
+                raise TypeError(f"operators[{i}] must be a torch.nn.Module, got {type(op).__name__}")
+        super().__init__(*operators)
