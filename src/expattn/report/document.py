@@ -1,0 +1,226 @@
+"""The content of a report, independent of its format: what ``report.html`` and ``report.md`` show.
+
+A report is a view of one results document (the JSON object of ``results.json``, see
+``report/schema.py``): a summary row per claim ID of the catalogue (shared/CLAIMS.md), the
+statements the seeds print wrongly, one card per record grouped by claim group (A..E), and the
+environment (versions, seeds, git revision, run time per stage). Both renderers read this view
+only, so the two formats always agree.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from expattn.report.schema import Record
+
+GROUPS = {
+    "A": "Exponential families from an intrinsic measure",
+    "B": "Operators and their dynamics",
+    "C": "Contrastive learning",
+    "D": "Energy-based view and Hopfield networks",
+    "E": "Hypotheses about trained transformers",
+}
+
+# Short names of every claim in the catalogue: a claim with no record is shown as "not run".
+CLAIM_TITLES = {
+    "A1": "discrete carrier gives softmax",
+    "A2": "gradient = expected statistic",
+    "A3": "attention = gradient of log-sum-exp",
+    "A4": "tilted exponential-family carrier",
+    "A5": "Gaussian carrier",
+    "A6": "Gaussian mixture, shared covariance",
+    "A7": "Jensen lower bound, separate covariances",
+    "A8": "Hessian = covariance (Fisher)",
+    "A9": "Bregman divergence = KL",
+    "A10": "conjugate = negative entropy offset",
+    "A11": "affine approximation and Fisher",
+    "B1": "attention update operator",
+    "B2": "no residual: contraction",
+    "B3": "residual + recentering: expansion",
+    "B4": "renormalization contracts",
+    "B5": "Theorem 1: Gaussian equilibrium",
+    "B6": "Gaussian fixed point from a continuous carrier",
+    "B7": "FC layer and tied weights",
+    "B8": "multi-head incoherence",
+    "C1": "InfoNCE = negative log-likelihood of A1",
+    "C2": "cosine similarity = projection to the sphere",
+    "D1": "modern Hopfield energy and update",
+    "D2": "fixed vs changing patterns",
+    "D3": "RBM effective energy",
+    "D4": "Gaussian hidden units: classical Hopfield",
+    "D5": "Poisson hidden units: exponential interaction",
+    "D6": "modern Hopfield = mixture of effective EBMs",
+    "D7": "attention as implicit energy minimisation",
+    "E1": "attention sublayer expands",
+    "E2": "normalization contracts",
+    "E3": "distribution of hidden states per layer",
+    "E4": "W_q^T W_k vs Sigma^-1",
+    "E5": "attention = grad log Z on real weights",
+    "E6": "FC layer near identity or linear",
+    "E7": "rank collapse on the pure-attention path",
+    "E8": "multi-head coherence",
+}
+
+# What the seeds print where they are wrong (paraphrased from the catalogue's notes); the
+# correction shown beside it is the record's own statement. A record may override the text
+# with ``details["as_printed_statement"]``.
+AS_PRINTED = {
+    "A4": "p0 is defined with exp(x.eta) where exp(x.eta1) is meant, and the proof's eq. (1) "
+    "shifts by eta1 + eta2 where eta1 + eta is meant (seed 000, Prop. 1b)",
+    "A6": "the final formula of grad G carries a stray gradient of a logarithm inside the sum "
+    "over components (seed 000, Prop. 2)",
+    "A8": "Hess G(eta) = E[u u^T], the uncentred second moment; it is the covariance only when "
+    "the mean is zero (seed 000, section 3.2)",
+    "A9": "B_G(a, b) = KL(p(.|a) || p(.|b)): the arguments of the KL divergence are swapped "
+    "(seed 000, section 3.2)",
+    "D1": "the energy is written without the minus sign in front of the log-sum-exp term "
+    "(seed 004)",
+}
+
+VERDICT_ORDER = ("fail", "not_supported", "inconclusive", "skipped", "supported", "pass")
+
+
+@dataclass(frozen=True)
+class Card:
+    """One record placed in the report: its anchor, label and the record itself."""
+
+    anchor: str
+    label: str
+    record: Record
+
+
+@dataclass(frozen=True)
+class SummaryRow:
+    """One claim ID: its title and the cards that check it (empty: not run)."""
+
+    claim_id: str
+    title: str
+    cards: tuple[Card, ...]
+
+
+@dataclass(frozen=True)
+class Stage:
+    """Run time and outcome of one stage (``ok``, ``fail`` or ``skipped`` with a reason)."""
+
+    name: str
+    status: str
+    seconds: float
+    records: int = 0
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class ReportView:
+    """Everything a renderer shows, in display order."""
+
+    title: str
+    summary: tuple[SummaryRow, ...]
+    as_printed: tuple[tuple[Card, str], ...]
+    groups: tuple[tuple[str, str, tuple[Card, ...]], ...]
+    stages: tuple[Stage, ...]
+    environment: tuple[tuple[str, str], ...]
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+def claim_key(claim_id: str) -> tuple[str, int, str]:
+    """Sort key A1 < A2 < ... < A10 < B1; unknown shapes sort after the known groups."""
+    head, number = claim_id[:1].upper(), claim_id[1:]
+    return (head if head in GROUPS else "~" + head, int(number) if number.isdigit() else 0, claim_id)
+
+
+def record_label(record: Record) -> str:
+    """Where a record comes from: ``verify``, ``simulate b3-expansion``, ``probe minilm``."""
+    details = record.details
+    parts = [str(details.get(key)) for key in ("stage", "name", "model") if details.get(key) not in (None, "")]
+    unique = [p for i, p in enumerate(parts) if p not in parts[:i]]
+    return " ".join(unique) or record.id
+
+
+def format_value(value: Any) -> str:
+    """A metric as short text: 4 significant digits for floats, as-is otherwise."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return f"{value:.4g}" if math.isfinite(value) else str(value)
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(format_value(v) for v in value[:8]) + (", ..." if len(value) > 8 else "") + "]"
+    return str(value)
+
+
+def details_text(record: Record, limit: int = 6000) -> str:
+    """The record's details as indented JSON, cut at ``limit`` characters."""
+    shown = {k: v for k, v in record.details.items() if k not in ("stage", "name", "model")}
+    if not shown:
+        return ""
+    text = json.dumps(shown, indent=1, default=str)
+    return text if len(text) <= limit else text[:limit] + f"\n... ({len(text) - limit} more characters)"
+
+
+def worst(verdicts: list[str]) -> str:
+    """The most severe of several verdicts (fail first, pass last)."""
+    return min(verdicts, key=VERDICT_ORDER.index) if verdicts else "not run"
+
+
+def _records(document: dict[str, Any]) -> list[Record]:
+    names = {f.name for f in dataclasses.fields(Record)}
+    return [Record(**{k: v for k, v in r.items() if k in names}) for r in document.get("records", [])]
+
+
+def _environment(document: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    rows = [("command", str(document.get("command", "")))]
+    for key in ("started", "total_seconds", "git_revision", "quick", "models", "platform"):
+        if key in document:
+            rows.append((key, format_value(document[key])))
+    for key, value in (document.get("seeds") or {}).items():
+        rows.append((f"seed: {key}", format_value(value)))
+    for key, value in (document.get("versions") or {}).items():
+        rows.append((f"version: {key}", str(value)))
+    return tuple(rows)
+
+
+def build_view(document: dict[str, Any], title: str = "expattn report") -> ReportView:
+    """Arrange a results document for display.
+
+    Args:
+        document: a results document (``results_document(...)`` or ``results.json`` read back),
+            optionally with ``stages`` (list of ``Stage`` fields) and environment keys
+            (``started``, ``total_seconds``, ``git_revision``, ``quick``, ``models``).
+        title: heading of the report.
+
+    Returns:
+        The ``ReportView``: summary rows for every catalogue ID plus any other ID seen, the
+        as-printed failures, cards grouped A..E, stage timings and the environment.
+    """
+    if not isinstance(document, dict):
+        raise TypeError(f"document must be a results dict, got {type(document).__name__}")
+    records = _records(document)
+    cards = [Card(f"rec-{i}", record_label(r), r) for i, r in enumerate(records)]
+    by_id: dict[str, list[Card]] = {}
+    for card in cards:
+        by_id.setdefault(card.record.id, []).append(card)
+    ids = sorted(set(CLAIM_TITLES) | set(by_id), key=claim_key)
+    summary = tuple(SummaryRow(i, CLAIM_TITLES.get(i, ""), tuple(by_id.get(i, ()))) for i in ids)
+    ordered = sorted(cards, key=lambda c: claim_key(c.record.id))
+    as_printed = tuple(
+        (c, str(c.record.details.get("as_printed_statement") or AS_PRINTED.get(c.record.id, "(not given)")))
+        for c in ordered
+        if c.record.as_printed == "fail"
+    )
+    groups = []
+    for key in sorted({claim_key(c.record.id)[0] for c in cards}):
+        members = tuple(c for c in ordered if claim_key(c.record.id)[0] == key)
+        groups.append((key.lstrip("~"), GROUPS.get(key, "Other records"), members))
+    stages = tuple(
+        Stage(**{k: v for k, v in s.items() if k in {f.name for f in dataclasses.fields(Stage)}})
+        for s in document.get("stages", [])
+    )
+    counts: dict[str, int] = {}
+    for r in records:
+        counts[r.verdict] = counts.get(r.verdict, 0) + 1
+    return ReportView(title, summary, as_printed, tuple(groups), stages, _environment(document), counts)

@@ -1,0 +1,99 @@
+"""``report.md``: the same content as ``report.html`` in Markdown, plots linked by relative path.
+
+Markdown renderers pass raw HTML through, so every user- or data-supplied string is
+HTML-escaped and its Markdown punctuation backslash-escaped: a ``<script>`` in a model name
+shows as text.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from typing import Any
+from urllib.parse import quote
+
+from expattn.report.document import Card, ReportView, build_view, details_text, format_value, worst
+
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
+
+
+def md(value: Any) -> str:
+    """Inline-safe Markdown text: HTML-escaped, Markdown punctuation escaped, one line."""
+    text = html.escape(" ".join(str(value).split()), quote=False)
+    return _MD_SPECIAL.sub(r"\\\1", text)
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return [*lines, ""]
+
+
+def _summary(view: ReportView) -> list[str]:
+    rows = []
+    for row in view.summary:
+        links = ", ".join(f"[{md(c.label)}: {md(c.record.verdict)}](#{c.anchor})" for c in row.cards)
+        verdict = worst([c.record.verdict for c in row.cards])
+        rows.append([f"**{md(row.claim_id)}**", md(row.title), md(verdict), links or "no record"])
+    return ["## Summary", "", *_table(["ID", "claim", "verdict", "records"], rows)]
+
+
+def _as_printed(view: ReportView) -> list[str]:
+    lines = ["## Statements that fail as printed", ""]
+    if not view.as_printed:
+        return [*lines, "No record reports a statement that fails as printed.", ""]
+    rows = []
+    for card, printed in view.as_printed:
+        m = card.record.metrics
+        evidence = ", ".join(f"{md(k)} = {md(format_value(m[k]))}" for k in ("as_printed_error", "tolerance") if k in m)
+        rows.append([f"[{md(card.record.id)}](#{card.anchor})", md(printed), md(card.record.statement), evidence])
+    return [*lines, *_table(["ID", "as printed in the seed", "corrected statement (checked)", "evidence"], rows)]
+
+
+def _card(card: Card) -> list[str]:
+    r = card.record
+    lines = [f'<a id="{card.anchor}"></a>', "", f"### {md(r.id)}: {md(card.label)} ({md(r.verdict)})", ""]
+    fields = [("statement", r.statement), ("source", r.source), ("method", r.method), ("kind", r.kind)]
+    if r.as_printed is not None:
+        fields.append(("as printed", r.as_printed))
+    lines += [f"- **{name}**: {md(value)}" for name, value in fields if value]
+    lines.append("")
+    if r.metrics:
+        lines += _table(["metric", "value"], [[md(k), md(format_value(v))] for k, v in r.metrics.items()])
+    if r.notes:
+        lines += [f"*Notes*: {md(r.notes)}", ""]
+    for plot in r.plots:
+        lines += [f"![{md(plot)}]({quote(plot)})", ""]
+    text = details_text(r)
+    if text:
+        fence = "~~~~" if "~~~" in text else "~~~"
+        lines += ["<details><summary>details</summary>", "", fence, html.escape(text, quote=False), fence, "",
+                  "</details>", ""]
+    return lines
+
+
+def render_markdown(document: dict[str, Any], title: str = "expattn report") -> str:
+    """The report of a results document as Markdown.
+
+    Args:
+        document: a results document (see ``document.build_view``).
+        title: top heading.
+
+    Returns:
+        Markdown text with the summary table, the as-printed failures, one section per claim
+        group (one subsection per record, plots linked relative to the results file) and the
+        environment. Issue 9.
+    """
+    view = build_view(document, title)
+    counts = ", ".join(f"{n} {md(v)}" for v, n in sorted(view.counts.items())) or "no records"
+    lines = [f"# {md(view.title)}", "", f"Records: {counts}.", "", *_summary(view), *_as_printed(view)]
+    for letter, name, cards in view.groups:
+        lines += [f"## {md(letter)}. {md(name)}", ""]
+        for card in cards:
+            lines += _card(card)
+    lines += ["## Environment", ""]
+    if view.stages:
+        rows = [[md(s.name), md(s.status), f"{s.seconds:.1f}", str(s.records), md(s.reason)] for s in view.stages]
+        lines += ["### Run time per stage", "", *_table(["stage", "status", "seconds", "records", "reason"], rows)]
+    lines += _table(["key", "value"], [[md(k), md(v)] for k, v in view.environment])
+    return "\n".join(lines).rstrip() + "\n"

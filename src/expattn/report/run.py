@@ -1,0 +1,296 @@
+"""``expattn report``: verify -> simulate (all presets) -> probe (each model) -> one shareable report.
+
+Every stage runs inside one rich progress display; a stage whose module is missing is
+``skipped`` and one that raises is ``fail``, each with its reason, and the other stages still
+run. Everything is written into a staging folder beside ``--out`` and moved into place at the
+end, so an interrupted run leaves no partial files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import platform
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from expattn.claims import RunContext, claims, run_claim
+from expattn.report.document import Stage
+from expattn.report.html import render_html
+from expattn.report.markdown import render_markdown
+from expattn.report.schema import Record, results_document, write_json_atomic
+
+KNOWN_MODELS = ("minilm", "smollm2")
+PROBE_IDS = tuple(f"E{i}" for i in range(1, 9))
+OUTPUT_FILES = ("results.json", "report.html", "report.md")
+
+
+@dataclass(frozen=True)
+class ReportConfig:
+    """Options of one report run.
+
+    Attributes:
+        out_dir: folder that receives results.json, report.html, report.md and plots/.
+        models: models to probe: ``minilm``, ``smollm2`` or paths of local HF model folders.
+        quick: small sizes everywhere (smoke run, < 3 min).
+        seed: seed of every stage.
+    """
+
+    out_dir: Path = Path("report")
+    models: tuple[str, ...] = KNOWN_MODELS
+    quick: bool = False
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.out_dir, Path):
+            raise TypeError(f"out_dir must be a pathlib.Path, got {type(self.out_dir).__name__}")
+        if not isinstance(self.models, tuple) or not all(isinstance(m, str) and m for m in self.models):
+            raise TypeError(f"models must be a tuple of non-empty strings, got {self.models!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"seed must be a non-negative integer, got {self.seed!r}")
+
+    @property
+    def command(self) -> str:
+        """The command line that reproduces this run."""
+        quick = " --quick" if self.quick else ""
+        return f"expattn report --out {self.out_dir} --models {','.join(self.models)} --seed {self.seed}{quick}"
+
+
+@dataclass
+class ReportResult:
+    """What a run produced: records, stage timings, where it wrote, and user-facing problems."""
+
+    records: list[Record]
+    stages: list[Stage]
+    out_dir: Path
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True iff no record failed, no stage failed and no model was unknown."""
+        return all(r.ok for r in self.records) and all(s.status != "fail" for s in self.stages) and not self.problems
+
+
+def unknown_models(models: tuple[str, ...]) -> list[str]:
+    """The entries of ``models`` that are neither a known name nor an existing folder."""
+    return [m for m in models if m not in KNOWN_MODELS and not Path(m).expanduser().is_dir()]
+
+
+def prepare_out_dir(out_dir: Path) -> Path:
+    """Check that ``out_dir`` can be written and return a fresh staging folder beside it.
+
+    Raises:
+        ValueError: ``out_dir`` exists and is not a folder.
+        OSError: its parent cannot be created or written (message names the path).
+    """
+    out_dir = out_dir.expanduser()
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ValueError(f"--out {out_dir} exists and is not a folder")
+    if out_dir.is_dir() and not os.access(out_dir, os.W_OK | os.X_OK):
+        raise OSError(f"--out {out_dir} is not writable")
+    try:
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    except OSError as err:
+        raise OSError(f"--out {out_dir} cannot be written: {err.strerror or err}") from err
+
+
+def git_revision() -> str:
+    """``git describe``-style revision of the installed package's checkout, or ``unknown``."""
+    here = Path(__file__).resolve().parent
+    try:
+        rev = subprocess.run(
+            ["git", "-C", str(here), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, timeout=10
+        )
+        dirty = subprocess.run(
+            ["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True, text=True, timeout=10,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    if rev.returncode != 0:
+        return "unknown"
+    return rev.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
+def _tag(record: Record, stage: str, plot_dir: str, **labels: str) -> Record:
+    """Label a record with its stage and make its plot paths relative to the results file."""
+    record.details.setdefault("stage", stage)
+    for key, value in labels.items():
+        record.details.setdefault(key, value)
+    record.plots = [f"{plot_dir}/{p}" for p in record.plots]
+    return record
+
+
+def _placeholder(model: str, verdict: str, reason: str) -> list[Record]:
+    """One record per probe claim for a model that could not be probed."""
+    return [
+        Record(id=i, kind="empirical", verdict=verdict, notes=f"model {model}: {reason}",
+               details={"stage": "probe", "model": model})
+        for i in PROBE_IDS
+    ]
+
+
+class _Runner:
+    """Runs the stages in order, sharing one progress bar and one staging folder."""
+
+    def __init__(self, config: ReportConfig, staging: Path, progress: Progress) -> None:
+        self.config, self.staging, self.progress = config, staging, progress
+        self.records: list[Record] = []
+        self.stages: list[Stage] = []
+        self.task = progress.add_task("report", total=None)
+
+    def stage(self, name: str, body: Callable[[], tuple[list[Record], str, str]]) -> None:
+        """Time ``body`` (returns records, status, reason); an exception fails the stage only."""
+        start = time.perf_counter()
+        try:
+            records, status, reason = body()
+        except Exception as err:
+            records, status, reason = [], "fail", f"{type(err).__name__}: {err}"
+        self.records += records
+        self.stages.append(Stage(name, status, time.perf_counter() - start, len(records), reason))
+
+    def claims_stage(self, command: str) -> tuple[list[Record], str, str]:
+        chosen = claims(command)
+        if not chosen:
+            return [], "skipped", f"no {command} checks are registered"
+        plot_dir = self.staging / "plots" / command
+        plot_dir.mkdir(parents=True, exist_ok=True)
+        ctx = RunContext(seed=self.config.seed, out_dir=plot_dir, quick=self.config.quick)
+        out = []
+        for claim in chosen:
+            self.progress.update(self.task, description=f"{command} {claim.name}")
+            labels = {} if command == "verify" else {"name": claim.name}
+            out.append(_tag(run_claim(claim, ctx), command, f"plots/{command}", **labels))
+            self.progress.advance(self.task)
+        failed = sum(r.verdict == "fail" for r in out)
+        return out, "ok", f"{failed} of {len(out)} failed" if failed else ""
+
+    def probe_stage(self, model: str) -> tuple[list[Record], str, str]:
+        self.progress.update(self.task, description=f"probe {model}")
+        try:
+            return self._probe(model)
+        finally:
+            self.progress.advance(self.task)
+
+    def _probe(self, model: str) -> tuple[list[Record], str, str]:
+        try:
+            from expattn.probe import ProbeConfig, run_probe
+        except ImportError as err:
+            reason = f"the probe stage is not available ({err})"
+            return _placeholder(model, "skipped", reason), "skipped", reason
+        if model in unknown_models((model,)):
+            reason = f"unknown model {model!r}: expected one of {', '.join(KNOWN_MODELS)} or a model folder"
+            return _placeholder(model, "skipped", reason), "skipped", reason
+        slug = re.sub(r"[^A-Za-z0-9_.-]", "_", Path(model).name) or "model"
+        plot_dir = self.staging / "plots" / f"probe-{slug}"
+        plot_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            config = ProbeConfig(model=model, seed=self.config.seed, quick=self.config.quick)
+            records = run_probe(config, plot_dir)
+        except ImportError as err:
+            reason = f"optional model package missing ({err})"
+            return _placeholder(model, "skipped", reason), "skipped", reason
+        except Exception as err:
+            reason = f"probe raised {type(err).__name__}: {err}"
+            return _placeholder(model, "fail", reason), "fail", reason
+        return [_tag(r, "probe", f"plots/probe-{slug}", model=model) for r in records], "ok", ""
+
+
+def _count(command: str) -> int:
+    """Number of registered checks of ``command``; 0 when they cannot be loaded (the stage then fails)."""
+    try:
+        return len(claims(command))
+    except Exception:
+        return 0
+
+
+def summary_table(result: ReportResult) -> Table:
+    """Terminal summary: one row per stage with status, seconds, records and reason."""
+    table = Table(title=f"expattn report -> {result.out_dir}")
+    for name in ("stage", "status", "seconds", "records", "reason"):
+        table.add_column(name, overflow="fold")
+    colour = {"ok": "green", "fail": "red", "skipped": "yellow"}
+    for s in result.stages:
+        table.add_row(
+            escape(s.name), f"[{colour.get(s.status, 'white')}]{s.status}[/]", f"{s.seconds:.1f}", str(s.records),
+            escape(s.reason),
+        )
+    return table
+
+
+def _publish(staging: Path, out_dir: Path) -> None:
+    """Move the staged outputs into ``out_dir``: each file by an atomic rename, plots/ swapped whole."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    old = out_dir / f".plots.old-{os.getpid()}"
+    if (out_dir / "plots").exists():
+        os.replace(out_dir / "plots", old)
+    os.replace(staging / "plots", out_dir / "plots")
+    for name in OUTPUT_FILES:
+        os.replace(staging / name, out_dir / name)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def run_report(config: ReportConfig, console: Console) -> ReportResult:
+    """Run verify, simulate and probe, then write results.json, report.html, report.md and plots/.
+
+    Args:
+        config: the run's options (``ReportConfig``).
+        console: where the progress display and the closing summary go.
+
+    Returns:
+        The ``ReportResult`` (records, per-stage timings, output folder, problems such as
+        unknown models). Raises ``ValueError``/``OSError`` before any work if ``--out`` cannot
+        be written. Issue 9.
+    """
+    staging = prepare_out_dir(config.out_dir)
+    problems = [
+        f"unknown model {m!r}: expected one of {', '.join(KNOWN_MODELS)} or a model folder; its probe is skipped"
+        for m in unknown_models(config.models)
+    ]
+    for problem in problems:
+        console.print(f"[bold yellow]warning:[/] {problem}", highlight=False)
+    started = datetime.now(timezone.utc)
+    start = time.perf_counter()
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
+    try:
+        with Progress(*columns, TimeElapsedColumn(), console=console) as progress:
+            runner = _Runner(config, staging, progress)
+            progress.update(runner.task, total=len(config.models) + _count("verify") + _count("simulate"))
+            runner.stage("verify", lambda: runner.claims_stage("verify"))
+            runner.stage("simulate", lambda: runner.claims_stage("simulate"))
+            for model in config.models:
+                runner.stage(f"probe {model}", lambda m=model: runner.probe_stage(m))
+            progress.update(runner.task, description="writing report")
+        (staging / "plots").mkdir(exist_ok=True)
+        document = results_document(
+            runner.records,
+            config.command,
+            seeds={"seed": config.seed},
+            stages=[dataclasses.asdict(s) for s in runner.stages],
+            started=started.isoformat(timespec="seconds"),
+            total_seconds=round(time.perf_counter() - start, 1),
+            git_revision=git_revision(),
+            quick=config.quick,
+            models=list(config.models),
+            platform=platform.platform(),
+        )
+        write_json_atomic(staging / "results.json", document)
+        (staging / "report.html").write_text(render_html(document, staging), encoding="utf-8")
+        (staging / "report.md").write_text(render_markdown(document), encoding="utf-8")
+        _publish(staging, config.out_dir.expanduser())
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return ReportResult(runner.records, runner.stages, config.out_dir, problems)
