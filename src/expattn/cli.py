@@ -57,6 +57,32 @@ def verify(
     raise typer.Exit(code=0 if ok else 1)
 
 
+@app.command()
+def report(
+    out: Annotated[Path, typer.Option(help="Folder for results.json, report.html, report.md and plots.")] = Path(
+        "report"
+    ),
+    models: Annotated[str, typer.Option(help="Comma-separated models to probe: minilm, smollm2 or model folders.")] = (
+        "minilm,smollm2"
+    ),
+    quick: Annotated[bool, typer.Option("--quick", help="Small sizes everywhere (< 3 min).")] = False,
+    seed: Annotated[int, typer.Option(help="Seed of every stage.")] = 0,
+) -> None:
+    """Run verify, simulate and probe and write one shareable report; exit 0 iff nothing failed."""
+    from expattn.report.run import ReportConfig, run_report, summary_table
+
+    names = tuple(m.strip() for m in models.split(",") if m.strip())
+    try:
+        result = run_report(ReportConfig(out_dir=out, models=names, quick=quick, seed=seed), console)
+    except (ValueError, TypeError, OSError) as err:
+        fail(str(err))
+    console.print(summary_table(result))
+    console.print(f"wrote {out / 'report.html'}, {out / 'report.md'} and {out / 'results.json'}", highlight=False)
+    if result.problems:
+        fail("; ".join(result.problems))
+    raise typer.Exit(code=0 if result.ok else 1)
+
+
 def main() -> None:  # pragma: no cover - the console script calls app() directly
     app(prog_name="expattn")
 
