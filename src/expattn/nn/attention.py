@@ -1,0 +1,338 @@
+r"""Multi-head attention as a gradient step on each head's log-normalizer.
+
+$$\mathrm{head}_h(x_i) = \nabla_\eta G_h(\eta)\big|_{\eta = \beta W^q_h x_i}, \qquad
+G_h(\eta) = \log \int h_h(y)\, e^{y^\top\eta}\, dy,$$
+
+where the carrier $h_h$ sits on the keys $W^k_h x_j$ (claim A3) and is chosen by name from
+``expattn.nn.carriers``. ``ExpFamAttention`` is the module (projections, heads, masks, RoPE);
+``exp_fam_attention`` is the functional form on per-head tensors.
+
+Masks use one convention everywhere: boolean True = the key takes part, or an additive float
+bias ($-\infty$ removes a key). A query whose keys are all masked gets output zero, weights
+zero and log-normalizer $-\infty$.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import torch
+from jaxtyping import Bool, Float
+from torch import Tensor, nn
+
+from expattn.nn.carriers import Carrier, CarrierOutput, make_carrier
+
+Rotary = Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]
+
+
+def _positive_int(name: str, value: object) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+def rotate_half_rope(
+    q: Float[Tensor, "batch head query dim"],
+    k: Float[Tensor, "batch kv_head key dim"],
+    cos: Float[Tensor, "*#batch token dim"],
+    sin: Float[Tensor, "*#batch token dim"],
+) -> tuple[Tensor, Tensor]:
+    r"""Rotary position embedding in the rotate-half convention (Llama, GPT-NeoX).
+
+    $$x \mapsto x \odot \cos + \operatorname{rot}(x) \odot \sin, \qquad
+    \operatorname{rot}(x_1, x_2) = (-x_2, x_1)$$
+
+    ``cos``/``sin`` are ``(batch or 1, token, dim)``; queries use the last ``query`` rows and
+    keys the last ``key`` rows. Pass ``functools.partial(rotate_half_rope, cos=..., sin=...)``
+    as ``rotary`` to ``ExpFamAttention.forward``.
+    """
+
+    def rotate(x: Tensor, c: Tensor, s: Tensor) -> Tensor:
+        c, s = c[..., -x.shape[-2] :, :].unsqueeze(1), s[..., -x.shape[-2] :, :].unsqueeze(1)
+        x1, x2 = x.chunk(2, dim=-1)
+        return x * c + torch.cat((-x2, x1), dim=-1) * s
+
+    return rotate(q, cos, sin), rotate(k, cos, sin)
+
+
+def _check_mask_tensor(name: str, mask: object, allow_float: bool) -> Tensor:
+    if not isinstance(mask, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(mask).__name__}")
+    if mask.dtype != torch.bool and not (allow_float and mask.is_floating_point()):
+        expected = "bool (True = keep) or a floating additive bias" if allow_float else "bool (True = keep)"
+        raise TypeError(f"{name} must be {expected}, got dtype {mask.dtype}")
+    if mask.is_floating_point() and (torch.isnan(mask) | (mask == torch.inf)).any():
+        raise ValueError(f"{name} must hold finite values or -inf, got NaN or +inf")
+    return mask
+
+
+def attention_mask(
+    batch: int,
+    heads: int,
+    queries: int,
+    keys: int,
+    *,
+    key_padding_mask: Bool[Tensor, "batch key"] | None = None,
+    attn_mask: Tensor | None = None,
+    causal: bool = False,
+    dtype: torch.dtype = torch.float32,
+) -> Tensor | None:
+    r"""Combine padding, explicit and causal masks into one mask for the carriers.
+
+    Args:
+        key_padding_mask: bool ``(batch, key)``, True = real token.
+        attn_mask: bool keep-mask or float additive bias, ``(query, key)``, ``(batch, query, key)``
+            or ``(batch or 1, head or 1, query, key)``.
+        causal: query $i$ sees key $j$ iff $j \le i + (\mathrm{key} - \mathrm{query})$ (the last
+            query is the last token; equal lengths give the usual lower triangle).
+        dtype: dtype of a float result.
+
+    Returns:
+        ``None``, a bool keep-mask, or a float bias of ``dtype``, broadcasting to
+        ``(batch, head, query, key)``.
+    """
+    parts: list[Tensor] = []
+    if key_padding_mask is not None:
+        _check_mask_tensor("key_padding_mask", key_padding_mask, allow_float=False)
+        if tuple(key_padding_mask.shape) != (batch, keys):
+            raise ValueError(f"key_padding_mask must have shape {(batch, keys)}, got {tuple(key_padding_mask.shape)}")
+        parts.append(key_padding_mask[:, None, None, :])
+    if attn_mask is not None:
+        _check_mask_tensor("attn_mask", attn_mask, allow_float=True)
+        mask4 = {2: attn_mask[None, None], 3: attn_mask[:, None], 4: attn_mask}.get(attn_mask.ndim)
+        ok = mask4 is not None and mask4.shape[-2:] == (queries, keys)
+        ok = ok and mask4.shape[0] in (1, batch) and mask4.shape[1] in (1, heads)
+        if not ok:
+            raise ValueError(
+                f"attn_mask must have shape ({queries}, {keys}), ({batch}, {queries}, {keys}) or "
+                f"({batch} or 1, {heads} or 1, {queries}, {keys}), got {tuple(attn_mask.shape)}"
+            )
+        parts.append(mask4)
+    if causal:
+        parts.append(torch.ones(queries, keys, dtype=torch.bool).tril(keys - queries)[None, None])
+    if not parts:
+        return None
+    if all(p.dtype == torch.bool for p in parts):
+        out = parts[0]
+        for p in parts[1:]:
+            out = out & p.to(out.device)
+        return out
+    bias = torch.zeros((), dtype=dtype, device=parts[0].device)
+    for p in parts:
+        p = p.to(bias.device)
+        if p.dtype == torch.bool:
+            p = torch.zeros(p.shape, dtype=dtype, device=p.device).masked_fill(~p, -torch.inf)
+        bias = bias + p.to(dtype)
+    return bias
+
+
+def exp_fam_attention(
+    q: Float[Tensor, "batch head query dim"],
+    k: Float[Tensor, "batch kv_head key dim"],
+    v: Float[Tensor, "batch kv_head key dim_v"],
+    *,
+    carrier: Carrier | str = "empirical",
+    key_padding_mask: Bool[Tensor, "batch key"] | None = None,
+    attn_mask: Tensor | None = None,
+    causal: bool = False,
+    scale: float | None = None,
+    need_weights: bool = False,
+) -> CarrierOutput:
+    r"""Per-head attention $\nabla_\eta G(\eta)$ with $\eta = \beta q$, functional form.
+
+    Args:
+        q, k, v: ``(B, H, Q, D)``, ``(B, Hkv, K, D)``, ``(B, Hkv, K, Dv)``; ``H`` a multiple of ``Hkv``.
+        carrier: a ``Carrier`` or a registered name (a name builds the carrier's defaults).
+        key_padding_mask, attn_mask, causal: see ``attention_mask``.
+        scale: $\beta > 0$; ``None`` means $1/\sqrt{D}$.
+        need_weights: also return the weights ``(B, H, Q, K)`` and $G$ ``(B, H, Q)``.
+
+    Returns:
+        ``CarrierOutput(output (B, H, Q, Dv), weights, log_normalizer)``. Claims A3, A6, A7.
+    """
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(x, Tensor) or not x.is_floating_point():
+            raise TypeError(f"{name} must be a floating torch.Tensor, got {getattr(x, 'dtype', type(x).__name__)}")
+        if x.ndim != 4:
+            raise ValueError(f"{name} must have shape (batch, head, token, dim), got {tuple(x.shape)}")
+    batch, heads, queries, dim = q.shape
+    if k.shape[-1] != dim:
+        raise ValueError(f"k has head size {k.shape[-1]}, expected {dim} to match q")
+    if k.shape[:3] != v.shape[:3]:
+        raise ValueError(f"k {tuple(k.shape)} and v {tuple(v.shape)} must agree in batch, kv heads and keys")
+    if k.shape[0] != batch or heads % k.shape[1]:
+        raise ValueError(f"k of shape {tuple(k.shape)}: batch must be {batch} and kv heads must divide {heads}")
+    if scale is None:
+        scale = 1.0 / math.sqrt(dim)
+    elif not isinstance(scale, int | float) or not math.isfinite(scale) or scale <= 0:
+        raise ValueError(f"scale (beta) must be a finite number > 0, got {scale!r}")
+    if isinstance(carrier, str):
+        carrier = make_carrier(carrier, num_heads=heads, head_dim=dim).to(q.device, q.dtype)
+    mask = attention_mask(
+        batch, heads, queries, k.shape[2], key_padding_mask=key_padding_mask, attn_mask=attn_mask,
+        causal=causal, dtype=q.dtype,
+    )
+    if mask is not None:
+        mask = mask.to(q.device)
+    return carrier(q, k, v, mask, float(scale), need_weights)
+
+
+class HookPoint(nn.Identity):
+    """An identity module with a stable name: register forward hooks on it to read a tensor."""
+
+
+@dataclass(frozen=True)
+class ExpFamAttentionConfig:
+    """Configuration of ``ExpFamAttention``.
+
+    Attributes:
+        embed_dim: model width $E$ of the queries' input and of the output.
+        num_heads: query heads $H$.
+        num_kv_heads: key/value heads (grouped-query attention); ``None`` = ``num_heads``.
+        head_dim: per-head size $D$; ``None`` = ``embed_dim // num_heads`` (must divide).
+        kdim, vdim: widths of the key and value inputs (cross-attention); ``None`` = ``embed_dim``.
+        bias: biases on the four projections.
+        beta: inverse temperature $\\beta$; ``None`` = $1/\\sqrt{D}$.
+        causal: mask future keys by default.
+        carrier: registered carrier name (``expattn.nn.carriers.carrier_names()``).
+        carrier_options: keyword options of that carrier.
+    """
+
+    embed_dim: int
+    num_heads: int
+    num_kv_heads: int | None = None
+    head_dim: int | None = None
+    kdim: int | None = None
+    vdim: int | None = None
+    bias: bool = True
+    beta: float | None = None
+    causal: bool = False
+    carrier: str = "empirical"
+    carrier_options: Mapping[str, object] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _positive_int("embed_dim", self.embed_dim)
+        _positive_int("num_heads", self.num_heads)
+        for name in ("num_kv_heads", "head_dim", "kdim", "vdim"):
+            if getattr(self, name) is not None:
+                _positive_int(name, getattr(self, name))
+        if self.head_dim is None and self.embed_dim % self.num_heads:
+            raise ValueError(
+                f"num_heads={self.num_heads} must divide embed_dim={self.embed_dim} (or give head_dim)"
+            )
+        if self.num_heads % self.kv_heads:
+            raise ValueError(f"num_kv_heads={self.num_kv_heads} must divide num_heads={self.num_heads}")
+        if self.beta is not None and (not isinstance(self.beta, int | float) or not math.isfinite(self.beta)
+                                      or self.beta <= 0):
+            raise ValueError(f"beta must be a finite number > 0 or None, got {self.beta!r}")
+
+    @property
+    def kv_heads(self) -> int:
+        return self.num_kv_heads or self.num_heads
+
+    @property
+    def dim(self) -> int:
+        return self.head_dim or self.embed_dim // self.num_heads
+
+    @property
+    def scale(self) -> float:
+        return self.beta if self.beta is not None else 1.0 / math.sqrt(self.dim)
+
+
+class ExpFamAttention(nn.Module):
+    r"""Multi-head attention whose heads are gradients of exponential-family log-normalizers.
+
+    $$y = W^o \big[\nabla G_1(\beta W^q_1 x), \dots, \nabla G_H(\beta W^q_H x)\big], \qquad
+    \text{carrier atoms } W^k_h x_j, \text{ values } W^v_h x_j$$
+
+    After a forward call with ``need_weights=True``, or while hooks sit on ``hook_weights`` /
+    ``hook_log_normalizer``, the module keeps ``last_weights`` ``(B, H, Q, K)`` and
+    ``last_log_normalizer`` ``(B, H, Q)`` (the energy of each query is $-G$); otherwise both are
+    ``None`` and the fused kernel runs. Claims A3, A6, A7, B1.
+    """
+
+    def __init__(self, config: ExpFamAttentionConfig) -> None:
+        super().__init__()
+        if not isinstance(config, ExpFamAttentionConfig):
+            raise TypeError(f"config must be an ExpFamAttentionConfig, got {type(config).__name__}")
+        self.config = c = config
+        self.q_proj = nn.Linear(c.embed_dim, c.num_heads * c.dim, bias=c.bias)
+        self.k_proj = nn.Linear(c.kdim or c.embed_dim, c.kv_heads * c.dim, bias=c.bias)
+        self.v_proj = nn.Linear(c.vdim or c.embed_dim, c.kv_heads * c.dim, bias=c.bias)
+        self.out_proj = nn.Linear(c.num_heads * c.dim, c.embed_dim, bias=c.bias)
+        self.carrier = make_carrier(c.carrier, num_heads=c.num_heads, head_dim=c.dim, **dict(c.carrier_options))
+        self.hook_weights = HookPoint()
+        self.hook_log_normalizer = HookPoint()
+        self.last_weights: Tensor | None = None
+        self.last_log_normalizer: Tensor | None = None
+
+    def _heads(self, x: Tensor, heads: int) -> Tensor:
+        return x.unflatten(-1, (heads, self.config.dim)).transpose(1, 2)  # (B, H, T, D)
+
+    def forward(
+        self,
+        query: Float[Tensor, "batch query embed"],
+        key: Float[Tensor, "batch key kdim"] | None = None,
+        value: Float[Tensor, "batch key vdim"] | None = None,
+        *,
+        key_padding_mask: Bool[Tensor, "batch key"] | None = None,
+        attn_mask: Tensor | None = None,
+        is_causal: bool | None = None,
+        rotary: Rotary | None = None,
+        need_weights: bool = False,
+    ) -> Float[Tensor, "batch query embed"]:
+        """Attention of ``query`` over ``key``/``value`` (both default to ``query``: self-attention).
+
+        Args:
+            query: ``(B, Q, E)``; key ``(B, K, kdim)``; value ``(B, K, vdim)``.
+            key_padding_mask, attn_mask: see ``attention_mask`` (True = keep).
+            is_causal: overrides ``config.causal``.
+            rotary: ``f(q, k) -> (q, k)`` on per-head ``(B, H, T, D)`` tensors (e.g. RoPE).
+            need_weights: keep ``last_weights`` and ``last_log_normalizer``.
+
+        Returns:
+            ``(B, Q, E)``.
+        """
+        c = self.config
+        key = query if key is None else key
+        value = key if value is None else value
+        for name, x, width in (("query", query, c.embed_dim), ("key", key, c.kdim or c.embed_dim),
+                               ("value", value, c.vdim or c.embed_dim)):
+            if not isinstance(x, Tensor) or not x.is_floating_point():
+                raise TypeError(f"{name} must be a floating torch.Tensor, got {getattr(x, 'dtype', type(x).__name__)}")
+            if x.ndim != 3 or x.shape[-1] != width:
+                raise ValueError(f"{name} must have shape (batch, token, {width}), got {tuple(x.shape)}")
+        if key.shape[:2] != value.shape[:2] or key.shape[0] != query.shape[0]:
+            raise ValueError(
+                f"query {tuple(query.shape)}, key {tuple(key.shape)} and value {tuple(value.shape)} "
+                "must share the batch size, and key and value the number of tokens"
+            )
+        q = self._heads(self.q_proj(query), c.num_heads)  # (B, H, Q, D)
+        k = self._heads(self.k_proj(key), c.kv_heads)  # (B, Hkv, K, D)
+        v = self._heads(self.v_proj(value), c.kv_heads)  # (B, Hkv, K, D)
+        if rotary is not None:
+            q, k = rotary(q, k)
+        hooked = bool(self.hook_weights._forward_hooks or self.hook_log_normalizer._forward_hooks)
+        stats = need_weights or hooked
+        out = exp_fam_attention(
+            q, k, v, carrier=self.carrier, key_padding_mask=key_padding_mask, attn_mask=attn_mask,
+            causal=c.causal if is_causal is None else is_causal, scale=c.scale, need_weights=stats,
+        )
+        self.last_weights = self.hook_weights(out.weights) if stats else None
+        self.last_log_normalizer = self.hook_log_normalizer(out.log_normalizer) if stats else None
+        return self.out_proj(out.output.transpose(1, 2).flatten(-2))  # (B, Q, E)
+
+    def residual_step(
+        self, x: Float[Tensor, "batch token embed"], step_size: float = 1.0, **kwargs: object
+    ) -> Float[Tensor, "batch token embed"]:
+        r"""The gradient-ascent reading of a residual attention sublayer (claim B1).
+
+        $$x \mapsto x + s\,\mathrm{attention}(x)$$
+
+        With identity projections and one head this is $\eta + s \nabla G(\eta)$, the carrier being
+        the cloud $x$ itself. ``kwargs`` go to ``forward`` (masks, rotary, need_weights).
+        """
+        if not isinstance(step_size, int | float) or not math.isfinite(step_size):
+            raise ValueError(f"step_size must be a finite number, got {step_size!r}")
+        return x + step_size * self(x, **kwargs)

@@ -1,0 +1,191 @@
+"""ExpFamAttention and its functional form against an explicit per-head computation (A3, B1)."""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+
+import pytest
+import torch
+
+from expattn.nn.attention import (
+    ExpFamAttention,
+    ExpFamAttentionConfig,
+    attention_mask,
+    exp_fam_attention,
+    rotate_half_rope,
+)
+
+F64 = torch.float64
+
+
+def module(gen, **kw) -> ExpFamAttention:
+    m = ExpFamAttention(ExpFamAttentionConfig(**kw)).double()
+    with torch.no_grad():
+        for p in m.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen, dtype=F64) / math.sqrt(p.shape[-1]))
+    return m
+
+
+def explicit(m: ExpFamAttention, x, y, keep):
+    """Loop over batch and heads, explicit exp/sum softmax; keep: bool (B, Q, K)."""
+    c = m.config
+    q, k, v = m.q_proj(x), m.k_proj(y), m.v_proj(y)
+    group = c.num_heads // c.kv_heads
+    out = torch.zeros(x.shape[0], x.shape[1], c.num_heads * c.dim, dtype=F64)
+    for b in range(x.shape[0]):
+        for h in range(c.num_heads):
+            g = h // group
+            qh = q[b, :, h * c.dim : (h + 1) * c.dim]
+            kh, vh = k[b, :, g * c.dim : (g + 1) * c.dim], v[b, :, g * c.dim : (g + 1) * c.dim]
+            e = torch.exp(c.scale * qh @ kh.T) * keep[b]
+            out[b, :, h * c.dim : (h + 1) * c.dim] = (e / e.sum(-1, keepdim=True)) @ vh
+    return m.out_proj(out)
+
+
+def test_self_attention_gqa_causal_padding_matches_explicit(gen):
+    m = module(gen, embed_dim=12, num_heads=6, num_kv_heads=2, causal=True)
+    x = torch.randn(3, 7, 12, generator=gen, dtype=F64)
+    pad = torch.ones(3, 7, dtype=torch.bool)
+    pad[1, 5:] = False
+    keep = torch.ones(7, 7, dtype=torch.bool).tril() & pad[:, None, :]
+    # float64 round-off through three matmuls of O(1) numbers: 1e-12 is far from any real error.
+    torch.testing.assert_close(m(x, key_padding_mask=pad), explicit(m, x, x, keep), rtol=0, atol=1e-12)
+    torch.testing.assert_close(m(x, key_padding_mask=pad, need_weights=True), explicit(m, x, x, keep), rtol=0,
+                               atol=1e-12)
+
+
+def test_cross_attention_with_float_mask_and_beta(gen):
+    m = module(gen, embed_dim=8, num_heads=2, kdim=5, vdim=3, beta=0.3, head_dim=6)
+    x = torch.randn(2, 4, 8, generator=gen, dtype=F64)
+    y = torch.randn(2, 6, 5, generator=gen, dtype=F64)
+    z = torch.randn(2, 6, 3, generator=gen, dtype=F64)
+    keep = torch.rand(2, 4, 6, generator=gen) > 0.3
+    keep[..., 0] = True
+    bias = torch.zeros(2, 4, 6, dtype=F64).masked_fill(~keep, -torch.inf)
+    out = m(x, y, z, attn_mask=bias)
+    c = m.config
+    q, k, v = m.q_proj(x).unflatten(-1, (2, 6)), m.k_proj(y).unflatten(-1, (2, 6)), m.v_proj(z).unflatten(-1, (2, 6))
+    e = torch.exp(0.3 * torch.einsum("bqhd,bkhd->bhqk", q, k)) * keep[:, None]
+    ref = torch.einsum("bhqk,bkhd->bqhd", e / e.sum(-1, keepdim=True), v).flatten(-2)
+    assert c.dim == 6
+    torch.testing.assert_close(out, m.out_proj(ref), rtol=0, atol=1e-12)  # float64 round-off
+
+
+def test_weights_and_log_normalizer_exposed_by_attribute_and_hook(gen):
+    m = module(gen, embed_dim=8, num_heads=2)
+    x = torch.randn(2, 5, 8, generator=gen, dtype=F64)
+    m(x)
+    assert m.last_weights is None and m.last_log_normalizer is None
+    seen = {}
+    handle = m.hook_log_normalizer.register_forward_hook(lambda mod, inp, out: seen.setdefault("g", out))
+    m(x)
+    handle.remove()
+    assert "hook_weights" in dict(m.named_modules()) and "hook_log_normalizer" in dict(m.named_modules())
+    q = m.q_proj(x).unflatten(-1, (2, 4)).transpose(1, 2)
+    k = m.k_proj(x).unflatten(-1, (2, 4)).transpose(1, 2)
+    logits = q @ k.mT / 2.0  # scale 1/sqrt(4)
+    torch.testing.assert_close(seen["g"], torch.logsumexp(logits, -1), rtol=0, atol=1e-12)
+    torch.testing.assert_close(m.last_weights, torch.softmax(logits, -1), rtol=0, atol=1e-12)
+
+
+def test_residual_step_is_gradient_ascent_on_log_normalizer(gen):
+    """B1: with identity projections, x + s * attention(x) = eta + s * grad G(eta), carrier = cloud."""
+    m = ExpFamAttention(ExpFamAttentionConfig(embed_dim=4, num_heads=1, bias=False, beta=1.0)).double()
+    with torch.no_grad():
+        for lin in (m.q_proj, m.k_proj, m.v_proj, m.out_proj):
+            lin.weight.copy_(torch.eye(4, dtype=F64))
+    x = torch.randn(2, 6, 4, generator=gen, dtype=F64)
+    eta = x.clone().requires_grad_(True)
+    g = torch.logsumexp(eta @ x.mT, -1)  # the carrier x is held fixed while differentiating
+    (grad,) = torch.autograd.grad(g.sum(), eta)
+    torch.testing.assert_close(m.residual_step(x, 0.7), x + 0.7 * grad, rtol=0, atol=1e-12)
+
+
+def test_fully_masked_row_gives_out_bias_and_minus_inf(gen):
+    m = module(gen, embed_dim=6, num_heads=3)
+    x = torch.randn(2, 4, 6, generator=gen, dtype=F64, requires_grad=True)
+    pad = torch.ones(2, 4, dtype=torch.bool)
+    pad[1] = False
+    y = m(x, key_padding_mask=pad, need_weights=True)
+    torch.testing.assert_close(y[1], m.out_proj.bias.expand(4, 6), rtol=0, atol=0)  # zero attention output
+    assert torch.isneginf(m.last_log_normalizer[1]).all() and (m.last_weights[1] == 0).all()
+    y.sum().backward()
+    assert torch.isfinite(x.grad).all()
+
+
+def test_causal_mask_aligns_last_query_with_last_key():
+    mask = attention_mask(1, 1, 2, 4, causal=True)
+    assert mask[0, 0].tolist() == [[True, True, True, False], [True, True, True, True]]
+    pad = torch.tensor([[True, False, True, True]])
+    bias = attention_mask(1, 1, 2, 4, key_padding_mask=pad, attn_mask=torch.zeros(2, 4), causal=True)
+    assert torch.isneginf(bias[0, 0]).tolist() == [[False, True, False, True], [False, True, False, False]]
+
+
+def test_rotary_embedding_depends_on_relative_position_only(gen):
+    d, t = 8, 6
+    inv = 1.0 / 10000 ** (torch.arange(0, d, 2, dtype=F64) / d)
+    angles = torch.arange(t, dtype=F64)[:, None] * inv
+    emb = torch.cat((angles, angles), -1)[None]  # (1, T, D)
+    rope = partial(rotate_half_rope, cos=emb.cos(), sin=emb.sin())
+    a = torch.randn(d, generator=gen, dtype=F64)
+    b = torch.randn(d, generator=gen, dtype=F64)
+    q, k = rope(a.expand(1, 1, t, d), b.expand(1, 1, t, d))
+    scores = q[0, 0] @ k[0, 0].T  # scores[m, n] = f(m - n) for RoPE
+    torch.testing.assert_close(scores[3, 1], scores[5, 3], rtol=0, atol=1e-12)
+    torch.testing.assert_close(scores[2, 4], scores[0, 2], rtol=0, atol=1e-12)
+    torch.testing.assert_close(q.norm(dim=-1), a.norm().expand(1, 1, t), rtol=0, atol=1e-12)  # rotations
+
+
+@pytest.mark.parametrize("carrier", ["empirical", "gaussian_mixture", "mixture_lower_bound"])
+def test_module_gradcheck_float64(gen, carrier):
+    m = module(gen, embed_dim=4, num_heads=2, num_kv_heads=1, carrier=carrier, causal=True)
+    x = torch.randn(1, 3, 4, generator=gen, dtype=F64, requires_grad=True)
+    pad = torch.tensor([[True, True, False]])
+    assert torch.autograd.gradcheck(lambda x: m(x, key_padding_mask=pad, need_weights=True), [x])
+    assert torch.autograd.gradcheck(lambda x: m(x, key_padding_mask=pad), [x])
+
+
+def test_functional_form_builds_named_carrier(gen):
+    q = torch.randn(2, 2, 3, 4, generator=gen, dtype=F64)
+    k = torch.randn(2, 1, 5, 4, generator=gen, dtype=F64)
+    out = exp_fam_attention(q, k, k, carrier="gaussian_mixture", need_weights=True)
+    assert out.output.dtype == F64 and out.weights.shape == (2, 2, 3, 5) and out.log_normalizer.shape == (2, 2, 3)
+
+
+def test_bad_input_raises_naming_the_argument(gen):
+    with pytest.raises(ValueError, match="num_heads=5 must divide embed_dim=12"):
+        ExpFamAttentionConfig(embed_dim=12, num_heads=5)
+    with pytest.raises(ValueError, match="num_kv_heads"):
+        ExpFamAttentionConfig(embed_dim=12, num_heads=4, num_kv_heads=3)
+    with pytest.raises(ValueError, match="beta"):
+        ExpFamAttentionConfig(embed_dim=12, num_heads=4, beta=0.0)
+    with pytest.raises(ValueError, match="carrier must be one of"):
+        ExpFamAttention(ExpFamAttentionConfig(embed_dim=12, num_heads=4, carrier="nope"))
+    m = module(gen, embed_dim=8, num_heads=2)
+    x = torch.randn(2, 5, 8, generator=gen, dtype=F64)
+    with pytest.raises(ValueError, match="query must have shape"):
+        m(x[..., :7])
+    with pytest.raises(ValueError, match="key"):
+        m(x, x[:1])
+    with pytest.raises(TypeError, match="key_padding_mask must be bool"):
+        m(x, key_padding_mask=torch.ones(2, 5, dtype=torch.int64))
+    with pytest.raises(ValueError, match="key_padding_mask must have shape"):
+        m(x, key_padding_mask=torch.ones(2, 4, dtype=torch.bool))
+    with pytest.raises(TypeError, match="attn_mask must be bool"):
+        m(x, attn_mask=torch.ones(5, 5, dtype=torch.int32))
+    with pytest.raises(ValueError, match="attn_mask must have shape"):
+        m(x, attn_mask=torch.ones(5, 4, dtype=torch.bool))
+    with pytest.raises(ValueError, match="attn_mask must hold finite values or -inf"):
+        m(x, attn_mask=torch.full((5, 5), torch.nan, dtype=F64))
+    with pytest.raises(TypeError, match="query must be a floating"):
+        m(torch.ones(2, 5, 8, dtype=torch.int64))
+    q = torch.randn(1, 3, 2, 4, dtype=F64)
+    with pytest.raises(ValueError, match="kv heads must divide 3"):
+        exp_fam_attention(q, q[:, :2], q[:, :2])
+    with pytest.raises(ValueError, match="scale"):
+        exp_fam_attention(q, q, q, scale=-1.0)
+    with pytest.raises(ValueError, match="k has head size"):
+        exp_fam_attention(q, q[..., :3], q)
+    with pytest.raises(ValueError, match="step_size"):
+        m.residual_step(x, float("nan"))
