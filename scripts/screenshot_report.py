@@ -1,0 +1,115 @@
+"""Open a report.html in headless Chromium, check that it renders cleanly, save a screenshot.
+
+    .venv/bin/python scripts/screenshot_report.py report/report.html docs/report-screenshot.png
+
+Uses Debian's ``chromium`` and ``chromium-driver`` through selenium with the driver path set
+explicitly (selenium then skips its driver manager: nothing is downloaded). Exit code 1 if the
+page logs a console error, an image fails to load, or a dialog opens.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+)
+# Runs before the page's own code: counts dialogs instead of opening them.
+DIALOG_TRAP = (
+    "window.__dialogs = 0;"
+    "for (const f of ['alert', 'confirm', 'prompt']) window[f] = () => { window.__dialogs++; };"
+)
+
+
+@dataclass
+class PageCheck:
+    """What the browser saw: console errors, each image's (alt, naturalWidth), dialogs, script tags."""
+
+    console_errors: list[str]
+    images: list[tuple[str, int]]
+    dialogs: int
+    script_tags: int
+    title: str
+
+    @property
+    def ok(self) -> bool:
+        return not self.console_errors and all(w > 0 for _, w in self.images) and not self.dialogs
+
+
+def browser_paths() -> tuple[str, str] | None:
+    """Paths of the chromium binary and of chromedriver, or None when either is missing."""
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver = shutil.which("chromedriver")
+    return (browser, driver) if browser and driver else None
+
+
+def open_report(html_path: Path, size: tuple[int, int] = (1280, 1500)):
+    """Load ``html_path`` and return ``(driver, user_data_dir)``; the caller quits the driver."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    paths = browser_paths()
+    if paths is None:
+        raise FileNotFoundError("chromium and chromedriver are needed: apt-get install chromium chromium-driver")
+    profile = tempfile.mkdtemp(prefix="expattn-chromium-")
+    options = webdriver.ChromeOptions()
+    options.binary_location = paths[0]
+    for flag in (*CHROMIUM_FLAGS, f"--user-data-dir={profile}", f"--window-size={size[0]},{size[1]}"):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(executable_path=paths[1]), options=options)
+    driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": DIALOG_TRAP})
+    driver.get(Path(html_path).resolve().as_uri())
+    return driver, profile
+
+
+def check_page(driver) -> PageCheck:
+    """Collect console errors, image load state, dialog count and script tags of the open page."""
+    images = driver.execute_script(
+        "return Array.from(document.images).map(i => [i.alt, i.complete ? i.naturalWidth : 0]);"
+    )
+    errors = [e["message"] for e in driver.get_log("browser") if e.get("level") == "SEVERE"]
+    return PageCheck(
+        console_errors=errors,
+        images=[(alt, int(w)) for alt, w in images],
+        dialogs=int(driver.execute_script("return window.__dialogs || 0;")),
+        script_tags=int(driver.execute_script("return document.getElementsByTagName('script').length;")),
+        title=driver.title,
+    )
+
+
+def inspect_report(html_path: Path, screenshot: Path | None = None) -> PageCheck:
+    """Open, check and (optionally) screenshot a report; always closes the browser."""
+    driver, profile = open_report(html_path)
+    try:
+        check = check_page(driver)
+        if screenshot is not None:
+            screenshot.parent.mkdir(parents=True, exist_ok=True)
+            driver.save_screenshot(str(screenshot))
+        return check
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print("usage: screenshot_report.py REPORT_HTML SCREENSHOT_PNG", file=sys.stderr)
+        return 2
+    check = inspect_report(Path(argv[0]), Path(argv[1]))
+    print(f"{check.title}: {len(check.images)} images, console errors {check.console_errors}, dialogs {check.dialogs}")
+    return 0 if check.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

