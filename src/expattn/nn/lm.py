@@ -1,0 +1,215 @@
+r"""A small decoder-only language model (pre-norm) with pluggable attention carrier and normalization.
+
+Each block is two residual gradient-style updates of the token states (claim B1):
+
+$$x \leftarrow x + \mathrm{Attn}(N_1(x)), \qquad x \leftarrow x + \mathrm{MLP}(N_2(x))$$
+
+where ``Attn`` is causal multi-head attention over a carrier chosen by name (``empirical`` is
+softmax attention) and ``N`` a normalization chosen by name (claim B4). With ``tied_layers``
+one block is applied ``layers`` times: a single operator iterated (claim B7). Shapes follow
+nanoGPT: ``B`` batch, ``T`` tokens, ``C`` width.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from jaxtyping import Float, Int
+from torch import Tensor, nn
+
+from expattn.nn.attention import ExpFamAttention, ExpFamAttentionConfig
+from expattn.nn.carriers import carrier_names
+from expattn.nn.norms import NormConfig, build_norm, norm_names
+
+
+@dataclass(frozen=True)
+class LMConfig:
+    """Shape and parts of the model.
+
+    Attributes:
+        vocab_size: number of tokens; ``None`` until a trainer sets it from its corpus.
+        context: longest sequence (learned positions).
+        layers, heads, dim: depth, attention heads, width (``dim % heads == 0``).
+        carrier: attention carrier by name (``expattn.nn.carriers.carrier_names()``).
+        norm: normalization by name (``expattn.nn.norms.norm_names()``).
+        tied_layers: one block shared by every layer (an iterated operator).
+        dropout: dropout probability on embeddings, attention output and MLP output.
+    """
+
+    vocab_size: int | None = None
+    context: int = 64
+    layers: int = 4
+    heads: int = 4
+    dim: int = 128
+    carrier: str = "empirical"
+    norm: str = "layernorm"
+    tied_layers: bool = False
+    dropout: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "context", "layers", "heads", "dim"):
+            value = getattr(self, name)
+            if name == "vocab_size" and value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.dim % self.heads:
+            raise ValueError(f"heads must divide dim, got dim={self.dim} and heads={self.heads}")
+        if self.carrier not in carrier_names():
+            raise ValueError(f"carrier must be one of {', '.join(carrier_names())}, got {self.carrier!r}")
+        if self.norm not in norm_names():
+            raise ValueError(f"norm must be one of {', '.join(norm_names())}, got {self.norm!r}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must lie in [0, 1), got {self.dropout}")
+
+
+class BatchCloudNorm(nn.Module):
+    r"""A registry normalization applied to the cloud of all ``B*T`` token states of a batch.
+
+    Per-token maps (layernorm, rmsnorm, sphere, identity) are unchanged by this grouping.
+    ``whitening`` (Theorem 1's RN) needs a cloud with more points than features, which a single
+    causal sequence of ``T <= C`` tokens is not; over the batch it acts like BatchNorm with a
+    full covariance. Its statistics then include later tokens of the same sequence, a
+    ``1/(B T)``-weighted look-ahead; compare its losses with that in mind.
+    """
+
+    def __init__(self, cfg: LMConfig) -> None:
+        super().__init__()
+        affine = cfg.norm in ("layernorm", "rmsnorm")
+        radius = math.sqrt(cfg.dim)  # per-coordinate scale ~1, as after layernorm
+        self.norm = build_norm(cfg.norm, NormConfig(cfg.dim, radius=radius, elementwise_affine=affine))
+
+    def forward(self, x: Float[Tensor, "batch token dim"]) -> Float[Tensor, "batch token dim"]:
+        return self.norm(x.reshape(1, -1, x.shape[-1])).view_as(x)
+
+
+def make_norm(cfg: LMConfig) -> nn.Module:
+    """The normalization ``cfg.norm`` (from ``expattn.nn.norms``) for token states ``(B, T, C)``."""
+    return BatchCloudNorm(cfg)
+
+
+def build_attention(cfg: LMConfig) -> ExpFamAttention:
+    r"""Causal multi-head attention over the carrier ``cfg.carrier``: ``(B, T, C) -> (B, T, C)``.
+
+    $$y_t = W_o \,\big\Vert_h \nabla G_h(q_{t,h}/\sqrt{d}), \qquad \text{atoms } k_{s,h},\ s \le t$$
+
+    With ``empirical`` this is softmax attention (claim A3); ``gaussian_mixture`` adds
+    $\Sigma_h \eta$ (A6), ``mixture_lower_bound`` uses Jensen's bound (A7).
+    """
+    return ExpFamAttention(
+        ExpFamAttentionConfig(embed_dim=cfg.dim, num_heads=cfg.heads, causal=True, carrier=cfg.carrier)
+    )
+
+
+class MLP(nn.Module):
+    """$W_2\\,\\mathrm{GELU}(W_1 x)$ with a 4x hidden width."""
+
+    def __init__(self, cfg: LMConfig) -> None:
+        super().__init__()
+        self.fc = nn.Linear(cfg.dim, 4 * cfg.dim)
+        self.out_proj = nn.Linear(4 * cfg.dim, cfg.dim)
+
+    def forward(self, x: Float[Tensor, "batch token dim"]) -> Float[Tensor, "batch token dim"]:
+        return self.out_proj(F.gelu(self.fc(x)))
+
+
+class Block(nn.Module):
+    """Pre-norm block: ``x + attn(norm1(x))`` then ``+ mlp(norm2(.))``."""
+
+    def __init__(self, cfg: LMConfig) -> None:
+        super().__init__()
+        self.norm1 = make_norm(cfg)
+        self.attn = build_attention(cfg)
+        self.norm2 = make_norm(cfg)
+        self.mlp = MLP(cfg)
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(
+        self, x: Float[Tensor, "batch token dim"], trace: dict[str, Tensor] | None = None, prefix: str = ""
+    ) -> Float[Tensor, "batch token dim"]:
+        n1 = self.norm1(x)
+        h = x + self.drop(self.attn(n1))
+        out = h + self.drop(self.mlp(self.norm2(h)))
+        if trace is not None:
+            trace.update({
+                f"{prefix}attn.input": x, f"{prefix}norm1.output": n1,
+                f"{prefix}attn.output": h, f"{prefix}mlp.output": out,
+            })
+        return out
+
+
+class LM(nn.Module):
+    r"""Decoder-only character/token model: embeddings, ``layers`` blocks, final norm, tied head.
+
+    $$\log p(x_{t+1} \mid x_{\le t}) = \operatorname{log\,softmax}(E\, N_f(h^{(L)}_t))$$
+
+    The output matrix is the token embedding $E$ (weight tying, as in GPT-2 and nanoGPT).
+    """
+
+    def __init__(self, cfg: LMConfig) -> None:
+        super().__init__()
+        if cfg.vocab_size is None:
+            raise ValueError("cfg.vocab_size must be set (got None): take it from the corpus")
+        self.cfg = cfg
+        self.tok = nn.Embedding(cfg.vocab_size, cfg.dim)
+        self.pos = nn.Embedding(cfg.context, cfg.dim)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList([Block(cfg) for _ in range(1 if cfg.tied_layers else cfg.layers)])
+        self.norm_f = make_norm(cfg)
+        self.head = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
+        self.head.weight = self.tok.weight
+        self.apply(self._init)
+        for name, p in self.named_parameters():
+            if name.endswith("out_proj.weight"):  # residual projections, GPT-2 scaling
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.layers))
+
+    @staticmethod
+    def _init(module: nn.Module) -> None:
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def num_params(self) -> int:
+        """Number of distinct parameters (the tied head counted once)."""
+        return sum(p.numel() for p in self.parameters())
+
+    def layer_blocks(self) -> list[Block]:
+        """The block applied at each depth (the same module ``layers`` times when tied)."""
+        return [self.blocks[0 if self.cfg.tied_layers else i] for i in range(self.cfg.layers)]
+
+    def forward(
+        self,
+        idx: Int[Tensor, "batch token"],
+        targets: Int[Tensor, "batch token"] | None = None,
+        trace: dict[str, Tensor] | None = None,
+    ) -> tuple[Float[Tensor, "batch token vocab"], Tensor | None]:
+        """Logits ``(B, T, V)`` and, with ``targets``, the mean next-token cross-entropy.
+
+        Args:
+            idx: ``(B, T)`` token ids with ``T <= context``.
+            targets: ``(B, T)`` next-token ids, or ``None``.
+            trace: if a dict, it receives the token states by stable name:
+                ``layers.{i}.attn.input`` (residual stream entering block i),
+                ``layers.{i}.norm1.output``, ``layers.{i}.attn.output`` (after the residual
+                attention update), ``layers.{i}.mlp.output``, and ``norm_f.output``.
+        """
+        if idx.ndim != 2 or idx.dtype not in (torch.int64, torch.int32):
+            raise TypeError(f"idx must be an integer (B, T) tensor, got {idx.dtype} of shape {tuple(idx.shape)}")
+        T = idx.shape[1]
+        if T > self.cfg.context:
+            raise ValueError(f"sequence length {T} exceeds the model's context {self.cfg.context}")
+        x = self.drop(self.tok(idx) + self.pos(torch.arange(T, device=idx.device)))  # (B, T, C)
+        for i, block in enumerate(self.layer_blocks()):
+            x = block(x, trace, f"layers.{i}.")
+        x = self.norm_f(x)
+        if trace is not None:
+            trace["norm_f.output"] = x
+        logits = self.head(x)  # (B, T, V)
+        loss = None if targets is None else F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+        return logits, loss
