@@ -1,0 +1,416 @@
+r"""Modern continuous Hopfield networks with their energy exposed (claims D1, D2).
+
+$$E(\xi) = \tfrac12 \xi^\top\xi - \beta^{-1}\log\sum_n e^{\beta x_n^\top \xi}, \qquad
+\xi \leftarrow X^\top \operatorname{softmax}(\beta X \xi)$$
+
+(rows of $X$ are the stored patterns $x_n$; the constants $\beta^{-1}\log N + \tfrac12 M^2$ of
+Ramsauer et al. are left out). The update is the concave-convex procedure on $E$: it never
+increases $E$, and iterated it converges to a fixed point. Attention with values = keys is
+one update (claim B1 with a fixed carrier).
+
+``Hopfield`` retrieves state patterns from stored patterns given as inputs, ``HopfieldLayer``
+from learned stored patterns (a lookup), ``HopfieldPooling`` with learned state patterns
+(queries). By default nothing is normalized or projected: they retrieve.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from jaxtyping import Bool, Float
+from torch import Tensor, nn
+
+MAX_STEPS = 10_000
+
+
+def _check_beta(beta: float | Tensor) -> Tensor | float:
+    if isinstance(beta, Tensor):
+        if not beta.is_floating_point():
+            raise TypeError(f"beta must be a float or a floating tensor, got dtype {beta.dtype}")
+        if not (torch.isfinite(beta).all() and (beta > 0).all()):
+            raise ValueError("beta must be finite and > 0 everywhere")
+        return beta.unsqueeze(-1)  # broadcasts over (*batch, query) -> (*batch, query, 1)
+    if not isinstance(beta, int | float) or isinstance(beta, bool) or not math.isfinite(beta) or beta <= 0:
+        raise ValueError(f"beta must be a finite number > 0, got {beta!r}")
+    return float(beta)
+
+
+def _logits(xi: Tensor, patterns: Tensor, beta: Tensor | float, mask: Tensor | None) -> Tensor:
+    """$\\beta X\\xi$ with $-\\infty$ on masked patterns, ``(*B, Q, N)``; checks shapes."""
+    for name, x in (("xi", xi), ("patterns", patterns)):
+        if not isinstance(x, Tensor) or not x.is_floating_point():
+            raise TypeError(f"{name} must be a floating torch.Tensor, got {getattr(x, 'dtype', type(x).__name__)}")
+        if x.ndim < 2:
+            raise ValueError(f"{name} must have shape (*batch, n, dim), got {tuple(x.shape)}")
+    if xi.shape[-1] != patterns.shape[-1]:
+        raise ValueError(f"xi has dimension {xi.shape[-1]}, expected {patterns.shape[-1]} to match patterns")
+    logits = beta * (xi @ patterns.mT)  # (*B, Q, N)
+    if mask is not None:
+        if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
+            raise TypeError(f"mask must be a bool tensor (True = keep), got {getattr(mask, 'dtype', type(mask))}")
+        if mask.shape[-1] != patterns.shape[-2]:
+            raise ValueError(f"mask has {mask.shape[-1]} entries on its last axis, expected {patterns.shape[-2]}")
+        if not mask.any(-1).all():
+            raise ValueError("mask removes every stored pattern of some batch element")
+        logits = logits.masked_fill(~mask.unsqueeze(-2), -torch.inf)
+    return logits
+
+
+def hopfield_energy(
+    xi: Float[Tensor, "*batch query dim"],
+    patterns: Float[Tensor, "*batch pattern dim"],
+    beta: float | Float[Tensor, "*#batch"] = 1.0,
+    mask: Bool[Tensor, "*batch pattern"] | None = None,
+) -> Float[Tensor, "*batch query"]:
+    r"""Modern Hopfield energy (claim D1), without its constant.
+
+    $$E(\xi) = \tfrac12 \xi^\top\xi - \beta^{-1}\operatorname{logsumexp}_n(\beta\, x_n^\top\xi)$$
+
+    Args:
+        xi: state patterns ``(*batch, query, dim)``.
+        patterns: stored patterns $X$ as rows, ``(*batch, pattern, dim)``.
+        beta: inverse temperature > 0, a float or a tensor broadcasting to ``*batch`` (e.g.
+            ``(head, 1)`` for per-head values on ``(batch, head, query, dim)`` inputs).
+        mask: bool ``(*batch, pattern)``, True = pattern stored.
+
+    Returns:
+        ``(*batch, query)``. Seed 001; 004 prints it with the minus signs lost.
+    """
+    b = _check_beta(beta)
+    lse = torch.logsumexp(_logits(xi, patterns, b, mask), dim=-1)
+    b = b.squeeze(-1) if isinstance(b, Tensor) else b
+    return 0.5 * (xi * xi).sum(-1) - lse / b
+
+
+def hopfield_update(
+    xi: Float[Tensor, "*batch query dim"],
+    patterns: Float[Tensor, "*batch pattern dim"],
+    beta: float | Float[Tensor, "*#batch"] = 1.0,
+    mask: Bool[Tensor, "*batch pattern"] | None = None,
+) -> Float[Tensor, "*batch query dim"]:
+    r"""One modern Hopfield update (claim D1), the gradient of the log-sum-exp term.
+
+    $$\xi^{\mathrm{new}} = X^\top \operatorname{softmax}(\beta X \xi)
+    = \nabla_\xi\, \beta^{-1}\operatorname{logsumexp}(\beta X\xi)$$
+
+    Args and shapes as ``hopfield_energy``. Returns ``(*batch, query, dim)``.
+    """
+    return torch.softmax(_logits(xi, patterns, _check_beta(beta), mask), dim=-1) @ patterns
+
+
+@dataclass(frozen=True)
+class HopfieldConfig:
+    """Configuration of the Hopfield modules. ``None`` widths mean: no projection.
+
+    Attributes:
+        input_size: width of the state patterns (queries).
+        stored_pattern_size: width of the stored patterns; ``None`` = ``input_size``.
+        pattern_projection_size: width of the pattern projections (the values read out);
+            ``None`` = ``stored_pattern_size``. Without it the stored patterns are read out.
+        hidden_size: if set, state and stored patterns are projected to this association
+            width ($W_Q$, $W_K$); else they are compared as they are (widths must agree).
+        value_size: if set, pattern projections are projected to this width ($W_V$).
+        output_size: if set, the retrieved patterns are projected to this width ($W_O$).
+        num_heads: heads; the association and value widths split evenly among them.
+        beta: inverse temperature per head (a float, or a tuple of one per head); ``None`` =
+            $1/\\sqrt{\\text{head width}}$ when projecting, else 1.
+        update_steps_max: number of updates; ``None`` = until the largest change of a state
+            pattern is at most ``update_steps_eps`` (at most 10 000 updates).
+        update_steps_eps: convergence threshold; with an int ``update_steps_max`` it stops early.
+        bias: biases on the projections.
+    """
+
+    input_size: int
+    stored_pattern_size: int | None = None
+    pattern_projection_size: int | None = None
+    hidden_size: int | None = None
+    value_size: int | None = None
+    output_size: int | None = None
+    num_heads: int = 1
+    beta: float | tuple[float, ...] | None = None
+    update_steps_max: int | None = 1
+    update_steps_eps: float | None = None
+    bias: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("input_size", "stored_pattern_size", "pattern_projection_size", "hidden_size",
+                     "value_size", "output_size", "num_heads"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if self.hidden_size is None and self.stored_size != self.input_size:
+            raise ValueError(
+                f"stored_pattern_size={self.stored_size} must equal input_size={self.input_size} "
+                "without projections (or set hidden_size)"
+            )
+        for name, width in (("association width", self.association_size), ("value width", self.value_width)):
+            if width % self.num_heads:
+                raise ValueError(f"num_heads={self.num_heads} must divide the {name} {width}")
+        betas = self.beta if isinstance(self.beta, tuple) else (self.beta,)
+        if isinstance(self.beta, tuple) and len(self.beta) != self.num_heads:
+            raise ValueError(f"beta has {len(self.beta)} entries, expected num_heads={self.num_heads}")
+        for b in betas:
+            if b is not None and (not isinstance(b, int | float) or not math.isfinite(b) or b <= 0):
+                raise ValueError(f"beta must be a finite number > 0 (or a tuple of them), got {self.beta!r}")
+        steps = self.update_steps_max
+        if steps is not None and (not isinstance(steps, int) or isinstance(steps, bool) or steps < 1):
+            raise ValueError(f"update_steps_max must be a positive int or None, got {steps!r}")
+        eps = self.update_steps_eps
+        if eps is not None and (not isinstance(eps, int | float) or not math.isfinite(eps) or eps < 0):
+            raise ValueError(f"update_steps_eps must be a finite number >= 0 or None, got {eps!r}")
+
+    @property
+    def stored_size(self) -> int:
+        return self.stored_pattern_size or self.input_size
+
+    @property
+    def projection_size(self) -> int:
+        return self.pattern_projection_size or self.stored_size
+
+    @property
+    def association_size(self) -> int:
+        return self.hidden_size or self.input_size
+
+    @property
+    def value_width(self) -> int:
+        return self.value_size or self.projection_size
+
+    def betas(self) -> Tensor:
+        """``(head,)`` inverse temperatures."""
+        if isinstance(self.beta, tuple):
+            return torch.tensor(self.beta, dtype=torch.float64)
+        head = self.association_size // self.num_heads
+        default = 1.0 / math.sqrt(head) if self.hidden_size is not None else 1.0
+        return torch.full((self.num_heads,), float(self.beta or default), dtype=torch.float64)
+
+
+@dataclass
+class HopfieldResult:
+    """What ``Hopfield.retrieve`` returns.
+
+    Attributes:
+        output: ``(batch, query, width)`` the retrieved patterns (after $W_O$ if set).
+        energy: ``(steps + 1, batch, head, query)`` $E(\\xi_t)$ in the association space, from
+            the initial state patterns to the last update; never increasing (claim D1).
+        weights: ``(batch, head, query, pattern)`` the last update's softmax weights.
+        steps: updates done.
+        converged: whether the last update moved no state pattern by more than ``eps`` (always
+            ``True`` when ``update_steps_eps`` is ``None`` and the step count is fixed).
+    """
+
+    output: Tensor
+    energy: Tensor
+    weights: Tensor
+    steps: int
+    converged: bool
+
+
+class Hopfield(nn.Module):
+    r"""Modern Hopfield retrieval of state patterns $R$ from stored patterns $Y$ (claim D1).
+
+    $$\xi_0 = R W_Q, \quad K = Y W_K, \quad \xi_{t+1} = \operatorname{softmax}(\beta\,\xi_t K^\top) K,
+    \quad \mathrm{out} = \operatorname{softmax}(\beta\,\xi_{T-1} K^\top)\, V W_O$$
+
+    per head, with $V = P W_V$ from the pattern projections $P$ (default $Y$). Any $W$ whose
+    width is not configured is the identity, so by default the output is $\xi_T$ itself.
+    ``forward`` returns the output; ``retrieve`` returns a ``HopfieldResult`` with the energy trace.
+    """
+
+    def __init__(self, config: HopfieldConfig) -> None:
+        super().__init__()
+        if not isinstance(config, HopfieldConfig):
+            raise TypeError(f"config must be a HopfieldConfig, got {type(config).__name__}")
+        self.config = c = config
+        linear = lambda i, o: nn.Linear(i, o, bias=c.bias) if o is not None else None  # noqa: E731
+        self.state_proj = linear(c.input_size, c.hidden_size)
+        self.stored_proj = linear(c.stored_size, c.hidden_size)
+        self.value_proj = linear(c.projection_size, c.value_size)
+        self.out_proj = linear(c.value_width, c.output_size)
+
+    def _heads(self, x: Tensor) -> Tensor:
+        return x.unflatten(-1, (self.config.num_heads, -1)).transpose(1, 2)  # (B, H, T, d)
+
+    def _check(self, name: str, x: object, width: int, batch: int | None) -> Tensor:
+        if not isinstance(x, Tensor) or not x.is_floating_point():
+            raise TypeError(f"{name} must be a floating torch.Tensor, got {getattr(x, 'dtype', type(x).__name__)}")
+        if x.ndim != 3 or x.shape[-1] != width or (batch is not None and x.shape[0] != batch):
+            raise ValueError(f"{name} must have shape ({batch or 'batch'}, n, {width}), got {tuple(x.shape)}")
+        return x
+
+    def retrieve(
+        self,
+        state: Float[Tensor, "batch query input"],
+        stored: Float[Tensor, "batch pattern stored"],
+        pattern_projection: Float[Tensor, "batch pattern projection"] | None = None,
+        *,
+        stored_padding_mask: Bool[Tensor, "batch pattern"] | None = None,
+        need_energy: bool = True,
+    ) -> HopfieldResult:
+        """Run the updates; see the class docstring. ``need_energy=False`` leaves ``energy`` empty.
+
+        Args:
+            state: ``(B, Q, input_size)``; stored: ``(B, N, stored_pattern_size)``;
+            pattern_projection: ``(B, N, pattern_projection_size)`` or ``None`` (= stored);
+            stored_padding_mask: bool ``(B, N)``, True = stored pattern present.
+        """
+        c = self.config
+        self._check("state", state, c.input_size, None)
+        batch = state.shape[0]
+        self._check("stored", stored, c.stored_size, batch)
+        if pattern_projection is not None:
+            self._check("pattern_projection", pattern_projection, c.projection_size, batch)
+            if pattern_projection.shape[1] != stored.shape[1]:
+                raise ValueError(
+                    f"pattern_projection has {pattern_projection.shape[1]} patterns, expected {stored.shape[1]} "
+                    "to match stored"
+                )
+        mask = None
+        if stored_padding_mask is not None:
+            if not isinstance(stored_padding_mask, Tensor) or stored_padding_mask.dtype != torch.bool:
+                raise TypeError("stored_padding_mask must be a bool tensor (True = keep)")
+            if tuple(stored_padding_mask.shape) != tuple(stored.shape[:2]):
+                raise ValueError(
+                    f"stored_padding_mask must have shape {tuple(stored.shape[:2])}, "
+                    f"got {tuple(stored_padding_mask.shape)}"
+                )
+            mask = stored_padding_mask.unsqueeze(1)  # (B, 1, N)
+        xi = self._heads(state if self.state_proj is None else self.state_proj(state))  # (B, H, Q, d)
+        keys = self._heads(stored if self.stored_proj is None else self.stored_proj(stored))  # (B, H, N, d)
+        values_in = stored if pattern_projection is None else pattern_projection
+        same = pattern_projection is None and self.value_proj is None and self.stored_proj is None
+        values = keys if same else self._heads(values_in if self.value_proj is None else self.value_proj(values_in))
+        beta = c.betas().to(xi.device, xi.dtype).view(-1, 1, 1)  # (H, 1, 1)
+        steps_max = c.update_steps_max or MAX_STEPS
+        eps = c.update_steps_eps if c.update_steps_eps is not None else (1e-6 if c.update_steps_max is None else None)
+        energies: list[Tensor] = []
+        converged, at_last = eps is None, False
+        logits = _logits(xi, keys, beta, mask)  # (B, H, Q, N)
+        for step in range(1, steps_max + 1):
+            if need_energy:
+                lse = torch.logsumexp(logits, dim=-1, keepdim=True)
+                energies.append(0.5 * (xi * xi).sum(-1) - lse.squeeze(-1) / beta.squeeze(-1))
+                weights = torch.exp(logits - lse)
+            else:
+                weights = torch.softmax(logits, dim=-1)
+            at_last = step == steps_max
+            if at_last and not (same or need_energy or eps is not None):
+                break  # the readout below is all that is left
+            new = weights @ keys  # (B, H, Q, d)
+            if eps is not None and (new - xi).abs().amax().item() <= eps:
+                converged = at_last = True
+            xi = new
+            if at_last:
+                break
+            logits = _logits(xi, keys, beta, mask)
+        if need_energy:
+            lse = torch.logsumexp(_logits(xi, keys, beta, mask), dim=-1)
+            energies.append(0.5 * (xi * xi).sum(-1) - lse / beta.squeeze(-1))
+        out = xi if same else weights @ values  # (B, H, Q, d_v)
+        out = out.transpose(1, 2).flatten(-2)  # (B, Q, H*d)
+        if self.out_proj is not None:
+            out = self.out_proj(out)
+        energy = torch.stack(energies) if energies else xi.new_empty(0)
+        return HopfieldResult(out, energy, weights, step, converged)
+
+    def forward(
+        self,
+        state: Float[Tensor, "batch query input"],
+        stored: Float[Tensor, "batch pattern stored"],
+        pattern_projection: Float[Tensor, "batch pattern projection"] | None = None,
+        *,
+        stored_padding_mask: Bool[Tensor, "batch pattern"] | None = None,
+    ) -> Float[Tensor, "batch query output"]:
+        """The retrieved patterns ``(B, Q, width)`` (no energy trace; see ``retrieve``)."""
+        return self.retrieve(state, stored, pattern_projection, stored_padding_mask=stored_padding_mask,
+                             need_energy=False).output
+
+
+class HopfieldLayer(nn.Module):
+    r"""Retrieval from learned stored patterns: a differentiable lookup table (claim D1).
+
+    $$\mathrm{out} = \operatorname{Hopfield}(R;\ Y = \Theta_K,\ P = \Theta_V)$$
+
+    Args:
+        config: ``HopfieldConfig``; ``stored_pattern_size`` is the width of the learned patterns.
+        quantity: number of learned stored patterns $N$.
+        separate_values: learn values $\Theta_V$ ``(N, pattern_projection_size)`` apart from the
+            stored patterns; ``False`` reads the stored patterns out.
+    """
+
+    def __init__(self, config: HopfieldConfig, quantity: int, *, separate_values: bool = False) -> None:
+        super().__init__()
+        if not isinstance(quantity, int) or isinstance(quantity, bool) or quantity < 1:
+            raise ValueError(f"quantity must be a positive int, got {quantity!r}")
+        self.hopfield = Hopfield(config)
+        c = config
+        self.stored = nn.Parameter(torch.randn(quantity, c.stored_size) / math.sqrt(c.stored_size))
+        self.values = (
+            nn.Parameter(torch.randn(quantity, c.projection_size) / math.sqrt(c.projection_size))
+            if separate_values else None
+        )
+
+    def _memory(self, batch: int) -> tuple[Tensor, Tensor | None]:
+        stored = self.stored.expand(batch, *self.stored.shape)  # (B, N, stored)
+        values = None if self.values is None else self.values.expand(batch, *self.values.shape)
+        return stored, values
+
+    def retrieve(self, state: Float[Tensor, "batch query input"], *, need_energy: bool = True) -> HopfieldResult:
+        """``Hopfield.retrieve`` of ``state`` ``(B, Q, input_size)`` from the learned patterns."""
+        if not isinstance(state, Tensor):
+            raise TypeError(f"state must be a torch.Tensor, got {type(state).__name__}")
+        if state.ndim != 3:
+            raise ValueError(f"state must be a (batch, query, input_size) tensor, got {tuple(state.shape)}")
+        return self.hopfield.retrieve(state, *self._memory(state.shape[0]), need_energy=need_energy)
+
+    def forward(self, state: Float[Tensor, "batch query input"]) -> Float[Tensor, "batch query output"]:
+        """The retrieved patterns ``(B, Q, width)``."""
+        return self.retrieve(state, need_energy=False).output
+
+
+class HopfieldPooling(nn.Module):
+    r"""Pooling by retrieval with learned state patterns (queries) $\Theta_Q$ (claim D1).
+
+    $$\mathrm{out} = \operatorname{Hopfield}(R = \Theta_Q;\ Y,\ P)$$
+
+    Args:
+        config: ``HopfieldConfig``; ``input_size`` is the width of the learned queries.
+        num_queries: how many pooled vectors per batch element.
+    """
+
+    def __init__(self, config: HopfieldConfig, num_queries: int = 1) -> None:
+        super().__init__()
+        if not isinstance(num_queries, int) or isinstance(num_queries, bool) or num_queries < 1:
+            raise ValueError(f"num_queries must be a positive int, got {num_queries!r}")
+        self.hopfield = Hopfield(config)
+        self.queries = nn.Parameter(torch.randn(num_queries, config.input_size) / math.sqrt(config.input_size))
+
+    def retrieve(
+        self,
+        stored: Float[Tensor, "batch pattern stored"],
+        pattern_projection: Float[Tensor, "batch pattern projection"] | None = None,
+        *,
+        stored_padding_mask: Bool[Tensor, "batch pattern"] | None = None,
+        need_energy: bool = True,
+    ) -> HopfieldResult:
+        """``Hopfield.retrieve`` of the learned queries from ``stored`` ``(B, N, stored_pattern_size)``."""
+        if not isinstance(stored, Tensor):
+            raise TypeError(f"stored must be a torch.Tensor, got {type(stored).__name__}")
+        if stored.ndim != 3:
+            raise ValueError(f"stored must be a (batch, pattern, width) tensor, got {tuple(stored.shape)}")
+        state = self.queries.expand(stored.shape[0], *self.queries.shape)  # (B, Q, input)
+        return self.hopfield.retrieve(
+            state, stored, pattern_projection, stored_padding_mask=stored_padding_mask, need_energy=need_energy
+        )
+
+    def forward(
+        self,
+        stored: Float[Tensor, "batch pattern stored"],
+        pattern_projection: Float[Tensor, "batch pattern projection"] | None = None,
+        *,
+        stored_padding_mask: Bool[Tensor, "batch pattern"] | None = None,
+    ) -> Float[Tensor, "batch query output"]:
+        """The pooled vectors ``(B, num_queries, width)``."""
+        return self.retrieve(stored, pattern_projection, stored_padding_mask=stored_padding_mask,
+                             need_energy=False).output
