@@ -189,3 +189,11 @@ def test_bad_input_raises_naming_the_argument(gen):
         exp_fam_attention(q, q[..., :3], q)
     with pytest.raises(ValueError, match="step_size"):
         m.residual_step(x, float("nan"))
+
+
+def test_verify_check_b1_passes():
+    from expattn.checks.b1_d1 import check_b1
+    from expattn.claims import RunContext
+
+    record = check_b1(RunContext(seed=5, quick=True))
+    assert record.verdict == "pass" and record.metrics["max_error"] <= record.metrics["tolerance"]

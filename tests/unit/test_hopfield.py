@@ -196,3 +196,13 @@ def test_energy_matches_printed_sign_only_when_corrected(gen):
     assert (printed(new) > printed(xi)).any()
     assert (hopfield_energy(new, x) <= hopfield_energy(xi, x) + 1e-12).all()
     assert math.isfinite(hopfield_energy(new, x).sum().item())
+
+
+def test_verify_check_d1_passes_and_flags_the_printed_sign(tmp_path):
+    from expattn.checks.b1_d1 import check_d1
+    from expattn.claims import RunContext
+
+    record = check_d1(RunContext(seed=3, out_dir=tmp_path, quick=True))
+    assert record.verdict == "pass" and record.as_printed == "fail"
+    assert record.metrics["as_printed_error"] > 1e-3  # the printed "energy" rises by O(1) along updates
+    assert (tmp_path / record.plots[0]).stat().st_size > 0
