@@ -1,0 +1,141 @@
+"""Fixed-point solvers (claim D7): solutions against exact linear solves and scipy, stats, errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.optimize
+import torch
+
+from expattn.core.solvers import SOLVERS, solve, solver_options
+
+METHODS = sorted(SOLVERS)
+
+
+def contractive_linear(gen, batch: int, n: int, rho: float):
+    """f(z) = A z + b, A symmetric with spectral radius rho < 1, and its fixed point (I - A)^{-1} b."""
+    a = torch.randn(batch, n, n, generator=gen, dtype=torch.float64)
+    a = a + a.mT
+    a = rho * a / torch.linalg.eigvals(a).abs().amax(-1)[:, None, None]
+    b = torch.randn(batch, n, generator=gen, dtype=torch.float64)
+    exact = torch.linalg.solve(torch.eye(n, dtype=torch.float64) - a, b)
+    return (lambda z: (a @ z[..., None])[..., 0] + b), exact
+
+
+def relative_residual(f, z):
+    fz = f(z)
+    return ((fz - z).flatten(1).norm(dim=1) / fz.flatten(1).norm(dim=1)).max().item()
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_reaches_tolerance_on_linear_contraction(gen, method):
+    f, exact = contractive_linear(gen, batch=3, n=20, rho=0.7)
+    z, stats = solve(f, torch.zeros_like(exact), method=method, tol=1e-10, max_iter=500)
+    assert stats.converged and not stats.diverged
+    # The reported residual is the one of the returned iterate (recomputed here independently).
+    assert relative_residual(f, z) <= 1e-10
+    assert stats.residual == pytest.approx(relative_residual(f, z), rel=1e-6)
+    # Error <= residual * |f(z)| / (1 - rho) = 1e-10 * |f(z)| / 0.3 for symmetric A; 1e-7 leaves slack.
+    torch.testing.assert_close(z, exact, rtol=0, atol=1e-7 * exact.abs().max().item())
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_reaches_tolerance_on_nonlinear_map_against_scipy(gen, method):
+    n = 12
+    a = 0.9 * torch.randn(n, n, generator=gen, dtype=torch.float64) / n**0.5
+    b = torch.randn(n, generator=gen, dtype=torch.float64)
+
+    def f(z):
+        return torch.tanh(z @ a.T + b)
+
+    z, stats = solve(f, torch.zeros(1, n, dtype=torch.float64), method=method, tol=1e-11, max_iter=500)
+    assert stats.converged
+    an, bn = a.numpy(), b.numpy()
+    root = scipy.optimize.root(lambda v: np.tanh(an @ v + bn) - v, np.zeros(n), tol=1e-14)
+    assert root.success
+    # Both solve to ~1e-11 relative; the map's Lipschitz constant is below 1 so errors stay that size.
+    np.testing.assert_allclose(z[0].numpy(), root.x, rtol=0, atol=1e-9)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_stats_count_every_evaluation(gen, method):
+    f, exact = contractive_linear(gen, batch=2, n=10, rho=0.8)
+    calls = []
+
+    def counted(z):
+        calls.append(1)
+        return f(z)
+
+    _, stats = solve(counted, torch.zeros_like(exact), method=method, tol=1e-8, max_iter=300)
+    assert stats.evaluations == len(calls)
+    assert len(stats.trace) == stats.evaluations
+    assert stats.evaluations == stats.iterations + 1
+    assert len(stats.residuals) == 2 and max(stats.residuals) == stats.residual
+    assert stats.trace[-1] <= 1e-8 < stats.trace[0]
+
+
+def test_anderson_needs_fewer_evaluations_than_plain_iteration(gen):
+    f, exact = contractive_linear(gen, batch=2, n=30, rho=0.9)
+    _, plain = solve(f, torch.zeros_like(exact), method="fixed_point_iter", tol=1e-8, max_iter=2000)
+    _, accel = solve(f, torch.zeros_like(exact), method="anderson", tol=1e-8, max_iter=2000, memory=20)
+    assert plain.converged and accel.converged
+    assert accel.evaluations < plain.evaluations
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_map_without_fixed_point_is_not_converged(gen, method):
+    # f(z) = z + 1 has no fixed point; every iterate moves by at most O(1) per step, so after 40
+    # steps the relative residual is still of order 1 / 40, far above tol.
+    z0 = torch.randn(2, 5, generator=gen, dtype=torch.float64)
+    _, stats = solve(lambda z: z + 1, z0, method=method, tol=1e-6, max_iter=40)
+    assert not stats.converged and stats.iterations == 40
+    assert stats.residual > 1e-3
+
+
+def test_chaotic_map_is_not_converged_by_plain_iteration(gen):
+    # The logistic map 4 z (1 - z) is chaotic on (0, 1): its fixed points 0 and 3/4 repel.
+    z0 = torch.rand(3, 4, generator=gen, dtype=torch.float64) * 0.8 + 0.1
+    _, stats = solve(lambda z: 4 * z * (1 - z), z0, method="fixed_point_iter", tol=1e-6, max_iter=200)
+    assert not stats.converged and not stats.diverged
+    assert stats.residual > 1e-3
+
+
+def test_overflowing_map_is_reported_as_diverged(gen):
+    z0 = torch.rand(2, 3, generator=gen, dtype=torch.float64) + 1.0
+    _, stats = solve(lambda z: z * z + 1, z0, method="fixed_point_iter", tol=1e-6, max_iter=100)
+    assert stats.diverged and not stats.converged
+    assert stats.evaluations < 100
+
+
+def test_unknown_option_raises():
+    z0 = torch.zeros(1, 2, dtype=torch.float64)
+    with pytest.raises(ValueError, match="unknown option"):
+        solve(torch.cos, z0, method="anderson", m=5)
+    with pytest.raises(ValueError, match="method"):
+        solve(torch.cos, z0, method="newton")
+    assert set(solver_options("anderson")) == {"memory", "regularization", "mixing"}
+
+
+@pytest.mark.parametrize(
+    ("method", "options"),
+    [
+        ("anderson", {"memory": 0}),
+        ("anderson", {"mixing": 1.5}),
+        ("fixed_point_iter", {"damping": 0.0}),
+        ("broyden", {"memory": 2.5}),
+        ("broyden", {"tol": -1.0}),
+        ("broyden", {"max_iter": 0}),
+    ],
+)
+def test_bad_option_values_raise(method, options):
+    with pytest.raises(ValueError):
+        solve(torch.cos, torch.zeros(1, 2, dtype=torch.float64), method=method, **options)
+
+
+def test_bad_inputs_raise():
+    with pytest.raises(TypeError, match="z0"):
+        solve(torch.cos, [0.0, 1.0])
+    with pytest.raises(ValueError, match="finite"):
+        solve(torch.cos, torch.tensor([[float("nan")]]))
+    with pytest.raises(ValueError, match="same shape"):
+        solve(lambda z: z.sum(-1), torch.ones(2, 3))
