@@ -83,6 +83,59 @@ def report(
     raise typer.Exit(code=0 if result.ok else 1)
 
 
+@app.command()
+def train(
+    out: Annotated[Path, typer.Option(help="Output folder: metrics.jsonl, checkpoint, config (sweeps: one per run).")],
+    carrier: Annotated[str, typer.Option(help="Attention carrier: empirical, gaussian_mixture, ...")] = "empirical",
+    norm: Annotated[str, typer.Option(help="Normalization: layernorm, rmsnorm, sphere, whitening, identity.")] = (
+        "layernorm"
+    ),
+    layers: Annotated[int | None, typer.Option(help="Depth [4; sweeps 2].")] = None,
+    dim: Annotated[int | None, typer.Option(help="Width [128; sweeps 64].")] = None,
+    heads: Annotated[int, typer.Option(help="Attention heads.")] = 4,
+    context: Annotated[int, typer.Option(help="Context length in characters.")] = 64,
+    tied_layers: Annotated[bool, typer.Option(help="One block shared by all layers.")] = False,
+    dropout: Annotated[float, typer.Option(help="Dropout probability.")] = 0.0,
+    batch: Annotated[int, typer.Option(help="Global batch (sequences per step).")] = 12,
+    iters: Annotated[int | None, typer.Option(help="Optimizer steps [2000; sweeps 400].")] = None,
+    lr: Annotated[float, typer.Option(help="Peak learning rate.")] = 1e-3,
+    seed: Annotated[int, typer.Option(help="Seed of initialisation and batches.")] = 0,
+    corpus: Annotated[str, typer.Option(help="'shakespeare', a text file or a folder of *.txt.")] = "shakespeare",
+    eval_every: Annotated[int | None, typer.Option(help="Evaluate every N steps [250; sweeps 100].")] = None,
+    ckpt_every: Annotated[int, typer.Option(help="Checkpoint every N steps.")] = 250,
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
+    resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --out from its checkpoint.")] = False,
+    sweep: Annotated[str | None, typer.Option(help="Train one model per 'norms' or per 'carriers'.")] = None,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+) -> None:
+    """Train a small character-level LM (nanoGPT's Shakespeare recipe by default); torchrun-aware."""
+    from expattn.nn.lm import LMConfig
+    from expattn.train.loop import TrainConfig
+    from expattn.train.loop import train as run_train
+    from expattn.train.sweep import SWEEP_BUDGET, run_sweep
+
+    budget = SWEEP_BUDGET if sweep is not None else {"layers": 4, "dim": 128, "iters": 2000, "eval_every": 250}
+    try:
+        model = LMConfig(
+            context=context, layers=layers or budget["layers"], heads=heads, dim=dim or budget["dim"],
+            carrier=carrier, norm=norm, tied_layers=tied_layers, dropout=dropout,
+        )
+        cfg = TrainConfig(
+            out=out, model=model, corpus=corpus, batch=batch, iters=iters or budget["iters"], lr=lr, seed=seed,
+            eval_every=eval_every or budget["eval_every"], ckpt_every=ckpt_every, device=device, resume=resume,
+            progress=progress,
+        )
+        if sweep is None:
+            result = run_train(cfg)
+            last = result.metrics[-1]
+            console.print(f"iter {last['iter']}: train {last['train_loss']:.4f}  val {last['val_loss']:.4f}  "
+                          f"{last['tokens_per_s']:.0f} tok/s -> {out}")
+        else:
+            run_sweep(sweep, cfg, console)
+    except (ValueError, OSError) as err:
+        fail(str(err))
+
+
 def main() -> None:  # pragma: no cover - the console script calls app() directly
     app(prog_name="expattn")
 

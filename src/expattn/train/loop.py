@@ -1,0 +1,277 @@
+"""The training loop: AdamW, warm-up + cosine, clipping, periodic evaluation, checkpoints, resume.
+
+``train(cfg)`` runs on one process, or on each process of a ``torchrun`` launch with
+DistributedDataParallel. Files in ``cfg.out`` (written by the main process only):
+
+- ``metrics.jsonl``: one JSON object per evaluation (``iter``, ``train_loss``, ``val_loss``,
+  ``tokens_per_s``, ``lr``, ``step_loss``, ``seconds``);
+- ``checkpoint.safetensors``: model, optimizer and RNG states, written atomically every
+  ``ckpt_every`` steps and at the end;
+- ``config.json``: the model and training configs.
+
+Exact resume: every random draw of a step comes from generators whose states the checkpoint
+holds, so a run killed at any point and resumed replays the losses of an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from torch.nn.parallel import DistributedDataParallel
+
+from expattn.nn.lm import LM, LMConfig
+from expattn.train import distributed
+from expattn.train.checkpoint import CheckpointError, read_checkpoint, restore, save_checkpoint
+from expattn.train.data import SHAKESPEARE, CharCorpus
+from expattn.train.optim import adamw, learning_rate
+
+CHECKPOINT = "checkpoint.safetensors"
+METRICS = "metrics.jsonl"
+# Fields that may differ between a run and its resumption (they do not change any number).
+RESUMABLE = ("resume", "progress")
+# Carriers whose output does not depend on the keys (DDP must expect parameters without gradient).
+KEYLESS_CARRIERS = ("mixture_lower_bound",)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """A training run (nanoGPT's character-level Shakespeare recipe by default).
+
+    Attributes:
+        out: folder for metrics, checkpoint and config.
+        model: the LM; its ``vocab_size`` is taken from the corpus.
+        corpus: ``"shakespeare"``, a text file, or a folder of ``*.txt`` files.
+        batch: global batch (sequences per step, split over processes).
+        iters: optimizer steps.
+        lr, min_lr, warmup: peak rate, final rate (``None``: lr / 10), warm-up steps
+            (``None``: ``min(100, iters // 20)``, nanoGPT's 100 for 2000 steps).
+        weight_decay, beta2, grad_clip: AdamW decay and second-moment rate; gradient-norm clip
+            (0 disables).
+        eval_every, eval_batches: evaluate every this many steps (and at the end) on this many
+            batches of each split.
+        ckpt_every: write a checkpoint every this many steps (and at the end).
+        seed: seed of initialisation, batches and evaluation batches.
+        device: ``auto``, ``cpu`` or ``cuda``.
+        resume: continue from ``out/checkpoint.safetensors``.
+        progress: draw a progress bar.
+    """
+
+    out: Path
+    model: LMConfig = field(default_factory=LMConfig)
+    corpus: str = SHAKESPEARE
+    batch: int = 12
+    iters: int = 2000
+    lr: float = 1e-3
+    min_lr: float | None = None
+    warmup: int | None = None
+    weight_decay: float = 0.1
+    beta2: float = 0.99
+    grad_clip: float = 1.0
+    eval_every: int = 250
+    eval_batches: int = 20
+    ckpt_every: int = 250
+    seed: int = 0
+    device: str = "auto"
+    resume: bool = False
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("batch", "iters", "eval_every", "eval_batches", "ckpt_every"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.warmup is not None and not 0 <= self.warmup <= self.iters:
+            raise ValueError(f"warmup must lie in [0, iters={self.iters}], got {self.warmup}")
+        if not self.lr > 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
+        if self.min_lr is not None and not 0 <= self.min_lr <= self.lr:
+            raise ValueError(f"min_lr must lie in [0, lr={self.lr}], got {self.min_lr}")
+        if self.grad_clip < 0:
+            raise ValueError(f"grad_clip must be >= 0, got {self.grad_clip}")
+        if not 0 <= self.beta2 < 1:
+            raise ValueError(f"beta2 must lie in [0, 1), got {self.beta2}")
+
+    def to_json(self) -> dict[str, Any]:
+        """The config as JSON-safe values (paths as strings)."""
+        d = dataclasses.asdict(self)
+        d["out"] = str(self.out)
+        return d
+
+
+@dataclass
+class TrainResult:
+    """Outcome of ``train``: the evaluations and where the files are.
+
+    Attributes:
+        metrics: one dict per evaluation (the lines of ``metrics.jsonl``).
+        checkpoint: path of the final checkpoint.
+        model: the trained model (on the main process; the same weights on every process).
+        corpus: the data it was trained on.
+    """
+
+    metrics: list[dict[str, float]]
+    checkpoint: Path
+    model: LM
+    corpus: CharCorpus
+
+
+def _rng_states(data_gen: torch.Generator) -> dict[str, torch.Tensor]:
+    states = {"data": data_gen.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        states["cuda"] = torch.cuda.get_rng_state()
+    return states
+
+
+@torch.no_grad()
+def evaluate(model: LM, corpus: CharCorpus, cfg: TrainConfig, d: distributed.Dist) -> dict[str, float]:
+    """Mean loss on ``eval_batches`` fixed batches of each split (the same batches every time)."""
+    was_training = model.training
+    model.eval()
+    out = {}
+    for split in ("train", "val"):
+        gen = torch.Generator().manual_seed(cfg.seed + 1_000_003)
+        total = 0.0
+        for _ in range(cfg.eval_batches):
+            x, y = corpus.batch(split, cfg.batch, model.cfg.context, gen)
+            _, loss = model(d.shard(x).to(d.device), d.shard(y).to(d.device))
+            total += loss.item()
+        out[f"{split}_loss"] = d.mean(total / cfg.eval_batches)
+    model.train(was_training)
+    return out
+
+
+def _check_resume(cfg: TrainConfig, stored: dict[str, Any]) -> None:
+    now = cfg.to_json()
+    diff = sorted(k for k in now if k not in RESUMABLE and now[k] != stored.get(k))
+    if diff:
+        raise ValueError(
+            f"--resume needs the run's own settings; these differ from the checkpoint: {', '.join(diff)}"
+        )
+
+
+def prepare(cfg: TrainConfig) -> tuple[CharCorpus, LMConfig]:
+    """Load and check the corpus, set the model's vocabulary, check the output folder.
+
+    Raises:
+        FileNotFoundError: missing corpus; ``ValueError``: context too long for the data, an
+        existing run without ``resume``, or ``resume`` without a checkpoint.
+    """
+    corpus = CharCorpus.load(cfg.corpus)
+    corpus.check_context(cfg.model.context)
+    model_cfg = dataclasses.replace(cfg.model, vocab_size=corpus.vocab_size)
+    ckpt = cfg.out / CHECKPOINT
+    if cfg.resume and not ckpt.is_file():
+        raise ValueError(f"--resume given but {str(ckpt)!r} does not exist")
+    if not cfg.resume and (ckpt.exists() or (cfg.out / METRICS).exists()):
+        raise ValueError(f"{str(cfg.out)!r} already holds a run: pass --resume or choose another --out")
+    return corpus, model_cfg
+
+
+def _metrics_until(path: Path, step: int) -> list[dict[str, float]]:
+    """The evaluations logged up to ``step``; the file is rewritten without later lines."""
+    if not path.exists():
+        return []
+    kept = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    kept = [m for m in kept if m["iter"] <= step]
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text("".join(json.dumps(m) + "\n" for m in kept))
+    os.replace(tmp, path)
+    return kept
+
+
+def _progress(enabled: bool) -> Progress:
+    return Progress(
+        TextColumn("[bold]train[/]"), BarColumn(), MofNCompleteColumn(),
+        TextColumn("{task.fields[tok_s]:>9.0f} tok/s  loss {task.fields[loss]:.4f}"),
+        TimeRemainingColumn(), console=Console(stderr=True), disable=not enabled, transient=False,
+    )
+
+
+def train(cfg: TrainConfig) -> TrainResult:
+    """Train an ``LM`` on a character corpus; see the module docstring for the files written.
+
+    Under ``torchrun`` each process takes its slice of the global batch (``batch`` must be a
+    multiple of the number of processes) and gradients are averaged by DDP.
+    """
+    corpus, model_cfg = prepare(cfg)
+    d = distributed.start(cfg.device)
+    try:
+        return _run(cfg, corpus, model_cfg, d)
+    finally:
+        distributed.stop(d)
+
+
+def _run(cfg: TrainConfig, corpus: CharCorpus, model_cfg: LMConfig, d: distributed.Dist) -> TrainResult:
+    if cfg.batch % d.world:
+        raise ValueError(f"batch must be a multiple of the number of processes ({d.world}), got {cfg.batch}")
+    torch.manual_seed(cfg.seed)
+    model = LM(model_cfg).to(d.device)
+    optimizer = adamw(model, cfg.lr, cfg.weight_decay, (0.9, cfg.beta2))
+    data_gen = torch.Generator().manual_seed(cfg.seed)
+    min_lr = cfg.lr / 10 if cfg.min_lr is None else cfg.min_lr
+    warmup = min(100, cfg.iters // 20) if cfg.warmup is None else cfg.warmup
+    meta = {"model": dataclasses.asdict(model_cfg), "train": cfg.to_json(), "vocab": corpus.vocab}
+    ckpt_path, metrics_path = cfg.out / CHECKPOINT, cfg.out / METRICS
+    start_step, metrics = 0, []
+    if cfg.resume:
+        ckpt = read_checkpoint(ckpt_path)
+        _check_resume(cfg, ckpt.meta.get("train", {}))
+        if ckpt.meta.get("model") != meta["model"]:
+            raise CheckpointError(f"checkpoint {str(ckpt_path)!r} holds a different model config")
+        restore(ckpt, model, optimizer)
+        data_gen.set_state(ckpt.rng["data"])
+        torch.set_rng_state(ckpt.rng["torch"])
+        if "cuda" in ckpt.rng and d.device.type == "cuda":
+            torch.cuda.set_rng_state(ckpt.rng["cuda"])
+        start_step = ckpt.step
+        if d.main:
+            metrics = _metrics_until(metrics_path, start_step)
+    d.barrier()
+    if d.main:
+        cfg.out.mkdir(parents=True, exist_ok=True)
+        (cfg.out / "config.json").write_text(json.dumps(meta, indent=1))
+    net = model
+    if d.active:  # Jensen's bound ignores the keys: k_proj then gets no gradient
+        net = DistributedDataParallel(model, device_ids=[d.device] if d.device.type == "cuda" else None,
+                                      find_unused_parameters=model_cfg.carrier in KEYLESS_CARRIERS)
+    tokens_per_step = cfg.batch * model_cfg.context
+    busy, steps_timed, loss_value = 0.0, 0, float("nan")
+    with _progress(cfg.progress and d.main) as bar:
+        task = bar.add_task("train", total=cfg.iters, completed=start_step, tok_s=0.0, loss=float("nan"))
+        for step in range(start_step + 1, cfg.iters + 1):
+            t0 = time.perf_counter()
+            lr = learning_rate(step, cfg.lr, min_lr, warmup, cfg.iters)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            x, y = corpus.batch("train", cfg.batch, model_cfg.context, data_gen)
+            _, loss = net(d.shard(x).to(d.device), d.shard(y).to(d.device))
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if cfg.grad_clip > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            optimizer.step()
+            loss_value = loss.item()
+            busy += time.perf_counter() - t0
+            steps_timed += 1
+            bar.update(task, advance=1, tok_s=steps_timed * tokens_per_step / busy, loss=loss_value)
+            if step % cfg.eval_every == 0 or step == cfg.iters:
+                losses = evaluate(model, corpus, cfg, d)
+                row = {"iter": step, **losses, "tokens_per_s": steps_timed * tokens_per_step / busy,
+                       "lr": lr, "step_loss": d.mean(loss_value), "seconds": busy}
+                metrics.append(row)
+                if d.main:
+                    with metrics_path.open("a") as fh:
+                        fh.write(json.dumps(row) + "\n")
+                busy, steps_timed = 0.0, 0
+            if d.main and (step % cfg.ckpt_every == 0 or step == cfg.iters):
+                save_checkpoint(ckpt_path, step, model, optimizer, _rng_states(data_gen), meta)
+    return TrainResult(metrics, ckpt_path, model, corpus)
