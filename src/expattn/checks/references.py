@@ -125,3 +125,15 @@ def conjugate_by_optimiser(
     options = {"gtol": 1e-12, "maxiter": 2000} if bounds is None else {"gtol": 1e-12, "ftol": 1e-15, "maxiter": 5000}
     result = optimize.minimize(negative, start, jac=True, method=method, bounds=bounds, options=options)
     return float(-result.fun), result.x
+
+
+def kl_1d(log_h: Callable[[float], float], a: float, b: float, lo: float, hi: float) -> float:
+    r"""$\mathrm{KL}(p(\cdot|a)\,\|\,p(\cdot|b)) = \int p_a \log(p_a / p_b)\,dx$ by quadrature of the definition,
+    with $\log p_\eta(x) = \log h(x) + x\eta - G(\eta)$ and $G$ itself from quadrature."""
+    g_a, g_b = moments_1d(log_h, a, lo, hi)[0], moments_1d(log_h, b, lo, hi)[0]
+
+    def integrand(x: float) -> float:
+        log_pa = log_h(x) + x * a - g_a
+        return math.exp(log_pa) * (log_pa - (log_h(x) + x * b - g_b))
+
+    return integrate.quad(integrand, lo, hi, epsabs=1e-14, epsrel=1e-12, limit=200)[0]

@@ -140,7 +140,7 @@ class TiltedGaussian(Tilted):
     def log_partition(self, theta1: Tensor, theta2: Tensor) -> Tensor:
         r"""$\frac12\theta_1^\top\Lambda^{-1}\theta_1 + \frac D2\log 2\pi - \frac12\log\det\Lambda$ with
         $\Lambda = -2\theta_2$."""
-        chol = torch.linalg.cholesky(-2 * theta2)
+        chol = torch.linalg.cholesky_ex(-2 * theta2)[0]  # theta2 is eta2, checked negative definite
         white = torch.linalg.solve_triangular(chol, theta1.unsqueeze(-1), upper=False).squeeze(-1)
         log_det = 2 * torch.log(torch.diagonal(chol, dim1=-2, dim2=-1)).sum(-1)
         return 0.5 * white.pow(2).sum(-1) + 0.5 * self.dim * math.log(2 * math.pi) - 0.5 * log_det
