@@ -94,7 +94,11 @@ def check_d3(ctx: RunContext):
             max_abs(cumulant_series_energy(binary, w, prior, a, n), exact) for n in range(1, SERIES_ORDERS + 1)
         ]
     record = compare(
-        "D3", "identity", max(errors), QUAD_TOL, draws=len(errors),
+        "D3",
+        "identity",
+        max(errors),
+        QUAD_TOL,
+        draws=len(errors),
         worst_series_error_at_order_12=max(s[-1] for s in series.values()),
     )
     record.details["series_error_by_order"] = series
@@ -151,8 +155,13 @@ def check_d5(ctx: RunContext):
     bernoulli = make_prior("bernoulli", p=PARAMS["bernoulli"]["p"])
     smallest = min(abs(bernoulli.cumulant(n)) for n in range(1, 9))
     record = compare(
-        "D5", "identity", max(errors + log_errors), QUAD_TOL, draws=len(errors) + len(log_errors),
-        exponential_interaction_error=max(errors), logarithmic_interaction_error=max(log_errors),
+        "D5",
+        "identity",
+        max(errors + log_errors),
+        QUAD_TOL,
+        draws=len(errors) + len(log_errors),
+        exponential_interaction_error=max(errors),
+        logarithmic_interaction_error=max(log_errors),
         bernoulli_min_abs_cumulant_order_1_to_8=smallest,
     )
     if smallest == 0.0:
@@ -233,9 +242,17 @@ def check_d6(ctx: RunContext):
     z = _moment_z(high, high.sample(2 * n, gen)[1], gen)
     error = max(density_err + z_err + comp_err)
     record = compare(
-        "D6", "identity", error, 1e-8, draws=len(density_err),
-        density_error=max(density_err), log_normalizer_error=max(z_err), component_error=max(comp_err),
-        ks_pvalue_1d=pvalue, moment_max_abs_z_6d=z, samples=n,
+        "D6",
+        "identity",
+        error,
+        1e-10,
+        draws=len(density_err),
+        density_error=max(density_err),
+        log_normalizer_error=max(z_err),
+        component_error=max(comp_err),
+        ks_pvalue_1d=pvalue,
+        moment_max_abs_z_6d=z,
+        samples=n,
     )
     if pvalue <= 1e-3 or z >= 5:
         record.verdict = "fail"

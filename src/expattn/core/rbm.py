@@ -112,7 +112,11 @@ def log_mgf_numeric(prior: HiddenPrior, t: float) -> float:
     for a, b in pieces:
         if a < b:
             value, _ = integrate.quad(
-                lambda h: math.exp(prior.log_prob(np.array(h)) + t * h - shift), a, b, epsabs=0.0, epsrel=1e-12,
+                lambda h: math.exp(prior.log_prob(np.array(h)) + t * h - shift),
+                a,
+                b,
+                epsabs=0.0,
+                epsrel=1e-12,
                 limit=200,
             )
             total += value
