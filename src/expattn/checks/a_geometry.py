@@ -177,7 +177,7 @@ def objective(measure: Measure):
 def check_a10(ctx: RunContext):
     gen = generator(ctx.seed)
     errors, shannon = [], []
-    for _ in range(1 if ctx.quick else 3):
+    for _ in range(1 if ctx.quick else 2):
         for name, measure, eta in carriers(gen):
             m, _ = reference_moments(name, measure, eta[0].numpy())
             bounds = None
