@@ -104,10 +104,11 @@ def one_step_error(ctx: RunContext) -> Record:
         xi = x + noise * r * unit_rows(torch.randn(*shape, generator=gen, dtype=torch.float64))
         err = (hopfield_update(xi, x, beta) - x).norm(dim=-1)  # (R, T, N)
         m = x.norm(dim=-1).amax(-1, keepdim=True)
-        exponent = beta * (separation(x) - 2 * (xi - x).norm(dim=-1) * m)
+        delta = separation(x)  # (R, T, N)
+        exponent = beta * (delta - 2 * (xi - x).norm(dim=-1) * m)
         bound = 2 * (n - 1) * m * torch.exp(-exponent)
         gap = beta * separation(x, xi)  # the query's own softmax gap
-        rows.append((beta, err, bound, exponent, gap, m))
+        rows.append((beta, err, bound, exponent, gap, m, delta))
     errors = torch.stack([row[1] for row in rows])  # (beta, R, T, N)
     bounds = torch.stack([row[2] for row in rows])
     violations = int((errors > bounds * (1 + 1e-9)).sum())
@@ -132,7 +133,7 @@ def one_step_error(ctx: RunContext) -> Record:
     if ctx.out_dir is not None:
         plt = _pyplot()
         fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
-        for beta, err, _, exponent, _, m in rows:
+        for beta, err, _, exponent, _, m, _ in rows:
             scaled = (err / (2 * (n - 1) * m)).flatten()
             left.scatter(exponent.flatten(), scaled.clamp_min(1e-30), s=4, alpha=0.4, label=f"beta = {beta:g}")
         exponents = torch.stack([row[3] for row in rows])
@@ -140,16 +141,18 @@ def one_step_error(ctx: RunContext) -> Record:
         left.plot(grid, np.exp(-grid), "k-", lw=2, label="Theorem 5 bound")
         left.set_yscale("log")
         left.set_ylim(1e-18, 10)
+        left.set_xlim(-1, min(float(exponents.max()), 44.0))  # the bound leaves the plot at -ln(1e-18) ~ 41
         left.set_xlabel("beta * (Delta_i - 2 M |xi - x_i|)")
         left.set_ylabel("|f(xi) - x_i| / (2 (N-1) M)")
         left.set_title("one-step error vs the bound (points must lie below the line)")
         left.legend(fontsize=8, markerscale=3)
-        for beta, err, bound, _, _, _ in rows:
+        for beta, err, bound, _, _, _, delta in rows:
+            median_delta = delta.flatten(1).median(-1).values
             median_err = err.flatten(1).median(-1).values.clamp_min(1e-30)
-            line = right.semilogy(radii**2, median_err, "o-", label=f"beta = {beta:g}")
-            right.semilogy(radii**2, bound.flatten(1).median(-1).values, "--", color=line[0].get_color())
+            line = right.semilogy(median_delta, median_err, "o-", label=f"beta = {beta:g}")
+            right.semilogy(median_delta, bound.flatten(1).median(-1).values, "--", color=line[0].get_color())
         right.set_ylim(1e-18, 1e3)
-        right.set_xlabel("squared pattern norm r^2 (separation grows as ~0.45 r^2)")
+        right.set_xlabel("median separation Delta_i (patterns of growing norm)")
         right.set_ylabel("median one-step error (solid) and bound (dashed)")
         right.set_title("retrieval error decays exponentially with separation")
         right.legend(fontsize=8)
