@@ -249,12 +249,12 @@ class _CovarianceCarrier(Carrier):
     def apply_covariance(self, eta: Float[Tensor, "batch head query dim"]) -> Float[Tensor, "batch head query dim"]:
         r"""$\Sigma_h \eta$ for every head and query, without forming $\Sigma$ for low rank."""
         if self.covariance_kind == "cholesky":
-            chol = self.factor.tril()  # (H, D, D)
-            return (eta @ chol) @ chol.mT
-        return (eta @ self.factor) @ self.factor.mT + eta * self.diag_sqrt**2
+            return torch.einsum("bhqd,hde->bhqe", eta, self.covariance())
+        thin = torch.einsum("bhqd,hdr->bhqr", eta, self.factor)  # (B, H, Q, r)
+        return torch.einsum("bhqr,hdr->bhqd", thin, self.factor) + eta * self.diag_sqrt**2
 
-    def _linear_term(self, q: Tensor, scale: float) -> tuple[Tensor, Tensor]:
-        r"""$(\Sigma\eta, \tfrac12 \eta^\top\Sigma\eta)$ with $\eta = \beta q$."""
+    def _linear_term(self, q: Tensor, scale: float, need_stats: bool) -> tuple[Tensor, Tensor | None]:
+        r"""$\Sigma\eta$ and (if ``need_stats``) $\tfrac12 \eta^\top\Sigma\eta$, with $\eta = \beta q$."""
         if q.shape[1] != self.num_heads or q.shape[-1] != self.head_dim:
             raise ValueError(
                 f"q has {q.shape[1]} heads of size {q.shape[-1]}, this carrier was built for "
@@ -262,7 +262,7 @@ class _CovarianceCarrier(Carrier):
             )
         eta = scale * q
         sigma_eta = self.apply_covariance(eta)  # (B, H, Q, D)
-        return sigma_eta, 0.5 * (eta * sigma_eta).sum(-1)
+        return sigma_eta, 0.5 * (eta * sigma_eta).sum(-1) if need_stats else None
 
 
 def _check_value_dim(q: Tensor, v: Tensor, name: str) -> None:
@@ -288,10 +288,9 @@ class GaussianMixtureCarrier(_CovarianceCarrier):
     def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float, need_stats: bool):
         _check_value_dim(q, v, "gaussian_mixture")
         base = softmax_attention(q, k, v, mask, scale, need_stats)
-        sigma_eta, quad = self._linear_term(q, scale)
-        dead = None if mask is None else _dead_rows(mask).expand(quad.shape)
-        if dead is not None:
-            sigma_eta = sigma_eta.masked_fill(dead.unsqueeze(-1), 0.0)
+        sigma_eta, quad = self._linear_term(q, scale, need_stats)
+        if mask is not None:
+            sigma_eta = sigma_eta.masked_fill(_dead_rows(mask).unsqueeze(-1), 0.0)
         log_z = None if base.log_normalizer is None else base.log_normalizer + quad
         return CarrierOutput(base.output + sigma_eta, base.weights, log_z)
 
@@ -313,7 +312,7 @@ class MixtureLowerBoundCarrier(_CovarianceCarrier):
         _check_value_dim(q, v, "mixture_lower_bound")
         heads = q.shape[1]
         k, v = _expand_kv(k, heads), _expand_kv(v, heads)  # (B, H, K, D)
-        sigma_eta, quad = self._linear_term(q, scale)
+        sigma_eta, quad = self._linear_term(q, scale, need_stats)
         if mask is None:
             pi = q.new_full((1, 1, 1, k.shape[-2]), 1.0 / k.shape[-2])
         else:
