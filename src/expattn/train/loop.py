@@ -180,7 +180,14 @@ def _metrics_until(path: Path, step: int) -> list[dict[str, float]]:
     """The evaluations logged up to ``step``; the file is rewritten without later lines."""
     if not path.exists():
         return []
-    kept = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    kept = []
+    for i, line in enumerate(lines):
+        try:
+            kept.append(json.loads(line))
+        except json.JSONDecodeError as err:  # a kill can cut the last line, written after the checkpoint
+            if i < len(lines) - 1:
+                raise ValueError(f"{str(path)!r} line {i + 1} is not JSON: {err}") from err
     kept = [m for m in kept if m["iter"] <= step]
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text("".join(json.dumps(m) + "\n" for m in kept))
