@@ -65,7 +65,8 @@ def diameter(x: Float[Tensor, "batch token dim"]) -> Float[Tensor, " batch"]:
     check_cloud(x)
     best = x.new_zeros(x.shape[0])
     for start in range(0, x.shape[-2], CHUNK):
-        block = torch.cdist(x[:, start : start + CHUNK], x)  # (B, chunk, T)
+        # Direct differences, not the |a|^2 + |b|^2 - 2ab shortcut, whose cancellation breaks B2's exact check.
+        block = torch.cdist(x[:, start : start + CHUNK], x, compute_mode="donot_use_mm_for_euclid_dist")
         best = torch.maximum(best, block.flatten(1).amax(-1))
     return best
 

@@ -80,6 +80,8 @@ class AttentionUpdate(nn.Module):
         covariance: ``(dim, dim)`` $\Sigma$ of the mixture carrier (overrides ``bandwidth``).
         query_map: ``(dim, dim)`` $W$, a linear distortion of the natural parameter
             ($W_k^\top W_q$ of a head with values = keys); ``None`` is the identity.
+        carrier_map: ``(dim, dim)`` $M$: the atoms are $x_n = M a_n$ for the given or self atoms
+            $a_n$ (Theorem 1's carrier "given pointwise by $x = \Sigma\eta$"); ``None`` is $M = I$.
     """
 
     def __init__(
@@ -88,6 +90,7 @@ class AttentionUpdate(nn.Module):
         atoms: Float[Tensor, "*batch key dim"] | None = None,
         covariance: Float[Tensor, "dim dim"] | None = None,
         query_map: Float[Tensor, "dim dim"] | None = None,
+        carrier_map: Float[Tensor, "dim dim"] | None = None,
     ) -> None:
         super().__init__()
         self.config = config
@@ -100,24 +103,31 @@ class AttentionUpdate(nn.Module):
                 raise ValueError(f"covariance needs carrier='mixture', got carrier={config.carrier!r}")
             as_tensor("covariance", covariance)
             check_positive_definite("covariance", covariance)
-        if query_map is not None:
-            as_tensor("query_map", query_map)
-            if query_map.ndim != 2 or query_map.shape[0] != query_map.shape[1]:
-                raise ValueError(f"query_map must be a square (dim, dim) matrix, got {tuple(query_map.shape)}")
-            check_finite("query_map", query_map)
-        self.atoms, self.covariance, self.query_map = atoms, covariance, query_map
+        for name, m in (("query_map", query_map), ("carrier_map", carrier_map)):
+            if m is not None:
+                as_tensor(name, m)
+                if m.ndim != 2 or m.shape[0] != m.shape[1]:
+                    raise ValueError(f"{name} must be a square (dim, dim) matrix, got {tuple(m.shape)}")
+                check_finite(name, m)
+        self.atoms, self.covariance = atoms, covariance
+        self.query_map, self.carrier_map = query_map, carrier_map
 
     def gradient(self, eta: Float[Tensor, "batch token dim"]) -> Float[Tensor, "batch token dim"]:
         r"""$\nabla G(\beta W\eta)$ at every token: the attention output (values = keys)."""
         check_cloud(eta, name="eta")
         atoms = eta if self.atoms is None else self.atoms
-        for name, m in (("atoms", atoms), ("covariance", self.covariance), ("query_map", self.query_map)):
+        named = {"atoms": atoms, "covariance": self.covariance, "query_map": self.query_map}
+        named["carrier_map"] = self.carrier_map
+        for name, m in named.items():
             if m is not None and m.shape[-1] != eta.shape[-1]:
                 raise ValueError(f"{name} has last dimension {m.shape[-1]}, expected {eta.shape[-1]} (the cloud's dim)")
+        atoms = atoms.to(eta.dtype)
+        if self.carrier_map is not None:
+            atoms = atoms @ self.carrier_map.to(eta.dtype).mT
         theta = self.config.beta * eta
         if self.query_map is not None:
             theta = theta @ self.query_map.to(eta.dtype).mT
-        grad = Empirical(atoms.to(eta.dtype)).mean(theta)  # (B, T, D)
+        grad = Empirical(atoms).mean(theta)  # (B, T, D)
         if self.config.carrier == "mixture":
             if self.covariance is not None:
                 grad = grad + theta @ self.covariance.to(eta.dtype)
