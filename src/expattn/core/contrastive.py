@@ -97,6 +97,9 @@ def info_nce(
         raise TypeError("targets must be an integer tensor of candidate positions")
     if targets.shape != eta.shape[:-1]:
         raise ValueError(f"targets has shape {tuple(targets.shape)}, expected {tuple(eta.shape[:-1])} (one per anchor)")
+    keys = carrier.atoms.shape[-2]
+    if targets.numel() and (targets.min() < 0 or targets.max() >= keys):
+        raise ValueError(f"targets must index candidates in [0, {keys}), got values outside")
     losses = -carrier.log_prob(targets, eta)  # (*B, Q)
     if reduction == "none":
         return losses
