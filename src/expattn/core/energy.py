@@ -100,7 +100,7 @@ class HiddenPrior:
         raise NotImplementedError
 
     def __repr__(self) -> str:
-        params = ", ".join(f"{k}={v}" for k, v in vars(self).items())
+        params = ", ".join(f"{k}={v}" for k, v in vars(self).items() if k not in ("domain", "support"))
         return f"{self.name}({params})"
 
 
