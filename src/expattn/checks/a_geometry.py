@@ -189,7 +189,7 @@ def check_a10(ctx: RunContext):
             errors += [abs(float(lib_value) - value), residual]
             if name != "mixture":  # its entropy is a Monte Carlo estimate
                 offset = measure.entropy(lib_eta) + measure.expected_log_base(lib_eta)
-                errors.append(abs(value + float(offset)))
+                errors.append(abs(value + float(offset.detach())))
         atoms, eta = randn(gen, 8, DIM), randn(gen, 1, DIM)
         unit = Empirical(atoms)
         p = special.softmax(atoms.numpy() @ eta[0].numpy())

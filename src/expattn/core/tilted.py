@@ -85,7 +85,10 @@ class Tilted(Measure):
             t2 = eta2.expand(*theta1.shape[:-1], *eta2.shape[eta2.ndim - self.event_ndim :])
             t2 = t2 if t2.requires_grad else t2.detach().requires_grad_(True)
             value = self.log_partition(t1, t2).sum()
-            grads = torch.autograd.grad(value, (t1, t2), create_graph=torch.is_grad_enabled())
+            # keep the graph only when someone can differentiate the moments
+            differentiable = eta.requires_grad or self.eta1.requires_grad or self.eta2.requires_grad
+            create_graph = torch.is_grad_enabled() and differentiable
+            grads = torch.autograd.grad(value, (t1, t2), create_graph=create_graph)
         return grads[0], grads[1]
 
     def expected_log_base(self, eta: Float[Tensor, "*batch query dim"]) -> Float[Tensor, "*batch query"]:
