@@ -36,10 +36,10 @@ class SdpaReference(nn.Module):
         return self.o(out.transpose(1, 2).reshape(b, t, d))
 
 
-def fwd_bwd(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> float:
-    start = time.perf_counter()
+def fwd_bwd(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, timer: Callable[[], float]) -> float:
+    start = timer()
     fn(x).sum().backward()
-    return time.perf_counter() - start
+    return timer() - start
 
 
 def main() -> None:
@@ -51,7 +51,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--causal", action="store_true", help="causal mask in every variant")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu",
+                        help="cpu: process CPU time (robust on a shared machine); wall: elapsed time")
     args = parser.parse_args()
+    # CPU time of the process ignores the time it spends preempted on a shared machine.
+    timer = time.process_time if args.clock == "cpu" else time.perf_counter
+    torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     dev, d, h, causal = args.device, args.dim, args.heads, args.causal
     mha = nn.MultiheadAttention(d, h, batch_first=True).to(dev)
@@ -73,12 +79,13 @@ def main() -> None:
     x = torch.randn(args.batch, args.tokens, d, device=dev, requires_grad=True)
     best = dict.fromkeys(variants, float("inf"))
     for fn in variants.values():
-        fwd_bwd(fn, x)  # warm-up
+        fwd_bwd(fn, x, timer)  # warm-up
     for _ in range(args.repeats):
         for name, fn in variants.items():
-            best[name] = min(best[name], fwd_bwd(fn, x))
+            best[name] = min(best[name], fwd_bwd(fn, x, timer))
     print(f"(batch, tokens, dim, heads) = ({args.batch}, {args.tokens}, {d}, {h}), causal={causal}, "
-          f"device={dev}, threads={torch.get_num_threads()}, torch {torch.__version__}, min of {args.repeats}")
+          f"device={dev}, threads={torch.get_num_threads()}, clock={args.clock}, torch {torch.__version__}, "
+          f"min of {args.repeats}")
     emp = best["ExpFamAttention(empirical)"]
     print(f"{'variant':40s} {'ms':>9s} {'/MHA':>7s} {'/sdpa':>7s} {'/empirical':>10s}")
     for name, t in best.items():

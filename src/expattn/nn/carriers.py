@@ -70,6 +70,21 @@ def _expand_kv(x: Tensor, heads: int) -> Tensor:
     return x if groups == 1 else x.repeat_interleave(groups, dim=1)
 
 
+def softmax_with_log_normalizer(
+    logits: Float[Tensor, "*batch key"],
+) -> tuple[Float[Tensor, "*batch key"], Float[Tensor, " *batch"]]:
+    r"""Softmax and log-sum-exp from one fused softmax.
+
+    $$p = \operatorname{softmax}(l), \qquad \log\sum_n e^{l_n} = l_m - \log p_m,
+    \quad m = \arg\max_n l_n$$
+
+    $p_m \ge 1/N$, so the log is accurate; the gradient of the second output is $p$. Every row
+    needs a finite entry.
+    """
+    weights = torch.softmax(logits, dim=-1)
+    return weights, logits.amax(-1) - torch.log(weights.amax(-1))
+
+
 def softmax_attention(
     q: Float[Tensor, "batch head query dim"],
     k: Float[Tensor, "batch kv_head key dim"],
@@ -113,8 +128,7 @@ def softmax_attention(
     logits = scale * (q @ _expand_kv(k, heads).mT)  # (B, H, Q, K)
     if mask is not None:
         logits = logits.masked_fill(~mask, -torch.inf) if mask.dtype == torch.bool else logits + mask
-    log_z = torch.logsumexp(logits, dim=-1)  # (B, H, Q)
-    weights = torch.exp(logits - log_z.unsqueeze(-1))
+    weights, log_z = softmax_with_log_normalizer(logits)  # (B, H, Q, K), (B, H, Q)
     if dead is not None:
         log_z = log_z.masked_fill(dead, -torch.inf)
         weights = weights.masked_fill(dead.unsqueeze(-1), 0.0)

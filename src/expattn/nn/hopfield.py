@@ -22,6 +22,8 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor, nn
 
+from expattn.nn.carriers import softmax_with_log_normalizer
+
 MAX_STEPS = 10_000
 
 
@@ -46,7 +48,7 @@ def _logits(xi: Tensor, patterns: Tensor, beta: Tensor | float, mask: Tensor | N
             raise ValueError(f"{name} must have shape (*batch, n, dim), got {tuple(x.shape)}")
     if xi.shape[-1] != patterns.shape[-1]:
         raise ValueError(f"xi has dimension {xi.shape[-1]}, expected {patterns.shape[-1]} to match patterns")
-    logits = beta * (xi @ patterns.mT)  # (*B, Q, N)
+    logits = (beta * xi) @ patterns.mT  # (*B, Q, N); scaling xi is cheaper than the logits
     if mask is not None:
         if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
             raise TypeError(f"mask must be a bool tensor (True = keep), got {getattr(mask, 'dtype', type(mask))}")
@@ -288,12 +290,9 @@ class Hopfield(nn.Module):
         converged, at_last = eps is None, False
         logits = _logits(xi, keys, beta, mask)  # (B, H, Q, N)
         for step in range(1, steps_max + 1):
+            weights, lse = softmax_with_log_normalizer(logits)  # (B, H, Q, N), (B, H, Q)
             if need_energy:
-                lse = torch.logsumexp(logits, dim=-1, keepdim=True)
-                energies.append(0.5 * (xi * xi).sum(-1) - lse.squeeze(-1) / beta.squeeze(-1))
-                weights = torch.exp(logits - lse)
-            else:
-                weights = torch.softmax(logits, dim=-1)
+                energies.append(0.5 * (xi * xi).sum(-1) - lse / beta.squeeze(-1))
             at_last = step == steps_max
             if at_last and not (same or need_energy or eps is not None):
                 break  # the readout below is all that is left
@@ -305,7 +304,7 @@ class Hopfield(nn.Module):
                 break
             logits = _logits(xi, keys, beta, mask)
         if need_energy:
-            lse = torch.logsumexp(_logits(xi, keys, beta, mask), dim=-1)
+            lse = softmax_with_log_normalizer(_logits(xi, keys, beta, mask))[1]
             energies.append(0.5 * (xi * xi).sum(-1) - lse / beta.squeeze(-1))
         out = xi if same else weights @ values  # (B, H, Q, d_v)
         out = out.transpose(1, 2).flatten(-2)  # (B, Q, H*d)
