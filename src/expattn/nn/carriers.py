@@ -79,8 +79,11 @@ def softmax_with_log_normalizer(
     \quad m = \arg\max_n l_n$$
 
     $p_m \ge 1/N$, so the log is accurate; the gradient of the second output is $p$. Every row
-    needs a finite entry.
+    needs a finite entry. Half precision is reduced in float32.
     """
+    if logits.dtype in (torch.float16, torch.bfloat16):  # reduce in float32, return the input dtype
+        weights, log_z = softmax_with_log_normalizer(logits.float())
+        return weights.to(logits.dtype), log_z.to(logits.dtype)
     weights = torch.softmax(logits, dim=-1)
     return weights, logits.amax(-1) - torch.log(weights.amax(-1))
 
