@@ -119,7 +119,7 @@ class HopfieldConfig:
         beta: inverse temperature per head (a float, or a tuple of one per head); ``None`` =
             $1/\\sqrt{\\text{head width}}$ when projecting, else 1.
         update_steps_max: number of updates; ``None`` = until the largest change of a state
-            pattern is at most ``update_steps_eps`` (at most 10 000 updates).
+            pattern is at most ``update_steps_eps`` (default 1e-6; at most 10 000 updates).
         update_steps_eps: convergence threshold; with an int ``update_steps_max`` it stops early.
         bias: biases on the projections.
     """
