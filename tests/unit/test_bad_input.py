@@ -151,3 +151,16 @@ def test_extreme_but_valid_inputs_never_give_nan(gen):
     carrier = Empirical(atoms, mask=mask)
     for name in ("log_normalizer", "mean", "probs", "fisher", "entropy"):
         assert torch.isfinite(getattr(carrier, name)(eta)).all(), name
+
+
+def test_check_finite_fast_path_is_exact(gen):
+    from expattn.core.validate import check_finite
+
+    x = torch.randn(1000, generator=gen)
+    big = torch.full((10,), 3e38)  # finite entries whose float32 sum overflows: must still pass
+    assert check_finite("big", big) is big
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        y = x.clone()
+        y[int(torch.randint(0, 1000, (1,), generator=gen))] = bad
+        with pytest.raises(ValueError, match="y must be finite"):
+            check_finite("y", y)
