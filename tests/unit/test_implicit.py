@@ -24,9 +24,9 @@ from expattn.nn.implicit import (
 TIGHT = {"tol": 1e-13, "backward_tol": 1e-13, "max_iter": 300, "backward_max_iter": 300}
 
 
-def contractive_block(gen, dim=8, heads=2, gain=0.5, norm="layernorm"):
+def contractive_block(gen, dim=8, heads=2, gain=0.5, norm="layernorm", carrier="empirical"):
     torch.manual_seed(int(torch.randint(0, 2**31, (1,), generator=gen)))
-    return InjectedAttention(dim, heads=heads, gain=gain, norm=norm).double()
+    return InjectedAttention(dim, heads=heads, gain=gain, norm=norm, carrier=carrier).double()
 
 
 class NoFixedPoint(nn.Module):
@@ -50,22 +50,24 @@ def test_forward_is_a_fixed_point(gen, solver):
     assert layer.last_stats is stats
 
 
+@pytest.mark.slow
 def test_implicit_gradient_passes_gradcheck(gen):
     block = contractive_block(gen, dim=4, heads=1)
     layer = ImplicitAttention(block, ImplicitConfig(**TIGHT))
     x = torch.randn(1, 3, 4, generator=gen, dtype=torch.float64, requires_grad=True)
-    weight = block.out.weight.detach().clone().requires_grad_(True)
+    weight = block.attention.out_proj.weight.detach().clone().requires_grad_(True)
 
     def fixed_point(x, weight):
-        return functional_call(layer, {"block.out.weight": weight}, (x,))
+        return functional_call(layer, {"block.attention.out_proj.weight": weight}, (x,))
 
     # Finite differences with eps 1e-6 on a solve accurate to 1e-13: errors ~1e-7 << atol 1e-5.
     assert torch.autograd.gradcheck(fixed_point, (x, weight), eps=1e-6, atol=1e-5, rtol=1e-4)
 
 
-@pytest.mark.parametrize("norm", ["layernorm", "rmsnorm"])
-def test_implicit_gradient_equals_unrolled_gradient(gen, norm):
-    block = contractive_block(gen, norm=norm)
+@pytest.mark.slow
+@pytest.mark.parametrize(("norm", "carrier"), [("layernorm", "empirical"), ("rmsnorm", "gaussian_mixture")])
+def test_implicit_gradient_equals_unrolled_gradient(gen, norm, carrier):
+    block = contractive_block(gen, norm=norm, carrier=carrier)
     x = torch.randn(2, 5, 8, generator=gen, dtype=torch.float64, requires_grad=True)
     layer = ImplicitAttention(block, ImplicitConfig(**TIGHT))
     z, stats = layer.forward_with_stats(x)
@@ -82,6 +84,7 @@ def test_implicit_gradient_equals_unrolled_gradient(gen, norm):
         torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-9)
 
 
+@pytest.mark.slow
 def test_phantom_gradient_approaches_implicit_gradient(gen):
     block = contractive_block(gen)
     x = torch.randn(2, 5, 8, generator=gen, dtype=torch.float64, requires_grad=True)
@@ -101,6 +104,7 @@ def test_phantom_gradient_approaches_implicit_gradient(gen):
     assert errors[2] < 1e-10 and errors[0] > 1e-6
 
 
+@pytest.mark.slow
 def test_spectral_radius_matches_eigenvalues_of_explicit_jacobian(gen):
     block = contractive_block(gen, dim=6, heads=2, gain=2.0)
     x = torch.randn(2, 4, 6, generator=gen, dtype=torch.float64)
@@ -172,6 +176,8 @@ def test_bad_arguments_raise(gen):
         InjectedAttention(10, heads=3)
     with pytest.raises(ValueError, match="normalization"):
         InjectedAttention(8, norm="batchnorm")
+    with pytest.raises(ValueError, match="carrier"):
+        InjectedAttention(8, carrier="laplace")
     layer = ImplicitAttention(contractive_block(gen))
     with pytest.raises(TypeError, match="x"):
         layer([1.0])

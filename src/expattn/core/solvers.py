@@ -41,7 +41,7 @@ class SolverStats:
         residual: largest relative residual $r(z)$ over the batch at the returned iterate.
         residuals: the relative residual of each batch element at the returned iterate.
         converged: every batch element met ``residual <= tol``.
-        diverged: ``f`` returned NaN or infinity; the solve stopped at the last finite iterate.
+        diverged: an iterate or ``f`` of it was NaN or infinite; the solve stopped at the last finite iterate.
         tol: the tolerance the solve was asked for.
         trace: the largest relative residual over the batch after each evaluation of ``f``.
     """
@@ -70,6 +70,9 @@ class _Tracker:
 
     def __call__(self, z: Tensor) -> Tensor | None:
         """$f(z)$ on flat ``(B, N)`` iterates; records the residual of ``z``; ``None`` if not finite."""
+        if not torch.isfinite(z).all():
+            self.diverged = True
+            return None
         fz = self.f(z.reshape(self.shape))
         self.evaluations += 1
         if not isinstance(fz, Tensor) or fz.shape != self.shape:

@@ -19,12 +19,12 @@ import warnings
 from dataclasses import dataclass, field
 
 import torch
-import torch.nn.functional as F
 from jaxtyping import Float
 from torch import Tensor, nn
 
 from expattn.core.solvers import SOLVERS, SolverStats, check_options, solve
 from expattn.core.validate import as_tensor, check_finite, check_ndim
+from expattn.nn.attention import ExpFamAttention, ExpFamAttentionConfig
 from expattn.nn.norms import NormConfig, build_norm
 
 BACKWARDS = ("implicit", "phantom")
@@ -100,37 +100,48 @@ class ImplicitStats:
 class InjectedAttention(nn.Module):
     r"""Attention block with input injection, the default $f$ of an implicit layer.
 
-    $$f(z, x) = \mathrm{N}\big(x + \gamma\, W_o\, \mathrm{softmax}\big(\tfrac{(zW_q)(zW_k)^\top}
-    {\sqrt{d_h}}\big)(zW_v)\big)$$
+    $$f(z, x) = \mathrm{N}\big(x + \gamma\, \mathrm{Attn}(z)\big), \qquad
+    \mathrm{Attn}(z) = W^o\big[\nabla G_h(\beta W^q_h z)\big]_h \text{ with atoms } W^k_h z,
+    \text{ values } W^v_h z$$
 
-    per head, with $\mathrm N$ a normalization from ``expattn.nn.norms`` (by registry name) and
-    $\gamma$ a gain: small gains give a contraction in $z$, large ones may not.
+    ``Attn`` is ``ExpFamAttention`` (softmax attention for the ``empirical`` carrier), $\mathrm N$ a
+    normalization from ``expattn.nn.norms``, both chosen by registry name, and $\gamma$ a gain:
+    small gains give a contraction in $z$, large ones may not.
 
     Args:
         dim: feature size $D$ (state and injection), divisible by ``heads``.
         heads: number of heads.
         gain: $\gamma > 0$.
         norm: normalization name (``layernorm``, ``rmsnorm``, ``sphere``, ``identity``, ...).
+        carrier: carrier name (``empirical``, ``gaussian_mixture``, ...).
+        carrier_options: keyword options of that carrier.
     """
 
-    def __init__(self, dim: int, heads: int = 1, gain: float = 1.0, norm: str = "layernorm") -> None:
+    def __init__(
+        self,
+        dim: int,
+        heads: int = 1,
+        gain: float = 1.0,
+        norm: str = "layernorm",
+        carrier: str = "empirical",
+        carrier_options: dict[str, object] | None = None,
+    ) -> None:
         super().__init__()
         if not (isinstance(dim, int) and isinstance(heads, int) and heads >= 1 and dim >= 1 and dim % heads == 0):
             raise ValueError(f"dim must be a positive multiple of heads >= 1, got dim={dim!r}, heads={heads!r}")
         if not gain > 0:
             raise ValueError(f"gain must be > 0, got {gain!r}")
-        self.heads, self.gain = heads, gain
-        self.qkv = nn.Linear(dim, 3 * dim, bias=False)
-        self.out = nn.Linear(dim, dim, bias=False)
+        self.gain = gain
+        config = ExpFamAttentionConfig(
+            embed_dim=dim, num_heads=heads, bias=False, carrier=carrier, carrier_options=dict(carrier_options or {})
+        )
+        self.attention = ExpFamAttention(config)
         self.norm = build_norm(norm, NormConfig(dim=dim))
 
     def forward(
         self, z: Float[Tensor, "batch token dim"], x: Float[Tensor, "batch token dim"]
     ) -> Float[Tensor, "batch token dim"]:
-        b, t, d = z.shape
-        q, k, v = self.qkv(z).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)  # (B, H, T, Dh)
-        attended = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(b, t, d)  # (B, T, D)
-        return self.norm(x + self.gain * self.out(attended))
+        return self.norm(x + self.gain * self.attention(z))  # (B, T, D)
 
 
 def spectral_radius(
