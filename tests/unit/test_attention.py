@@ -7,6 +7,8 @@ from functools import partial
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from expattn.nn.attention import (
     ExpFamAttention,
@@ -15,6 +17,7 @@ from expattn.nn.attention import (
     exp_fam_attention,
     rotate_half_rope,
 )
+from expattn.nn.carriers import make_carrier
 
 F64 = torch.float64
 
@@ -197,3 +200,28 @@ def test_verify_check_b1_passes():
 
     record = check_b1(RunContext(seed=5, quick=True))
     assert record.verdict == "pass" and record.metrics["max_error"] <= record.metrics["tolerance"]
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    batch=st.integers(1, 3), heads=st.sampled_from([(1, 1), (2, 1), (4, 2)]), queries=st.integers(1, 5),
+    keys=st.integers(1, 6), causal=st.booleans(), seed=st.integers(0, 2**31 - 1),
+    carrier=st.sampled_from(["empirical", "gaussian_mixture", "mixture_lower_bound"]),
+)
+def test_fused_and_explicit_paths_agree_on_random_masks(batch, heads, queries, keys, causal, seed, carrier):
+    """Fuzz: any mask (including fully masked rows) gives finite outputs, equal on both paths."""
+    gen = torch.Generator().manual_seed(seed)
+    h, hkv = heads
+    q = torch.randn(batch, h, queries, 3, generator=gen, dtype=F64)
+    k = torch.randn(batch, hkv, keys, 3, generator=gen, dtype=F64)
+    v = torch.randn(batch, hkv, keys, 3, generator=gen, dtype=F64)
+    pad = torch.rand(batch, keys, generator=gen) > 0.3
+    module = make_carrier(carrier, num_heads=h, head_dim=3).double()
+    fast = exp_fam_attention(q, k, v, carrier=module, key_padding_mask=pad, causal=causal)
+    full = exp_fam_attention(q, k, v, carrier=module, key_padding_mask=pad, causal=causal, need_weights=True)
+    assert torch.isfinite(fast.output).all()
+    torch.testing.assert_close(fast.output, full.output, rtol=0, atol=1e-12)  # float64 round-off
+    keep = attention_mask(batch, h, queries, keys, key_padding_mask=pad, causal=causal)
+    dead = ~keep.expand(batch, h, queries, keys).any(-1)
+    assert torch.equal(torch.isneginf(full.log_normalizer), dead)
+    assert (full.output[dead] == 0).all()
