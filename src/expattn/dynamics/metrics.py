@@ -165,11 +165,12 @@ def sliced_wasserstein_gaussian(
     the fitted Gaussian and invariant to affine maps). The null repeats the statistic on
     ``null_draws`` fresh Gaussian clouds of the same size $T$ and dimension.
 
-    Returns: ``sw``, ``null_mean``, ``null_q95`` and ``p_value`` = $(1 + \#\{\mathrm{null} \ge
-    \mathrm{SW}\})/(1 + \text{draws})$, each ``(batch,)``; ``excess`` = sw / null_mean.
+    Returns: ``sw``, ``null_mean``, ``null_std``, ``null_q95``, ``p_value`` = $(1 + \#\{\mathrm{null} \ge
+    \mathrm{SW}\})/(1 + \text{draws})$, ``z`` = (sw - null_mean) / null_std and ``excess`` = sw / null_mean,
+    each ``(batch,)``.
     """
-    if directions < 1 or null_draws < 1:
-        raise ValueError(f"directions and null_draws must be >= 1, got {directions}, {null_draws}")
+    if directions < 1 or null_draws < 2:
+        raise ValueError(f"directions must be >= 1 and null_draws >= 2, got {directions}, {null_draws}")
     z = _standardised(x)
     batch, tokens, d = z.shape
     u = torch.randn(directions, d, generator=generator, dtype=torch.float64).to(z.dtype)
@@ -182,7 +183,9 @@ def sliced_wasserstein_gaussian(
     return {
         "sw": sw,
         "null_mean": null.mean() * ones,
+        "null_std": null.std() * ones,
         "null_q95": torch.quantile(null, 0.95) * ones,
+        "z": (sw - null.mean()) / null.std(),
         "p_value": p_value.to(z.dtype),
         "excess": sw / null.mean(),
     }
