@@ -136,6 +136,42 @@ def train(
         fail(str(err))
 
 
+@app.command()
+def simulate(
+    preset: Annotated[str, typer.Option(help="Preset name or claim ID (comma-separated), 'all' or 'custom'.")] = "all",
+    out: Annotated[Path, typer.Option(help="Folder for results.json and the PNG plots.")] = Path("simulate"),
+    seed: Annotated[int, typer.Option(help="Seed of every random draw.")] = 0,
+    quick: Annotated[bool, typer.Option("--quick", help="Small smoke sizes.")] = False,
+    steps: Annotated[int, typer.Option(help="custom: number of steps of norm o attention.")] = 50,
+    cloud: Annotated[str, typer.Option(help="custom: start cloud kind or a .npy (token, dim) file.")] = "gaussian",
+    carrier: Annotated[str | None, typer.Option(help="custom: .npy (key, dim) fixed atoms [self].")] = None,
+    norm: Annotated[str, typer.Option(help="custom: normalization name.")] = "layernorm",
+    beta: Annotated[float, typer.Option(help="custom: inverse temperature.")] = 1.0,
+    residual: Annotated[bool, typer.Option(help="custom: keep the residual.")] = True,
+    tokens: Annotated[int, typer.Option(help="custom: tokens of a generated cloud.")] = 64,
+    dim: Annotated[int, typer.Option(help="custom: dimension of a generated cloud.")] = 16,
+) -> None:
+    """Run the dynamics presets (B2-B7, sphere clusters) or a custom run; writes results.json and PNGs."""
+    from expattn.simulate import CUSTOM, CustomRun, SimulateConfig, run_simulate
+
+    names = [p.strip() for p in preset.split(",") if p.strip()]
+    if not names:
+        fail("--preset must name a preset, a claim ID, 'all' or 'custom'")
+    try:
+        custom = None
+        if names == [CUSTOM]:
+            custom = CustomRun(steps=steps, cloud=cloud, carrier=carrier, norm=norm, beta=beta, residual=residual,
+                               tokens=tokens, dim=dim)
+        elif steps <= 0:
+            fail(f"--steps must be a positive integer, got {steps}")
+        chosen = None if names == ["all"] or custom is not None else tuple(names)
+        records = run_simulate(SimulateConfig(presets=chosen, out_dir=out, seed=seed, quick=quick, custom=custom),
+                               console)
+    except (ValueError, TypeError, OSError) as err:
+        fail(str(err).splitlines()[0] if str(err) else type(err).__name__)
+    raise typer.Exit(code=0 if all(r.ok for r in records) else 1)
+
+
 def main() -> None:  # pragma: no cover - the console script calls app() directly
     app(prog_name="expattn")
 

@@ -1,0 +1,218 @@
+"""``expattn simulate``: run the dynamics presets (claims B2-B7) or one custom iteration, write results and plots.
+
+Every output goes to a staging folder beside ``--out`` first; finished files are then moved into
+``--out`` one by one (``os.replace``), so an interrupted run never leaves a partial file or folder.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from expattn.claims import Claim, RunContext, run_claim, select
+from expattn.dynamics.clouds import CLOUD_KINDS, make_cloud
+from expattn.dynamics.metrics import METRICS
+from expattn.dynamics.operators import AttentionConfig, AttentionUpdate, Compose
+from expattn.dynamics.run import run
+from expattn.nn.norms import NormConfig, build_norm
+from expattn.report.schema import Record, results_document, write_json_atomic
+
+STYLE = {"pass": "green", "fail": "red", "supported": "green", "not_supported": "red"}
+CUSTOM = "custom"
+
+
+@dataclass(frozen=True)
+class CustomRun:
+    """A user-defined iteration of N∘A (``--preset custom``).
+
+    Attributes:
+        steps: number of applications (>= 1).
+        cloud: a kind from ``CLOUD_KINDS`` or the path of a ``.npy`` array ``(token, dim)`` or
+            ``(batch, token, dim)``.
+        carrier: ``None`` (self-attention) or the path of a ``.npy`` array ``(key, dim)`` of fixed atoms.
+        norm: a registered normalization name; beta, step, residual: of ``AttentionConfig``.
+        tokens, dim, batch: size of a generated cloud (ignored for a file).
+    """
+
+    steps: int = 50
+    cloud: str = "gaussian"
+    carrier: str | None = None
+    norm: str = "layernorm"
+    beta: float = 1.0
+    step: float = 1.0
+    residual: bool = True
+    tokens: int = 64
+    dim: int = 16
+    batch: int = 4
+
+    def __post_init__(self) -> None:
+        if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 1:
+            raise ValueError(f"steps must be a positive integer, got {self.steps!r}")
+        for name in ("tokens", "dim", "batch"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+@dataclass(frozen=True)
+class SimulateConfig:
+    """Options of one ``expattn simulate`` run.
+
+    Attributes:
+        presets: preset names or claim IDs; ``None`` runs every preset.
+        out_dir: folder for results.json and the PNG plots.
+        seed: seed of every random draw; quick: small smoke sizes.
+        custom: a ``CustomRun`` instead of presets.
+    """
+
+    presets: tuple[str, ...] | None = None
+    out_dir: Path = Path("simulate")
+    seed: int = 0
+    quick: bool = False
+    custom: CustomRun | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"seed must be a non-negative integer, got {self.seed!r}")
+
+
+def _load_array(path: str, name: str) -> torch.Tensor:
+    file = Path(path).expanduser()
+    if file.suffix != ".npy" or not file.is_file():
+        raise ValueError(f"{name} must be one of {', '.join(CLOUD_KINDS)} or an existing .npy file, got {path!r}")
+    array = np.load(file, allow_pickle=False)
+    if not np.issubdtype(array.dtype, np.floating):
+        raise ValueError(f"{name} file {path} must hold floating numbers, got dtype {array.dtype}")
+    return torch.from_numpy(array).to(torch.float64)
+
+
+def custom_record(run_config: CustomRun, seed: int, out_dir: Path | None) -> Record:
+    """Iterate ``norm ∘ attention`` as ``run_config`` says; every metric per step goes into ``details``."""
+    gen = torch.Generator().manual_seed(seed)
+    if run_config.cloud in CLOUD_KINDS:
+        cloud = make_cloud(run_config.cloud, run_config.batch, run_config.tokens, run_config.dim, gen)
+    else:
+        cloud = _load_array(run_config.cloud, "cloud")
+        cloud = cloud[None] if cloud.ndim == 2 else cloud
+    dim = cloud.shape[-1]
+    atoms = None if run_config.carrier is None else _load_array(run_config.carrier, "carrier")
+    if atoms is not None and (atoms.ndim != 2 or atoms.shape[-1] != dim):
+        raise ValueError(f"carrier has shape {tuple(atoms.shape)}, expected (key, {dim}) to match the cloud's dim")
+    attention = AttentionUpdate(
+        AttentionConfig(beta=run_config.beta, step=run_config.step, residual=run_config.residual), atoms=atoms
+    )
+    operator = Compose(attention, build_norm(run_config.norm, NormConfig(dim=dim, radius=dim**0.5)))
+    names = [m for m in METRICS if not m.startswith("mardia")]
+    traj = run(cloud, operator, run_config.steps, metrics=names)
+    medians = {m: traj.metrics[m].median(-1).values.tolist() for m in names}
+    claim_id = "B4" if run_config.norm != "identity" else ("B3" if run_config.residual else "B2")
+    record = Record(
+        id=claim_id,
+        kind="dynamics",
+        verdict="inconclusive",
+        metrics={f"final_{m}": v[-1] for m, v in medians.items()} | {"steps": run_config.steps},
+        details={"config": {k: getattr(run_config, k) for k in run_config.__dataclass_fields__},
+                 "median_per_step": medians, "step_change_max": traj.step_change.amax(-1).tolist()},
+        statement="custom iteration of normalization ∘ attention (numbers only, no verdict)",
+        method=f"{run_config.steps} steps of {run_config.norm} ∘ attention(beta={run_config.beta:g}) on "
+        f"{run_config.cloud}, {cloud.shape[0]} cloud(s) of {cloud.shape[1]} tokens in D={dim}",
+        source="seed 000 §3.3",
+        notes="A custom run records metrics per step; it checks no claim, hence 'inconclusive'.",
+    )
+    if out_dir is not None:
+        from expattn.presets.b_dynamics import pyplot, save_figure
+
+        plt = pyplot()
+        fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+        for ax, m in zip(axes, ("trace_cov", "effective_rank", "mean_pairwise_cosine"), strict=True):
+            ax.plot(medians[m])
+            ax.set_title(m)
+            ax.set_xlabel("step")
+        record.plots = save_figure(fig, RunContext(out_dir=out_dir), "custom.png")
+    return record
+
+
+def _staging(out_dir: Path) -> Path:
+    out_dir = out_dir.expanduser()
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ValueError(f"--out {out_dir} exists and is not a folder")
+    try:
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    except OSError as err:
+        raise OSError(f"--out {out_dir} cannot be written: {err.strerror or err}") from err
+
+
+def _publish(staging: Path, out_dir: Path) -> None:
+    """Move the finished files into ``out_dir`` (the whole folder at once if it does not exist yet)."""
+    out_dir = out_dir.expanduser()
+    if not out_dir.exists():
+        os.replace(staging, out_dir)
+        return
+    for file in sorted(staging.iterdir(), key=lambda f: f.name == "results.json"):  # results.json last
+        os.replace(file, out_dir / file.name)
+    staging.rmdir()
+
+
+def _record_for(claim: Claim, ctx: RunContext) -> Record:
+    record = run_claim(claim, ctx)
+    record.details.setdefault("preset", claim.name)
+    return record
+
+
+def run_simulate(config: SimulateConfig, console: Console) -> list[Record]:
+    """Run the chosen presets (or the custom run), show a progress bar and a table, write the results.
+
+    Returns the records; raises ``ValueError`` for unknown presets or bad options (nothing is written then).
+    """
+    chosen = [] if config.custom is not None else select("simulate", list(config.presets) if config.presets else None)
+    staging = _staging(config.out_dir)
+    start = time.perf_counter()
+    try:
+        records = []
+        if config.custom is not None:
+            records.append(custom_record(config.custom, config.seed, staging))
+        else:
+            columns = (TextColumn("simulate {task.description}"), BarColumn(), MofNCompleteColumn())
+            with Progress(*columns, TimeElapsedColumn(), console=console, transient=True) as bar:
+                task = bar.add_task("", total=len(chosen))
+                for claim in chosen:
+                    bar.update(task, description=claim.name)
+                    ctx = RunContext(seed=config.seed, out_dir=staging, quick=config.quick)
+                    records.append(_record_for(claim, ctx))
+                    bar.advance(task)
+        names = [CUSTOM] if config.custom is not None else [c.name for c in chosen]
+        doc = results_document(records, "simulate", seeds={"seed": config.seed}, quick=config.quick, presets=names)
+        write_json_atomic(staging / "results.json", doc)
+        _publish(staging, config.out_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    console.print(simulate_table(records, names))
+    console.print(f"{len(records)} preset(s) in {time.perf_counter() - start:.1f} s (seed {config.seed}); "
+                  f"results in {config.out_dir / 'results.json'}", highlight=False)
+    return records
+
+
+def simulate_table(records: list[Record], names: list[str]) -> Table:
+    """Columns: preset, claim ID, verdict, seconds, plot, notes (first 160 characters)."""
+    table = Table(title="expattn simulate")
+    for column in ("preset", "ID", "verdict", "s", "plot", "summary"):
+        table.add_column(column, overflow="fold")
+    for name, r in zip(names, records, strict=True):
+        style = STYLE.get(r.verdict, "yellow")
+        summary = r.notes if len(r.notes) <= 160 else r.notes[:157] + "..."
+        seconds = r.metrics.get("seconds")
+        table.add_row(name, r.id, f"[{style}]{r.verdict}[/]", "-" if seconds is None else f"{seconds:.1f}",
+                      ", ".join(r.plots) or "-", summary)
+    return table
