@@ -70,6 +70,12 @@ CASES = [
     ("mask shape", ValueError, "mask", lambda: Empirical(ATOMS, mask=torch.ones(5, dtype=torch.bool))),
     ("log_weights shape", ValueError, "log_weights", lambda: Empirical(ATOMS, torch.zeros(5, dtype=F64))),
     (
+        "per-query mask rows",
+        ValueError,
+        "mask",
+        lambda: Empirical(ATOMS, mask=torch.ones(2, 4, dtype=torch.bool)).mean(ETA),
+    ),
+    (
         "log_weights infinite",
         ValueError,
         "log_weights",

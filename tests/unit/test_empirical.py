@@ -48,6 +48,10 @@ def test_zero_weight_and_uniform_weights(gen):
         rtol=0,
         atol=1e-12,
     )
+    query_mask = torch.ones(2, 6, dtype=torch.bool)
+    query_mask[1, 4] = False
+    both = Empirical.from_weights(atoms, w, query_mask).probs(eta)
+    assert (both[:, 2] == 0).all() and both[1, 4] == 0 and both[0, 4] > 0
     inv_n = Empirical(atoms, torch.full((6,), -math.log(6), dtype=F64))
     ones = Empirical(atoms)
     torch.testing.assert_close(inv_n.probs(eta), ones.probs(eta), rtol=0, atol=1e-15)

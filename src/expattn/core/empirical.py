@@ -83,7 +83,9 @@ class Empirical(Measure):
         check_finite("weights", weights)
         if (weights < 0).any():
             raise ValueError("weights must be non-negative")
-        keep = weights > 0
+        keep = weights > 0  # (*batch, key)
+        if isinstance(mask, Tensor) and mask.ndim >= atoms.ndim:
+            keep = keep.unsqueeze(-2)  # against a per-query mask (*batch, query, key)
         mask = keep if mask is None else mask & keep
         return cls(atoms, torch.log(weights.clamp_min(torch.finfo(weights.dtype).tiny)), mask)
 
@@ -91,7 +93,13 @@ class Empirical(Measure):
         """The mask as ``(*batch, query or 1, key)``."""
         if self.mask is None:
             return None
-        return self.mask if self.per_query_mask else self.mask.unsqueeze(-2)
+        if not self.per_query_mask:
+            return self.mask.unsqueeze(-2)
+        if self.mask.shape[-2] not in (1, eta.shape[-2]):
+            raise ValueError(
+                f"mask has {self.mask.shape[-2]} query rows but eta has {eta.shape[-2]} queries; they must match"
+            )
+        return self.mask
 
     def logits(self, eta: Float[Tensor, "*batch query dim"]) -> Float[Tensor, "*batch query key"]:
         r"""$\log w_n + x_n^\top\eta$, with $-\infty$ on masked atoms."""

@@ -13,6 +13,8 @@ A6, seed 000 Prop. 2). With separate covariances seed 000 Prop. 3 uses Jensen's 
 
 from __future__ import annotations
 
+import math
+
 import torch
 from jaxtyping import Float
 from torch import Tensor
@@ -29,7 +31,7 @@ def _log_weights(weights: Tensor | None, log_weights: Tensor | None, like: Tenso
     if weights is not None and log_weights is not None:
         raise ValueError("give weights or log_weights, not both")
     if weights is None and log_weights is None:
-        return torch.full(like.shape[-2:-1], -torch.log(torch.tensor(float(comps))).item(), dtype=like.dtype)
+        return like.new_full(like.shape[-2:-1], -math.log(comps))
     name, value = ("weights", weights) if weights is not None else ("log_weights", log_weights)
     as_tensor(name, value)
     if value.ndim < 1 or value.shape[-1] != comps:
@@ -170,7 +172,9 @@ class GaussianMixture(Measure):
         comp = torch.multinomial(r.reshape(-1, r.shape[-1]), num_samples, replacement=True, generator=generator)
         comp = comp.T.reshape(num_samples, *r.shape[:-1])  # (S, *B, Q)
         means = self.component_means(eta)  # (*B, Q, C, D)
-        z = torch.randn((num_samples, *means.shape[:-2], self.dim), generator=generator, dtype=means.dtype)
+        z = torch.randn(
+            (num_samples, *means.shape[:-2], self.dim), generator=generator, dtype=means.dtype, device=means.device
+        )
         points = means + (self.component_chol.unsqueeze(-4) @ z[..., None, :, None]).squeeze(-1)  # (S, *B, Q, C, D)
         index = comp[..., None, None].expand(*comp.shape, 1, self.dim)
         return torch.gather(points, -2, index).squeeze(-2)
