@@ -87,7 +87,7 @@ def test_real_quick_report_renders(tmp_path):
     out = tmp_path / "report"
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     run = subprocess.run(
-        [sys.executable, "-m", "expattn.cli", "report", "--quick", "--out", str(out)],
+        [sys.executable, "-m", "expattn.cli", "report", "--quick", "--models", "minilm", "--out", str(out)],
         capture_output=True, text=True, env=env, timeout=600,
     )
     assert run.returncode in (0, 1), run.stderr  # 1: some record failed; the report is still written

@@ -141,7 +141,7 @@ def test_every_image_is_embedded_and_equals_the_plot_file(report):
 def test_summary_table_lists_every_claim_with_its_worst_verdict(report):
     doc, root, _, records = report
     rows = parse(render_html(doc, root)).rows["summary"]
-    assert rows[0] == ["ID", "claim", "verdict", "records"]
+    assert rows[0] == ["ID", "claim", "worst verdict", "records"]
     table = {r[0]: r for r in rows[1:]}
     assert set(CLAIM_TITLES) <= set(table)
     for claim_id in CLAIM_TITLES:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import os
 import sys
 import types
 from pathlib import Path
@@ -117,6 +118,9 @@ def test_all_stages_run_and_are_reported(tmp_path, stages):
     assert [s["name"] for s in doc["stages"]] == ["verify", "simulate", "probe minilm", "probe smollm2"]
     assert doc["seeds"] == {"seed": 7} and doc["quick"] is True and "git_revision" in doc
     assert not result.ok  # A3 failed
+    umask = os.umask(0)
+    os.umask(umask)
+    assert {(out / n).stat().st_mode & 0o777 for n in ("results.json", "report.html")} == {0o666 & ~umask}
 
 
 def test_a_broken_stage_does_not_stop_the_others(tmp_path, stages, monkeypatch):

@@ -31,7 +31,7 @@ th { background: #eef1f5; }
 td.num { font-variant-numeric: tabular-nums; white-space: nowrap; }
 .badge { display: inline-block; padding: 1px 8px; margin: 1px 2px; border-radius: 10px; font-size: 13px;
          color: #fff; background: #7a8594; text-decoration: none; white-space: nowrap; }
-.pass, .supported { background: #2e7d32; } .fail, .not_supported { background: #c62828; }
+.pass, .supported, .ok { background: #2e7d32; } .fail, .not_supported { background: #c62828; }
 .inconclusive { background: #b26a00; } .skipped, .not-run { background: #7a8594; }
 .card { background: var(--card); border: 1px solid var(--line); border-radius: 8px; padding: 14px 16px;
         margin: 14px 0; }
@@ -94,7 +94,7 @@ def _summary(view: ReportView) -> str:
             f"<tr><td><b>{esc(row.claim_id)}</b></td><td>{esc(row.title)}</td>"
             f"<td>{badge(worst(verdicts))}</td><td>{links or '<span class=muted>no record</span>'}</td></tr>"
         )
-    head = "<tr><th>ID</th><th>claim</th><th>verdict</th><th>records</th></tr>"
+    head = "<tr><th>ID</th><th>claim</th><th>worst verdict</th><th>records</th></tr>"
     return f'<section id="summary"><h2>Summary</h2><table>{head}{"".join(rows)}</table></section>'
 
 

@@ -35,7 +35,7 @@ def _summary(view: ReportView) -> list[str]:
         links = ", ".join(f"[{md(c.label)}: {md(c.record.verdict)}](#{c.anchor})" for c in row.cards)
         verdict = worst([c.record.verdict for c in row.cards])
         rows.append([f"**{md(row.claim_id)}**", md(row.title), md(verdict), links or "no record"])
-    return ["## Summary", "", *_table(["ID", "claim", "verdict", "records"], rows)]
+    return ["## Summary", "", *_table(["ID", "claim", "worst verdict", "records"], rows)]
 
 
 def _as_printed(view: ReportView) -> list[str]:

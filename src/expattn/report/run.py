@@ -238,8 +238,15 @@ def summary_table(result: ReportResult) -> Table:
 
 
 def _publish(staging: Path, out_dir: Path) -> None:
-    """Move the staged outputs into ``out_dir``: each file by an atomic rename, plots/ swapped whole."""
+    """Move the staged outputs into ``out_dir``: each file by an atomic rename, plots/ swapped whole.
+
+    The files get the permissions of an ordinary new file (the temporary results file is private).
+    """
     out_dir.mkdir(parents=True, exist_ok=True)
+    umask = os.umask(0)
+    os.umask(umask)
+    for name in OUTPUT_FILES:
+        os.chmod(staging / name, 0o666 & ~umask)
     old = out_dir / f".plots.old-{os.getpid()}"
     if (out_dir / "plots").exists():
         os.replace(out_dir / "plots", old)
