@@ -192,3 +192,15 @@ def test_markdown_has_the_same_content_and_is_escaped(report):
 def test_view_rejects_a_non_dict_document():
     with pytest.raises(TypeError, match="document must be a results dict"):
         build_view([dataclasses.asdict(Record(id="A1", kind="identity", verdict="pass"))])
+
+
+def test_as_printed_evidence_and_fallback_text(gen):
+    z = float(torch.rand(1, generator=gen)) * 100 + 5
+    records = [
+        Record(id="B5", kind="identity+dynamics", verdict="pass", as_printed="fail", metrics={"as_printed_cov_z": z}),
+        Record(id="Z9", kind="identity", verdict="pass", as_printed="fail", notes="printed with a typo"),
+    ]
+    rows = parse(render_html(results_document(records, "test"), None)).rows["as-printed"]
+    assert [r[0] for r in rows[1:]] == ["B5", "Z9"]
+    assert "E[eta eta^T]" in rows[1][1] and rows[1][3] == f"as_printed_cov_z = {z:.4g}"
+    assert rows[2][1] == "printed with a typo"

@@ -67,7 +67,7 @@ CLAIM_TITLES = {
 
 # What the seeds print where they are wrong (paraphrased from the catalogue's notes); the
 # correction shown beside it is the record's own statement. A record may override the text
-# with ``details["as_printed_statement"]``.
+# with ``details["as_printed_statement"]``; without either, its notes are shown.
 AS_PRINTED = {
     "A4": "p0 is defined with exp(x.eta) where exp(x.eta1) is meant, and the proof's eq. (1) "
     "shifts by eta1 + eta2 where eta1 + eta is meant (seed 000, Prop. 1b)",
@@ -77,6 +77,9 @@ AS_PRINTED = {
     "the mean is zero (seed 000, section 3.2)",
     "A9": "B_G(a, b) = KL(p(.|a) || p(.|b)): the arguments of the KL divergence are swapped "
     "(seed 000, section 3.2)",
+    "B5": "the renormalization RN whitens with Sbar = E[eta eta^T], the raw second moment of the "
+    "cloud, where its covariance is meant, so RN o A does not return the covariance Sigma^-1 "
+    "(seed 000, Theorem 1)",
     "D1": "the energy is written without the minus sign in front of the log-sum-exp term "
     "(seed 004)",
 }
@@ -162,6 +165,12 @@ def details_text(record: Record, limit: int = 6000) -> str:
     return text if len(text) <= limit else text[:limit] + f"\n... ({len(text) - limit} more characters)"
 
 
+def as_printed_evidence(record: Record) -> list[tuple[str, str]]:
+    """The metrics that measure the statement as printed (``as_printed*``) and the tolerance."""
+    keys = [k for k in record.metrics if k.startswith("as_printed")] + ["tolerance"]
+    return [(k, format_value(record.metrics[k])) for k in keys if k in record.metrics]
+
+
 def worst(verdicts: list[str]) -> str:
     """The most severe of several verdicts (fail first, pass last)."""
     return min(verdicts, key=VERDICT_ORDER.index) if verdicts else "not run"
@@ -208,7 +217,7 @@ def build_view(document: dict[str, Any], title: str = "expattn report") -> Repor
     summary = tuple(SummaryRow(i, CLAIM_TITLES.get(i, ""), tuple(by_id.get(i, ()))) for i in ids)
     ordered = sorted(cards, key=lambda c: claim_key(c.record.id))
     as_printed = tuple(
-        (c, str(c.record.details.get("as_printed_statement") or AS_PRINTED.get(c.record.id, "(not given)")))
+        (c, str(c.record.details.get("as_printed_statement") or AS_PRINTED.get(c.record.id) or c.record.notes))
         for c in ordered
         if c.record.as_printed == "fail"
     )

@@ -12,7 +12,15 @@ import html
 from pathlib import Path
 from typing import Any
 
-from expattn.report.document import Card, ReportView, build_view, details_text, format_value, worst
+from expattn.report.document import (
+    Card,
+    ReportView,
+    as_printed_evidence,
+    build_view,
+    details_text,
+    format_value,
+    worst,
+)
 
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
 
@@ -104,10 +112,7 @@ def _as_printed(view: ReportView) -> str:
     else:
         rows = []
         for card, printed in view.as_printed:
-            m = card.record.metrics
-            evidence = ", ".join(
-                f"{esc(k)} = {esc(format_value(m[k]))}" for k in ("as_printed_error", "tolerance") if k in m
-            )
+            evidence = ", ".join(f"{esc(k)} = {esc(v)}" for k, v in as_printed_evidence(card.record))
             rows.append(
                 f'<tr><td><a href="#{esc(card.anchor)}">{esc(card.record.id)}</a></td><td>{esc(printed)}</td>'
                 f"<td>{esc(card.record.statement)}</td><td>{evidence}</td></tr>"

@@ -12,7 +12,15 @@ import re
 from typing import Any
 from urllib.parse import quote
 
-from expattn.report.document import Card, ReportView, build_view, details_text, format_value, worst
+from expattn.report.document import (
+    Card,
+    ReportView,
+    as_printed_evidence,
+    build_view,
+    details_text,
+    format_value,
+    worst,
+)
 
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
 
@@ -44,8 +52,7 @@ def _as_printed(view: ReportView) -> list[str]:
         return [*lines, "No record reports a statement that fails as printed.", ""]
     rows = []
     for card, printed in view.as_printed:
-        m = card.record.metrics
-        evidence = ", ".join(f"{md(k)} = {md(format_value(m[k]))}" for k in ("as_printed_error", "tolerance") if k in m)
+        evidence = ", ".join(f"{md(k)} = {md(v)}" for k, v in as_printed_evidence(card.record))
         rows.append([f"[{md(card.record.id)}](#{card.anchor})", md(printed), md(card.record.statement), evidence])
     return [*lines, *_table(["ID", "as printed in the seed", "corrected statement (checked)", "evidence"], rows)]
 
