@@ -85,7 +85,7 @@ def one_d_carriers(gen: torch.Generator):
     kind="identity",
     statement="grad G(eta) = E_p(u(x)), the expected sufficient statistic, for every carrier",
     source="seed 000 eq. 4; 002 eq. 6",
-    method="autograd of G vs E[x] by scipy quadrature (1-D Gaussian, mixture, Gamma) and numpy sums "
+    method="autograd of G vs E_p(x) by scipy quadrature (1-D Gaussian, mixture, Gamma) and numpy sums "
     "(atoms, lattice), float64",
 )
 def check_a2(ctx: RunContext):
