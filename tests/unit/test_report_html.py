@@ -104,7 +104,9 @@ def report(tmp_path, gen):
     records[6].plots = ["../outside.png", "plots/missing.png"]
     (tmp_path / "outside.png").write_bytes(png)
     doc = results_document(records, f"expattn report --models {EVIL}", seeds={"seed": 3})
-    doc["stages"] = [{"name": "verify", "status": "ok", "seconds": 1.5, "records": 2, "reason": EVIL}]
+    doc["stages"] = [
+        {"name": "verify", "status": "ok", "seconds": 1.5, "records": 2, "reason": EVIL, "cpu_seconds": 2.25}
+    ]
     return doc, tmp_path, png, records
 
 
@@ -169,7 +171,7 @@ def test_one_card_per_record_in_its_group(report):
     sections = [a["id"] for t, a in page.tags if t == "section"]
     assert sections == ["summary", "as-printed", "group-A", "group-B", "group-D", "group-E", "environment"]
     stage_rows = page.rows["environment"]
-    assert ["verify", "ok", "1.5", "2", EVIL] in stage_rows
+    assert ["verify", "ok", "1.5", "2.2", "2", EVIL] in stage_rows
 
 
 def test_markdown_has_the_same_content_and_is_escaped(report):

@@ -107,13 +107,18 @@ class SummaryRow:
 
 @dataclass(frozen=True)
 class Stage:
-    """Run time and outcome of one stage (``ok``, ``fail`` or ``skipped`` with a reason)."""
+    """Run time and outcome of one stage (``ok``, ``fail`` or ``skipped`` with a reason).
+
+    ``seconds`` is wall time; ``cpu_seconds`` is the process's CPU time over all threads (on a
+    shared machine the wall time grows with the load, the CPU time much less).
+    """
 
     name: str
     status: str
     seconds: float
     records: int = 0
     reason: str = ""
+    cpu_seconds: float | None = None
 
 
 @dataclass(frozen=True)
@@ -169,6 +174,11 @@ def as_printed_evidence(record: Record) -> list[tuple[str, str]]:
     """The metrics that measure the statement as printed (``as_printed*``) and the tolerance."""
     keys = [k for k in record.metrics if k.startswith("as_printed")] + ["tolerance"]
     return [(k, format_value(record.metrics[k])) for k in keys if k in record.metrics]
+
+
+def cpu(stage: Stage) -> str:
+    """A stage's CPU seconds as text (``-`` when not measured)."""
+    return "-" if stage.cpu_seconds is None else f"{stage.cpu_seconds:.1f}"
 
 
 def worst(verdicts: list[str]) -> str:

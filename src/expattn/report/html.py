@@ -17,6 +17,7 @@ from expattn.report.document import (
     ReportView,
     as_printed_evidence,
     build_view,
+    cpu,
     details_text,
     format_value,
     worst,
@@ -158,13 +159,14 @@ def _card(card: Card, plot_root: Path | None) -> str:
 def _environment(view: ReportView) -> str:
     stages = "".join(
         f"<tr><td>{esc(s.name)}</td><td>{badge(s.status)}</td><td class=num>{s.seconds:.1f}</td>"
+        f"<td class=num>{esc(cpu(s))}</td>"
         f"<td class=num>{s.records}</td><td>{esc(s.reason)}</td></tr>"
         for s in view.stages
     )
     env = "".join(f"<tr><td>{esc(k)}</td><td>{esc(v)}</td></tr>" for k, v in view.environment)
     stage_table = (
-        "<h3>Run time per stage</h3><table><tr><th>stage</th><th>status</th><th>seconds</th><th>records</th>"
-        f"<th>reason</th></tr>{stages}</table>"
+        "<h3>Run time per stage</h3><table><tr><th>stage</th><th>status</th><th>seconds</th><th>CPU seconds</th>"
+        f"<th>records</th><th>reason</th></tr>{stages}</table>"
         if stages
         else ""
     )

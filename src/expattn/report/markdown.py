@@ -17,6 +17,7 @@ from expattn.report.document import (
     ReportView,
     as_printed_evidence,
     build_view,
+    cpu,
     details_text,
     format_value,
     worst,
@@ -100,7 +101,10 @@ def render_markdown(document: dict[str, Any], title: str = "expattn report") -> 
             lines += _card(card)
     lines += ["## Environment", ""]
     if view.stages:
-        rows = [[md(s.name), md(s.status), f"{s.seconds:.1f}", str(s.records), md(s.reason)] for s in view.stages]
-        lines += ["### Run time per stage", "", *_table(["stage", "status", "seconds", "records", "reason"], rows)]
+        rows = [
+            [md(s.name), md(s.status), f"{s.seconds:.1f}", cpu(s), str(s.records), md(s.reason)] for s in view.stages
+        ]
+        header = ["stage", "status", "seconds", "CPU seconds", "records", "reason"]
+        lines += ["### Run time per stage", "", *_table(header, rows)]
     lines += _table(["key", "value"], [[md(k), md(v)] for k, v in view.environment])
     return "\n".join(lines).rstrip() + "\n"

@@ -29,7 +29,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from rich.table import Table
 
 from expattn.claims import RunContext, claims, run_claim
-from expattn.report.document import Stage
+from expattn.report.document import Stage, cpu
 from expattn.report.html import render_html
 from expattn.report.markdown import render_markdown
 from expattn.report.schema import Record, results_document, write_json_atomic
@@ -156,13 +156,14 @@ class _Runner:
 
     def stage(self, name: str, body: Callable[[], tuple[list[Record], str, str]]) -> None:
         """Time ``body`` (returns records, status, reason); an exception fails the stage only."""
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         try:
             records, status, reason = body()
         except Exception as err:
             records, status, reason = [], "fail", f"{type(err).__name__}: {err}"
         self.records += records
-        self.stages.append(Stage(name, status, time.perf_counter() - start, len(records), reason))
+        wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+        self.stages.append(Stage(name, status, wall, len(records), reason, cpu))
 
     def claims_stage(self, command: str) -> tuple[list[Record], str, str]:
         chosen = claims(command)
@@ -224,15 +225,15 @@ def _count(command: str) -> int:
 
 
 def summary_table(result: ReportResult) -> Table:
-    """Terminal summary: one row per stage with status, seconds, records and reason."""
+    """Terminal summary: one row per stage with status, wall and CPU seconds, records and reason."""
     table = Table(title=f"expattn report -> {result.out_dir}")
-    for name in ("stage", "status", "seconds", "records", "reason"):
+    for name in ("stage", "status", "seconds", "CPU seconds", "records", "reason"):
         table.add_column(name, overflow="fold")
     colour = {"ok": "green", "fail": "red", "skipped": "yellow"}
     for s in result.stages:
         table.add_row(
-            escape(s.name), f"[{colour.get(s.status, 'white')}]{s.status}[/]", f"{s.seconds:.1f}", str(s.records),
-            escape(s.reason),
+            escape(s.name), f"[{colour.get(s.status, 'white')}]{s.status}[/]", f"{s.seconds:.1f}", cpu(s),
+            str(s.records), escape(s.reason),
         )
     return table
 
