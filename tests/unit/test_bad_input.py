@@ -8,7 +8,7 @@ import torch
 from expattn.core.empirical import Empirical
 from expattn.core.gaussian import Gaussian
 from expattn.core.mixture import GaussianMixture
-from expattn.core.registry import get_measure, register_measure
+from expattn.core.registry import get_measure, measure_names, register_measure
 from expattn.core.tilted import TiltedGamma, TiltedGaussian, TiltedLattice
 
 F64 = torch.float64
@@ -170,3 +170,17 @@ def test_check_finite_fast_path_is_exact(gen):
         y[int(torch.randint(0, 1000, (1,), generator=gen))] = bad
         with pytest.raises(ValueError, match="y must be finite"):
             check_finite("y", y)
+
+
+def test_registry_lists_the_builtin_carriers():
+    expected = {
+        "empirical": Empirical,
+        "gaussian": Gaussian,
+        "gaussian_mixture": GaussianMixture,
+        "tilted_gamma": TiltedGamma,
+        "tilted_gaussian": TiltedGaussian,
+        "tilted_lattice": TiltedLattice,
+    }
+    assert set(expected) <= set(measure_names())
+    for name, cls in expected.items():
+        assert get_measure(name) is cls

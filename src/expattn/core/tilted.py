@@ -230,10 +230,11 @@ class TiltedGamma(Tilted):
             raise ValueError(f"num_samples must be >= 1, got {num_samples}")
         alpha, rate = self.shape_rate(eta)
         seed = int(torch.randint(0, 2**62, (), generator=generator))
+        # torch's Gamma sampler takes no generator: draw on the CPU under a forked, seeded RNG
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            draws = torch.distributions.Gamma(alpha, rate).sample((num_samples,))
-        return draws
+            torch.default_generator.manual_seed(seed)
+            draws = torch.distributions.Gamma(alpha.detach().cpu(), rate.detach().cpu()).sample((num_samples,))
+        return draws.to(alpha.device)
 
 
 class TiltedLattice(Tilted):
