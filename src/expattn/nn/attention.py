@@ -19,7 +19,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import torch
-import torch.nn.functional as F
 from jaxtyping import Bool, Float
 from torch import Tensor, nn
 
@@ -268,13 +267,6 @@ class ExpFamAttention(nn.Module):
         self.last_weights: Tensor | None = None
         self.last_log_normalizer: Tensor | None = None
 
-    def _fused_projection(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Self-attention: one matmul with the stacked q/k/v weights (as nn.MultiheadAttention)."""
-        lins = (self.q_proj, self.k_proj, self.v_proj)
-        weight = torch.cat([lin.weight for lin in lins])
-        bias = torch.cat([lin.bias for lin in lins]) if self.config.bias else None
-        return F.linear(x, weight, bias).split([lin.out_features for lin in lins], dim=-1)
-
     def _heads(self, x: Tensor, heads: int) -> Tensor:
         return x.unflatten(-1, (heads, self.config.dim)).transpose(1, 2)  # (B, H, T, D)
 
@@ -316,13 +308,9 @@ class ExpFamAttention(nn.Module):
                 f"query {tuple(query.shape)}, key {tuple(key.shape)} and value {tuple(value.shape)} "
                 "must share the batch size, and key and value the number of tokens"
             )
-        if key is query and value is query and c.kdim is None and c.vdim is None:
-            q, k, v = self._fused_projection(query)
-        else:
-            q, k, v = self.q_proj(query), self.k_proj(key), self.v_proj(value)
-        q = self._heads(q, c.num_heads)  # (B, H, Q, D)
-        k = self._heads(k, c.kv_heads)  # (B, Hkv, K, D)
-        v = self._heads(v, c.kv_heads)  # (B, Hkv, K, D)
+        q = self._heads(self.q_proj(query), c.num_heads)  # (B, H, Q, D)
+        k = self._heads(self.k_proj(key), c.kv_heads)  # (B, Hkv, K, D)
+        v = self._heads(self.v_proj(value), c.kv_heads)  # (B, Hkv, K, D)
         if rotary is not None:
             q, k = rotary(q, k)
         hooked = bool(self.hook_weights._forward_hooks or self.hook_log_normalizer._forward_hooks)
