@@ -24,6 +24,8 @@ class Measure:
 
     Defaults use automatic differentiation (``mean``, ``fisher``) or the identities of the
     family (``bregman``, ``kl``, ``conjugate``). Subclasses override them with closed forms.
+    Subclasses also set ``dtype`` and ``batch_shape`` (of their parameters) so that ``check_eta``
+    rejects natural parameters of another dtype or a batch shape that does not broadcast.
     """
 
     dim: int
