@@ -117,13 +117,14 @@ def train(
     budget = SWEEP_BUDGET if sweep is not None else {"layers": 4, "dim": 128, "iters": 2000, "eval_every": 250}
     try:
         model = LMConfig(
-            context=context, layers=layers or budget["layers"], heads=heads, dim=dim or budget["dim"],
+            context=context, layers=budget["layers"] if layers is None else layers, heads=heads,
+            dim=budget["dim"] if dim is None else dim,
             carrier=carrier, norm=norm, tied_layers=tied_layers, dropout=dropout,
         )
         cfg = TrainConfig(
-            out=out, model=model, corpus=corpus, batch=batch, iters=iters or budget["iters"], lr=lr, seed=seed,
-            eval_every=eval_every or budget["eval_every"], ckpt_every=ckpt_every, device=device, resume=resume,
-            progress=progress,
+            out=out, model=model, corpus=corpus, batch=batch, iters=budget["iters"] if iters is None else iters,
+            lr=lr, seed=seed, eval_every=budget["eval_every"] if eval_every is None else eval_every,
+            ckpt_every=ckpt_every, device=device, resume=resume, progress=progress,
         )
         if sweep is None:
             result = run_train(cfg)

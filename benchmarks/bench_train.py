@@ -1,0 +1,108 @@
+"""Training throughput of ``expattn.nn.lm.LM`` against a plain nanoGPT-style model of the same size.
+
+One training step = forward, cross-entropy, backward, gradient clipping and an AdamW step on a
+random batch. Both models are timed in the same process, alternating in rounds, and the
+median tokens/s of each is reported with the ratio ours / reference (>= 1: ours is as fast).
+
+    .venv/bin/python benchmarks/bench_train.py [--layers 4 --dim 128 --heads 4 --context 64 --batch 12]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from expattn.nn.lm import LM, LMConfig
+
+
+class NanoBlock(nn.Module):
+    """nanoGPT's block: fused qkv projection, fused LayerNorm, causal SDPA, GELU MLP."""
+
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.c_attn, self.c_proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.fc, self.proj = nn.Linear(dim, 4 * dim), nn.Linear(4 * dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, C = x.shape
+        q, k, v = self.c_attn(self.ln1(x)).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v))  # (B, H, T, d)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, C)
+        x = x + self.c_proj(y)
+        return x + self.proj(F.gelu(self.fc(self.ln2(x))))
+
+
+class NanoGPT(nn.Module):
+    """Token + position embeddings, blocks, final LayerNorm, head tied to the embedding."""
+
+    def __init__(self, vocab: int, context: int, layers: int, dim: int, heads: int) -> None:
+        super().__init__()
+        self.tok, self.pos = nn.Embedding(vocab, dim), nn.Embedding(context, dim)
+        self.blocks = nn.ModuleList(NanoBlock(dim, heads) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, vocab, bias=False)
+        self.head.weight = self.tok.weight
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = self.tok(idx) + self.pos(torch.arange(idx.shape[1]))
+        for block in self.blocks:
+            x = block(x)
+        logits = self.head(self.ln_f(x))
+        return logits, F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+
+def step_seconds(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor, steps: int) -> float:
+    """Wall time of ``steps`` training steps."""
+    start = time.perf_counter()
+    for _ in range(steps):
+        _, loss = model(x, y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    for name, default in (("layers", 4), ("dim", 128), ("heads", 4), ("context", 64), ("batch", 12),
+                          ("vocab", 84), ("steps", 20), ("rounds", 7)):
+        parser.add_argument(f"--{name}", type=int, default=default)
+    parser.add_argument("--carrier", default="empirical")
+    parser.add_argument("--norm", default="layernorm")
+    a = parser.parse_args()
+    torch.manual_seed(0)
+    ours = LM(LMConfig(vocab_size=a.vocab, context=a.context, layers=a.layers, heads=a.heads, dim=a.dim,
+                       carrier=a.carrier, norm=a.norm))
+    ref = NanoGPT(a.vocab, a.context, a.layers, a.dim, a.heads)
+    x = torch.randint(0, a.vocab, (a.batch, a.context))
+    y = torch.randint(0, a.vocab, (a.batch, a.context))
+    models = {"expattn LM": ours, "nanoGPT-style": ref}
+    opts = {k: torch.optim.AdamW(m.parameters(), lr=1e-3) for k, m in models.items()}
+    for k, m in models.items():
+        step_seconds(m, opts[k], x, y, 3)  # warm-up
+    times: dict[str, list[float]] = {k: [] for k in models}
+    for _ in range(a.rounds):
+        for k, m in models.items():
+            times[k].append(step_seconds(m, opts[k], x, y, a.steps))
+    tokens = a.batch * a.context * a.steps
+    speed = {k: tokens / statistics.median(v) for k, v in times.items()}
+    params = {k: sum(p.numel() for p in m.parameters()) for k, m in models.items()}
+    print(f"config: layers={a.layers} dim={a.dim} heads={a.heads} context={a.context} batch={a.batch} "
+          f"carrier={a.carrier} norm={a.norm} threads={torch.get_num_threads()}")
+    for k in models:
+        spread = (max(times[k]) - min(times[k])) / statistics.median(times[k])
+        print(f"{k:>14}: {speed[k]:9.0f} tokens/s  ({params[k]:,} params, spread of rounds {spread:.0%})")
+    ratio = speed["expattn LM"] / speed["nanoGPT-style"]
+    print(f"ratio ours / reference: {ratio:.3f}  (>= 1 means at least as fast)")
+
+
+if __name__ == "__main__":
+    main()
