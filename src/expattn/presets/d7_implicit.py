@@ -1,0 +1,382 @@
+r"""D7 and B7 presets: attention as implicit energy minimisation (seed 004 §3; paper §4).
+
+One explicit attention step $z_1 = f(x, x)$ against the fixed point $z^\star = f(z^\star, x)$ found by
+a solver (``ImplicitAttention``), for Hopfield retrieval $f(\xi, X) = X^\top\operatorname{softmax}(\beta
+X\xi)$ and for a random attention block with input injection and layer norm; Anderson against plain
+iteration; and a tied-weight stack $z_{l+1} = f(z_l, x)$ converging to the same fixed point at the
+rate of the Jacobian's spectral radius (claim B7).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from expattn.checks.tools import generator
+from expattn.claims import RunContext, register_claim
+from expattn.core.empirical import Empirical
+from expattn.core.solvers import solve
+from expattn.nn.implicit import ImplicitAttention, ImplicitConfig, InjectedAttention, spectral_radius, unrolled
+from expattn.report.schema import Record
+
+D7_STATEMENT = (
+    "One explicit softmax attention step vs the fixed point of the attention map found by a differentiable "
+    "solver (DEQ): outputs, solver iterations and gradients (implicit vs unrolled)"
+)
+D7_SOURCE = "seed 004 §3; seed 002"
+B7_STATEMENT = (
+    "A block with tied weights applied repeatedly is one operator iterated; its fixed point can be solved for"
+)
+B7_SOURCE = "seed 000 §4"
+
+
+class HopfieldBlock(nn.Module):
+    r"""$f(\xi, X) = X^\top \operatorname{softmax}(\beta X \xi)$: modern Hopfield retrieval (claim A3's mean)."""
+
+    def __init__(self, beta: float) -> None:
+        super().__init__()
+        self.beta = beta
+
+    def forward(self, z: Tensor, patterns: Tensor) -> Tensor:
+        return Empirical(patterns).mean(self.beta * z)
+
+
+def _seconds(fn: Callable[[], object], repeats: int = 3) -> float:
+    """Median wall time of ``fn`` over ``repeats`` calls."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+def _random_block(gen: torch.Generator, dim: int, heads: int, gain: float) -> InjectedAttention:
+    torch.manual_seed(int(torch.randint(0, 2**31, (1,), generator=gen)))
+    return InjectedAttention(dim, heads=heads, gain=gain).double()
+
+
+def _relative(a: Tensor, b: Tensor) -> float:
+    return ((a - b).norm() / b.norm()).item()
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, ctx: RunContext, name: str) -> list[str]:
+    fig.tight_layout()
+    fig.savefig(ctx.out_dir / name, dpi=110)
+    _pyplot().close(fig)
+    return [name]
+
+
+@register_claim(
+    "D7",
+    kind="dynamics",
+    statement=D7_STATEMENT,
+    source=D7_SOURCE,
+    method="16 unit-norm patterns in d=32, queries = patterns + noise of norm 0.2, beta from 1 to 64; one update vs "
+    "the Anderson fixed point (tol 1e-10, float64): gap, iterations, evaluations, wall time, retrieved pattern",
+    command="simulate",
+    name="d7-hopfield",
+)
+def hopfield(ctx: RunContext) -> Record:
+    gen = generator(ctx.seed)
+    d, n, trials = 32, 16, 2 if ctx.quick else 8
+    betas = [1.0, 4.0, 16.0, 64.0] if ctx.quick else [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0]
+    patterns = torch.nn.functional.normalize(torch.randn(trials, n, d, generator=gen, dtype=torch.float64), dim=-1)
+    noise = torch.nn.functional.normalize(torch.randn(trials, n, d, generator=gen, dtype=torch.float64), dim=-1)
+    queries = patterns + 0.2 * noise
+    rows = []
+    for beta in betas:
+        block = HopfieldBlock(beta)
+        layer = ImplicitAttention(block, ImplicitConfig(tol=1e-10, max_iter=500))
+        with torch.no_grad():
+            step = block(queries, patterns)
+            fixed, stats = layer.forward_with_stats(patterns, z0=queries)
+        target = torch.arange(n)
+        hits = [(Empirical(patterns).probs(z).argmax(-1) == target).double().mean().item() for z in (step, fixed)]
+        n_eff = 1.0 / (Empirical(patterns).probs(beta * fixed) ** 2).sum(-1)
+        rows.append({
+            "beta": beta,
+            "gap": _relative(step, fixed),
+            "iterations": stats.forward.iterations,
+            "evaluations": stats.forward.evaluations,
+            "converged": stats.forward.converged,
+            "seconds_step": _seconds(lambda b=block: b(queries, patterns)),
+            "seconds_solve": _seconds(lambda lay=layer: lay(patterns, z0=queries)),
+            "retrieved_step": hits[0],
+            "retrieved_fixed": hits[1],
+            "patterns_averaged_at_fixed_point": n_eff.median().item(),
+        })
+    gaps = [r["gap"] for r in rows]
+    converged = all(r["converged"] for r in rows)
+    one_step_enough = gaps[-1] < 1e-6
+    ok = converged and one_step_enough and gaps[0] > 1e-2
+    record = Record(
+        id="D7",
+        kind="dynamics",
+        verdict="pass" if ok else "fail",
+        metrics={
+            "gap_smallest_beta": gaps[0],
+            "gap_largest_beta": gaps[-1],
+            "evaluations_smallest_beta": rows[0]["evaluations"],
+            "evaluations_largest_beta": rows[-1]["evaluations"],
+            "solve_over_step_time_largest_beta": rows[-1]["seconds_solve"] / rows[-1]["seconds_step"],
+            "queries": trials * n,
+        },
+        details={"rows": rows},
+        notes=f"all solves converged: {converged}; one update is within {gaps[-1]:.1e} of the fixed point at "
+        f"beta={betas[-1]:g} (separated patterns: one step is the solve) but {gaps[0]:.2f} away at beta={betas[0]:g}, "
+        f"where the fixed point averages ~{rows[0]['patterns_averaged_at_fixed_point']:.1f} patterns (median "
+        f"1/sum p^2) and takes {rows[0]['evaluations']} evaluations",
+    )
+    if ctx.out_dir is not None:
+        plt = _pyplot()
+        fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+        left.loglog(betas, np.maximum(gaps, 1e-17), "o-")
+        left.set_xlabel("beta")
+        left.set_ylabel("|one step - fixed point| / |fixed point|")
+        left.set_title("one explicit Hopfield step vs the fixed point")
+        right.semilogx(betas, [r["evaluations"] for r in rows], "s-", label="solver evaluations (Anderson)")
+        right.semilogx(betas, [100 * r["retrieved_step"] for r in rows], "^--", label="% retrieved, one step")
+        right.semilogx(betas, [100 * r["retrieved_fixed"] for r in rows], "v:", label="% retrieved, fixed point")
+        right.set_xlabel("beta")
+        right.set_title("cost of the fixed point and retrieval")
+        right.legend(fontsize=8)
+        record.plots = _save(fig, ctx, "d7_hopfield.png")
+    return record
+
+
+@register_claim(
+    "D7",
+    kind="dynamics",
+    statement=D7_STATEMENT,
+    source=D7_SOURCE,
+    method="random attention block f(z,x) = LayerNorm(x + W_o attn(z)), d=32, 4 heads, 16 tokens, float64; one "
+    "step f(x,x) vs the fixed point (tol 1e-10) with each solver; implicit vs unrolled and phantom gradients",
+    command="simulate",
+    name="d7-attention",
+)
+def attention(ctx: RunContext) -> Record:
+    gen = generator(ctx.seed)
+    batch, tokens, dim = (2, 8, 16) if ctx.quick else (8, 16, 32)
+    block = _random_block(gen, dim, 4, gain=1.0)
+    x = torch.randn(batch, tokens, dim, generator=gen, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(batch, tokens, dim, generator=gen, dtype=torch.float64)
+    params = [x, *block.parameters()]
+    traces, solvers = {}, {}
+    for name in ("fixed_point_iter", "anderson", "broyden"):
+        layer = ImplicitAttention(block, ImplicitConfig(solver=name, tol=1e-10, backward_tol=1e-10, max_iter=500))
+        z, stats = layer.forward_with_stats(x)
+        grads = torch.autograd.grad((z * weight).sum(), params)
+        traces[name] = stats.forward.trace
+        solvers[name] = {
+            "iterations": stats.forward.iterations,
+            "evaluations": stats.forward.evaluations,
+            "converged": stats.forward.converged and stats.backward.converged,
+            "seconds_forward": _seconds(lambda lay=layer: lay(x.detach())),
+        }
+    with torch.no_grad():
+        step = block(x, x)
+    rho = spectral_radius(lambda s: block(s, x.detach()), z.detach(), iters=100, generator=gen).max().item()
+    depth = math.ceil(math.log(1e-13) / math.log(min(rho * 1.2, 0.95)))
+    reference = torch.autograd.grad((unrolled(block, x, x, depth) * weight).sum(), params)
+    phantom = ImplicitAttention(block, ImplicitConfig(tol=1e-10, backward="phantom", phantom_steps=5))
+    phantom_grads = torch.autograd.grad((phantom(x) * weight).sum(), params)
+
+    def error(gs: tuple[Tensor, ...]) -> float:
+        return max(_relative(g, r) for g, r in zip(gs, reference, strict=True))
+
+    grad_error, phantom_error = error(grads), error(phantom_grads)
+    seconds_step = _seconds(lambda: block(x.detach(), x.detach()))
+    converged = all(s["converged"] for s in solvers.values())
+    ok = converged and grad_error < 1e-7
+    record = Record(
+        id="D7",
+        kind="dynamics",
+        verdict="pass" if ok else "fail",
+        metrics={
+            "one_step_gap": _relative(step, z.detach()),
+            "spectral_radius": rho,
+            "implicit_vs_unrolled_grad_error": grad_error,
+            "phantom5_vs_unrolled_grad_error": phantom_error,
+            "unrolled_depth": depth,
+            **{f"evaluations_{k}": v["evaluations"] for k, v in solvers.items()},
+            "anderson_solve_over_step_time": solvers["anderson"]["seconds_forward"] / seconds_step,
+        },
+        details={"solvers": solvers, "traces": {k: list(v) for k, v in traces.items()}, "seconds_step": seconds_step},
+        notes=f"one explicit step is {_relative(step, z.detach()):.2f} (relative) from the fixed point; the Jacobian's "
+        f"spectral radius there is {rho:.2f}; implicit gradients agree with backpropagation through {depth} unrolled "
+        f"steps to {grad_error:.1e} (phantom, 5 steps: {phantom_error:.1e})",
+    )
+    if ctx.out_dir is not None:
+        plt = _pyplot()
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for name, trace in traces.items():
+            ax.semilogy(range(1, len(trace) + 1), trace, "o-", ms=3, label=name)
+        ax.axhline(1e-10, color="gray", ls=":", label="tolerance")
+        ax.set_xlabel("function evaluations")
+        ax.set_ylabel("relative residual |f(z) - z| / |f(z)|")
+        ax.set_title(f"fixed point of a random attention block (rho = {rho:.2f})")
+        ax.legend(fontsize=8)
+        record.plots = _save(fig, ctx, "d7_attention.png")
+    return record
+
+
+@register_claim(
+    "D7",
+    kind="dynamics",
+    statement=D7_STATEMENT,
+    source=D7_SOURCE,
+    method="random attention blocks (d=32, 4 heads, 16 tokens, float64) with log-uniform gains in [1, 6]; "
+    "function evaluations to relative residual 1e-5 (budget 300) for plain iteration, Anderson (memory 10) and "
+    "Broyden; ratio plain/Anderson over the contractions where plain iteration converges in >= 30 evaluations",
+    command="simulate",
+    name="d7-anderson",
+)
+def anderson_vs_plain(ctx: RunContext) -> Record:
+    gen = generator(ctx.seed)
+    batch, tokens, dim, blocks, budget = (2, 8, 16, 8, 300) if ctx.quick else (4, 16, 32, 24, 300)
+    methods = {"fixed_point_iter": {}, "anderson": {"memory": 10}, "broyden": {}}
+    rows = []
+    for _ in range(blocks):
+        gain = float(torch.exp(torch.rand((), generator=gen, dtype=torch.float64) * math.log(6)))
+        block = _random_block(gen, dim, 4, gain)
+        x = torch.randn(batch, tokens, dim, generator=gen, dtype=torch.float64)
+        row: dict[str, float] = {"gain": gain}
+        with torch.no_grad():
+            for name, options in methods.items():
+                z, stats = solve(lambda s, b=block, x=x: b(s, x), x, method=name, tol=1e-5, max_iter=budget, **options)
+                row[name] = float(stats.evaluations)
+                row[f"{name}_converged"] = float(stats.converged)
+                if name == "anderson":
+                    z_star, found = z, stats.converged
+        rho = spectral_radius(lambda s, b=block, x=x: b(s, x), z_star, iters=100, generator=gen)
+        row["spectral_radius"] = rho.max().item() if found else math.nan
+        row["ratio"] = row["fixed_point_iter"] / row["anderson"]
+        rows.append(row)
+    both = [r for r in rows if r["fixed_point_iter_converged"] and r["anderson_converged"]]
+    slow = [r for r in both if r["fixed_point_iter"] >= 30]
+    slow_ratio = float(np.median([r["ratio"] for r in slow])) if slow else math.nan
+    plain_failed = sum(r["fixed_point_iter_converged"] == 0 for r in rows)
+    rescued = sum(r["fixed_point_iter_converged"] == 0 and r["anderson_converged"] == 1 for r in rows)
+    ok = len(slow) >= 2 and slow_ratio >= 3.0
+    record = Record(
+        id="D7",
+        kind="dynamics",
+        verdict="pass" if ok else "fail",
+        metrics={
+            "median_ratio_slow_blocks": slow_ratio,
+            "slow_blocks": len(slow),
+            "blocks": blocks,
+            "plain_iteration_failed": plain_failed,
+            "anderson_converged_where_plain_failed": rescued,
+            "anderson_failed": sum(r["anderson_converged"] == 0 for r in rows),
+            "goal_ratio": 3.0,
+        },
+        details={"rows": rows},
+        notes=f"median plain/Anderson evaluation ratio {slow_ratio:.1f} over the {len(slow)} of {blocks} blocks where "
+        f"plain iteration converges but needs >= 30 evaluations (goal 3x); plain iteration failed on {plain_failed} "
+        f"blocks (fixed points with spectral radius > 1 repel it), Anderson converged on {rescued} of those",
+    )
+    if ctx.out_dir is not None:
+        plt = _pyplot()
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        radius = np.array([r["spectral_radius"] for r in rows])
+        for name, marker in (("fixed_point_iter", "o"), ("anderson", "s"), ("broyden", "^")):
+            evals = np.array([r[name] for r in rows])
+            done = np.array([r[f"{name}_converged"] == 1 for r in rows])
+            line = ax.semilogy(radius[done], evals[done], marker, ls="none", label=name)
+            ax.semilogy(radius[~done], evals[~done], "x", ms=9, color=line[0].get_color(), ls="none",
+                        label=f"{name}: not converged" if (~done).any() else None)
+        ax.axvline(1.0, color="gray", ls=":")
+        ax.set_xlabel("spectral radius of the Jacobian at the fixed point")
+        ax.set_ylabel(f"function evaluations to relative residual 1e-5 (budget {budget})")
+        ax.set_title("Anderson vs plain iteration on random attention blocks")
+        ax.legend(fontsize=8)
+        record.plots = _save(fig, ctx, "d7_anderson.png")
+    return record
+
+
+def _stack(block: nn.Module, x: Tensor, depth: int, gen: torch.Generator) -> dict[str, object]:
+    """Distances of a tied-weight stack to the solver's fixed point, the fitted rate and the spectral radius."""
+    with torch.no_grad():
+        z_star, stats = ImplicitAttention(block, ImplicitConfig(tol=1e-13, max_iter=1000)).forward_with_stats(x)
+        z, distance = x, []
+        for _ in range(depth):
+            z = block(z, x)
+            distance.append(_relative(z, z_star))
+    rho = spectral_radius(lambda s: block(s, x), z_star, iters=200, generator=gen).max().item()
+    dist = np.array(distance)
+    fit = (dist > 1e-11) & (np.arange(depth) >= depth // 4)
+    rate = float(np.exp(np.polyfit(np.arange(depth)[fit], np.log(dist[fit]), 1)[0])) if fit.sum() >= 3 else math.nan
+    return {"distance": distance, "rho": rho, "rate": rate, "converged": stats.forward.converged,
+            "evaluations": stats.forward.evaluations}
+
+
+@register_claim(
+    "B7",
+    kind="dynamics",
+    statement=B7_STATEMENT,
+    source=B7_SOURCE,
+    method="random attention blocks (d=32, 4 heads, 16 tokens, float64) with gains 1 and 4, each stacked 80 times "
+    "with tied weights; distance of layer l to the Anderson fixed point vs rho^l, rho by power iteration",
+    command="simulate",
+    name="b7-implicit",
+)
+def tied_weights(ctx: RunContext) -> Record:
+    gen = generator(ctx.seed)
+    batch, tokens, dim, depth = (2, 8, 16, 60) if ctx.quick else (4, 16, 32, 80)
+    x = torch.randn(batch, tokens, dim, generator=gen, dtype=torch.float64)
+    runs = {gain: _stack(_random_block(gen, dim, 4, gain), x, depth, gen) for gain in (1.0, 4.0)}
+    low, high = runs[1.0], runs[4.0]
+    ok = (low["converged"] and low["rho"] < 1
+          and abs(low["rate"] - low["rho"]) <= 0.1 * low["rho"] and low["distance"][-1] < 1e-9)
+    record = Record(
+        id="B7",
+        kind="dynamics",
+        verdict="pass" if ok else "fail",
+        metrics={
+            "spectral_radius_gain1": low["rho"],
+            "fitted_rate_gain1": low["rate"],
+            "final_distance_gain1": low["distance"][-1],
+            "solver_evaluations_gain1": low["evaluations"],
+            "spectral_radius_gain4": high["rho"],
+            "final_distance_gain4": high["distance"][-1],
+            "solver_converged_gain4": float(high["converged"]),
+            "depth": depth,
+        },
+        details={f"gain{g:g}": {"distance": r["distance"], "rate": r["rate"]} for g, r in runs.items()},
+        notes=f"gain 1: the stack approaches the solver's fixed point at {low['rate']:.3f} per layer, the spectral "
+        f"radius there is {low['rho']:.3f}, and the solver needs {low['evaluations']} evaluations; gain 4: spectral "
+        f"radius {high['rho']:.2f}, after {depth} layers the stack is {high['distance'][-1]:.2g} (relative) from the "
+        f"fixed point the solver found (converged: {high['converged']})",
+    )
+    if ctx.out_dir is not None:
+        plt = _pyplot()
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        layers = np.arange(1, depth + 1)
+        for gain, run in runs.items():
+            dist = np.maximum(np.array(run["distance"]), 1e-17)
+            line = ax.semilogy(layers, dist, "o-", ms=3, label=f"gain {gain:g}: |z_l - z*| / |z*|")
+            ax.semilogy(layers, dist[0] * run["rho"] ** (layers - 1), "--", color=line[0].get_color(),
+                        label=f"gain {gain:g}: rho^l, rho = {run['rho']:.3f}")
+        ax.set_ylim(1e-16, 1e3)
+        ax.set_xlabel("layer l of the tied-weight stack")
+        ax.set_ylabel("relative distance to the solver's fixed point")
+        ax.set_title("a tied-weight stack is one operator iterated")
+        ax.legend(fontsize=8)
+        record.plots = _save(fig, ctx, "b7_implicit.png")
+    return record
