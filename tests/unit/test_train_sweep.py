@@ -1,0 +1,43 @@
+"""A tiny carrier sweep end to end: one run per carrier, same budget, table, plot and records."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from expattn.nn.carriers import carrier_names
+from expattn.nn.lm import LMConfig
+from expattn.report.schema import load_records
+from expattn.train.loop import TrainConfig
+from expattn.train.sweep import run_sweep, sweep_values
+
+
+@pytest.mark.slow
+def test_carrier_sweep(gen, tmp_path):
+    corpus = tmp_path / "text.txt"
+    corpus.write_text("".join("abcdef \n"[i] for i in torch.randint(0, 8, (4000,), generator=gen).tolist()))
+    base = TrainConfig(out=tmp_path / "sweep", model=LMConfig(context=8, layers=2, heads=2, dim=8),
+                       corpus=str(corpus), batch=4, iters=4, eval_every=2, eval_batches=2, progress=False,
+                       device="cpu")
+    rows = run_sweep("carriers", base)
+    assert [r["value"] for r in rows] == carrier_names()
+    for r in rows:
+        config = json.loads((base.out / r["value"] / "config.json").read_text())
+        assert config["model"]["carrier"] == r["value"]
+        assert {k: v for k, v in config["train"].items() if k not in ("out", "model")} == {
+            k: v for k, v in base.to_json().items() if k not in ("out", "model")
+        }  # the same budget and seed for every carrier
+        assert len(r["layers"]) == 2 and r["metrics"][-1]["iter"] == 4
+    assert {p.name for p in base.out.iterdir()} >= {"sweep.json", "sweep.md", "sweep.png"}
+    records = load_records(base.out / "sweep.json")
+    assert [rec.id for rec in records] == ["E1", "E2", "E3"]
+    assert records[0].metrics["empirical.layer1"] == pytest.approx(rows[0]["layers"][1]["e1_spread_ratio"])
+    table = (base.out / "sweep.md").read_text().splitlines()
+    assert len(table) == 2 + len(rows) and all(line.count("|") == 8 for line in table)
+
+
+def test_unknown_sweep():
+    with pytest.raises(ValueError, match="sweep must be one of"):
+        sweep_values("widths")
