@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from expattn.claims import RunContext, run_claim, select
@@ -25,9 +26,9 @@ def record_table(records: list[Record], title: str) -> Table:
         style = STYLE.get(r.verdict, "yellow")
         printed = r.as_printed or "-"
         table.add_row(
-            r.id,
-            r.statement,
-            r.method,
+            escape(r.id),
+            escape(r.statement),
+            escape(r.method),
             "-" if stat is None else f"{stat:.2e}",
             "-" if tol is None else f"{tol:.0e}",
             f"[{style}]{r.verdict}[/]",
