@@ -145,3 +145,21 @@ def test_bad_input_raises(gen):
         Compose(AttentionUpdate(AttentionConfig()), "layernorm")
     with pytest.raises(ValueError, match="expected 4"):
         FeedForward(FeedForwardConfig(dim=4, hidden=2))(x)
+
+
+def test_registered_measure_as_fixed_carrier(gen):
+    """A Gaussian carrier object gives A(eta) = eta + mu + Sigma (beta eta) (A5), same as the one-atom mixture."""
+    from expattn.core.gaussian import Gaussian
+
+    d = 3
+    mu, a = _x(gen, d), _x(gen, d, d)
+    sigma = a @ a.T + torch.eye(d, dtype=torch.float64)
+    eta = _x(gen, 2, 6, d)
+    op = AttentionUpdate(AttentionConfig(beta=0.5), measure=Gaussian(mu, sigma))
+    torch.testing.assert_close(op(eta), eta + mu + 0.5 * eta @ sigma.T, rtol=0, atol=1e-12)
+    one_atom = AttentionUpdate(AttentionConfig(beta=0.5, carrier="mixture"), atoms=mu[None], covariance=sigma)
+    torch.testing.assert_close(one_atom(eta), op(eta), rtol=0, atol=1e-12)
+    with pytest.raises(ValueError, match="measure replaces atoms"):
+        AttentionUpdate(AttentionConfig(), atoms=mu[None], measure=Gaussian(mu, sigma))
+    with pytest.raises(ValueError, match="measure has dim 3"):
+        op(_x(gen, 1, 4, 2))

@@ -17,6 +17,8 @@ from jaxtyping import Float
 from torch import Tensor, nn
 
 from expattn.core.empirical import Empirical
+from expattn.core.measure import Measure
+from expattn.core.mixture import GaussianMixture
 from expattn.core.validate import as_tensor, check_finite, check_ndim, check_positive_definite
 
 CARRIERS = ("empirical", "mixture")
@@ -82,6 +84,8 @@ class AttentionUpdate(nn.Module):
             ($W_k^\top W_q$ of a head with values = keys); ``None`` is the identity.
         carrier_map: ``(dim, dim)`` $M$: the atoms are $x_n = M a_n$ for the given or self atoms
             $a_n$ (Theorem 1's carrier "given pointwise by $x = \Sigma\eta$"); ``None`` is $M = I$.
+        measure: any fixed carrier ``expattn.core.measure.Measure`` (e.g. one built from the measure
+            registry); then $\nabla G$ is ``measure.mean`` and atoms, covariance, carrier_map must be ``None``.
     """
 
     def __init__(
@@ -91,9 +95,16 @@ class AttentionUpdate(nn.Module):
         covariance: Float[Tensor, "dim dim"] | None = None,
         query_map: Float[Tensor, "dim dim"] | None = None,
         carrier_map: Float[Tensor, "dim dim"] | None = None,
+        measure: Measure | None = None,
     ) -> None:
         super().__init__()
         self.config = config
+        if measure is not None:
+            if not isinstance(measure, Measure):
+                raise TypeError(f"measure must be an expattn Measure, got {type(measure).__name__}")
+            if atoms is not None or covariance is not None or carrier_map is not None:
+                raise ValueError("measure replaces atoms, covariance and carrier_map; pass only one of them")
+        self.measure = measure
         if atoms is not None:
             as_tensor("atoms", atoms)
             check_ndim("atoms", atoms, 2, "(key, dim) or (batch, key, dim)")
@@ -115,25 +126,33 @@ class AttentionUpdate(nn.Module):
     def gradient(self, eta: Float[Tensor, "batch token dim"]) -> Float[Tensor, "batch token dim"]:
         r"""$\nabla G(\beta W\eta)$ at every token: the attention output (values = keys)."""
         check_cloud(eta, name="eta")
+        theta = self.config.beta * eta
+        if self.query_map is not None:
+            if self.query_map.shape[-1] != eta.shape[-1]:
+                raise ValueError(f"query_map has last dimension {self.query_map.shape[-1]}, expected {eta.shape[-1]}")
+            theta = theta @ self.query_map.to(eta.dtype).mT
+        if self.measure is not None:
+            if self.measure.dim != eta.shape[-1]:
+                raise ValueError(f"measure has dim {self.measure.dim}, expected {eta.shape[-1]} (the cloud's dim)")
+            return self.measure.mean(theta)
+        return self.carrier(eta).mean(theta)
+
+    def carrier(self, eta: Float[Tensor, "batch token dim"]) -> Measure:
+        """The carrier for the cloud ``eta``: Dirac atoms (Empirical) or Gaussians around them (GaussianMixture)."""
         atoms = eta if self.atoms is None else self.atoms
-        named = {"atoms": atoms, "covariance": self.covariance, "query_map": self.query_map}
-        named["carrier_map"] = self.carrier_map
+        named = {"atoms": atoms, "covariance": self.covariance, "carrier_map": self.carrier_map}
         for name, m in named.items():
             if m is not None and m.shape[-1] != eta.shape[-1]:
                 raise ValueError(f"{name} has last dimension {m.shape[-1]}, expected {eta.shape[-1]} (the cloud's dim)")
         atoms = atoms.to(eta.dtype)
         if self.carrier_map is not None:
             atoms = atoms @ self.carrier_map.to(eta.dtype).mT
-        theta = self.config.beta * eta
-        if self.query_map is not None:
-            theta = theta @ self.query_map.to(eta.dtype).mT
-        grad = Empirical(atoms).mean(theta)  # (B, T, D)
-        if self.config.carrier == "mixture":
-            if self.covariance is not None:
-                grad = grad + theta @ self.covariance.to(eta.dtype)
-            else:
-                grad = grad + self.config.bandwidth**2 * theta
-        return grad
+        if self.config.carrier == "empirical" or (self.covariance is None and self.config.bandwidth == 0):
+            return Empirical(atoms)
+        d = eta.shape[-1]
+        cov = (self.config.bandwidth**2 * torch.eye(d, dtype=eta.dtype) if self.covariance is None
+               else self.covariance.to(eta.dtype))
+        return GaussianMixture(atoms, cov.expand(*atoms.shape[:-2], d, d))
 
     def forward(self, eta: Float[Tensor, "batch token dim"]) -> Float[Tensor, "batch token dim"]:
         grad = self.gradient(eta)

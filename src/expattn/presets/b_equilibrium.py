@@ -254,15 +254,15 @@ def tied_block(dim: int, gain: float, gen: torch.Generator, seed: int) -> Compos
     "solved for directly (implicit / DEQ layer)",
     source="seed 000 §4",
     method="post-LN block (attention with a random W, MLP, LayerNorm), D=16, 32 tokens, weight gain in "
-    "{0.25, 0.5, 1, 2, 4}: 300 plain iterations vs Broyden's method (expattn.core.solvers) from the same start",
+    "{0.1, 0.25, 0.5, 1, 2, 4}: 300 plain iterations vs Broyden's method (expattn.core.solvers) from the same start",
     command="simulate",
     name="b7-tied-block",
 )
 def b7_tied_block(ctx: RunContext) -> Record:
     gen = generator(ctx.seed)
-    batch, tokens, dim, iters = (2, 16, 8, 80) if ctx.quick else (4, 32, 16, 300)
+    batch, tokens, dim, iters = (2, 16, 8, 300) if ctx.quick else (4, 32, 16, 300)
     table, curves = {}, {}
-    for i, gain in enumerate((0.25, 0.5, 1.0, 2.0, 4.0)):
+    for i, gain in enumerate((0.1, 0.25, 0.5, 1.0, 2.0, 4.0)):
         block = tied_block(dim, gain, gen, seed=ctx.seed + i)
         x = torch.randn(batch, tokens, dim, generator=gen, dtype=torch.float64)
         traj = run(x, block, iters, metrics=["trace_cov"])
@@ -286,6 +286,7 @@ def b7_tied_block(ctx: RunContext) -> Record:
              and v["broyden_residual"] < 1e-6 and v["distance_iteration_vs_broyden"] < 1e-6]
     collapsed = all(v["final_token_spread"] < 1e-20 for v in table.values())
     never = [k for k, v in table.items() if v["iteration_reached_fixed_point"] == 0]
+    mixed = [k for k in table if k not in agree and k not in never]
     record = Record(
         id="B7",
         kind="dynamics",
@@ -294,7 +295,8 @@ def b7_tied_block(ctx: RunContext) -> Record:
         details={"per_gain": table},
         notes=f"Fixed point reached by iteration and found directly by Broyden (residual and distance < 1e-6) at "
         f"{', '.join(agree) or 'no gain'}; not reached within {iters} iterations at "
-        f"{', '.join(never) or 'no gain'}. "
+        f"{', '.join(never) or 'no gain'}"
+        + (f"; mixed (some clouds only, or Broyden elsewhere) at {', '.join(mixed)}. " if mixed else ". ")
         + ("At every gain the tokens first collapse to one common vector (final_token_spread below 1e-20: rank "
            "collapse), after which the block acts on that single vector; whether the iteration then settles "
            "depends on the weights, not monotonically on their size." if collapsed else
