@@ -138,6 +138,44 @@ def train(
 
 
 @app.command()
+def probe(
+    out: Annotated[Path, typer.Option(help="Output folder (created; must not exist or be empty).")],
+    model: Annotated[str, typer.Option(help="minilm, smollm2, or a local HuggingFace model directory.")] = "minilm",
+    corpus: Annotated[str, typer.Option(help="Built-in corpus (shakespeare).")] = "shakespeare",
+    text: Annotated[Path | None, typer.Option(help="UTF-8 text file to read instead of the corpus.")] = None,
+    tokens: Annotated[int, typer.Option(help="Number of tokens to read.")] = 20_000,
+    seq_len: Annotated[int, typer.Option(help="Tokens per sequence, special tokens included.")] = 128,
+    seed: Annotated[int, typer.Option(help="Seed of the sample, bootstrap and baselines.")] = 0,
+) -> None:
+    """Measure hypotheses E1-E8 on a pretrained transformer and real text; writes results.json and plots."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from expattn.probe import ProbeConfig, probe_to_dir
+
+    config = ProbeConfig(model=model, corpus=corpus, text=None if text is None else str(text), tokens=tokens,
+                         seq_len=seq_len, seed=seed)
+    columns = (TextColumn("probe {task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} tokens"),
+               TextColumn("{task.fields[rate]} tokens/s"), TimeElapsedColumn())
+    try:
+        with Progress(*columns, console=console, transient=True) as bar:
+            task = bar.add_task(model, total=tokens, rate="-")
+
+            def progress(done: int, total: int) -> None:
+                elapsed = bar.tasks[task].elapsed or 0.0
+                bar.update(task, completed=done, rate=f"{done / elapsed:.0f}" if elapsed > 0 else "-")
+
+            outcome = probe_to_dir(config, out, progress)
+    except (ValueError, OSError) as err:
+        fail(str(err).splitlines()[0] if str(err) else type(err).__name__)
+    if outcome.records:
+        from expattn.verify import record_table
+
+        console.print(record_table(outcome.records, f"expattn probe --model {model}"))
+        seconds = f"{outcome.seconds:.1f} s (forward passes {outcome.forward_seconds:.1f} s)"
+        console.print(f"{outcome.tokens} tokens in {seconds}; results in {out}/results.json")
+
+
+@app.command()
 def simulate(
     preset: Annotated[str, typer.Option(help="Preset name or claim ID (comma-separated), 'all' or 'custom'.")] = "all",
     out: Annotated[Path, typer.Option(help="Folder for results.json and the PNG plots.")] = Path("simulate"),

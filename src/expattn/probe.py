@@ -1,0 +1,322 @@
+"""``expattn probe``: measure hypotheses E1-E8 on a real pretrained transformer and real text.
+
+One pass over a deterministic token sample: the model runs batch by batch with forward hooks
+(``expattn.probes.adapters.Capture``); after each block the estimators of E1-E8 update their
+streaming statistics from that block's tensors and the tensors are dropped. Under ``torchrun``
+(gloo on CPU, NCCL on GPU) every process takes the batches ``rank, rank + world, ...`` and the
+fitted statistics are merged on rank 0, which computes the records and draws the plots.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from expattn.probes.adapters import Capture, adapter_for
+from expattn.probes.common import Batch, ProbeContext
+from expattn.probes.corpus import TokenSample, excluded_positions, load_text, sequence
+from expattn.probes.e1_expansion import E1Expansion
+from expattn.probes.e2_normalization import E2Normalization
+from expattn.probes.e3_gaussianity import E3Gaussianity
+from expattn.probes.e4_alignment import E4Alignment
+from expattn.probes.e5_gradient import E5Gradient
+from expattn.probes.e6_mlp import E6Mlp
+from expattn.probes.e7_collapse import E7Collapse
+from expattn.probes.e8_heads import E8Heads
+from expattn.probes.loading import load_pretrained, read_config, resolve_model_dir
+from expattn.probes.stats import poisson_weights
+from expattn.report.schema import Record, results_document, write_json_atomic
+
+ESTIMATORS = (E1Expansion, E2Normalization, E3Gaussianity, E4Alignment, E5Gradient, E6Mlp, E7Collapse, E8Heads)
+
+STATEMENTS = {
+    "E1": ("the residual attention update expands the spread of token states within a sequence", "seed 000 §3.3"),
+    "E2": ("the normalization sublayer contracts the spread of token states", "seed 000 §3.3; 002"),
+    "E3": ("hidden states per layer: distance from Gaussian and isotropic", "seed 000 §6"),
+    "E4": (
+        "sym(W_q^T W_k) of each head aligns with Sigma^-1 (or the inverse Fisher) of its input",
+        "seed 000 §3.2, §6 (A11)",
+    ),
+    "E5": (
+        "attention with V = K equals sqrt(d) grad_q logsumexp(q K^T / sqrt(d)) on every head",
+        "seed 000 Prop. 1a (A3)",
+    ),
+    "E6": ("the FC sublayer is close to the identity or to a linear map", "seed 000 §4, §6"),
+    "E7": (
+        "the pure-attention path collapses to rank one without skips, not with them",
+        "seed 000 §3.3 (B2); Dong et al. 2021",
+    ),
+    "E8": ("the heads' updates are incoherent (not aligned)", "seed 000 §5 (B8)"),
+}
+
+DEFAULT_TOKENS = {"minilm": 20_000, "smollm2": 6_144}
+QUICK_TOKENS = {"minilm": 2_048, "smollm2": 1_024}
+
+
+@dataclass(frozen=True)
+class ProbeConfig:
+    """What to probe and how much.
+
+    Attributes:
+        model: ``minilm``, ``smollm2`` or a local HuggingFace model directory.
+        corpus: built-in corpus name (``shakespeare``); ignored when ``text`` is given.
+        text: path of a UTF-8 text file to use instead of the corpus.
+        tokens: number of tokens to read (rounded up to whole sequences).
+        seq_len: tokens per sequence, special tokens included.
+        seed: seed of the sample, the bootstrap and every random baseline.
+        batch_size: sequences per forward pass.
+        replicates: Poisson bootstrap replicates.
+        detail_sequences: sequences used by the per-sequence analyses (E4 Fisher, E5, E7).
+    """
+
+    model: str = "minilm"
+    corpus: str = "shakespeare"
+    text: str | None = None
+    tokens: int = 20_000
+    seq_len: int = 128
+    seed: int = 0
+    batch_size: int = 16
+    replicates: int = 200
+    detail_sequences: int = 8
+
+    @classmethod
+    def preset(cls, model: str, quick: bool = False, seed: int = 0) -> ProbeConfig:
+        """The default size for ``model`` (about 3 min on 2 CPU cores; ``quick``: under 40 s)."""
+        table = QUICK_TOKENS if quick else DEFAULT_TOKENS
+        return cls(
+            model=model,
+            tokens=table.get(model, 4_096 if quick else 20_000),
+            seed=seed,
+            detail_sequences=4 if quick else 8,
+            replicates=100 if quick else 200,
+        )
+
+    def validate(self) -> None:
+        """ValueError naming the first bad field."""
+        for name, low in (("tokens", 1), ("seq_len", 4), ("batch_size", 1), ("replicates", 2), ("detail_sequences", 1)):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+
+
+@dataclass
+class ProbeOutcome:
+    """Records plus the run's provenance (what ``results.json`` stores beside them) and, on rank 0,
+    the fitted (merged) estimators with their streaming statistics."""
+
+    records: list[Record]
+    tokens: int
+    sequences: int
+    seconds: float
+    forward_seconds: float
+    stats_seconds: float
+    forward_cpu_seconds: float
+    stats_cpu_seconds: float
+    model: dict
+    config: dict
+    estimators: list = field(default_factory=list)
+
+
+def _context_length(config: dict) -> int | None:
+    for key in ("max_position_embeddings", "n_positions", "n_ctx"):
+        if isinstance(config.get(key), int):
+            return config[key]
+    return None
+
+
+def _distributed() -> tuple[int, int]:
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1 and not torch.distributed.is_initialized():
+        torch.distributed.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    if world > 1:
+        return torch.distributed.get_rank(), world
+    return 0, 1
+
+
+def _batch(indices: list[int], ids: list[torch.Tensor], excluded: torch.Tensor, config: ProbeConfig) -> Batch:
+    index = torch.tensor(indices)
+    t, kept = excluded.numel(), int((~excluded).sum())
+    perms = [np.random.default_rng([config.seed, 31, i]) for i in indices]
+    return Batch(
+        index=index,
+        weights=poisson_weights(config.seed, index, config.replicates),
+        perm=torch.as_tensor(np.stack([r.permutation(t) for r in perms])),
+        perm_kept=torch.as_tensor(np.stack([r.permutation(kept) for r in perms])),
+    )
+
+
+def probe(
+    config: ProbeConfig, out_dir: Path | None, progress: Callable[[int, int], None] | None = None
+) -> ProbeOutcome:
+    """Run E1-E8 on ``config.model`` and return the records with timing (see module docstring).
+
+    Args:
+        config: the run's settings.
+        out_dir: folder for the PNG plots (``None``: no plots).
+        progress: called as ``progress(tokens_done, tokens_total)`` after each batch (rank 0).
+
+    Raises:
+        ValueError: bad settings, unknown model, a directory that is not a supported model, an
+            empty or unreadable text, or a sequence length beyond the model's context.
+    """
+    start = time.perf_counter()
+    config.validate()
+    path = resolve_model_dir(config.model)
+    hf_config = read_config(path)
+    adapter = adapter_for(hf_config["model_type"])
+    context = _context_length(hf_config)
+    if context is not None and config.seq_len > context:
+        raise ValueError(f"seq_len {config.seq_len} exceeds the context length {context} of {config.model}")
+    text = load_text(config.corpus, config.text)
+    model, tokenizer = load_pretrained(path, hf_config["model_type"])
+    torch.manual_seed(config.seed)
+    layers = len(adapter.blocks(model))
+    excluded = excluded_positions(config.seq_len, adapter.family, tokenizer)
+    ctx = ProbeContext(
+        model=model,
+        adapter=adapter,
+        attention=tuple(adapter.attention(model, i) for i in range(layers)),
+        layers=layers,
+        dim=model.config.hidden_size,
+        excluded=excluded,
+        seed=config.seed,
+        replicates=config.replicates,
+        detail_sequences=config.detail_sequences,
+        model_name=config.model,
+    )
+    estimators = [cls(ctx) for cls in ESTIMATORS]
+    sample = TokenSample(config.seq_len, config.seed)
+    n_seq = math.ceil(config.tokens / config.seq_len)
+    rank, world = _distributed()
+    batches = [list(range(b, min(b + config.batch_size, n_seq))) for b in range(0, n_seq, config.batch_size)]
+    mine = batches[rank::world]  # whole batches per process: the same forward passes as one process
+    state: dict = {"batch": None, "stats_cpu": 0.0}
+    per_estimator = dict.fromkeys((cls.claim for cls in ESTIMATORS), 0.0)
+
+    def on_block(i: int, tensors: dict[str, torch.Tensor]) -> None:
+        c0 = time.process_time()
+        for est in estimators:
+            t0 = time.perf_counter()
+            est.update(i, tensors, state["batch"])
+            per_estimator[est.claim] += time.perf_counter() - t0
+        state["stats_cpu"] += time.process_time() - c0
+
+    forward = forward_cpu = 0.0
+    with torch.no_grad(), Capture(model, adapter, on_block):
+        for done, indices in enumerate(mine, start=1):
+            ids = [sequence(text, tokenizer, adapter.family, sample, i) for i in indices]
+            state["batch"] = _batch(indices, ids, excluded, config)
+            t0, c0 = time.perf_counter(), time.process_time()
+            model(input_ids=torch.stack(ids), attention_mask=torch.ones(len(ids), config.seq_len, dtype=torch.long))
+            forward += time.perf_counter() - t0
+            forward_cpu += time.process_time() - c0
+            if progress is not None and rank == 0:
+                progress(min(config.tokens, done * world * config.batch_size * config.seq_len), config.tokens)
+    stats_seconds = sum(per_estimator.values())
+    if world > 1:
+        gathered: list = [None] * world
+        torch.distributed.all_gather_object(gathered, [estimators, forward, stats_seconds])
+        if rank == 0:
+            for other, *_ in gathered[1:]:
+                for est, theirs in zip(estimators, other, strict=True):
+                    est.merge(theirs)
+        forward = max(g[1] for g in gathered)
+        stats_seconds = max(g[2] for g in gathered)
+    records = []
+    if rank == 0 and out_dir is not None:
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+    if rank == 0:
+        for est in estimators:
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                record = est.result(out_dir)
+            record.metrics["update_seconds"] = per_estimator[est.claim]
+            record.metrics["result_seconds"] = time.perf_counter() - t0
+            record.statement, record.source = STATEMENTS[record.id]
+            record.details["model"] = config.model
+            records.append(record)
+    model_info = {
+        "name": config.model,
+        "path": str(path),
+        "model_type": hf_config["model_type"],
+        "family": adapter.family,
+        "layers": layers,
+        "dim": ctx.dim,
+        "heads": ctx.attention[0].heads,
+        "kv_heads": ctx.attention[0].kv_heads,
+        "norm_position": adapter.norm_position,
+    }
+    return ProbeOutcome(
+        records,
+        n_seq * config.seq_len,
+        n_seq,
+        time.perf_counter() - start,
+        forward - stats_seconds,
+        stats_seconds,
+        forward_cpu - state["stats_cpu"],
+        state["stats_cpu"],
+        model_info,
+        asdict(config),
+        estimators if rank == 0 else [],
+    )
+
+
+def run_probe(
+    config: ProbeConfig, out_dir: Path | None, progress: Callable[[int, int], None] | None = None
+) -> list[Record]:
+    """Records of E1-E8 for ``config`` (plots written into ``out_dir``); see ``probe`` for the details."""
+    return probe(config, out_dir, progress).records
+
+
+def probe_to_dir(config: ProbeConfig, out: Path, progress: Callable[[int, int], None] | None = None) -> ProbeOutcome:
+    """Run the probe and write ``out/results.json`` plus the PNG plots, all or nothing.
+
+    Everything is written into a temporary sibling folder renamed to ``out`` at the end, so a
+    failure leaves no partial folder. Under ``torchrun`` only rank 0 writes.
+
+    Raises:
+        ValueError: as ``probe``, or when ``out`` exists and is not an empty folder.
+    """
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ValueError(f"output folder {str(out)!r} already exists and is not empty")
+    config.validate()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    rank = int(os.environ.get("RANK", "0"))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent)) if rank == 0 else None
+    try:
+        outcome = probe(config, tmp, progress)
+        if tmp is not None:
+            doc = results_document(
+                outcome.records,
+                "probe",
+                seeds={"seed": config.seed},
+                tokens=outcome.tokens,
+                sequences=outcome.sequences,
+                seconds=outcome.seconds,
+                forward_seconds=outcome.forward_seconds,
+                stats_seconds=outcome.stats_seconds,
+                forward_cpu_seconds=outcome.forward_cpu_seconds,
+                stats_cpu_seconds=outcome.stats_cpu_seconds,
+                world_size=int(os.environ.get("WORLD_SIZE", "1")),
+                model=outcome.model,
+                config=outcome.config,
+            )
+            write_json_atomic(tmp / "results.json", doc)
+            if out.exists():
+                out.rmdir()
+            os.replace(tmp, out)
+    except BaseException:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return outcome

@@ -1,0 +1,122 @@
+r"""A model's self-attention recomputed from its own weights, in any precision.
+
+$$q = W_q x + b_q,\quad k = W_k x + b_k,\quad v = W_v x + b_v,\quad
+z_h = \operatorname{softmax}(s\, q_h k_h^\top + M)\, v_h,\quad y = W_o [z_1; \dots; z_H] + b_o$$
+
+with the model's scale $s$ (usually $1/\sqrt{d_{head}}$), rotary embeddings applied to $q, k$
+where the model uses them (Llama), key/value heads shared by groups of query heads (GQA) and
+a causal mask $M$ for decoders. Used by E4, E5, E7 and E8; E5 also checks that this
+recomputation reproduces the heads' outputs the model itself produced.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+
+@dataclass(frozen=True)
+class AttnWeights:
+    """Projection weights of one self-attention layer (``nn.Linear`` layout: ``(out, in)``).
+
+    Attributes:
+        wq, wk, wv: ``(heads*head_dim, dim)``, ``(kv_heads*head_dim, dim)`` twice; biases or None.
+        wo: ``(dim, heads*head_dim)``; bo its bias or None.
+        heads, kv_heads: number of query heads and of key/value heads (GQA when fewer).
+        scale: factor $s$ of the logits.
+        causal: decoder mask.
+        rope: ``(q, k) -> (q, k)`` rotary embedding on ``(batch, head, token, head_dim)``, or None.
+    """
+
+    wq: Tensor
+    bq: Tensor | None
+    wk: Tensor
+    bk: Tensor | None
+    wv: Tensor
+    bv: Tensor | None
+    wo: Tensor
+    bo: Tensor | None
+    heads: int
+    kv_heads: int
+    scale: float
+    causal: bool
+    rope: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]] | None = None
+
+    @property
+    def head_dim(self) -> int:
+        return self.wq.shape[0] // self.heads
+
+    def to(self, dtype: torch.dtype) -> AttnWeights:
+        """The same weights cast to ``dtype`` (biases too)."""
+        cast = {
+            name: None if getattr(self, name) is None else getattr(self, name).to(dtype)
+            for name in ("wq", "bq", "wk", "bk", "wv", "bv", "wo", "bo")
+        }
+        return replace(self, **cast)
+
+    def head_matrices(self, h: int) -> tuple[Tensor, Tensor]:
+        """Rows of $W_q$ and $W_k$ serving query head ``h``: two ``(head_dim, dim)`` matrices."""
+        dh = self.head_dim
+        g = h // (self.heads // self.kv_heads)
+        return self.wq[h * dh : (h + 1) * dh], self.wk[g * dh : (g + 1) * dh]
+
+
+def _project(x: Tensor, w: Tensor, b: Tensor | None, heads: int) -> Tensor:
+    y = x @ w.T if b is None else torch.addmm(b, x.flatten(0, -2), w.T).view(*x.shape[:-1], -1)
+    return y.view(*x.shape[:-1], heads, -1).transpose(-3, -2)  # (B, H, T, dh)
+
+
+def queries_keys_values(
+    x: Float[Tensor, "batch token dim"], w: AttnWeights
+) -> tuple[
+    Float[Tensor, "batch head token hd"], Float[Tensor, "batch head token hd"], Float[Tensor, "batch head token hd"]
+]:
+    """Per-head $q$, $k$, $v$ as the model forms them (rotary applied, GQA keys repeated per query head)."""
+    q = _project(x, w.wq, w.bq, w.heads)
+    k = _project(x, w.wk, w.bk, w.kv_heads)
+    v = _project(x, w.wv, w.bv, w.kv_heads)
+    if w.rope is not None:
+        q, k = w.rope(q, k)
+    group = w.heads // w.kv_heads
+    return q, k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+
+
+def attention_logits(q: Tensor, k: Tensor, w: AttnWeights) -> Float[Tensor, "batch head query key"]:
+    """$s\\, q k^\\top$ with $-\\infty$ above the diagonal for causal models."""
+    logits = w.scale * (q @ k.transpose(-1, -2))  # (B, H, T, T)
+    if w.causal:
+        t = logits.shape[-1]
+        future = torch.ones(t, t, dtype=torch.bool, device=logits.device).triu(1)
+        logits = logits.masked_fill(future, float("-inf"))
+    return logits
+
+
+def attention_probs(x: Float[Tensor, "batch token dim"], w: AttnWeights) -> Float[Tensor, "batch head query key"]:
+    """Attention weights $\\operatorname{softmax}(s\\,qk^\\top + M)$ of every head."""
+    q, k, _ = queries_keys_values(x, w)
+    return attention_logits(q, k, w).softmax(-1)
+
+
+def head_outputs(x: Float[Tensor, "batch token dim"], w: AttnWeights) -> Float[Tensor, "batch token hd_all"]:
+    """$[z_1; \\dots; z_H]$: what the output projection reads, ``(batch, token, heads*head_dim)``."""
+    q, k, v = queries_keys_values(x, w)
+    z = attention_logits(q, k, w).softmax(-1) @ v  # (B, H, T, dh)
+    return z.transpose(1, 2).flatten(-2)
+
+
+def attention_branch(x: Float[Tensor, "batch token dim"], w: AttnWeights) -> Float[Tensor, "batch token dim"]:
+    """The attention sublayer's update $y = W_o z + b_o$ (no residual, no normalization)."""
+    y = head_outputs(x, w) @ w.wo.T
+    return y if w.bo is None else y + w.bo
+
+
+def head_updates(z: Float[Tensor, "batch token hd_all"], w: AttnWeights) -> Float[Tensor, "batch token head dim"]:
+    """Each head's share of the update: $u_h = W_o[:, h] z_h$, so that $\\sum_h u_h + b_o = y$."""
+    dh = w.head_dim
+    zh = z.view(*z.shape[:-1], w.heads, dh)  # (B, T, H, dh)
+    wo = w.wo.view(w.wo.shape[0], w.heads, dh)  # (D, H, dh)
+    return torch.einsum("bthe,dhe->bthd", zh, wo)

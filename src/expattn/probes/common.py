@@ -1,0 +1,156 @@
+"""What every hypothesis estimator receives, and the helpers they share (verdicts, plots).
+
+An estimator follows the scikit-learn habit: configured in the constructor from a
+``ProbeContext``, fed block by block with ``update(i, tensors, batch)`` while the model runs,
+combined across processes with ``merge(other)``, optionally completed by ``finish()`` and turned
+into a ``Record`` by ``result(out_dir)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from expattn.probes.adapters import Adapter
+from expattn.probes.attention import AttnWeights
+
+
+@dataclass(frozen=True)
+class ProbeContext:
+    """The model under study and the fixed choices of a run.
+
+    Attributes:
+        model: the backbone in eval mode.
+        adapter: its family adapter.
+        attention: per block, the self-attention weights.
+        layers: number of blocks; dim: model width D.
+        excluded: ``(token,)`` True at the first token and special tokens.
+        seed: seed of every random choice; replicates: bootstrap replicates.
+        detail_sequences: sequences (lowest indices) used by the costly per-sequence analyses (E4 Fisher, E5, E7).
+        model_name: for titles.
+    """
+
+    model: nn.Module
+    adapter: Adapter
+    attention: tuple[AttnWeights, ...]
+    layers: int
+    dim: int
+    excluded: Tensor
+    seed: int
+    replicates: int
+    detail_sequences: int
+    model_name: str
+
+    @property
+    def kept(self) -> slice | Tensor:
+        """Index of the non-excluded positions along the token axis: a slice (a view, no copy) when they
+        are contiguous, else a boolean mask."""
+        idx = (~self.excluded).nonzero().flatten()
+        if len(idx) and int(idx[-1] - idx[0]) + 1 == len(idx):
+            return slice(int(idx[0]), int(idx[-1]) + 1)
+        return ~self.excluded
+
+    @property
+    def slug(self) -> str:
+        """The model name as a file-name prefix (``minilm``, ``smollm2``, ``my-bert``)."""
+        base = self.model_name.rstrip("/").split("/")[-1].lower()
+        return "".join(c if c.isalnum() or c in "-_" else "-" for c in base) or "model"
+
+
+class Estimator:
+    """Base of the hypothesis estimators: pickles without the context (model and weights), so
+    fitted statistics travel between processes cheaply; ``merge`` only reads fitted attributes."""
+
+    ctx: ProbeContext
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state.pop("ctx", None)
+        return state
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One batch of sequences.
+
+    Attributes:
+        index: ``(batch,)`` global sequence indices.
+        weights: ``(batch, replicates)`` Poisson bootstrap weights of these sequences.
+        perm: ``(batch, token)`` a random permutation of all positions per sequence.
+        perm_kept: ``(batch, kept)`` a random permutation of the non-excluded positions.
+    """
+
+    index: Tensor
+    weights: Tensor
+    perm: Tensor
+    perm_kept: Tensor
+
+
+VARIANTS = ("all", "excl")
+
+
+def variant_views(x: Tensor, excluded: Tensor) -> dict[str, Tensor]:
+    """``{"all": x, "excl": x without the excluded positions}`` along the token axis (dim 1)."""
+    return {"all": x, "excl": x[:, ~excluded]}
+
+
+def permuted(x: Tensor, perm: Tensor) -> Tensor:
+    """``x[b, perm[b]]``: tokens shuffled within each sequence, ``(batch, token, dim)``."""
+    return torch.gather(x, 1, perm.unsqueeze(-1).expand(-1, -1, x.shape[-1]))
+
+
+def spread(x: Tensor) -> tuple[Tensor, Tensor]:
+    """Per sequence: mean squared distance to the sequence centroid, and mean squared norm; ``(batch,)`` each."""
+    centred = x - x.mean(1, keepdim=True)  # float32 is enough per sequence; sums leave in float64
+    return centred.pow(2).sum(-1).double().mean(1), x.pow(2).sum(-1).double().mean(1)
+
+
+def majority_verdict(above: np.ndarray, below: np.ndarray) -> str:
+    """``supported`` if most units are significant in the predicted direction, ``not_supported`` if most
+    are significant against it, else ``inconclusive``. ``above``/``below`` are boolean arrays."""
+    n = len(above)
+    if above.sum() > n / 2:
+        return "supported"
+    if below.sum() > n / 2:
+        return "not_supported"
+    return "inconclusive"
+
+
+def as_list(t: Tensor | np.ndarray | list) -> list:
+    """Numbers as a JSON-friendly list, six significant digits."""
+    return [float(f"{v:.6g}") for v in np.asarray(t, dtype=float).ravel()]
+
+
+def figure(out_dir: Path | None, name: str, ncols: int = 2, width: float = 5.0):
+    """A matplotlib figure and axes (Agg backend) or (None, None) when no plot is wanted."""
+    if out_dir is None:
+        return None, None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, ncols, figsize=(width * ncols, 3.8), squeeze=False)
+    return fig, axes[0]
+
+
+def save(fig, out_dir: Path | None, name: str) -> list[str]:
+    """Save ``fig`` as ``out_dir/name`` and return ``[name]`` (``[]`` without a figure)."""
+    if fig is None or out_dir is None:
+        return []
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(Path(out_dir) / name, dpi=110)
+    plt.close(fig)
+    return [name]
+
+
+def band(ax, x, est, lo, hi, label: str, **kw) -> None:
+    """Line with a shaded interval."""
+    line = ax.plot(x, est, marker="o", ms=3, label=label, **kw)[0]
+    ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.2)

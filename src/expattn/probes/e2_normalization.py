@@ -1,0 +1,136 @@
+r"""E2: does the normalization sublayer contract the cloud of token states?
+
+$$c_\ell = \frac{\text{spread}(\texttt{norm.output})}{\text{spread}(\texttt{norm.input})},\qquad
+\tilde c_\ell = \frac{\text{spread}(\texttt{norm.output}) / \overline{\lVert \texttt{norm.output}\rVert^2}}
+{\text{spread}(\texttt{norm.input}) / \overline{\lVert \texttt{norm.input}\rVert^2}}$$
+
+(seed 000 §3.3 and 002: LayerNorm/RMSNorm undo the expansion). Both normalizations of every block
+are measured, ``layers.i.norm1`` and ``layers.i.norm2``, comparing each one's input with its
+output. Where they sit differs: BERT (post-LN) normalizes the residual stream itself
+(``attn.residual`` -> block's next stream); GPT-2/Llama (pre-LN) normalize only the branch input,
+so their output is read by attention/MLP and the residual stream is never normalized inside a
+block. The raw ratio is dominated by the overall rescaling; the scale-normalised ratio tests a
+change of shape. Null baseline: a uniform rescaling of all tokens, whose scale-normalised ratio
+is exactly 1. The verdict uses the scale-normalised ratio without the first/special tokens:
+supported when most norm sublayers have its 95% interval below 1.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from expattn.probes.common import (
+    VARIANTS,
+    Batch,
+    Estimator,
+    ProbeContext,
+    as_list,
+    band,
+    figure,
+    majority_verdict,
+    save,
+    spread,
+)
+from expattn.probes.stats import BootstrapMeans
+from expattn.report.schema import Record
+
+NORMS = ("norm1", "norm2")
+_F = 4  # spread in, spread out, msn in, msn out
+
+
+class E2Normalization(Estimator):
+    """Streaming E2 estimator (see module docstring). Fitted: ``stats_`` (BootstrapMeans)."""
+
+    claim = "E2"
+
+    def __init__(self, ctx: ProbeContext):
+        self.ctx = ctx
+        self.stats_ = BootstrapMeans(ctx.layers * len(NORMS) * len(VARIANTS) * _F, ctx.replicates)
+        self._rows: dict[int, list[Tensor]] = {}
+
+    def update(self, i: int, tensors: dict[str, Tensor], batch: Batch) -> None:
+        kept = self.ctx.kept
+        cols = []
+        for norm in NORMS:
+            x, y = tensors[f"{norm}.input"], tensors[f"{norm}.output"]
+            for variant in VARIANTS:
+                xs, ys = (x, y) if variant == "all" else (x[:, kept], y[:, kept])
+                sx, nx = spread(xs)
+                sy, ny = spread(ys)
+                cols += [sx, sy, nx, ny]
+        self._rows[i] = cols
+        if i == self.ctx.layers - 1:
+            values = torch.stack([c for j in range(self.ctx.layers) for c in self._rows.pop(j)], dim=1)
+            self.stats_.update(values, batch.weights)
+
+    def merge(self, other: E2Normalization) -> E2Normalization:
+        self.stats_.merge(other.stats_)
+        return self
+
+    def _ratios(self, m: Tensor) -> Tensor:
+        m = m.view(*m.shape[:-1], self.ctx.layers, len(NORMS), len(VARIANTS), _F)
+        sx, sy, nx, ny = m.unbind(-1)
+        return torch.stack([sy / sx, (sy / ny) / (sx / nx)], dim=-1)  # (..., L, N, V, 2)
+
+    def result(self, out_dir: Path | None) -> Record:
+        est, lo, hi = (t.numpy() for t in self.stats_.interval(self._ratios))
+        pos = self.ctx.adapter.norm_position
+        where = {
+            "post": {
+                "norm1": "attn.residual -> norm1.output (residual stream)",
+                "norm2": "mlp.residual -> block output (residual stream)",
+            },
+            "pre": {
+                "norm1": "block input -> attn.input (branch only)",
+                "norm2": "attn.residual -> mlp.input (branch only)",
+            },
+        }[pos]
+        details: dict = {"norm_position": pos, "tensors": where}
+        for n, norm in enumerate(NORMS):
+            for v, variant in enumerate(VARIANTS):
+                for k, name in enumerate(("raw_ratio", "normalized_ratio")):
+                    details[f"{norm}_{name}_{variant}"] = {
+                        "estimate": as_list(est[:, n, v, k]),
+                        "low": as_list(lo[:, n, v, k]),
+                        "high": as_list(hi[:, n, v, k]),
+                    }
+        v = VARIANTS.index("excl")
+        contracts = (hi[:, :, v, 1] < 1).ravel()
+        expands = (lo[:, :, v, 1] > 1).ravel()
+        metrics = {
+            "norms_contracting_shape": int(contracts.sum()),
+            "norms_expanding_shape": int(expands.sum()),
+            "norms": int(contracts.size),
+            "median_normalized_ratio_excl": float(np.median(est[:, :, v, 1])),
+            "median_normalized_ratio_all": float(np.median(est[:, :, 0, 1])),
+            "median_raw_ratio_excl": float(np.median(est[:, :, v, 0])),
+            "sequences": self.stats_.n_,
+        }
+        fig, axes = figure(out_dir, f"{self.ctx.slug}_e2_normalization.png")
+        if fig is not None:
+            x = np.arange(self.ctx.layers)
+            for ax, k, title in ((axes[0], 0, "raw spread ratio"), (axes[1], 1, "scale-normalised ratio")):
+                for n, norm in enumerate(NORMS):
+                    for vi, variant in enumerate(VARIANTS):
+                        band(ax, x, est[:, n, vi, k], lo[:, n, vi, k], hi[:, n, vi, k], f"{norm}, {variant}")
+                ax.axhline(1, color="k", lw=0.8, label="null: uniform rescaling" if k else None)
+                ax.set(xlabel="layer", ylabel="output / input", title=f"E2 {self.ctx.model_name} ({pos}-norm): {title}")
+                if k == 0:
+                    ax.set_yscale("log")
+                ax.legend(fontsize=7)
+        return Record(
+            id="E2",
+            kind="empirical",
+            verdict=majority_verdict(contracts, expands),
+            metrics=metrics,
+            method="spread(norm output)/spread(norm input) for both norms per block, Poisson bootstrap over sequences",
+            notes=(
+                "verdict: scale-normalised ratio without first/special tokens; interval below 1 in most norm sublayers"
+            ),
+            details=details,
+            plots=save(fig, out_dir, f"{self.ctx.slug}_e2_normalization.png"),
+        )

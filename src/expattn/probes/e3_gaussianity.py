@@ -1,0 +1,175 @@
+r"""E3: how far from Gaussian and from isotropic are the hidden states, layer by layer?
+
+Along $K$ fixed random unit directions $u_k$ (the same for every layer), with $y = u_k^\top x$:
+
+$$\text{skew}_k = \frac{E(y-\bar y)^3}{\sigma^3},\quad \kappa_k = \frac{E(y-\bar y)^4}{\sigma^4} - 3,\qquad
+\text{PR} = \frac{(\operatorname{tr}\Sigma)^2}{D\,\operatorname{tr}\Sigma^2},\qquad
+\text{aniso} = E\cos(x_t, x'_{t'})$$
+
+(seed 000 §6: the "useful experiment" of watching the distribution change layer by layer;
+Thm. 1 predicts a Gaussian equilibrium; anisotropy as in Ethayarajh 2019: mean cosine of
+randomly paired tokens; pairs are drawn within a sequence so that the sample does not depend on
+how sequences are batched or sharded). Tensors: ``layers.i.input`` for every block (depth 0 = embeddings)
+and the last block's ``output``. Null baseline: a Gaussian with the same number of tokens has
+$E|\kappa| = \sqrt{24/n}\sqrt{2/\pi}$, $\text{PR} \approx 1/(1 + D/n)$ if isotropic, and cosine 0.
+Reported without the first/special tokens and with all tokens. Verdict (without them): the
+hidden states are "close to Gaussian" when mean $|\kappa| < 1$ and mean $|\text{skew}| < 0.5$ at
+most depths (supported); not supported when the interval of mean $|\kappa|$ lies above 1 at most depths.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from expattn.probes.common import VARIANTS, Batch, Estimator, ProbeContext, as_list, band, figure, save
+from expattn.probes.stats import BootstrapMeans, Moments
+from expattn.report.schema import Record
+
+DIRECTIONS = 32
+KURTOSIS_LIMIT, SKEW_LIMIT = 1.0, 0.5
+
+
+class E3Gaussianity(Estimator):
+    """Streaming E3 estimator. Fitted: ``kept_``/``special_`` (per depth ``Moments``), ``boot_`` (BootstrapMeans)."""
+
+    claim = "E3"
+
+    def __init__(self, ctx: ProbeContext):
+        self.ctx = ctx
+        gen = torch.Generator().manual_seed(ctx.seed + 3)
+        u = torch.randn(ctx.dim, DIRECTIONS, generator=gen, dtype=torch.float64)
+        self.directions = u / u.norm(dim=0)
+        self._directions32 = self.directions.float()
+        self.depths = ctx.layers + 1
+        self.kept_ = [Moments(ctx.dim, True, self.directions) for _ in range(self.depths)]
+        self.special_ = [Moments(ctx.dim, True, self.directions) for _ in range(self.depths)]
+        # per depth and variant: anisotropy, then raw moments 1..4 of each projection
+        self._f = len(VARIANTS) * (1 + 4 * DIRECTIONS)
+        self.boot_ = BootstrapMeans(self.depths * self._f, ctx.replicates)
+        self._rows: list[Tensor] = []
+
+    def _depth(self, d: int, x: Tensor, batch: Batch) -> None:
+        kept = self.ctx.kept
+        self.kept_[d].update(x[:, kept].flatten(0, 1))
+        self.special_[d].update(x[:, self.ctx.excluded].flatten(0, 1))
+        cols = []
+        for variant in VARIANTS:
+            xs, ps, perm = (x, x, batch.perm) if variant == "all" else (x[:, kept], x[:, kept], batch.perm_kept)
+            other = torch.gather(ps, 1, perm.unsqueeze(-1).expand(-1, -1, ps.shape[-1]))
+            cols.append(torch.nn.functional.cosine_similarity(xs, other, dim=-1).double().mean(1)[:, None])
+            y = (xs @ self._directions32).double()  # (B, T, K)
+            cols += [y.pow(p).mean(1) for p in (1, 2, 3, 4)]
+        self._rows.append(torch.cat(cols, dim=1))
+
+    def update(self, i: int, tensors: dict[str, Tensor], batch: Batch) -> None:
+        self._depth(i, tensors["input"], batch)
+        if i == self.ctx.layers - 1:
+            self._depth(self.depths - 1, tensors["output"], batch)
+            self.boot_.update(torch.cat(self._rows, dim=1), batch.weights)
+            self._rows = []
+
+    def merge(self, other: E3Gaussianity) -> E3Gaussianity:
+        for mine, theirs in zip(self.kept_ + self.special_, other.kept_ + other.special_, strict=True):
+            mine.merge(theirs)
+        self.boot_.merge(other.boot_)
+        return self
+
+    def _shape_stats(self, m: Tensor) -> Tensor:
+        m = m.view(*m.shape[:-1], self.depths, len(VARIANTS), 1 + 4 * DIRECTIONS)
+        aniso = m[..., 0]
+        m1, m2, m3, m4 = m[..., 1:].unflatten(-1, (4, DIRECTIONS)).unbind(-2)
+        var = m2 - m1**2
+        c3 = m3 - 3 * m1 * m2 + 2 * m1**3
+        c4 = m4 - 4 * m1 * m3 + 6 * m1**2 * m2 - 3 * m1**4
+        kurt = (c4 / var**2 - 3).abs().mean(-1)
+        skew = (c3 / var**1.5).abs().mean(-1)
+        return torch.stack([kurt, skew, aniso], dim=-1)  # (..., depth, V, 3)
+
+    @staticmethod
+    def _isotropy(moments: Moments) -> tuple[float, float]:
+        eig = torch.linalg.eigvalsh(moments.covariance_).clamp_min(0)
+        pr = float(eig.sum() ** 2 / (eig.pow(2).sum() * eig.numel()))
+        return pr, float(eig[-1] / eig.sum())
+
+    def result(self, out_dir: Path | None) -> Record:
+        est, lo, hi = (t.numpy() for t in self.boot_.interval(self._shape_stats))
+        v = VARIANTS.index("excl")
+        alls = [
+            Moments(self.ctx.dim, True, self.directions).merge(a).merge(b)
+            for a, b in zip(self.kept_, self.special_, strict=True)
+        ]
+        iso = {"excl": [self._isotropy(m) for m in self.kept_], "all": [self._isotropy(m) for m in alls]}
+        n = self.kept_[0].n_
+        details: dict = {
+            "tensors": "layers.i.input for i = 0..L-1 (depth 0 = embeddings) and layers.(L-1).output",
+            "directions": DIRECTIONS,
+            "exact_mean_abs_kurtosis_excl": as_list([m.excess_kurtosis_().abs().mean() for m in self.kept_]),
+            "exact_mean_abs_kurtosis_all": as_list([m.excess_kurtosis_().abs().mean() for m in alls]),
+            "null_mean_abs_kurtosis": float(np.sqrt(24 / n) * np.sqrt(2 / np.pi)),
+            "null_participation_ratio_isotropic": float(1 / (1 + self.ctx.dim / n)),
+        }
+        for vi, variant in enumerate(VARIANTS):
+            for k, name in enumerate(("mean_abs_kurtosis", "mean_abs_skewness", "anisotropy")):
+                details[f"{name}_{variant}"] = {
+                    "estimate": as_list(est[:, vi, k]),
+                    "low": as_list(lo[:, vi, k]),
+                    "high": as_list(hi[:, vi, k]),
+                }
+            details[f"participation_ratio_{variant}"] = [round(p, 6) for p, _ in iso[variant]]
+            details[f"top_eigen_share_{variant}"] = [round(t, 6) for _, t in iso[variant]]
+        close = (est[:, v, 0] < KURTOSIS_LIMIT) & (est[:, v, 1] < SKEW_LIMIT)
+        far = lo[:, v, 0] > KURTOSIS_LIMIT
+        verdict = (
+            "supported"
+            if close.sum() > self.depths / 2
+            else "not_supported"
+            if far.sum() > self.depths / 2
+            else "inconclusive"
+        )
+        metrics = {
+            "depths_close_to_gaussian": int(close.sum()),
+            "depths_far_from_gaussian": int(far.sum()),
+            "depths": self.depths,
+            "median_abs_kurtosis_excl": float(np.median(est[:, v, 0])),
+            "median_abs_kurtosis_all": float(np.median(est[:, 0, 0])),
+            "median_participation_ratio_excl": float(np.median([p for p, _ in iso["excl"]])),
+            "median_anisotropy_excl": float(np.median(est[:, v, 2])),
+            "tokens_excl": n,
+        }
+        fig, axes = figure(out_dir, f"{self.ctx.slug}_e3_gaussianity.png", ncols=3, width=4.2)
+        if fig is not None:
+            x = np.arange(self.depths)
+            for vi, variant in enumerate(VARIANTS):
+                band(axes[0], x, est[:, vi, 0], lo[:, vi, 0], hi[:, vi, 0], f"|excess kurtosis|, {variant}")
+                band(axes[0], x, est[:, vi, 1], lo[:, vi, 1], hi[:, vi, 1], f"|skewness|, {variant}", ls="--")
+                axes[1].plot(x, [p for p, _ in iso[variant]], marker="o", ms=3, label=f"participation ratio, {variant}")
+                band(axes[2], x, est[:, vi, 2], lo[:, vi, 2], hi[:, vi, 2], f"{variant} tokens")
+            axes[0].axhline(details["null_mean_abs_kurtosis"], color="k", lw=0.8, label="null: Gaussian")
+            axes[0].set_yscale("symlog", linthresh=0.1)
+            axes[1].axhline(details["null_participation_ratio_isotropic"], color="k", lw=0.8, label="null: isotropic")
+            axes[2].axhline(0, color="k", lw=0.8, label="null: isotropic")
+            for ax, title in zip(
+                axes, ("Gaussianity (random projections)", "isotropy", "anisotropy (mean cosine)"), strict=True
+            ):
+                ax.set(xlabel="depth (0 = embeddings)", title=f"E3 {self.ctx.model_name}: {title}")
+                ax.legend(fontsize=6)
+        return Record(
+            id="E3",
+            kind="empirical",
+            verdict=verdict,
+            metrics=metrics,
+            method=(
+                f"moments along {DIRECTIONS} random directions, covariance spectrum, cross-sequence cosines; "
+                f"Poisson bootstrap"
+            ),
+            notes=(
+                f"verdict without first/special tokens: close = mean|kurtosis| < {KURTOSIS_LIMIT} and "
+                f"mean|skew| < {SKEW_LIMIT}"
+            ),
+            details=details,
+            plots=save(fig, out_dir, f"{self.ctx.slug}_e3_gaussianity.png"),
+        )

@@ -1,0 +1,223 @@
+r"""E4: is a head's bilinear form $W_q^\top W_k$ aligned with $\Sigma^{-1}$ or the inverse Fisher matrix?
+
+$$A_h = \operatorname{sym}(W_{q,h}^\top W_{k,h}),\qquad
+\cos(A, B) = \frac{\langle A, B\rangle_F}{\lVert A\rVert_F \lVert B\rVert_F},\qquad
+\Sigma_\lambda = \Sigma + \lambda I,\ \lambda = 10^{-2}\operatorname{tr}(\Sigma)/D$$
+
+(seed 000 §3.2, §6, claim A11: for Gaussian hidden states the matched key is $\Sigma^{-1}h_j$, so
+$W_q^\top W_k \approx \Sigma^{-1}$). $\Sigma$ is the covariance of ``layers.i.attn.input``
+(the tensor the projections read) without the first/special tokens. The Fisher matrix is the
+Hessian of the head's log-normalizer over the keys' source states,
+$F_h = E_i \operatorname{Cov}_{p_h(j\mid i)}[x_j]$, averaged over the queries of the detail
+sequences with the model's real attention weights (RoPE, causal mask included), regularised the
+same way. RoPE: $A_h$ uses the unrotated projections, i.e. the relative-offset-0 form; the
+position-dependent rotation is ignored there. Baselines: $\operatorname{sym}(R_q^\top R_k)$ for
+Gaussian $R$ of the head's shape (same construction and rank; 95th percentile of the cosine, by
+Monte Carlo against $\Sigma^{-1}$ and in closed form, see ``random_q95``),
+$\Sigma$ itself and the identity. A head is aligned when $\cos(A_h, \Sigma_\lambda^{-1})$ beats all
+three. Verdict: 95% bootstrap interval (over heads) of the mean margin above the best baseline.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from expattn.probes.attention import attention_probs
+from expattn.probes.common import Batch, Estimator, ProbeContext, as_list, figure, save
+from expattn.probes.stats import Moments
+from expattn.report.schema import Record
+
+RIDGE = 1e-2
+RANDOM_DRAWS = 32
+
+
+def sym_cos(u: Tensor, v: Tensor, b: Tensor) -> Tensor:
+    """$\\cos(\\operatorname{sym}(u^\\top v), B)$ for ``u, v`` of shape ``(..., r, D)`` and symmetric ``B`` ``(D, D)``
+    (or ``None`` for the identity), without forming the ``(D, D)`` product:
+    $\\langle u^\\top v, B\\rangle = \\sum (uB)\\odot v$ and
+    $\\lVert\\operatorname{sym}(u^\\top v)\\rVert^2 =
+    \\tfrac12(\\langle uu^\\top, vv^\\top\\rangle + \\langle vu^\\top, uv^\\top\\rangle)$."""
+    inner = (u * v).sum((-1, -2)) if b is None else ((u @ b) * v).sum((-1, -2))
+    b_norm = u.shape[-1] ** 0.5 if b is None else b.norm()
+    vu = v @ u.mT
+    sym_sq = ((u @ u.mT) * (v @ v.mT)).sum((-1, -2)) + (vu * vu.mT).sum((-1, -2))
+    return inner / ((sym_sq / 2).sqrt() * b_norm)
+
+
+def random_q95(dim: int) -> float:
+    """95th percentile of $\\cos(\\operatorname{sym}(R_q^\\top R_k), B)$ for Gaussian $R$: the inner product has
+    variance $r\\lVert B\\rVert_F^2$ and $E\\lVert\\operatorname{sym}(R_q^\\top R_k)\\rVert_F^2 = r D(D+1)/2$, so the
+    cosine is about $N(0, 2/(D(D+1)))$ whatever $B$ and the rank $r$ (checked by Monte Carlo against $\\Sigma^{-1}$)."""
+    return 1.6449 * (2.0 / (dim * (dim + 1))) ** 0.5
+
+
+def regularised_inverse(m: Tensor) -> tuple[Tensor, float]:
+    """$(M + \\lambda I)^{-1}$ with $\\lambda = 10^{-2}\\operatorname{tr}M/D$ (batched over leading dims);
+    returns it and $\\lambda$
+    (the mean over the batch)."""
+    lam = RIDGE * torch.diagonal(m, dim1=-2, dim2=-1).mean(-1)
+    eye = torch.eye(m.shape[-1], dtype=m.dtype)
+    return torch.linalg.inv(m + lam[..., None, None] * eye), float(lam.mean())
+
+
+class E4Alignment(Estimator):
+    """Streaming E4 estimator.
+
+    Fitted: ``inputs_`` (per layer Moments), ``detail_`` (per layer, index -> (T, D) input).
+    """
+
+    claim = "E4"
+
+    def __init__(self, ctx: ProbeContext):
+        self.ctx = ctx
+        self.inputs_ = [Moments(ctx.dim, True) for _ in range(ctx.layers)]
+        self.detail_: list[dict[int, Tensor]] = [{} for _ in range(ctx.layers)]
+
+    def update(self, i: int, tensors: dict[str, Tensor], batch: Batch) -> None:
+        x = tensors["attn.input"]
+        self.inputs_[i].update(x[:, self.ctx.kept].flatten(0, 1))
+        for row, index in enumerate(batch.index.tolist()):
+            if index < self.ctx.detail_sequences:
+                self.detail_[i][index] = x[row].clone()
+
+    def merge(self, other: E4Alignment) -> E4Alignment:
+        for mine, theirs in zip(self.inputs_, other.inputs_, strict=True):
+            mine.merge(theirs)
+        for mine, theirs in zip(self.detail_, other.detail_, strict=True):
+            mine.update(theirs)
+        return self
+
+    def fisher(self, i: int) -> Tensor:
+        """Per head $E_i \\operatorname{Cov}_{p_h(j|i)}[x_j]$ over the detail sequences, ``(H, D, D)`` float64."""
+        xs = torch.stack([self.detail_[i][k] for k in sorted(self.detail_[i])])  # (B, T, D)
+        p = attention_probs(xs, self.ctx.attention[i])  # (B, H, T, T)
+        xc = xs - xs.mean(1, keepdim=True)  # the covariance is shift invariant; centring keeps float32 accurate
+        weight = p.sum(-2)  # (B, H, T): total attention each key receives
+        second = torch.einsum("bhtd,bte->hde", weight.unsqueeze(-1) * xc.unsqueeze(1), xc)
+        means = p @ xc.unsqueeze(1)  # (B, H, T, D)
+        first = torch.einsum("bhtd,bhte->hde", means, means)
+        return (second - first).double() / (xs.shape[0] * xs.shape[1])
+
+    def _layer(self, i: int, gen: torch.Generator) -> dict:
+        w = self.ctx.attention[i].to(torch.float64)
+        sigma = self.inputs_[i].covariance_
+        eig = torch.linalg.eigvalsh(sigma)
+        sigma_inv, lam = regularised_inverse(sigma)
+        fisher_inv, lam_f = regularised_inverse(self.fisher(i))  # (H, D, D)
+        out: dict = {
+            "ridge_sigma": lam,
+            "ridge_fisher": lam_f,
+            "condition_sigma": float(eig[-1] / eig[0].clamp_min(1e-300)),
+        }
+        rq = torch.randn(RANDOM_DRAWS, w.head_dim, self.ctx.dim, generator=gen, dtype=torch.float64)
+        rk = torch.randn(RANDOM_DRAWS, w.head_dim, self.ctx.dim, generator=gen, dtype=torch.float64)
+        out["random_q95_sigma"] = float(torch.quantile(sym_cos(rq, rk, sigma_inv), 0.95))
+        out["random_q95_analytic"] = random_q95(self.ctx.dim)
+        rows = {k: [] for k in ("cos_sigma_inv", "cos_fisher_inv", "cos_sigma", "cos_identity")}
+        for h in range(w.heads):
+            wq, wk = w.head_matrices(h)
+            rows["cos_sigma_inv"].append(float(sym_cos(wq, wk, sigma_inv)))
+            rows["cos_fisher_inv"].append(float(sym_cos(wq, wk, fisher_inv[h])))
+            rows["cos_sigma"].append(float(sym_cos(wq, wk, sigma)))
+            rows["cos_identity"].append(float(sym_cos(wq, wk, None)))
+        out.update({k: np.array(v) for k, v in rows.items()})
+        return out
+
+    def result(self, out_dir: Path | None) -> Record:
+        gen = torch.Generator().manual_seed(self.ctx.seed + 4)
+        layers = [self._layer(i, gen) for i in range(self.ctx.layers)]
+        base = np.stack(
+            [
+                np.maximum.reduce(
+                    [lay["cos_sigma"], lay["cos_identity"], np.full_like(lay["cos_sigma"], lay["random_q95_sigma"])]
+                )
+                for lay in layers
+            ]
+        )
+        base_f = np.stack(
+            [
+                np.maximum.reduce(
+                    [lay["cos_sigma"], lay["cos_identity"], np.full_like(lay["cos_sigma"], lay["random_q95_analytic"])]
+                )
+                for lay in layers
+            ]
+        )
+        margin = np.stack([lay["cos_sigma_inv"] for lay in layers]) - base  # (L, H)
+        margin_f = np.stack([lay["cos_fisher_inv"] for lay in layers]) - base_f
+        rng = np.random.default_rng(self.ctx.seed + 40)
+        picks = rng.integers(0, margin.size, (2000, margin.size))
+        boot = margin.ravel()[picks].mean(1)
+        boot_f = margin_f.ravel()[picks].mean(1)
+        lo, hi = np.quantile(boot, [0.025, 0.975])
+        lo_f, hi_f = np.quantile(boot_f, [0.025, 0.975])
+        verdict = "supported" if lo > 0 else "not_supported" if hi < 0 else "inconclusive"
+        metrics = {
+            "heads_aligned_sigma_inv": int((margin > 0).sum()),
+            "heads_aligned_fisher_inv": int((margin_f > 0).sum()),
+            "heads": int(margin.size),
+            "mean_margin_sigma_inv": float(margin.mean()),
+            "mean_margin_sigma_inv_low": float(lo),
+            "mean_margin_sigma_inv_high": float(hi),
+            "mean_margin_fisher_inv": float(margin_f.mean()),
+            "mean_margin_fisher_inv_low": float(lo_f),
+            "mean_margin_fisher_inv_high": float(hi_f),
+            "median_cos_sigma_inv": float(np.median([lay["cos_sigma_inv"] for lay in layers])),
+            "median_cos_identity": float(np.median([lay["cos_identity"] for lay in layers])),
+            "ridge_relative": RIDGE,
+            "fisher_sequences": len(self.detail_[0]),
+        }
+        details = {
+            k: [as_list(lay[k]) if isinstance(lay[k], np.ndarray) else lay[k] for lay in layers] for k in layers[0]
+        }
+        details["rope"] = (
+            "A_h ignores the rotary rotation (offset-0 form); the Fisher uses the model's rotated attention"
+            if self.ctx.attention[0].rope
+            else "no rotary embedding"
+        )
+        fig, axes = figure(out_dir, f"{self.ctx.slug}_e4_alignment.png")
+        if fig is not None:
+            for ax, key, rand_key, title in (
+                (axes[0], "cos_sigma_inv", "random_q95_sigma", "vs Sigma^-1"),
+                (axes[1], "cos_fisher_inv", "random_q95_analytic", "vs Fisher^-1"),
+            ):
+                for i, lay in enumerate(layers):
+                    jit = i + np.linspace(-0.25, 0.25, len(lay[key]))
+                    ax.scatter(jit, lay[key], s=10, c="C0", label="cos(A_h, target)" if i == 0 else None)
+                    ax.scatter(
+                        jit, lay["cos_identity"], s=6, c="C1", marker="x", label="cos(A_h, I)" if i == 0 else None
+                    )
+                    ax.scatter(
+                        jit, lay["cos_sigma"], s=6, c="C2", marker="+", label="cos(A_h, Sigma)" if i == 0 else None
+                    )
+                    ax.hlines(
+                        np.max(lay[rand_key]),
+                        i - 0.3,
+                        i + 0.3,
+                        color="k",
+                        label="random sym(RqRk) q95" if i == 0 else None,
+                    )
+                ax.axhline(0, color="grey", lw=0.5)
+                ax.set(
+                    xlabel="layer (dots = heads)", ylabel="Frobenius cosine", title=f"E4 {self.ctx.model_name}: {title}"
+                )
+                ax.legend(fontsize=6)
+        return Record(
+            id="E4",
+            kind="empirical",
+            verdict=verdict,
+            metrics=metrics,
+            method=(
+                "Frobenius cosine of sym(Wq_h^T Wk_h) with (Sigma+lambda I)^-1 and the inverse attention "
+                "Fisher; heads bootstrap"
+            ),
+            notes=(
+                f"lambda = {RIDGE} * tr(M)/D; verdict on Sigma^-1 margin over max(random q95, cos with Sigma, "
+                f"cos with I); {details['rope']}"
+            ),
+            details=details,
+            plots=save(fig, out_dir, f"{self.ctx.slug}_e4_alignment.png"),
+        )

@@ -1,0 +1,145 @@
+r"""E5: on the model's own weights, attention with values = keys is the gradient of log Z.
+
+$$\operatorname{softmax}(s\,q K^\top + M)\,K = \frac1s \nabla_q \operatorname{logsumexp}(s\,q K^\top + M),
+\qquad s = 1/\sqrt{d_{head}}$$
+
+(claim A3 checked on every head of every layer, seed 000 Prop. 1a). $q, K$ are the model's own
+queries and keys on real text: projections of ``layers.i.attn.input`` with rotary embedding,
+repeated key heads (GQA) and the causal mask where the model has them. That these are the model's
+real $q, K$ is checked too: with the model's $V$ the same recomputation must reproduce
+``layers.i.attn.heads``, the head outputs the model produced (reconstruction error). Both sides
+are float32; the tolerance is float32 rounding of a length-$T$ weighted sum, $T\varepsilon_{32}$.
+A float64 evaluation shows the rounding floor. Null baseline: the same comparison with the
+temperature dropped ($s \to 1$ inside the gradient), which must fail by orders of magnitude.
+Interval: 95% bootstrap over the detail sequences of the mean per-sequence max error.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from expattn.probes.attention import attention_logits, queries_keys_values
+from expattn.probes.common import Batch, Estimator, ProbeContext, as_list, figure, save
+from expattn.report.schema import Record
+
+EPS32 = float(torch.finfo(torch.float32).eps)
+
+
+def relative_error(a: Tensor, b: Tensor) -> Tensor:
+    """$\\lVert a - b\\rVert / \\lVert b\\rVert$ over the last dim (float64 result)."""
+    a, b = a.double(), b.double()
+    return (a - b).norm(dim=-1) / b.norm(dim=-1).clamp_min(1e-30)
+
+
+def gradient_of_log_normalizer(q: Tensor, k: Tensor, w, scale: float) -> Tensor:
+    """$\\frac1s\\nabla_q \\sum \\operatorname{logsumexp}(s'\\,qK^\\top + M)$ by autograd (``scale`` is $s'$)."""
+    with torch.enable_grad():
+        q = q.detach().clone().requires_grad_(True)
+        logits = attention_logits(q, k, w) * (scale / w.scale)
+        (grad,) = torch.autograd.grad(torch.logsumexp(logits, -1).sum(), q)
+    return grad / w.scale
+
+
+class E5Gradient(Estimator):
+    """E5 on the detail sequences. Fitted: ``errors_`` (index -> (L, H) arrays of four error kinds)."""
+
+    claim = "E5"
+    KINDS = ("identity_f32", "f32_vs_f64", "reconstruction", "null_wrong_temperature")
+
+    def __init__(self, ctx: ProbeContext):
+        self.ctx = ctx
+        self.errors_: dict[int, np.ndarray] = {}  # index -> (kinds, L, H)
+        self.seq_len_ = 0
+
+    def update(self, i: int, tensors: dict[str, Tensor], batch: Batch) -> None:
+        rows = batch.index < self.ctx.detail_sequences
+        if not rows.any():
+            return
+        w = self.ctx.attention[i]
+        x = tensors["attn.input"][rows]
+        b, t = x.shape[:2]
+        self.seq_len_ = t
+        with torch.no_grad():
+            q, k, v = queries_keys_values(x, w)  # (B, H, T, dh)
+            p = attention_logits(q, k, w).softmax(-1)
+            out = p @ k  # values = keys
+            model_z = tensors["attn.heads"][rows].view(b, t, w.heads, -1).transpose(1, 2)
+            w64 = w.to(torch.float64)
+            q64, k64, _ = queries_keys_values(x.double(), w64)
+            out64 = attention_logits(q64, k64, w64).softmax(-1) @ k64
+        grad = gradient_of_log_normalizer(q, k, w, w.scale)
+        wrong = gradient_of_log_normalizer(q, k, w, 1.0)
+        errs = [
+            relative_error(grad, out),
+            relative_error(out, out64),
+            relative_error(p @ v, model_z),
+            relative_error(wrong, out),
+        ]
+        per_head = torch.stack([e.amax(-1) for e in errs], dim=1).numpy()  # (B, kinds, H): max over tokens
+        for row, index in enumerate(batch.index[rows].tolist()):
+            table = self.errors_.setdefault(index, np.zeros((len(self.KINDS), self.ctx.layers, w.heads)))
+            table[:, i] = per_head[row]
+
+    def merge(self, other: E5Gradient) -> E5Gradient:
+        self.errors_.update(other.errors_)
+        self.seq_len_ = max(self.seq_len_, other.seq_len_)
+        return self
+
+    def result(self, out_dir: Path | None) -> Record:
+        if not self.errors_:
+            raise ValueError("E5 saw no detail sequence; detail_sequences must be >= 1")
+        errs = np.stack([self.errors_[k] for k in sorted(self.errors_)])  # (S, kinds, L, H)
+        worst = errs.max(0)  # (kinds, L, H)
+        tol = self.seq_len_ * EPS32
+        per_seq = errs[:, 0].max((1, 2))
+        rng = np.random.default_rng(self.ctx.seed + 5)
+        boot = per_seq[rng.integers(0, len(per_seq), (2000, len(per_seq)))].mean(1)
+        lo, hi = np.quantile(boot, [0.025, 0.975])
+        ok = worst[0].max() <= tol and worst[2].max() <= tol
+        metrics = {
+            "max_error": float(worst[0].max()),
+            "tolerance": tol,
+            "max_reconstruction_error": float(worst[2].max()),
+            "max_f32_vs_f64_error": float(worst[1].max()),
+            "min_null_error": float(worst[3].min()),
+            "mean_seq_max_error_low": float(lo),
+            "mean_seq_max_error_high": float(hi),
+            "heads_checked": int(worst[0].size),
+            "sequences": len(per_seq),
+        }
+        details = {kind: [as_list(row) for row in worst[k]] for k, kind in enumerate(self.KINDS)}
+        w = self.ctx.attention[0]
+        details["features"] = {"rope": w.rope is not None, "gqa": w.kv_heads < w.heads, "causal": w.causal}
+        fig, axes = figure(out_dir, f"{self.ctx.slug}_e5_gradient.png", ncols=1, width=7.0)
+        if fig is not None:
+            ax = axes[0]
+            x = np.arange(self.ctx.layers)
+            for k, kind in enumerate(self.KINDS):
+                ax.plot(x, worst[k].max(1), marker="o", ms=3, label=f"{kind} (max over heads)")
+            ax.axhline(tol, color="k", ls="--", lw=0.8, label="tolerance T*eps32")
+            ax.set_yscale("log")
+            ax.set(
+                xlabel="layer",
+                ylabel="max relative error",
+                title=f"E5 {self.ctx.model_name}: softmax(qK)K vs grad_q log Z",
+            )
+            ax.legend(fontsize=7)
+        return Record(
+            id="E5",
+            kind="empirical",
+            verdict="supported" if ok else "not_supported",
+            metrics=metrics,
+            method=(
+                "float32 attention with V=K vs autograd gradient of logsumexp on the model's q, K (rotary, GQA, causal)"
+            ),
+            notes=(
+                "supported iff identity and reconstruction errors are within T*eps32 on every head; null drops "
+                "the temperature"
+            ),
+            details=details,
+            plots=save(fig, out_dir, f"{self.ctx.slug}_e5_gradient.png"),
+        )

@@ -1,0 +1,151 @@
+r"""E6: is the FC (MLP) sublayer close to the identity, or to a linear map?
+
+$$\rho_\ell = \frac{E\lVert \Delta\rVert^2}{E\lVert s\rVert^2},\qquad
+R^2_\ell = 1 - \frac{\sum \lVert \Delta - W^\top x - b\rVert^2}{\sum\lVert \Delta - \bar\Delta\rVert^2}
+\ \text{(held out)}$$
+
+(seed 000 §4 and §6: the theory ignores the FC layer; how close is it to an identity mapping or a
+purely linear layer?). $x$ = ``layers.i.mlp.input`` (what the MLP reads), $\Delta$ =
+``layers.i.mlp.output`` (the update it adds), $s$ = ``layers.i.mlp.skip`` (the stream it is added
+to). The block $s \mapsto s + \Delta$ is the identity when $\rho$ is small. The affine map is a ridge
+fit ($\lambda = 10^{-3}\operatorname{tr}S_{xx}/D$) on even-indexed sequences scored on odd ones
+and vice versa; the reported $R^2$ is the mean of the two folds (both kept). Null baseline: the
+identity, whose $R^2$ for the update is 0 by construction. Interval: Poisson bootstrap of $\rho$;
+the two folds bracket $R^2$. Verdict: supported when most layers are close to the identity
+($\rho$'s interval below 0.1) or close to linear ($R^2 \ge 0.9$), not supported when most are neither.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from expattn.probes.common import (
+    VARIANTS,
+    Batch,
+    Estimator,
+    ProbeContext,
+    as_list,
+    band,
+    figure,
+    majority_verdict,
+    save,
+)
+from expattn.probes.stats import BootstrapMeans, CrossMoments
+from expattn.report.schema import Record
+
+RIDGE = 1e-3
+RHO_LIMIT, R2_LIMIT = 0.1, 0.9
+
+
+class E6Mlp(Estimator):
+    """Streaming E6 estimator. Fitted: ``folds_`` (per layer, two CrossMoments), ``stats_`` (BootstrapMeans)."""
+
+    claim = "E6"
+
+    def __init__(self, ctx: ProbeContext):
+        self.ctx = ctx
+        self.folds_ = [[CrossMoments(ctx.dim, ctx.dim), CrossMoments(ctx.dim, ctx.dim)] for _ in range(ctx.layers)]
+        self.stats_ = BootstrapMeans(ctx.layers * len(VARIANTS) * 2, ctx.replicates)
+        self._rows: dict[int, list[Tensor]] = {}
+
+    def update(self, i: int, tensors: dict[str, Tensor], batch: Batch) -> None:
+        x, delta, skip = tensors["mlp.input"], tensors["mlp.output"], tensors["mlp.skip"]
+        kept = self.ctx.kept
+        for fold in (0, 1):
+            rows = batch.index % 2 == fold
+            if rows.any():
+                self.folds_[i][fold].update(x[rows][:, kept].flatten(0, 1), delta[rows][:, kept].flatten(0, 1))
+        cols = []
+        for variant in VARIANTS:
+            d, s = (delta, skip) if variant == "all" else (delta[:, kept], skip[:, kept])
+            cols += [d.double().pow(2).sum(-1).mean(1), s.double().pow(2).sum(-1).mean(1)]
+        self._rows[i] = cols
+        if i == self.ctx.layers - 1:
+            values = torch.stack([c for j in range(self.ctx.layers) for c in self._rows.pop(j)], dim=1)
+            self.stats_.update(values, batch.weights)
+
+    def merge(self, other: E6Mlp) -> E6Mlp:
+        for mine, theirs in zip(self.folds_, other.folds_, strict=True):
+            mine[0].merge(theirs[0])
+            mine[1].merge(theirs[1])
+        self.stats_.merge(other.stats_)
+        return self
+
+    def _rho(self, m: Tensor) -> Tensor:
+        m = m.view(*m.shape[:-1], self.ctx.layers, len(VARIANTS), 2)
+        return m[..., 0] / m[..., 1]  # (..., L, V)
+
+    def _r2(self, i: int) -> tuple[float, float]:
+        a, b = self.folds_[i]
+        if a.n_ < 2 or b.n_ < 2:
+            raise ValueError("E6 needs at least one even- and one odd-indexed sequence")
+        wa, ba, _ = a.ridge(RIDGE)
+        wb, bb, _ = b.ridge(RIDGE)
+        return b.r_squared(wa, ba), a.r_squared(wb, bb)
+
+    def result(self, out_dir: Path | None) -> Record:
+        est, lo, hi = (t.numpy() for t in self.stats_.interval(self._rho))
+        r2 = np.array([self._r2(i) for i in range(self.ctx.layers)])  # (L, 2)
+        r2_mean = r2.mean(1)
+        v = VARIANTS.index("excl")
+        identity = hi[:, v] < RHO_LIMIT
+        linear = r2_mean >= R2_LIMIT
+        neither = (lo[:, v] > RHO_LIMIT) & ~linear
+        details = {
+            "tensors": {"x": "layers.i.mlp.input", "update": "layers.i.mlp.output", "skip": "layers.i.mlp.skip"},
+            "heldout_r2_fold_even_to_odd": as_list(r2[:, 0]),
+            "heldout_r2_fold_odd_to_even": as_list(r2[:, 1]),
+            "ridge_relative": RIDGE,
+        }
+        for vi, variant in enumerate(VARIANTS):
+            details[f"update_ratio_{variant}"] = {
+                "estimate": as_list(est[:, vi]),
+                "low": as_list(lo[:, vi]),
+                "high": as_list(hi[:, vi]),
+            }
+        metrics = {
+            "layers_close_to_identity": int(identity.sum()),
+            "layers_close_to_linear": int(linear.sum()),
+            "layers": self.ctx.layers,
+            "median_update_ratio_excl": float(np.median(est[:, v])),
+            "median_update_ratio_all": float(np.median(est[:, 0])),
+            "median_heldout_r2": float(np.median(r2_mean)),
+            "min_heldout_r2": float(r2.min()),
+            "max_heldout_r2": float(r2.max()),
+        }
+        fig, axes = figure(out_dir, f"{self.ctx.slug}_e6_mlp.png")
+        if fig is not None:
+            x = np.arange(self.ctx.layers)
+            for vi, variant in enumerate(VARIANTS):
+                band(axes[0], x, est[:, vi], lo[:, vi], hi[:, vi], f"{variant} tokens")
+            axes[0].axhline(RHO_LIMIT, color="k", ls="--", lw=0.8, label="identity threshold")
+            axes[0].set_yscale("log")
+            axes[0].set(
+                xlabel="layer", ylabel="E|update|^2 / E|skip|^2", title=f"E6 {self.ctx.model_name}: MLP update size"
+            )
+            axes[1].fill_between(x, r2.min(1), r2.max(1), alpha=0.3)
+            axes[1].plot(x, r2_mean, marker="o", ms=3, label="held-out R^2 of ridge (two folds)")
+            axes[1].axhline(0, color="k", lw=0.8, label="null: identity (R^2 = 0)")
+            axes[1].axhline(R2_LIMIT, color="k", ls="--", lw=0.8, label="linear threshold")
+            axes[1].set(
+                xlabel="layer", ylabel="R^2 of the update", title=f"E6 {self.ctx.model_name}: affine fit of the MLP"
+            )
+            for ax in axes:
+                ax.legend(fontsize=7)
+        return Record(
+            id="E6",
+            kind="empirical",
+            verdict=majority_verdict(identity | linear, neither),
+            metrics=metrics,
+            method="update/skip energy ratio (Poisson bootstrap) and two-fold held-out ridge R^2 of the MLP update",
+            notes=(
+                f"verdict without first/special tokens: identity if ratio interval < {RHO_LIMIT}, linear if R^2 "
+                f">= {R2_LIMIT}"
+            ),
+            details=details,
+            plots=save(fig, out_dir, f"{self.ctx.slug}_e6_mlp.png"),
+        )

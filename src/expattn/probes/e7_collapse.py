@@ -1,0 +1,159 @@
+r"""E7: rank collapse on the pure-attention path of the real weights, with and without skips.
+
+$$\operatorname{res}(X) = \frac{\lVert X - \mathbf 1 \bar x^\top\rVert_F}{\lVert X\rVert_F},\qquad
+X_{\ell+1} = \mathrm{SA}_\ell(X_\ell)\ \text{(no skip)},\qquad
+X_{\ell+1} = X_\ell + \mathrm{SA}_\ell(X_\ell)\ \text{(skip)}$$
+
+(claim B2 on trained weights; Dong et al. 2021: pure attention loses rank doubly exponentially
+with depth). $X_0$ = ``layers.0.input`` (the embeddings) of the detail sequences; $\mathrm{SA}_\ell$
+is block $\ell$'s attention branch computed from its weights in float64 (float32 hits its floor
+after a few layers): for pre-LN models the branch includes its input normalization
+(``norm1``), for post-LN BERT it is attention alone; MLPs and post-norms are left out.
+Baseline: the full model's own residual stream (``layers.i.output``). Interval: bootstrap over
+sequences of $\log_{10}(\operatorname{res}_L / \operatorname{res}_0)$. Verdict: supported when the
+no-skip path collapses (interval below -2, i.e. a 100-fold drop) while the skip path does not
+(interval above -1).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from expattn.probes.attention import attention_branch
+from expattn.probes.common import Batch, Estimator, ProbeContext, as_list, figure, save
+from expattn.report.schema import Record
+
+COLLAPSED, KEPT = -2.0, -1.0
+
+
+def residual_norm(x: Tensor) -> Tensor:
+    """$\\lVert X - \\mathbf 1\\bar x^\\top\\rVert_F / \\lVert X\\rVert_F$ per sequence, ``(batch,)``."""
+    return (x - x.mean(-2, keepdim=True)).norm(dim=(-1, -2)) / x.norm(dim=(-1, -2))
+
+
+def normalize64(x: Tensor, module: nn.Module) -> Tensor:
+    """The block's LayerNorm or RMSNorm applied in float64 (HF's RMSNorm would compute in float32)."""
+    if isinstance(module, nn.LayerNorm):
+        w = None if module.weight is None else module.weight.double()
+        b = None if module.bias is None else module.bias.double()
+        return F.layer_norm(x, module.normalized_shape, w, b, module.eps)
+    eps = getattr(module, "variance_epsilon", getattr(module, "eps", None))
+    if eps is None or not hasattr(module, "weight"):
+        raise TypeError(f"unsupported normalization module {type(module).__name__}")
+    return module.weight.double() * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+
+
+class E7Collapse(Estimator):
+    """E7 on the detail sequences.
+
+    Fitted: ``inputs_`` (index -> X_0), ``model_res_`` (index -> (L+1,) full-model res).
+    """
+
+    claim = "E7"
+
+    def __init__(self, ctx: ProbeContext):
+        self.ctx = ctx
+        self.inputs_: dict[int, Tensor] = {}
+        self.model_res_: dict[int, np.ndarray] = {}
+
+    def update(self, i: int, tensors: dict[str, Tensor], batch: Batch) -> None:
+        for row, index in enumerate(batch.index.tolist()):
+            if index >= self.ctx.detail_sequences:
+                continue
+            if i == 0:
+                self.inputs_[index] = tensors["input"][row].clone()
+                self.model_res_[index] = np.zeros(self.ctx.layers + 1)
+                self.model_res_[index][0] = float(residual_norm(tensors["input"][row].double()))
+            self.model_res_[index][i + 1] = float(residual_norm(tensors["output"][row].double()))
+
+    def merge(self, other: E7Collapse) -> E7Collapse:
+        self.inputs_.update(other.inputs_)
+        self.model_res_.update(other.model_res_)
+        return self
+
+    def paths(self) -> tuple[np.ndarray, np.ndarray]:
+        """Residual curves ``(sequence, L+1)`` of the pure-attention path without and with skips (float64)."""
+        x0 = torch.stack([self.inputs_[k] for k in sorted(self.inputs_)]).double()  # (S, T, D)
+        plain, skip = x0.clone(), x0.clone()
+        curves = [[residual_norm(plain)], [residual_norm(skip)]]
+        with torch.no_grad():
+            for i in range(self.ctx.layers):
+                w = self.ctx.attention[i].to(torch.float64)
+                norm = self.ctx.adapter.norm1(self.ctx.model, i) if self.ctx.adapter.norm_position == "pre" else None
+
+                def branch(x: Tensor, w=w, norm=norm) -> Tensor:
+                    return attention_branch(x if norm is None else normalize64(x, norm), w)
+
+                plain = branch(plain)
+                skip = skip + branch(skip)
+                curves[0].append(residual_norm(plain))
+                curves[1].append(residual_norm(skip))
+        return torch.stack(curves[0], 1).numpy(), torch.stack(curves[1], 1).numpy()
+
+    def result(self, out_dir: Path | None) -> Record:
+        if not self.inputs_:
+            raise ValueError("E7 saw no detail sequence; detail_sequences must be >= 1")
+        plain, skip = self.paths()
+        model = np.stack([self.model_res_[k] for k in sorted(self.model_res_)])
+        drops = {
+            name: np.log10(np.maximum(c[:, -1], 1e-300) / c[:, 0])
+            for name, c in (("no_skip", plain), ("skip", skip), ("model", model))
+        }
+        rng = np.random.default_rng(self.ctx.seed + 7)
+        picks = rng.integers(0, len(plain), (2000, len(plain)))
+        ci = {name: np.quantile(d[picks].mean(1), [0.025, 0.975]) for name, d in drops.items()}
+        if ci["no_skip"][1] < COLLAPSED and ci["skip"][0] > KEPT:
+            verdict = "supported"
+        elif ci["no_skip"][0] > KEPT:
+            verdict = "not_supported"
+        else:
+            verdict = "inconclusive"
+        metrics = {}
+        for name, d in drops.items():
+            metrics[f"log10_drop_{name}"] = float(d.mean())
+            metrics[f"log10_drop_{name}_low"], metrics[f"log10_drop_{name}_high"] = (float(c) for c in ci[name])
+        metrics["sequences"] = len(plain)
+        details = {
+            "res_no_skip": [as_list(np.median(plain, 0))],
+            "res_skip": [as_list(np.median(skip, 0))],
+            "res_model": [as_list(np.median(model, 0))],
+            "branch": "norm1 + attention (pre-LN)"
+            if self.ctx.adapter.norm_position == "pre"
+            else "attention only (post-LN)",
+            "dtype": "float64",
+        }
+        fig, axes = figure(out_dir, f"{self.ctx.slug}_e7_collapse.png", ncols=1, width=7.0)
+        if fig is not None:
+            ax, depth = axes[0], np.arange(self.ctx.layers + 1)
+            for curves, label in (
+                (plain, "pure attention, no skip"),
+                (skip, "pure attention + skip"),
+                (model, "full model (null)"),
+            ):
+                line = ax.plot(depth, np.median(curves, 0), marker="o", ms=3, label=label)[0]
+                ax.fill_between(depth, curves.min(0), curves.max(0), color=line.get_color(), alpha=0.15)
+            ax.set_yscale("log")
+            ax.set(
+                xlabel="depth",
+                ylabel="res(X) = |X - 1 mean| / |X|",
+                title=f"E7 {self.ctx.model_name}: rank collapse (float64)",
+            )
+            ax.legend(fontsize=7)
+        return Record(
+            id="E7",
+            kind="empirical",
+            verdict=verdict,
+            metrics=metrics,
+            method=(
+                "relative distance to rank one along the attention-only path, float64, with/without skips; "
+                "sequence bootstrap"
+            ),
+            notes=f"supported if the no-skip log10 drop interval < {COLLAPSED} and the skip one > {KEPT}",
+            details=details,
+            plots=save(fig, out_dir, f"{self.ctx.slug}_e7_collapse.png"),
+        )

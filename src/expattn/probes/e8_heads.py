@@ -1,0 +1,152 @@
+r"""E8: are the heads' updates coherent (aligned) or incoherent?
+
+$$u_{h,t} = W_o[:, h]\, z_{h,t},\qquad
+C_\ell = \frac{1}{H(H-1)} \sum_{h \ne h'} \cos(u_{h,t}, u_{h',t}),\qquad
+\gamma_\ell = \frac{\lVert\sum_h u_{h,t}\rVert^2}{\sum_h \lVert u_{h,t}\rVert^2}$$
+
+(claim B8, seed 000 §5: heads take gradient steps in different linear distortions of space).
+$z$ = ``layers.i.attn.heads``, split per head and mapped through that head's columns of the output
+projection, so $\sum_h u_h + b_o$ = ``layers.i.attn.output``. $\gamma = 1$ for orthogonal updates and
+$H$ for identical ones. Null baseline: the same cosine between head $h$ at token $t$ and head
+$h'$ at a random other token of the sequence (shared directions that are not specific to the
+token). Verdict (without first/special tokens): the heads are incoherent (supported) when in most
+layers the 95% interval of $C - C_{null}$ lies within $\pm 0.1$; not supported when it lies outside.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from expattn.probes.attention import AttnWeights
+from expattn.probes.common import (
+    Batch,
+    Estimator,
+    ProbeContext,
+    as_list,
+    band,
+    figure,
+    majority_verdict,
+    save,
+)
+from expattn.probes.stats import BootstrapMeans
+from expattn.report.schema import Record
+
+MARGIN = 0.1
+_F = 3  # mean pairwise cosine, null cosine, energy ratio gamma
+
+
+def head_gram(w: AttnWeights) -> Tensor:
+    """$G = W_o^\\top W_o$, ``(heads*head_dim, heads*head_dim)``: $u_h \\cdot u_{h'} = z_h^\\top G_{hh'} z_{h'}$."""
+    return w.wo.T @ w.wo
+
+
+def head_cosines(z: Tensor, gram: Tensor, heads: int, perm: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Per token: mean pairwise cosine of the heads' updates, the same with the other head at a shuffled
+    token, and $\\lVert\\sum_h u_h\\rVert^2 / \\sum_h\\lVert u_h\\rVert^2$; all ``(batch, token)``.
+
+    Works in the heads' value space through ``gram`` (no ``(token, head, dim)`` tensor): with
+    $\\hat z_h = z_h / \\lVert u_h\\rVert$, $\\sum_{h\\ne h'}\\cos = \\hat z^\\top G \\hat z - H$.
+    """
+    b, t, hd = z.shape
+    dh = hd // heads
+    blocks = torch.stack([gram[h * dh : (h + 1) * dh, h * dh : (h + 1) * dh] for h in range(heads)])  # (H, dh, dh)
+    zh = z.reshape(b * t, heads, dh).transpose(0, 1)  # (H, N, dh)
+    sq = (torch.bmm(zh, blocks) * zh).sum(-1).clamp_min(1e-30)  # (H, N) = |u_h|^2
+    zn = (zh / sq.sqrt().unsqueeze(-1)).transpose(0, 1).reshape(b, t, hd)  # unit-update scaling
+    gz = zn @ gram  # (B, T, H*dh)
+    same = ((gz * zn).sum(-1) - heads) / (heads * (heads - 1))
+    zp = torch.gather(zn, 1, perm.unsqueeze(-1).expand(-1, -1, hd))
+    zph = zp.reshape(b * t, heads, dh).transpose(0, 1)
+    diag = (torch.bmm(zn.reshape(b * t, heads, dh).transpose(0, 1), blocks) * zph).sum((0, -1)).view(b, t)
+    null = ((gz * zp).sum(-1) - diag) / (heads * (heads - 1))
+    energy = (z * (z @ gram)).sum(-1) / sq.sum(0).view(b, t)
+    return same, null, energy
+
+
+class E8Heads(Estimator):
+    """Streaming E8 estimator. Fitted: ``stats_`` (BootstrapMeans)."""
+
+    claim = "E8"
+
+    def __init__(self, ctx: ProbeContext):
+        self.ctx = ctx
+        self.stats_ = BootstrapMeans(ctx.layers * _F, ctx.replicates)
+        self.grams = [head_gram(w) for w in ctx.attention]
+        self._rows: dict[int, list[Tensor]] = {}
+
+    def update(self, i: int, tensors: dict[str, Tensor], batch: Batch) -> None:
+        z = tensors["attn.heads"][:, self.ctx.kept]
+        same, null, energy = head_cosines(z, self.grams[i], self.ctx.attention[i].heads, batch.perm_kept)
+        self._rows[i] = [same.double().mean(1), null.double().mean(1), energy.double().mean(1)]
+        if i == self.ctx.layers - 1:
+            values = torch.stack([c for j in range(self.ctx.layers) for c in self._rows.pop(j)], dim=1)
+            self.stats_.update(values, batch.weights)
+
+    def merge(self, other: E8Heads) -> E8Heads:
+        self.stats_.merge(other.stats_)
+        return self
+
+    def _stats(self, m: Tensor) -> Tensor:
+        m = m.view(*m.shape[:-1], self.ctx.layers, _F)
+        return torch.cat([m, (m[..., 0] - m[..., 1]).unsqueeze(-1)], dim=-1)  # (..., L, 4)
+
+    def result(self, out_dir: Path | None) -> Record:
+        est, lo, hi = (t.numpy() for t in self.stats_.interval(self._stats))
+        incoherent = (lo[:, 3] > -MARGIN) & (hi[:, 3] < MARGIN)
+        coherent = (lo[:, 3] > MARGIN) | (hi[:, 3] < -MARGIN)
+        details: dict = {
+            "tensors": "layers.i.attn.heads through per-head columns of the output projection",
+            "tokens": "first/special tokens excluded",
+        }
+        for k, name in enumerate(("mean_pairwise_cos", "null_cos", "energy_ratio", "cos_minus_null")):
+            details[name] = {"estimate": as_list(est[:, k]), "low": as_list(lo[:, k]), "high": as_list(hi[:, k])}
+        metrics = {
+            "layers_incoherent": int(incoherent.sum()),
+            "layers_coherent": int(coherent.sum()),
+            "layers": self.ctx.layers,
+            "median_pairwise_cos": float(np.median(est[:, 0])),
+            "median_null_cos": float(np.median(est[:, 1])),
+            "median_energy_ratio": float(np.median(est[:, 2])),
+            "heads": self.ctx.attention[0].heads,
+            "sequences": self.stats_.n_,
+        }
+        fig, axes = figure(out_dir, f"{self.ctx.slug}_e8_heads.png")
+        if fig is not None:
+            x = np.arange(self.ctx.layers)
+            band(axes[0], x, est[:, 0], lo[:, 0], hi[:, 0], "same token")
+            band(axes[0], x, est[:, 1], lo[:, 1], hi[:, 1], "null: other token", ls="--")
+            band(axes[1], x, est[:, 2], lo[:, 2], hi[:, 2], "energy ratio")
+            axes[0].axhline(0, color="k", lw=0.8)
+            axes[1].axhline(1, color="k", lw=0.8, label="orthogonal updates")
+            axes[0].set(
+                xlabel="layer",
+                ylabel="mean cos between heads' updates",
+                title=f"E8 {self.ctx.model_name}: head coherence",
+            )
+            axes[1].set(
+                xlabel="layer",
+                ylabel="|sum u_h|^2 / sum |u_h|^2",
+                title=f"E8 {self.ctx.model_name}: energy ratio (H = aligned)",
+            )
+            for ax in axes:
+                ax.legend(fontsize=7)
+        return Record(
+            id="E8",
+            kind="empirical",
+            verdict=majority_verdict(incoherent, coherent),
+            metrics=metrics,
+            method=(
+                "pairwise cosines of per-head updates W_o[:, h] z_h at the same token vs other tokens; "
+                "Poisson bootstrap"
+            ),
+            notes=(
+                f"supported = incoherent: interval of (cos - null) within +-{MARGIN} in most layers "
+                f"(first/special tokens excluded)"
+            ),
+            details=details,
+            plots=save(fig, out_dir, f"{self.ctx.slug}_e8_heads.png"),
+        )

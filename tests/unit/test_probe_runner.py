@@ -1,0 +1,171 @@
+"""The probe runner on a tiny random BERT saved to disk: determinism, bad input through the CLI
+(one line, exit 2, no output folder) and 2-process torchrun statistics equal to 1-process ones.
+
+Run as a script (``torchrun ... test_probe_runner.py MODEL_DIR OUT_FILE``) it is the distributed worker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from expattn.probe import ProbeConfig, probe
+
+
+def tiny_bert_dir(root: Path, max_positions: int = 64) -> Path:
+    """A 2-layer random BERT with MiniLM's tokenizer, saved as a local HuggingFace directory."""
+    from transformers import BertConfig, BertModel
+
+    from expattn.probes.loading import minilm_dir
+
+    path = root / "tiny-bert"
+    torch.manual_seed(1)
+    cfg = BertConfig(
+        vocab_size=30522,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=48,
+        max_position_embeddings=max_positions,
+    )
+    BertModel(cfg).save_pretrained(path)
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        shutil.copy(minilm_dir() / name, path / name)
+    return path
+
+
+def tiny_config(path: Path, seed: int = 0) -> ProbeConfig:
+    return ProbeConfig(
+        model=str(path), tokens=640, seq_len=32, seed=seed, batch_size=4, replicates=20, detail_sequences=2
+    )
+
+
+def statistics(estimators: list) -> dict[str, torch.Tensor]:
+    """The merged streaming statistics of a run, by name (float64)."""
+    e1, e2, e3, e4, _, e6, _, e8 = estimators
+    out = {
+        "e1_sum": e1.stats_.sum_,
+        "e1_rep": e1.stats_.rep_sum_,
+        "e2_rep": e2.stats_.rep_sum_,
+        "e3_rep": e3.boot_.rep_sum_,
+        "e8_rep": e8.stats_.rep_sum_,
+        "e6_rep": e6.stats_.rep_sum_,
+    }
+    for d, m in enumerate(e3.kept_):
+        out[f"e3_mean_{d}"], out[f"e3_scatter_{d}"], out[f"e3_m4_{d}"] = m.mean_, m.scatter_, m.proj_m4_
+    for i, m in enumerate(e4.inputs_):
+        out[f"e4_scatter_{i}"] = m.scatter_
+    for i, (a, b) in enumerate(e6.folds_):
+        out[f"e6_sxy_{i}"], out[f"e6_sxx_{i}"] = a.sxy_ + b.sxy_, b.sxx_
+    return {k: v.double().contiguous() for k, v in out.items()}
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> Path:
+    return tiny_bert_dir(tmp_path_factory.mktemp("probe"))
+
+
+def test_same_seed_same_numbers_other_seed_other_numbers(model_dir, tmp_path):
+    first = probe(tiny_config(model_dir), tmp_path / "a")
+    again = probe(tiny_config(model_dir), None)
+    other = probe(tiny_config(model_dir, seed=1), None)
+    assert [r.id for r in first.records] == [f"E{i}" for i in range(1, 9)]
+    for a, b in zip(first.records, again.records, strict=True):
+        assert {k: v for k, v in a.metrics.items() if "seconds" not in k} == {
+            k: v for k, v in b.metrics.items() if "seconds" not in k
+        }
+        assert a.verdict == b.verdict
+        assert a.verdict in ("supported", "not_supported", "inconclusive")
+    assert first.records[0].metrics["median_raw_ratio_excl"] != other.records[0].metrics["median_raw_ratio_excl"]
+    assert first.tokens == 640 and first.sequences == 20
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == sorted(p for r in first.records for p in r.plots)
+
+
+def _cli(*args: str):
+    from typer.testing import CliRunner
+
+    from expattn.cli import app
+
+    return CliRunner().invoke(app, ["probe", *args])
+
+
+def test_bad_input_one_line_exit_2_no_output(model_dir, tmp_path):
+    (tmp_path / "nocfg").mkdir()
+    (tmp_path / "empty.txt").write_text("  \n")
+    (tmp_path / "binary.txt").write_bytes(b"\xff\xfe\x00\x81" * 10)
+    (tmp_path / "weights.bin").write_bytes(b"not a model")
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text(json.dumps({"model_type": "bert"}))
+    (broken / "model.safetensors").write_bytes(b"garbage")
+    unsupported = tmp_path / "t5"
+    unsupported.mkdir()
+    (unsupported / "config.json").write_text(json.dumps({"model_type": "t5"}))
+    cases = {
+        ("--model", "no-such-model"): "neither a built-in name",
+        ("--model", str(tmp_path / "nocfg")): "no config.json",
+        ("--model", str(tmp_path / "weights.bin")): "is a file",
+        ("--model", str(broken)): "cannot load",
+        ("--model", str(unsupported)): "unsupported architecture 't5'",
+        ("--model", str(model_dir), "--seq-len", "32", "--text", str(tmp_path / "empty.txt")): "is empty",
+        ("--model", str(model_dir), "--seq-len", "32", "--text", str(tmp_path / "binary.txt")): "not readable UTF-8",
+        ("--model", str(model_dir), "--seq-len", "32", "--text", str(tmp_path / "missing.txt")): "not readable",
+        ("--model", str(model_dir), "--seq-len", "32", "--tokens", "0"): "tokens must be an integer >= 1",
+        ("--model", str(model_dir), "--seq-len", "65"): "exceeds the context length 64",
+    }
+    for args, message in cases.items():
+        out = tmp_path / "out"
+        result = _cli(*args, "--out", str(out))
+        assert result.exit_code == 2, (args, result.output)
+        lines = [line for line in result.output.splitlines() if line.strip()]
+        assert len(lines) == 1 and message in lines[0], (args, result.output)
+        assert "Traceback" not in result.output
+        assert not out.exists()
+        assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.")]  # no temp leftovers
+
+
+@pytest.mark.slow
+def test_two_processes_give_the_statistics_of_one(model_dir, tmp_path):
+    from safetensors.torch import load_file
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # same kernels as the workers, so each batch's forward pass is bitwise the same
+    try:
+        one = statistics(probe(tiny_config(model_dir), None).estimators)
+    finally:
+        torch.set_num_threads(threads)
+    target = tmp_path / "two.safetensors"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        __file__,
+        str(model_dir),
+        str(target),
+    ]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    two = load_file(target)
+    assert set(two) == set(one)
+    for name, value in one.items():
+        # different merge order only: float64 rounding, ~1e-12 relative to the magnitudes involved
+        torch.testing.assert_close(two[name], value, rtol=1e-9, atol=1e-9 * float(value.abs().max()), msg=name)
+
+
+if __name__ == "__main__":
+    from safetensors.torch import save_file
+
+    outcome = probe(tiny_config(Path(sys.argv[1])), None)
+    if int(os.environ.get("RANK", "0")) == 0:
+        save_file(statistics(outcome.estimators), sys.argv[2])
+    torch.distributed.destroy_process_group()

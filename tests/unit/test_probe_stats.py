@@ -1,0 +1,107 @@
+"""Streaming statistics of the probe against one-pass numpy/scipy on the concatenated data."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.stats
+import torch
+
+from expattn.probes.stats import BootstrapMeans, CrossMoments, Moments, poisson_weights
+
+
+def _chunks(gen: torch.Generator, n: int, parts: int) -> list[int]:
+    cuts = torch.randperm(n - 1, generator=gen)[: parts - 1].add(1).sort().values.tolist()
+    return [b - a for a, b in zip([0, *cuts], [*cuts, n], strict=True)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_moments_merge_equals_one_pass(gen, dtype):
+    n, d, k = 3000, 7, 5
+    # skewed, shifted, correlated data: exp of a correlated Gaussian plus an offset far from 0
+    mix = 0.4 * torch.randn(d, d, generator=gen, dtype=torch.float64)
+    x = (torch.randn(n, d, generator=gen, dtype=torch.float64) @ mix).exp()
+    x = x + 50.0
+    u = torch.randn(d, k, generator=gen, dtype=torch.float64)
+    first, second = Moments(d, True, u), Moments(d, True, u)
+    sizes = _chunks(gen, n, 9)
+    start = 0
+    for i, size in enumerate(sizes):
+        (first if i % 2 else second).update(x[start : start + size].to(dtype))
+        start += size
+    merged = first.merge(second)
+    ref = x.to(dtype).double().numpy()
+    # float64: merge formulas are exact up to rounding (1e-10); float32 inputs: the centred float32
+    # product per batch has relative error ~1e-6 of the scatter
+    tol = 1e-10 if dtype == torch.float64 else 2e-5
+    np.testing.assert_allclose(merged.mean_.numpy(), ref.mean(0), rtol=tol)
+    np.testing.assert_allclose(
+        merged.covariance_.numpy(), np.cov(ref, rowvar=False), rtol=tol, atol=tol * np.cov(ref, rowvar=False).max()
+    )
+    y = ref @ u.numpy()
+    # projections are formed in the input dtype: float32 moves y by ~1e-7 relative, moments by ~1e-5
+    mtol = 1e-9 if dtype == torch.float64 else 1e-4
+    np.testing.assert_allclose(merged.skewness_().numpy(), scipy.stats.skew(y, axis=0), rtol=mtol, atol=mtol)
+    np.testing.assert_allclose(merged.excess_kurtosis_().numpy(), scipy.stats.kurtosis(y, axis=0), rtol=mtol, atol=mtol)
+    assert merged.n_ == n
+
+
+def test_moments_rejects_bad_input(gen):
+    m = Moments(3)
+    with pytest.raises(ValueError, match="shape"):
+        m.update(torch.randn(4, 2, generator=gen))
+    with pytest.raises(ValueError, match="NaN"):
+        m.update(torch.tensor([[0.0, float("nan"), 1.0]]))
+    with pytest.raises(ValueError, match="at least 2"):
+        _ = Moments(3).covariance_
+
+
+def test_cross_moments_ridge_and_heldout_r2(gen):
+    n, dx, dy = 2000, 6, 4
+    x = torch.randn(n, dx, generator=gen, dtype=torch.float64) * 3 + 1
+    w_true = torch.randn(dx, dy, generator=gen, dtype=torch.float64)
+    y = x @ w_true + 0.5 * torch.randn(n, dy, generator=gen, dtype=torch.float64) + 2
+    train, test = CrossMoments(dx, dy), CrossMoments(dx, dy)
+    for a, b in zip(range(0, n, 300), range(300, n + 300, 300), strict=True):
+        (train if a < 1200 else test).update(x[a:b], y[a:b])
+    w, b, lam = train.ridge(1e-3)
+    # independent: ridge with intercept on centred training data by numpy lstsq on the augmented system
+    xt, yt = x[:1200].numpy(), y[:1200].numpy()
+    xc, yc = xt - xt.mean(0), yt - yt.mean(0)
+    aug_x = np.vstack([xc, np.sqrt(lam) * np.eye(dx)])
+    aug_y = np.vstack([yc, np.zeros((dx, dy))])
+    w_ref = np.linalg.lstsq(aug_x, aug_y, rcond=None)[0]
+    np.testing.assert_allclose(w.numpy(), w_ref, rtol=1e-9, atol=1e-10)
+    np.testing.assert_allclose(b.numpy(), yt.mean(0) - xt.mean(0) @ w_ref, rtol=1e-9, atol=1e-10)
+    xs, ys = x[1200:].numpy(), y[1200:].numpy()
+    resid = ys - xs @ w.numpy() - b.numpy()
+    r2_ref = 1 - (resid**2).sum() / ((ys - ys.mean(0)) ** 2).sum()
+    assert test.r_squared(w, b) == pytest.approx(r2_ref, rel=1e-10)
+
+
+def test_bootstrap_means_match_direct_weighted_means(gen):
+    s, f, r = 40, 3, 50
+    values = torch.randn(s, f, generator=gen, dtype=torch.float64) + 5
+    index = torch.arange(s)
+    weights = poisson_weights(7, index, r)
+    assert torch.equal(weights, poisson_weights(7, index, r))  # seeded per sequence index
+    assert torch.equal(weights[10:], poisson_weights(7, index[10:], r))  # independent of batching
+    a, b = BootstrapMeans(f, r), BootstrapMeans(f, r)
+    a.update(values[:13], weights[:13])
+    b.update(values[13:], weights[13:])
+    boot = a.merge(b)
+
+    def ratio(m: torch.Tensor) -> torch.Tensor:
+        return m[..., 0] / m[..., 1]
+
+    est, lo, hi = boot.interval(ratio)
+    direct = (weights.T @ values) / weights.sum(0)[:, None]
+    reps = (direct[:, 0] / direct[:, 1]).numpy()
+    assert est.item() == pytest.approx((values[:, 0].mean() / values[:, 1].mean()).item(), rel=1e-12)
+    assert lo.item() == pytest.approx(np.quantile(reps, 0.025), rel=1e-12)
+    assert hi.item() == pytest.approx(np.quantile(reps, 0.975), rel=1e-12)
+    # the Poisson bootstrap standard error agrees with the delta-method one within its own noise (50 draws: ~20%)
+    v = values.numpy()
+    r_hat = v[:, 0].mean() / v[:, 1].mean()
+    se_delta = np.std((v[:, 0] - r_hat * v[:, 1]) / v[:, 1].mean(), ddof=1) / np.sqrt(s)
+    assert 0.5 < np.std(reps, ddof=1) / se_delta < 1.6
