@@ -58,8 +58,8 @@ STATEMENTS = {
     "E8": ("the heads' updates are incoherent (not aligned)", "seed 000 §5 (B8)"),
 }
 
-DEFAULT_TOKENS = {"minilm": 20_000, "smollm2": 6_144}
-QUICK_TOKENS = {"minilm": 2_048, "smollm2": 1_024}
+DEFAULT_TOKENS = {"minilm": 20_000, "smollm2": 8_192}
+QUICK_TOKENS = {"minilm": 2_048, "smollm2": 768}
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,7 @@ class ProbeConfig:
             model=model,
             tokens=table.get(model, 4_096 if quick else 20_000),
             seed=seed,
-            detail_sequences=4 if quick else 8,
+            detail_sequences=2 if quick else 8,
             replicates=100 if quick else 200,
         )
 

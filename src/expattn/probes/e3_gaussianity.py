@@ -149,7 +149,7 @@ class E3Gaussianity(Estimator):
                 axes[1].plot(x, [p for p, _ in iso[variant]], marker="o", ms=3, label=f"participation ratio, {variant}")
                 band(axes[2], x, est[:, vi, 2], lo[:, vi, 2], hi[:, vi, 2], f"{variant} tokens")
             axes[0].axhline(details["null_mean_abs_kurtosis"], color="k", lw=0.8, label="null: Gaussian")
-            axes[0].set_yscale("symlog", linthresh=0.1)
+            axes[0].set_yscale("log")
             axes[1].axhline(details["null_participation_ratio_isotropic"], color="k", lw=0.8, label="null: isotropic")
             axes[2].axhline(0, color="k", lw=0.8, label="null: isotropic")
             for ax, title in zip(

@@ -57,11 +57,15 @@ def random_q95(dim: int) -> float:
 
 def regularised_inverse(m: Tensor) -> tuple[Tensor, float]:
     """$(M + \\lambda I)^{-1}$ with $\\lambda = 10^{-2}\\operatorname{tr}M/D$ (batched over leading dims);
-    returns it and $\\lambda$
-    (the mean over the batch)."""
+    returns it and $\\lambda$ (the mean over the batch).
+
+    Through a Cholesky factor in float32: the ridge bounds the condition number by about
+    $100\\,\\lambda_{max}/\\bar\\lambda \\le 100 D$, so float32 leaves cosines accurate to ~1e-4.
+    """
     lam = RIDGE * torch.diagonal(m, dim1=-2, dim2=-1).mean(-1)
     eye = torch.eye(m.shape[-1], dtype=m.dtype)
-    return torch.linalg.inv(m + lam[..., None, None] * eye), float(lam.mean())
+    chol = torch.linalg.cholesky((m + lam[..., None, None] * eye).float())
+    return torch.cholesky_inverse(chol).to(m.dtype), float(lam.mean())
 
 
 class E4Alignment(Estimator):
