@@ -157,7 +157,7 @@ def test_as_printed_section_shows_only_failing_statements(report):
     doc, root, _, _ = report
     rows = parse(render_html(doc, root)).rows["as-printed"]
     assert len(rows) == 2  # header + A8; A3's as-printed statement passes
-    assert rows[1][0] == "A8"
+    assert rows[1][0] == "A8 A8"  # ID and the record's label (a verify record without a stage: its ID)
     assert "E[u u^T]" in rows[1][1]  # the seed's wording
     assert rows[1][2] == "Hess G = Cov[u] | centred"  # the corrected statement, checked
     assert "0.37" in rows[1][3]
@@ -203,6 +203,6 @@ def test_as_printed_evidence_and_fallback_text(gen):
         Record(id="Z9", kind="identity", verdict="pass", as_printed="fail", notes="printed with a typo"),
     ]
     rows = parse(render_html(results_document(records, "test"), None)).rows["as-printed"]
-    assert [r[0] for r in rows[1:]] == ["B5", "Z9"]
+    assert [r[0].split()[0] for r in rows[1:]] == ["B5", "Z9"]
     assert "E[eta eta^T]" in rows[1][1] and rows[1][3] == f"as_printed_cov_z = {z:.4g}"
     assert rows[2][1] == "printed with a typo"

@@ -115,7 +115,8 @@ def _as_printed(view: ReportView) -> str:
         for card, printed in view.as_printed:
             evidence = ", ".join(f"{esc(k)} = {esc(v)}" for k, v in as_printed_evidence(card.record))
             rows.append(
-                f'<tr><td><a href="#{esc(card.anchor)}">{esc(card.record.id)}</a></td><td>{esc(printed)}</td>'
+                f'<tr><td><a href="#{esc(card.anchor)}">{esc(card.record.id)}</a> '
+                f'<span class="label">{esc(card.label)}</span></td><td>{esc(printed)}</td>'
                 f"<td>{esc(card.record.statement)}</td><td>{evidence}</td></tr>"
             )
         head = "".join(

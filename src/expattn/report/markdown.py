@@ -54,7 +54,8 @@ def _as_printed(view: ReportView) -> list[str]:
     rows = []
     for card, printed in view.as_printed:
         evidence = ", ".join(f"{md(k)} = {md(v)}" for k, v in as_printed_evidence(card.record))
-        rows.append([f"[{md(card.record.id)}](#{card.anchor})", md(printed), md(card.record.statement), evidence])
+        link = f"[{md(card.record.id)}](#{card.anchor}) {md(card.label)}"
+        rows.append([link, md(printed), md(card.record.statement), evidence])
     return [*lines, *_table(["ID", "as printed in the seed", "corrected statement (checked)", "evidence"], rows)]
 
 
