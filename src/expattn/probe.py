@@ -14,6 +14,7 @@ import os
 import shutil
 import tempfile
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -237,8 +238,17 @@ def probe(
     if rank == 0:
         for est in estimators:
             t0 = time.perf_counter()
-            with torch.no_grad():
-                record = est.result(out_dir)
+            try:
+                with torch.no_grad():
+                    record = est.result(out_dir)
+            except Exception as err:  # one failing analysis must not discard the others: report it
+                record = Record(
+                    id=est.claim,
+                    kind="empirical",
+                    verdict="skipped",
+                    notes=f"analysis raised {type(err).__name__}: {err}",
+                    details={"traceback": traceback.format_exc(limit=5)},
+                )
             record.metrics["update_seconds"] = per_estimator[est.claim]
             record.metrics["result_seconds"] = time.perf_counter() - t0
             record.statement, record.source = STATEMENTS[record.id]

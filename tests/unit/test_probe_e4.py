@@ -17,11 +17,24 @@ def test_regularised_inverse_matches_float64_inverse(gen):
     a = torch.randn(400, 60, generator=gen, dtype=torch.float64)
     m = a.T @ a / 400
     m[0, 0] *= 1e6  # condition number ~1e6 before the ridge, as for real attention inputs
-    inv, lam = regularised_inverse(m)
+    inv, lam, clipped = regularised_inverse(m)
+    assert clipped == 0
     assert lam == torch.diagonal(m).mean().item() * 1e-2
     ref = torch.linalg.inv(m + lam * torch.eye(60, dtype=torch.float64))
     # float32 Cholesky with the ridge's condition bound (<= 100 D): relative error well under 1e-4
     assert 0 <= ((inv - ref).norm() / ref.norm()).item() < 1e-4
+
+
+def test_regularised_inverse_clips_negative_eigenvalues(gen):
+    q, _ = torch.linalg.qr(torch.randn(30, 30, generator=gen, dtype=torch.float64))
+    e = torch.linspace(1, 2, 30, dtype=torch.float64)
+    e[0] = -5.0  # an indefinite estimate, as float32 cancellation can produce
+    m = (q * e) @ q.T
+    inv, _, clipped = regularised_inverse(torch.stack([m, q @ q.T]))
+    assert clipped == 1
+    lam0 = 1e-2 * torch.diagonal(m).mean().item()
+    ref = (q / e.clamp_min(0).add(lam0)) @ q.T  # clip at 0, then add the ridge
+    torch.testing.assert_close(inv[0], ref, rtol=1e-9, atol=1e-9)
 
 
 def test_random_baseline_closed_form_matches_monte_carlo(gen):

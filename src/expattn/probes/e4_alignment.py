@@ -55,17 +55,26 @@ def random_q95(dim: int) -> float:
     return 1.6449 * (2.0 / (dim * (dim + 1))) ** 0.5
 
 
-def regularised_inverse(m: Tensor) -> tuple[Tensor, float]:
-    """$(M + \\lambda I)^{-1}$ with $\\lambda = 10^{-2}\\operatorname{tr}M/D$ (batched over leading dims);
-    returns it and $\\lambda$ (the mean over the batch).
+def regularised_inverse(m: Tensor) -> tuple[Tensor, float, int]:
+    """$(M_+ + \\lambda I)^{-1}$ with $\\lambda = 10^{-2}\\operatorname{tr}M/D$ (batched over leading dims), where
+    $M_+$ is $M$ with negative eigenvalues clipped to 0; returns it, $\\lambda$ (mean over the batch)
+    and how many matrices needed the clipping.
 
-    Through a Cholesky factor in float32: the ridge bounds the condition number by about
-    $100\\,\\lambda_{max}/\\bar\\lambda \\le 100 D$, so float32 leaves cosines accurate to ~1e-4.
+    Through a float32 Cholesky factor: the ridge bounds the condition number by $100 D + 1$, so
+    float32 leaves cosines accurate to ~1e-4. A matrix that float32 rounding (or its estimate)
+    leaves indefinite falls back to a float64 eigendecomposition with the clipping.
     """
     lam = RIDGE * torch.diagonal(m, dim1=-2, dim2=-1).mean(-1)
     eye = torch.eye(m.shape[-1], dtype=m.dtype)
-    chol = torch.linalg.cholesky((m + lam[..., None, None] * eye).float())
-    return torch.cholesky_inverse(chol).to(m.dtype), float(lam.mean())
+    reg = (m + m.mT) / 2 + lam[..., None, None] * eye
+    chol, info = torch.linalg.cholesky_ex(reg.float())
+    inv = torch.cholesky_inverse(chol).to(m.dtype)
+    bad = info != 0
+    if bad.any():
+        e, v = torch.linalg.eigh(reg[bad].double())
+        floor = lam.expand(info.shape)[bad].double()[..., None]
+        inv[bad] = ((v / e.clamp_min(floor).unsqueeze(-2)) @ v.mT).to(m.dtype)
+    return inv, float(lam.mean()), int(bad.sum())
 
 
 class E4Alignment(Estimator):
@@ -110,11 +119,12 @@ class E4Alignment(Estimator):
         w = self.ctx.attention[i].to(torch.float64)
         sigma = self.inputs_[i].covariance_
         eig = torch.linalg.eigvalsh(sigma)
-        sigma_inv, lam = regularised_inverse(sigma)
-        fisher_inv, lam_f = regularised_inverse(self.fisher(i))  # (H, D, D)
+        sigma_inv, lam, _ = regularised_inverse(sigma)
+        fisher_inv, lam_f, clipped = regularised_inverse(self.fisher(i))  # (H, D, D)
         out: dict = {
             "ridge_sigma": lam,
             "ridge_fisher": lam_f,
+            "fisher_heads_clipped": clipped,
             "condition_sigma": float(eig[-1] / eig[0].clamp_min(1e-300)),
         }
         rq = torch.randn(RANDOM_DRAWS, w.head_dim, self.ctx.dim, generator=gen, dtype=torch.float64)
@@ -172,6 +182,7 @@ class E4Alignment(Estimator):
             "median_cos_sigma_inv": float(np.median([lay["cos_sigma_inv"] for lay in layers])),
             "median_cos_identity": float(np.median([lay["cos_identity"] for lay in layers])),
             "ridge_relative": RIDGE,
+            "fisher_heads_clipped": sum(lay["fisher_heads_clipped"] for lay in layers),
             "fisher_sequences": len(self.detail_[0]),
         }
         details = {
