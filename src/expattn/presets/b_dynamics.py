@@ -6,7 +6,9 @@ $\eta_t \mapsto [\eta_t +]\,\nabla G(\beta\eta_t)$ with the cloud itself as the 
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 from itertools import pairwise
 
 import numpy as np
@@ -35,6 +37,25 @@ def pyplot():
     return plt
 
 
+def single_thread(fn: Callable[[RunContext], Record]) -> Callable[[RunContext], Record]:
+    """Run a preset with one intra-op torch thread (restored afterwards).
+
+    The presets iterate many small tensor operations; on a shared machine extra threads only
+    spin against other processes (all B presets here: 525 s with two threads, 68 s with one).
+    """
+
+    @functools.wraps(fn)
+    def wrapper(ctx: RunContext) -> Record:
+        before = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            return fn(ctx)
+        finally:
+            torch.set_num_threads(before)
+
+    return wrapper
+
+
 def save_figure(fig, ctx: RunContext, name: str) -> list[str]:
     """Write ``fig`` to ``ctx.out_dir / name``; returns the plot list of a record."""
     fig.tight_layout()
@@ -54,6 +75,7 @@ def save_figure(fig, ctx: RunContext, name: str) -> list[str]:
     command="simulate",
     name="b2-collapse",
 )
+@single_thread
 def b2_collapse(ctx: RunContext) -> Record:
     gen = generator(ctx.seed)
     batch, tokens, dim, steps = (3, 24, 8, 40) if ctx.quick else (8, 64, 8, 200)
@@ -130,6 +152,7 @@ def _summary(values: torch.Tensor) -> dict[str, float]:
     command="simulate",
     name="b3-expansion",
 )
+@single_thread
 def b3_expansion(ctx: RunContext) -> Record:
     gen = generator(ctx.seed)
     batch, tokens = (10, 32) if ctx.quick else (100, 64)
@@ -228,6 +251,7 @@ def settling(traj, operator, start_diameter: torch.Tensor) -> list[str]:
     command="simulate",
     name="b4-normalization",
 )
+@single_thread
 def b4_normalization(ctx: RunContext) -> Record:
     gen = generator(ctx.seed)
     batch, tokens, dim, steps = (2, 32, 16, 40) if ctx.quick else (6, 64, 16, 150)
@@ -304,6 +328,7 @@ def b4_normalization(ctx: RunContext) -> Record:
     command="simulate",
     name="sphere-clusters",
 )
+@single_thread
 def sphere_clusters(ctx: RunContext) -> Record:
     gen = generator(ctx.seed)
     batch, tokens, steps = (2, 32, 120) if ctx.quick else (4, 64, 400)

@@ -19,7 +19,7 @@ from expattn.dynamics.metrics import covariance, mardia, sliced_wasserstein_gaus
 from expattn.dynamics.operators import AttentionConfig, AttentionUpdate, Compose, FeedForward, FeedForwardConfig
 from expattn.dynamics.run import run
 from expattn.nn.norms import NormConfig, Whitening, build_norm, sym_power
-from expattn.presets.b_dynamics import pyplot, save_figure
+from expattn.presets.b_dynamics import pyplot, save_figure, single_thread
 from expattn.report.schema import Record
 
 ALPHA = 1e-3  # level of each Gaussianity test (Mardia skewness, kurtosis; SW z-score)
@@ -68,6 +68,7 @@ def _moment_z(x: torch.Tensor, mean: torch.Tensor, cov: torch.Tensor) -> tuple[f
     command="simulate",
     name="b5-theorem1",
 )
+@single_thread
 def b5_theorem1(ctx: RunContext) -> Record:
     gen = generator(ctx.seed)
     n, iters, n_emp, emp_iters = (1000, 10, 300, 5) if ctx.quick else (20000, 100, 1000, 20)
@@ -171,6 +172,7 @@ def b5_theorem1(ctx: RunContext) -> Record:
     command="simulate",
     name="b6-continuous-carrier",
 )
+@single_thread
 def b6_continuous_carrier(ctx: RunContext) -> Record:
     gen = generator(ctx.seed)
     n, iters = (200, 6) if ctx.quick else (600, 25)
@@ -258,6 +260,7 @@ def tied_block(dim: int, gain: float, gen: torch.Generator, seed: int) -> Compos
     command="simulate",
     name="b7-tied-block",
 )
+@single_thread
 def b7_tied_block(ctx: RunContext) -> Record:
     gen = generator(ctx.seed)
     batch, tokens, dim, iters = (2, 16, 8, 300) if ctx.quick else (4, 32, 16, 300)
