@@ -77,7 +77,7 @@ def test_hull_distance_against_known_geometry():
     assert hull_distance(square, np.array([1.5, 0.5])) == pytest.approx(0.5, abs=1e-9)
 
 
-@pytest.mark.parametrize("claim_id", ["B2", "B5"])
+@pytest.mark.parametrize("claim_id", [pytest.param("B2", marks=pytest.mark.slow), "B5"])
 def test_verify_checks_pass_and_b5_as_printed_fails(claim_id):
     (claim,) = select("verify", [claim_id])
     record = run_claim(claim, RunContext(seed=3))
