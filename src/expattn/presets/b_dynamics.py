@@ -218,7 +218,7 @@ def b3_expansion(ctx: RunContext) -> Record:
 
 
 def settling(traj, operator, start_diameter: torch.Tensor) -> list[str]:
-    """Where an iterated operator ends, per cloud: point, fixed point, 2-cycle, steady spread, diverging or moving."""
+    """Where an iterated operator ends, per cloud: point, fixed point, 2-cycle, steady spread, growing or moving."""
     tail = traj.metrics["trace_cov"][-max(2, len(traj.metrics["trace_cov"]) // 5) :]
     with torch.no_grad():
         twice = operator(operator(traj.final))
@@ -235,8 +235,8 @@ def settling(traj, operator, start_diameter: torch.Tensor) -> list[str]:
             out.append("2-cycle")
         elif spread < 1.1:
             out.append("steady spread")
-        elif float(tail[-1, i]) > 10 * float(tail[0, i]):
-            out.append("diverging")
+        elif float(tail[-1, i]) > 1.1 * float(tail[0, i]):
+            out.append("growing")
         else:
             out.append("moving")
     return out
