@@ -70,7 +70,7 @@ class _Tracker:
 
     def __call__(self, z: Tensor) -> Tensor | None:
         """$f(z)$ on flat ``(B, N)`` iterates; records the residual of ``z``; ``None`` if not finite."""
-        if not torch.isfinite(z).all():
+        if not torch.isfinite(z.sum()):  # one reduction: NaN, infinity or overflow anywhere in z
             self.diverged = True
             return None
         fz = self.f(z.reshape(self.shape))
@@ -79,11 +79,11 @@ class _Tracker:
             got = tuple(fz.shape) if isinstance(fz, Tensor) else type(fz).__name__
             raise ValueError(f"f must map z of shape {tuple(self.shape)} to the same shape, got {got}")
         fz = fz.reshape(z.shape)
-        if not torch.isfinite(fz).all():
+        size = fz.norm(dim=1)  # non-finite iff some entry of f(z) is (or the norm overflows)
+        if not torch.isfinite(size).all():
             self.diverged = True
             return None
-        tiny = torch.finfo(fz.dtype).tiny
-        residual = ((fz - z).norm(dim=1) / fz.norm(dim=1).clamp_min(tiny)).double()
+        residual = ((fz - z).norm(dim=1) / size.clamp_min(torch.finfo(fz.dtype).tiny)).double()
         better = residual < self.best_residual
         self.best = torch.where(better[:, None], z, self.best)
         self.best_residual = torch.where(better, residual, self.best_residual)
@@ -180,7 +180,8 @@ def anderson(
         tol: tolerance on the relative residual.
         max_iter: largest number of updates.
         memory: $m \ge 1$, number of past iterates mixed.
-        regularization: ridge $\mu \ge 0$ on $\alpha$, relative to the mean squared residual norm.
+        regularization: ridge $\mu \ge 0$ on $\alpha$, relative to the mean squared residual norm (at least
+            10 machine epsilons).
         mixing: $\beta \in (0, 1]$.
 
     Returns:
@@ -196,27 +197,38 @@ def anderson(
     track = _Tracker(f, z0, tol)
     z = z0.reshape(z0.shape[0], -1)
     fz = track(z)
-    zs, fs = [z], [fz]
+    # Ring buffers of the last `memory` iterates, values and residuals, and the residuals' Gram
+    # matrix, updated one row per iteration (alpha does not depend on the order of the slots).
+    batch, size = z.shape
+    zs, fs, gs = (z.new_zeros(batch, memory, size) for _ in range(3))  # (B, m, N)
+    gram = z.new_zeros(batch, memory, memory)
+    # The ridge never falls below 10 machine epsilons: collinear residuals would make the system singular.
+    ridge = max(regularization, 10 * torch.finfo(z.dtype).eps) * torch.eye(memory, dtype=z.dtype, device=z.device)
     iterations = 0
-    while fz is not None and not track.done and iterations < max_iter:
-        Z, Fz = torch.stack(zs, 1), torch.stack(fs, 1)  # (B, n, N)
-        G = Fz - Z
-        gram = G @ G.mT  # (B, n, n)
-        n = gram.shape[-1]
-        scale = gram.diagonal(dim1=-2, dim2=-1).mean(-1).clamp_min(torch.finfo(z.dtype).tiny)
+    while fz is not None:
+        slot, n = iterations % memory, min(iterations + 1, memory)
+        g = fz - z
+        zs[:, slot], fs[:, slot], gs[:, slot] = z, fz, g
+        row = (gs[:, :n] * g[:, None]).sum(-1)  # (B, n); faster than a batched matrix-vector product on CPU
+        gram[:, slot, :n] = gram[:, :n, slot] = row
+        if track.done or iterations >= max_iter:
+            break
+        h = gram[:, :n, :n]
+        scale = h.diagonal(dim1=-2, dim2=-1).mean(-1).clamp_min(torch.finfo(z.dtype).tiny)
         # alpha does not change when the Gram matrix is scaled; scaling keeps the system O(1).
-        gram = gram / scale[:, None, None] + regularization * torch.eye(n, dtype=z.dtype, device=z.device)
+        h = h / scale[:, None, None] + ridge[:n, :n]
         # Bordered system [[0, 1^T], [1, gram]] [nu; alpha] = [1; 0] for the constrained least squares.
-        border = torch.zeros(z.shape[0], n + 1, n + 1, dtype=z.dtype, device=z.device)
-        border[:, 0, 1:] = border[:, 1:, 0] = 1
-        border[:, 1:, 1:] = gram
-        rhs = torch.zeros(z.shape[0], n + 1, 1, dtype=z.dtype, device=z.device)
+        border = torch.ones(batch, n + 1, n + 1, dtype=z.dtype, device=z.device)
+        border[:, 0, 0] = 0
+        border[:, 1:, 1:] = h
+        rhs = torch.zeros(batch, n + 1, 1, dtype=z.dtype, device=z.device)
         rhs[:, 0] = 1
-        alpha = torch.linalg.solve(border, rhs)[:, 1:]  # (B, n, 1)
-        z = mixing * (alpha.mT @ Fz)[:, 0] + (1 - mixing) * (alpha.mT @ Z)[:, 0]
+        alpha = torch.linalg.solve(border, rhs)[:, 1:].mT  # (B, 1, n)
+        z = (alpha @ fs[:, :n])[:, 0]
+        if mixing < 1:
+            z = mixing * z + (1 - mixing) * (alpha @ zs[:, :n])[:, 0]
         fz = track(z)
         iterations += 1
-        zs, fs = [*zs, z][-memory:], [*fs, fz][-memory:]
     return track.result("anderson", iterations)
 
 
