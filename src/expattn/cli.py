@@ -181,14 +181,14 @@ def simulate(
     out: Annotated[Path, typer.Option(help="Folder for results.json and the PNG plots.")] = Path("simulate"),
     seed: Annotated[int, typer.Option(help="Seed of every random draw.")] = 0,
     quick: Annotated[bool, typer.Option("--quick", help="Small smoke sizes.")] = False,
-    steps: Annotated[int, typer.Option(help="custom: number of steps of norm o attention.")] = 50,
-    cloud: Annotated[str, typer.Option(help="custom: start cloud kind or a .npy (token, dim) file.")] = "gaussian",
+    steps: Annotated[int | None, typer.Option(help="custom: number of steps of norm o attention [50].")] = None,
+    cloud: Annotated[str | None, typer.Option(help="custom: start cloud kind or a .npy (token, dim) file.")] = None,
     carrier: Annotated[str | None, typer.Option(help="custom: .npy (key, dim) fixed atoms [self].")] = None,
-    norm: Annotated[str, typer.Option(help="custom: normalization name.")] = "layernorm",
-    beta: Annotated[float, typer.Option(help="custom: inverse temperature.")] = 1.0,
-    residual: Annotated[bool, typer.Option(help="custom: keep the residual.")] = True,
-    tokens: Annotated[int, typer.Option(help="custom: tokens of a generated cloud.")] = 64,
-    dim: Annotated[int, typer.Option(help="custom: dimension of a generated cloud.")] = 16,
+    norm: Annotated[str | None, typer.Option(help="custom: normalization name [layernorm].")] = None,
+    beta: Annotated[float | None, typer.Option(help="custom: inverse temperature [1].")] = None,
+    residual: Annotated[bool | None, typer.Option(help="custom: keep the residual [yes].")] = None,
+    tokens: Annotated[int | None, typer.Option(help="custom: tokens of a generated cloud [64].")] = None,
+    dim: Annotated[int | None, typer.Option(help="custom: dimension of a generated cloud [16].")] = None,
 ) -> None:
     """Run the dynamics presets (B2-B7, sphere clusters) or a custom run; writes results.json and PNGs."""
     from expattn.simulate import CUSTOM, CustomRun, SimulateConfig, run_simulate
@@ -196,13 +196,15 @@ def simulate(
     names = [p.strip() for p in preset.split(",") if p.strip()]
     if not names:
         fail("--preset must name a preset, a claim ID, 'all' or 'custom'")
+    options = {"steps": steps, "cloud": cloud, "carrier": carrier, "norm": norm, "beta": beta,
+               "residual": residual, "tokens": tokens, "dim": dim}
+    given = {k: v for k, v in options.items() if v is not None}
+    if steps is not None and steps <= 0:
+        fail(f"--steps must be a positive integer, got {steps}")
+    if names != [CUSTOM] and given:
+        fail(f"option(s) --{', --'.join(given)} are for --preset custom only")
     try:
-        custom = None
-        if names == [CUSTOM]:
-            custom = CustomRun(steps=steps, cloud=cloud, carrier=carrier, norm=norm, beta=beta, residual=residual,
-                               tokens=tokens, dim=dim)
-        elif steps <= 0:
-            fail(f"--steps must be a positive integer, got {steps}")
+        custom = CustomRun(**given) if names == [CUSTOM] else None
         chosen = None if names == ["all"] or custom is not None else tuple(names)
         records = run_simulate(SimulateConfig(presets=chosen, out_dir=out, seed=seed, quick=quick, custom=custom),
                                console)

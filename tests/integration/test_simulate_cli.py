@@ -69,6 +69,9 @@ def test_custom_run_and_its_errors(tmp_path, gen):
         assert message in result.output and "Traceback" not in result.output
         assert not (tmp_path / "never").exists()
     assert _invoke("--preset", "b2-collapse", "--steps", "-1", "--out", str(tmp_path / "never")).exit_code == 2
+    ignored = _invoke("--preset", "b2-collapse", "--norm", "sphere", "--out", str(tmp_path / "never"))
+    assert ignored.exit_code == 2 and "for --preset custom only" in ignored.output
+    assert not (tmp_path / "never").exists()
 
 
 def test_out_that_is_a_file_is_an_error(tmp_path):
