@@ -1,0 +1,97 @@
+"""Benchmark of ``expattn probe``: time against plain HF forward passes, and peak memory vs tokens.
+
+    python benchmarks/bench_probe.py time --model minilm --tokens 20000
+    python benchmarks/bench_probe.py memory --model minilm --tokens 20000 100000
+
+``time`` runs, in one process, plain forward passes (no hooks) over exactly the batches the probe
+reads, then the full probe, and prints probe/plain ratios of wall and CPU time (the probe's time
+includes loading the model and text, the statistics, the records and the plots). ``memory`` runs
+the probe in a fresh child process per token count and reports each child's peak resident memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import subprocess
+import sys
+import time
+
+import torch
+
+
+def plain_forward(config) -> tuple[float, float]:
+    """Wall and CPU seconds of plain forward passes over the probe's own token batches."""
+    from expattn.probes.adapters import adapter_for
+    from expattn.probes.corpus import TokenSample, load_text, sequence
+    from expattn.probes.loading import load_pretrained, read_config, resolve_model_dir
+
+    path = resolve_model_dir(config.model)
+    hf = read_config(path)
+    family = adapter_for(hf["model_type"]).family
+    model, tokenizer = load_pretrained(path, hf["model_type"])
+    text = load_text(config.corpus, config.text)
+    sample = TokenSample(config.seq_len, config.seed)
+    n_seq = math.ceil(config.tokens / config.seq_len)
+    batches = [
+        torch.stack([sequence(text, tokenizer, family, sample, i) for i in range(b, min(b + config.batch_size, n_seq))])
+        for b in range(0, n_seq, config.batch_size)
+    ]
+    wall = cpu = 0.0
+    with torch.no_grad():
+        for ids in batches:
+            t0, c0 = time.perf_counter(), time.process_time()
+            model(input_ids=ids, attention_mask=torch.ones_like(ids))
+            wall += time.perf_counter() - t0
+            cpu += time.process_time() - c0
+    return wall, cpu
+
+
+def bench_time(model: str, tokens: int) -> None:
+    from expattn.probe import ProbeConfig, probe
+
+    config = ProbeConfig(model=model, tokens=tokens)
+    probe(ProbeConfig(model=model, tokens=config.batch_size * config.seq_len), None)  # warm-up: caches, imports
+    plain_wall, plain_cpu = plain_forward(config)
+    t0, c0 = time.perf_counter(), time.process_time()
+    outcome = probe(config, None)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    print(f"model={model} tokens={outcome.tokens} threads={torch.get_num_threads()}")
+    print(f"plain HF forward passes: wall {plain_wall:.1f} s, cpu {plain_cpu:.1f} s")
+    inside = f"wall {outcome.forward_seconds:.1f} s, cpu {outcome.forward_cpu_seconds:.1f} s"
+    print(f"forward passes inside the probe: {inside}")
+    print(f"statistics inside the probe: wall {outcome.stats_seconds:.1f} s, cpu {outcome.stats_cpu_seconds:.1f} s")
+    print(f"full probe: wall {wall:.1f} s, cpu {cpu:.1f} s")
+    print(f"ratio full probe / plain forward: wall {wall / plain_wall:.2f}x, cpu {cpu / plain_cpu:.2f}x")
+    per = {r.id: round(r.metrics["update_seconds"] + r.metrics["result_seconds"], 1) for r in outcome.records}
+    print(f"seconds per hypothesis (update + result): {per}")
+
+
+def bench_memory(model: str, token_counts: list[int]) -> None:
+    peaks = []
+    for tokens in token_counts:
+        code = (
+            "import resource, sys; from expattn.probe import ProbeConfig, probe; "
+            f"probe(ProbeConfig(model={model!r}, tokens={tokens}), None); "
+            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+        )
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+        peaks.append(int(done.stdout.strip().splitlines()[-1]) / 1024)
+        print(f"model={model} tokens={tokens}: peak RSS {peaks[-1]:.0f} MiB")
+    print(f"growth {token_counts[0]} -> {token_counts[-1]} tokens: {100 * (peaks[-1] / peaks[0] - 1):+.1f}%")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("what", choices=("time", "memory"))
+    parser.add_argument("--model", default="minilm")
+    parser.add_argument("--tokens", type=int, nargs="+", default=[20_000])
+    args = parser.parse_args()
+    if args.what == "time":
+        bench_time(args.model, args.tokens[0])
+    else:
+        bench_memory(args.model, args.tokens)
+
+
+if __name__ == "__main__":
+    main()
