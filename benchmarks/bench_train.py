@@ -1,10 +1,12 @@
 """Training throughput of ``expattn.nn.lm.LM`` against a plain nanoGPT-style model of the same size.
 
 One training step = forward, cross-entropy, backward, gradient clipping and an AdamW step on a
-random batch. Both models are timed in the same process, alternating in rounds, and the
-median tokens/s of each is reported with the ratio ours / reference (>= 1: ours is as fast).
+random batch. Both models are timed in the same process, alternating in rounds; the best
+round of each gives its tokens/s, reported with the ratio ours / reference (>= 1: ours is as
+fast). On a machine shared with other jobs, wall-clock rounds vary several-fold, so the default
+clock is this process's CPU time with one torch thread (``--clock wall`` for wall time).
 
-    .venv/bin/python benchmarks/bench_train.py [--layers 4 --dim 128 --heads 4 --context 64 --batch 12]
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_train.py [--layers 4 --dim 128 --heads 4 ...]
 """
 
 from __future__ import annotations
@@ -58,16 +60,18 @@ class NanoGPT(nn.Module):
         return logits, F.cross_entropy(logits.flatten(0, 1), targets.flatten())
 
 
-def step_seconds(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor, steps: int) -> float:
-    """Wall time of ``steps`` training steps."""
-    start = time.perf_counter()
+def step_seconds(
+    model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor, steps: int, clock
+) -> float:
+    """Time of ``steps`` training steps on ``clock`` (``time.process_time`` or ``time.perf_counter``)."""
+    start = clock()
     for _ in range(steps):
         _, loss = model(x, y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-    return time.perf_counter() - start
+    return clock() - start
 
 
 def main() -> None:
@@ -77,7 +81,9 @@ def main() -> None:
         parser.add_argument(f"--{name}", type=int, default=default)
     parser.add_argument("--carrier", default="empirical")
     parser.add_argument("--norm", default="layernorm")
+    parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu")
     a = parser.parse_args()
+    clock = time.process_time if a.clock == "cpu" else time.perf_counter
     torch.manual_seed(0)
     ours = LM(LMConfig(vocab_size=a.vocab, context=a.context, layers=a.layers, heads=a.heads, dim=a.dim,
                        carrier=a.carrier, norm=a.norm))
@@ -87,16 +93,16 @@ def main() -> None:
     models = {"expattn LM": ours, "nanoGPT-style": ref}
     opts = {k: torch.optim.AdamW(m.parameters(), lr=1e-3) for k, m in models.items()}
     for k, m in models.items():
-        step_seconds(m, opts[k], x, y, 3)  # warm-up
+        step_seconds(m, opts[k], x, y, 3, clock)  # warm-up
     times: dict[str, list[float]] = {k: [] for k in models}
     for _ in range(a.rounds):
         for k, m in models.items():
-            times[k].append(step_seconds(m, opts[k], x, y, a.steps))
+            times[k].append(step_seconds(m, opts[k], x, y, a.steps, clock))
     tokens = a.batch * a.context * a.steps
-    speed = {k: tokens / statistics.median(v) for k, v in times.items()}
+    speed = {k: tokens / min(v) for k, v in times.items()}
     params = {k: sum(p.numel() for p in m.parameters()) for k, m in models.items()}
     print(f"config: layers={a.layers} dim={a.dim} heads={a.heads} context={a.context} batch={a.batch} "
-          f"carrier={a.carrier} norm={a.norm} threads={torch.get_num_threads()}")
+          f"carrier={a.carrier} norm={a.norm} threads={torch.get_num_threads()} clock={a.clock}")
     for k in models:
         spread = (max(times[k]) - min(times[k])) / statistics.median(times[k])
         print(f"{k:>14}: {speed[k]:9.0f} tokens/s  ({params[k]:,} params, spread of rounds {spread:.0%})")

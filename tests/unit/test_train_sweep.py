@@ -33,7 +33,8 @@ def test_carrier_sweep(gen, tmp_path):
     assert {p.name for p in base.out.iterdir()} >= {"sweep.json", "sweep.md", "sweep.png"}
     records = load_records(base.out / "sweep.json")
     assert [rec.id for rec in records] == ["E1", "E2", "E3"]
-    assert records[0].metrics["empirical.layer1"] == pytest.approx(rows[0]["layers"][1]["e1_spread_ratio"])
+    assert records[0].metrics["empirical.layer1"] == pytest.approx(rows[0]["layers"][1]["e1_spread_ratio_scaled"])
+    assert records[0].metrics["raw.empirical.layer1"] == pytest.approx(rows[0]["layers"][1]["e1_spread_ratio"])
     table = (base.out / "sweep.md").read_text().splitlines()
     assert len(table) == 2 + len(rows) and all(line.count("|") == 8 for line in table)
 
