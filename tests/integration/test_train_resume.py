@@ -14,7 +14,7 @@ import torch
 
 from expattn.train.checkpoint import read_checkpoint
 
-ITERS = 120
+ITERS = 60
 
 
 def _args(out, corpus):
