@@ -87,7 +87,7 @@ class ProbeConfig:
     seed: int = 0
     batch_size: int = 16
     replicates: int = 200
-    detail_sequences: int = 8
+    detail_sequences: int = 4
 
     @classmethod
     def preset(cls, model: str, quick: bool = False, seed: int = 0) -> ProbeConfig:
@@ -97,7 +97,7 @@ class ProbeConfig:
             model=model,
             tokens=table.get(model, 4_096 if quick else 20_000),
             seed=seed,
-            detail_sequences=2 if quick else 8,
+            detail_sequences=2 if quick else 4,
             replicates=100 if quick else 200,
         )
 
