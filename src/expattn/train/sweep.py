@@ -67,11 +67,11 @@ def _plot(kind: str, rows: list[dict], path: Path) -> None:
     for r in rows:
         axes[0].plot([m["iter"] for m in r["metrics"]], [m["val_loss"] for m in r["metrics"]], "o-", label=r["value"])
         layers = [d["layer"] for d in r["layers"]]
-        axes[1].plot(layers, [d["e1_spread_ratio"] for d in r["layers"]], "o-", label=r["value"])
-        axes[2].plot(layers, [d["e2_spread_ratio"] for d in r["layers"]], "o-", label=r["value"])
+        axes[1].plot(layers, [d["e1_spread_ratio_scaled"] for d in r["layers"]], "o-", label=r["value"])
+        axes[2].plot(layers, [d["e2_spread_ratio_scaled"] for d in r["layers"]], "o-", label=r["value"])
     axes[0].set(xlabel="step", ylabel="validation loss (nats/char)", title=f"{kind}: validation loss")
-    axes[1].set(xlabel="layer", ylabel="spread after / before", title="E1: residual attention update")
-    axes[2].set(xlabel="layer", ylabel="spread after / before", title="E2: normalization")
+    axes[1].set(xlabel="layer", ylabel="spread/RMS after / before", title="E1: residual attention update (scale-free)")
+    axes[2].set(xlabel="layer", ylabel="spread/RMS after / before", title="E2: normalization (scale-free)")
     for ax in axes[1:]:
         ax.axhline(1.0, color="grey", lw=0.8)
         ax.set_yscale("log")
@@ -119,6 +119,17 @@ def _records(kind: str, rows: list[dict]) -> list[Record]:
     ]
 
 
+def write_summary(kind: str, rows: list[dict], out: Path, budget: dict[str, int]) -> None:
+    """Write ``sweep.md``, ``sweep.png`` and ``sweep.json`` (records E1-E3, ``runs``, ``budget``) into ``out``.
+
+    ``rows`` as returned by ``run_sweep`` (or read back from the ``runs`` of a ``sweep.json``).
+    """
+    (out / "sweep.md").write_text(_markdown(kind, rows))
+    _plot(kind, rows, out / "sweep.png")
+    doc = results_document(_records(kind, rows), f"train --sweep {kind}", runs=rows, budget=budget)
+    write_json_atomic(out / "sweep.json", doc)
+
+
 def run_sweep(kind: str, base: TrainConfig, console: Console | None = None) -> list[dict]:
     """Train one model per value of ``kind`` (``norms`` or ``carriers``) and summarise them.
 
@@ -146,19 +157,16 @@ def run_sweep(kind: str, base: TrainConfig, console: Console | None = None) -> l
             "tokens_per_s": last["tokens_per_s"], "metrics": result.metrics,
             "layers": layer_dynamics(result.model, result.corpus, seed=base.seed),
         })
-    (base.out / "sweep.md").write_text(_markdown(kind, rows))
-    _plot(kind, rows, base.out / "sweep.png")
-    doc = results_document(_records(kind, rows), f"train --sweep {kind}", runs=rows,
-                           budget={"iters": base.iters, "batch": base.batch, "context": base.model.context,
-                                   "tokens_per_model": base.iters * base.batch * base.model.context})
-    write_json_atomic(base.out / "sweep.json", doc)
+    budget = {"iters": base.iters, "batch": base.batch, "context": base.model.context,
+              "tokens_per_model": base.iters * base.batch * base.model.context}
+    write_summary(kind, rows, base.out, budget)
     if console is not None:
-        table = Table(title=f"sweep {kind}: {base.iters * base.batch * base.model.context:,} tokens per model")
-        for col in (field, "val loss", "train loss", "tok/s", "E1 (layers)", "E2 (layers)"):
+        table = Table(title=f"sweep {kind}: {budget['tokens_per_model']:,} tokens per model")
+        for col in (field, "val loss", "train loss", "tok/s", "E1 scaled (layers)", "E2 scaled (layers)"):
             table.add_column(col)
         for r in rows:
             table.add_row(r["value"], f"{r['val_loss']:.4f}", f"{r['train_loss']:.4f}", f"{r['tokens_per_s']:.0f}",
-                          " ".join(f"{d['e1_spread_ratio']:.2f}" for d in r["layers"]),
-                          " ".join(f"{d['e2_spread_ratio']:.2f}" for d in r["layers"]))
+                          " ".join(f"{d['e1_spread_ratio_scaled']:.2f}" for d in r["layers"]),
+                          " ".join(f"{d['e2_spread_ratio_scaled']:.2f}" for d in r["layers"]))
         console.print(table)
     return rows
