@@ -139,6 +139,17 @@ def test_a_broken_stage_does_not_stop_the_others(tmp_path, stages, monkeypatch):
     assert "b_dynamics" in (tmp_path / "out" / "report.html").read_text()
 
 
+def test_models_with_the_same_folder_name_keep_their_plots_apart(tmp_path, stages):
+    folders = [tmp_path / "a" / "minilm", tmp_path / "b" / "minilm"]
+    for folder in folders:
+        folder.mkdir(parents=True)
+    result = run(tmp_path, models=("minilm", *map(str, folders), "minilm"))
+    assert [s.name for s in result.stages][2:] == ["probe minilm", *(f"probe {f}" for f in folders)]
+    plots = [p for r in result.records for p in r.plots if r.details["stage"] == "probe"]
+    assert len(plots) == len(set(plots)) == 3
+    assert all((tmp_path / "out" / p).is_file() for p in plots)
+
+
 def test_unknown_model_is_skipped_with_a_message(tmp_path, stages):
     result = run(tmp_path, models=("minilm", "no-such-model"))
     assert len(result.problems) == 1 and "no-such-model" in result.problems[0]

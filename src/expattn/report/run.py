@@ -197,9 +197,13 @@ class _Runner:
         if model in unknown_models((model,)):
             reason = f"unknown model {model!r}: expected one of {', '.join(KNOWN_MODELS)} or a model folder"
             return _placeholder(model, "skipped", reason), "skipped", reason
-        slug = re.sub(r"[^A-Za-z0-9_.-]", "_", Path(model).name) or "model"
-        plot_dir = self.staging / "plots" / f"probe-{slug}"
-        plot_dir.mkdir(parents=True, exist_ok=True)
+        base = "probe-" + (re.sub(r"[^A-Za-z0-9_.-]", "_", Path(model).name) or "model")
+        slug, n = base, 1
+        while (self.staging / "plots" / slug).exists():  # two folders with the same name
+            n += 1
+            slug = f"{base}-{n}"
+        plot_dir = self.staging / "plots" / slug
+        plot_dir.mkdir(parents=True)
 
         def progress(done: int, total: int) -> None:
             self.progress.update(self.task, description=f"probe {model}: {done}/{total} tokens")
@@ -213,7 +217,7 @@ class _Runner:
         except Exception as err:
             reason = f"probe raised {type(err).__name__}: {err}"
             return _placeholder(model, "fail", reason), "fail", reason
-        return [_tag(r, "probe", f"plots/probe-{slug}", model=model) for r in records], "ok", ""
+        return [_tag(r, "probe", f"plots/{slug}", model=model) for r in records], "ok", ""
 
 
 def _count(command: str) -> int:
@@ -282,10 +286,11 @@ def run_report(config: ReportConfig, console: Console) -> ReportResult:
     try:
         with Progress(*columns, TimeElapsedColumn(), console=console) as progress:
             runner = _Runner(config, staging, progress)
-            progress.update(runner.task, total=len(config.models) + _count("verify") + _count("simulate"))
+            models = len(set(config.models))
+            progress.update(runner.task, total=models + _count("verify") + _count("simulate"))
             runner.stage("verify", lambda: runner.claims_stage("verify"))
             runner.stage("simulate", lambda: runner.claims_stage("simulate"))
-            for model in config.models:
+            for model in dict.fromkeys(config.models):  # each model once, in the given order
                 runner.stage(f"probe {model}", lambda m=model: runner.probe_stage(m))
             progress.update(runner.task, description="writing report")
         (staging / "plots").mkdir(exist_ok=True)
