@@ -143,3 +143,45 @@ def test_fused_norm_path_equals_the_registry_module(gen, norm):
     x = torch.randn(3, 8, 4, generator=gen, dtype=torch.float64)
     expected = wrapper.norm(x.reshape(1, -1, 4)).view_as(x)  # the registry module's own forward
     torch.testing.assert_close(wrapper(x), expected, rtol=1e-12, atol=1e-12)  # float64, op order only
+
+
+def test_implicit_layers_reach_their_fixed_point_and_stay_causal(gen):
+    torch.manual_seed(int(torch.randint(0, 2**31, (1,), generator=gen)))
+    model = LM(LMConfig(vocab_size=9, context=8, layers=2, heads=2, dim=8, implicit=True)).double()
+    idx = torch.randint(0, 9, (3, 8), generator=gen)
+    trace: dict[str, torch.Tensor] = {}
+    with torch.no_grad():
+        model(idx, trace=trace)
+        for i, block in enumerate(model.layer_blocks()):
+            x, z = trace[f"layers.{i}.attn.input"], trace[f"layers.{i}.mlp.output"]
+            residual = (block(x, z=z) - z).norm() / z.norm()
+            assert residual < 1e-3  # solver tolerance 1e-4 on the relative residual, one more step applied
+            assert (z - block(x)).norm() / z.norm() > 1e-4  # the fixed point is not one explicit step
+        changed = idx.clone()
+        changed[:, 5:] = (idx[:, 5:] + 1) % 9
+        a, b = model(idx)[0], model(changed)[0]
+    # fixed-point iteration keeps every iterate causal; only the stopping step may differ
+    torch.testing.assert_close(a[:, :5], b[:, :5], rtol=0, atol=1e-3)
+
+
+def test_implicit_gradient_matches_unrolled_iterations(gen):
+    torch.manual_seed(int(torch.randint(0, 2**31, (1,), generator=gen)))
+    cfg = LMConfig(vocab_size=9, context=6, layers=1, heads=2, dim=8, implicit=True)
+    model = LM(cfg).double()
+    idx = torch.randint(0, 9, (2, 6), generator=gen)
+    _, loss = model(idx, idx)
+    implicit = torch.autograd.grad(loss, list(model.parameters()))
+    # reference: backpropagate through 60 explicit iterations z <- f(z, x) from z = x
+    block = model.blocks[0]
+    x = model.tok(idx) + model.pos(torch.arange(6))
+    z = x
+    for _ in range(60):
+        z = block(x, z=z)
+    logits = model.head(model.norm_f(z))
+    ref = torch.nn.functional.cross_entropy(logits.flatten(0, 1), idx.flatten())
+    unrolled = torch.autograd.grad(ref, list(model.parameters()))
+    for a, b in zip(implicit, unrolled, strict=True):
+        # forward tol 1e-4 and adjoint tol 1e-4 bound the relative gradient error at ~1e-3
+        torch.testing.assert_close(a, b, rtol=2e-3, atol=2e-5)
+    with pytest.raises(ValueError, match="dropout"):
+        LMConfig(vocab_size=5, implicit=True, dropout=0.1)

@@ -22,12 +22,13 @@ from torch import Tensor, nn
 
 from expattn.nn.attention import ExpFamAttention, ExpFamAttentionConfig
 from expattn.nn.carriers import carrier_names
+from expattn.nn.implicit import ImplicitAttention, ImplicitConfig
 from expattn.nn.norms import LayerNorm, NormConfig, RMSNorm, build_norm, norm_names
 
 
 @dataclass(frozen=True)
 class LMConfig:
-    """Shape and parts of the model.
+    r"""Shape and parts of the model.
 
     Attributes:
         vocab_size: number of tokens; ``None`` until a trainer sets it from its corpus.
@@ -37,6 +38,8 @@ class LMConfig:
         norm: normalization by name (``expattn.nn.norms.norm_names()``).
         tied_layers: one block shared by every layer (an iterated operator).
         dropout: dropout probability on embeddings, attention output and MLP output.
+        implicit: solve each layer to its fixed point $z^\star = f(z^\star, x)$ (``ImplicitBlock``)
+            instead of applying it once; needs ``dropout == 0``.
     """
 
     vocab_size: int | None = None
@@ -48,6 +51,7 @@ class LMConfig:
     norm: str = "layernorm"
     tied_layers: bool = False
     dropout: float = 0.0
+    implicit: bool = False
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "context", "layers", "heads", "dim"):
@@ -64,6 +68,8 @@ class LMConfig:
             raise ValueError(f"norm must be one of {', '.join(norm_names())}, got {self.norm!r}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must lie in [0, 1), got {self.dropout}")
+        if self.implicit and self.dropout:
+            raise ValueError(f"implicit layers need dropout=0 (a random map has no fixed point), got {self.dropout}")
 
 
 class BatchCloudNorm(nn.Module):
@@ -135,9 +141,14 @@ class Block(nn.Module):
         self.drop = nn.Dropout(cfg.dropout)
 
     def forward(
-        self, x: Float[Tensor, "batch token dim"], trace: dict[str, Tensor] | None = None, prefix: str = ""
+        self,
+        x: Float[Tensor, "batch token dim"],
+        trace: dict[str, Tensor] | None = None,
+        prefix: str = "",
+        z: Float[Tensor, "batch token dim"] | None = None,
     ) -> Float[Tensor, "batch token dim"]:
-        n1 = self.norm1(x)
+        """The block on ``x``; with ``z``, attention reads ``z`` and ``x`` is injected (``ImplicitBlock``)."""
+        n1 = self.norm1(x if z is None else z)
         h = x + self.drop(self.attn(n1))
         out = h + self.drop(self.mlp(self.norm2(h)))
         if trace is not None:
@@ -146,6 +157,29 @@ class Block(nn.Module):
                 f"{prefix}attn.output": h, f"{prefix}mlp.output": out,
             })
         return out
+
+
+IMPLICIT = ImplicitConfig(solver="fixed_point_iter", tol=1e-4, max_iter=50, backward_tol=1e-4)
+
+
+class ImplicitBlock(nn.Module):
+    r"""A block whose attention reads the state $z$ while the input $x$ is injected (claims B7, D7).
+
+    $$f(z, x) = h + \mathrm{MLP}(N_2 h), \qquad h = x + \mathrm{Attn}(N_1 z)$$
+
+    ``ImplicitAttention`` solves $z^\star = f(z^\star, x)$ by plain fixed-point iteration from
+    $z_0 = x$: every iterate is causal, so the solution is too (Anderson mixing would couple
+    positions through its mixing coefficients). Gradients follow the implicit function theorem.
+    """
+
+    def __init__(self, block: Block) -> None:
+        super().__init__()
+        self.block = block
+
+    def forward(
+        self, z: Float[Tensor, "batch token dim"], x: Float[Tensor, "batch token dim"]
+    ) -> Float[Tensor, "batch token dim"]:
+        return self.block(x, z=z)
 
 
 class LM(nn.Module):
@@ -204,7 +238,8 @@ class LM(nn.Module):
             trace: if a dict, it receives the token states by stable name:
                 ``layers.{i}.attn.input`` (residual stream entering block i),
                 ``layers.{i}.norm1.output``, ``layers.{i}.attn.output`` (after the residual
-                attention update), ``layers.{i}.mlp.output``, and ``norm_f.output``.
+                attention update), ``layers.{i}.mlp.output``, and ``norm_f.output``. With
+                ``implicit`` layers they are taken at the fixed point (attention reading z*).
         """
         if idx.ndim != 2 or idx.dtype not in (torch.int64, torch.int32):
             raise TypeError(f"idx must be an integer (B, T) tensor, got {idx.dtype} of shape {tuple(idx.shape)}")
@@ -213,7 +248,13 @@ class LM(nn.Module):
             raise ValueError(f"sequence length {T} exceeds the model's context {self.cfg.context}")
         x = self.drop(self.tok(idx) + self.pos(torch.arange(T, device=idx.device)))  # (B, T, C)
         for i, block in enumerate(self.layer_blocks()):
-            x = block(x, trace, f"layers.{i}.")
+            if not self.cfg.implicit:
+                x = block(x, trace, f"layers.{i}.")
+                continue
+            z = ImplicitAttention(ImplicitBlock(block), IMPLICIT)(x)  # f(z*, x), on the implicit graph
+            if trace is not None:
+                block(x, trace, f"layers.{i}.", z=z)
+            x = z
         x = self.norm_f(x)
         if trace is not None:
             trace["norm_f.output"] = x
