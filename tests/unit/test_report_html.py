@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from expattn.report.document import CLAIM_TITLES, build_view
 from expattn.report.html import render_html
@@ -206,3 +208,16 @@ def test_as_printed_evidence_and_fallback_text(gen):
     assert [r[0].split()[0] for r in rows[1:]] == ["B5", "Z9"]
     assert "E[eta eta^T]" in rows[1][1] and rows[1][3] == f"as_printed_cov_z = {z:.4g}"
     assert rows[2][1] == "printed with a typo"
+
+
+@settings(max_examples=40, deadline=None)
+@given(text=st.text(min_size=1, max_size=40))
+def test_any_string_changes_no_markup_and_reads_back(text):
+    def page(value: str) -> Page:
+        record = Record(id="E1", kind="empirical", verdict="inconclusive", statement=value, notes=value,
+                        details={"stage": "probe", "model": value})
+        return parse(render_html(results_document([record], value), None))
+
+    fuzzed, plain = page(text), page("x")
+    assert [t for t, _ in fuzzed.tags] == [t for t, _ in plain.tags]  # same elements, in the same order
+    assert "".join(fuzzed.text).count(text) >= 3  # statement, notes and label read back as written
