@@ -96,6 +96,7 @@ def train(
     context: Annotated[int, typer.Option(help="Context length in characters.")] = 64,
     tied_layers: Annotated[bool, typer.Option(help="One block shared by all layers.")] = False,
     dropout: Annotated[float, typer.Option(help="Dropout probability.")] = 0.0,
+    implicit: Annotated[bool, typer.Option(help="Solve each layer to its fixed point (deep equilibrium).")] = False,
     batch: Annotated[int, typer.Option(help="Global batch (sequences per step).")] = 12,
     iters: Annotated[int | None, typer.Option(help="Optimizer steps [2000; sweeps 400].")] = None,
     lr: Annotated[float, typer.Option(help="Peak learning rate.")] = 1e-3,
@@ -105,7 +106,7 @@ def train(
     ckpt_every: Annotated[int, typer.Option(help="Checkpoint every N steps.")] = 250,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
     resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --out from its checkpoint.")] = False,
-    sweep: Annotated[str | None, typer.Option(help="Train one model per 'norms' or per 'carriers'.")] = None,
+    sweep: Annotated[str | None, typer.Option(help="One model per 'norms' or per 'carriers' (+ implicit).")] = None,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
 ) -> None:
     """Train a small character-level LM (nanoGPT's Shakespeare recipe by default); torchrun-aware."""
@@ -119,7 +120,7 @@ def train(
         model = LMConfig(
             context=context, layers=budget["layers"] if layers is None else layers, heads=heads,
             dim=budget["dim"] if dim is None else dim,
-            carrier=carrier, norm=norm, tied_layers=tied_layers, dropout=dropout,
+            carrier=carrier, norm=norm, tied_layers=tied_layers, dropout=dropout, implicit=implicit,
         )
         cfg = TrainConfig(
             out=out, model=model, corpus=corpus, batch=batch, iters=budget["iters"] if iters is None else iters,

@@ -22,10 +22,12 @@ def test_carrier_sweep(gen, tmp_path):
                        corpus=str(corpus), batch=4, iters=4, eval_every=2, eval_batches=2, progress=False,
                        device="cpu")
     rows = run_sweep("carriers", base)
-    assert [r["value"] for r in rows] == carrier_names()
+    assert [r["value"] for r in rows] == [*carrier_names(), "implicit"]
     for r in rows:
         config = json.loads((base.out / r["value"] / "config.json").read_text())
-        assert config["model"]["carrier"] == r["value"]
+        implicit = r["value"] == "implicit"
+        assert config["model"]["carrier"] == ("empirical" if implicit else r["value"])
+        assert config["model"]["implicit"] is implicit
         assert {k: v for k, v in config["train"].items() if k not in ("out", "model")} == {
             k: v for k, v in base.to_json().items() if k not in ("out", "model")
         }  # the same budget and seed for every carrier

@@ -28,14 +28,16 @@ from expattn.train.loop import TrainConfig, train
 
 SWEEP_BUDGET = {"layers": 2, "dim": 64, "iters": 400, "eval_every": 100}
 SWEEPS = ("norms", "carriers")
+# The carriers sweep adds the empirical carrier with every layer solved to its fixed point.
+IMPLICIT = "implicit"
 
 
 def sweep_values(kind: str) -> list[str]:
-    """The values a sweep trains: every registered normalization or carrier."""
+    """The values a sweep trains: every registered normalization, or every carrier plus ``implicit``."""
     if kind == "norms":
         return norm_names()
     if kind == "carriers":
-        return carrier_names()
+        return [*carrier_names(), IMPLICIT]
     raise ValueError(f"sweep must be one of {', '.join(SWEEPS)}, got {kind!r}")
 
 
@@ -146,7 +148,8 @@ def run_sweep(kind: str, base: TrainConfig, console: Console | None = None) -> l
     field = "norm" if kind == "norms" else "carrier"
     rows = []
     for value in values:
-        model = dataclasses.replace(base.model, **{field: value})
+        change = {"carrier": "empirical", "implicit": True} if value == IMPLICIT else {field: value}
+        model = dataclasses.replace(base.model, **change)
         cfg = dataclasses.replace(base, model=model, out=base.out / value)
         if console is not None:
             console.print(f"[bold]{kind}[/]: training {value} -> {cfg.out}")
