@@ -190,7 +190,7 @@ def attention(ctx: RunContext) -> Record:
             "iterations": stats.forward.iterations,
             "evaluations": stats.forward.evaluations,
             "converged": stats.forward.converged and stats.backward.converged,
-            "seconds_forward": _seconds(lambda lay=layer: lay(x.detach())),
+            "seconds_forward": _seconds(torch.no_grad()(lambda lay=layer: lay(x.detach()))),
         }
     with torch.no_grad():
         step = block(x, x)
@@ -204,7 +204,7 @@ def attention(ctx: RunContext) -> Record:
         return max(_relative(g, r) for g, r in zip(gs, reference, strict=True))
 
     grad_error, phantom_error = error(grads), error(phantom_grads)
-    seconds_step = _seconds(lambda: block(x.detach(), x.detach()))
+    seconds_step = _seconds(torch.no_grad()(lambda: block(x.detach(), x.detach())))
     converged = all(s["converged"] for s in solvers.values())
     ok = converged and grad_error < 1e-7
     record = Record(
