@@ -82,6 +82,42 @@ def test_anderson_needs_fewer_evaluations_than_plain_iteration(gen):
     assert accel.evaluations < plain.evaluations
 
 
+def test_anderson_solves_each_batch_element_on_its_own(gen):
+    # Per-element least squares: with a tolerance no element reaches, the batch's iterates after
+    # 12 updates are those of each element solved alone (up to rounding of the batched algebra).
+    f, exact = contractive_linear(gen, batch=3, n=15, rho=0.95)
+    z0 = torch.randn(exact.shape, generator=gen, dtype=torch.float64)
+    together, _ = solve(f, z0, method="anderson", tol=1e-300, max_iter=12, memory=4)
+    for k in range(3):
+        alone, _ = solve(lambda z, k=k: f(z.expand(3, -1))[k : k + 1], z0[k : k + 1], method="anderson",
+                         tol=1e-300, max_iter=12, memory=4)
+        torch.testing.assert_close(together[k : k + 1], alone, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize(("restart", "plain_step"), [(4.0, True), (float("inf"), False)])
+def test_anderson_restarts_after_residual_growth(gen, restart, plain_step):
+    # f is a contraction except that its 4th call adds a large kick, so the residual there grows far
+    # beyond `restart` times its smallest value. The safeguard clears the history: the next iterate
+    # is then the plain step f(z_3) exactly; without it (restart = inf) Anderson mixes in the old
+    # iterates. Either way it still reaches the fixed point of the contraction.
+    g, exact = contractive_linear(gen, batch=1, n=8, rho=0.5)
+    kick = 100 * torch.randn(exact.shape, generator=gen, dtype=torch.float64)
+    inputs, outputs = [], []
+
+    def f(z):
+        out = g(z) + (kick if len(inputs) == 3 else 0)
+        inputs.append(z.clone())
+        outputs.append(out.clone())
+        return out
+
+    z, stats = solve(f, torch.zeros_like(exact), method="anderson", tol=1e-10, max_iter=200, restart=restart)
+    assert stats.converged
+    # residual 1e-10 and rho 0.5: error <= 2e-10 |f(z)|, 1e-8 leaves slack.
+    torch.testing.assert_close(z, exact, rtol=0, atol=1e-8 * exact.abs().max().item())
+    # Iterate 4 equals f(z_3) to rounding only if the history was cleared (the mixed iterate is O(1) away).
+    assert torch.allclose(inputs[4], outputs[3], rtol=1e-12, atol=1e-12) is plain_step
+
+
 @pytest.mark.parametrize("method", METHODS)
 def test_map_without_fixed_point_is_not_converged(gen, method):
     # f(z) = z + 1 has no fixed point; every iterate moves by at most O(1) per step, so after 40
@@ -113,7 +149,7 @@ def test_unknown_option_raises():
         solve(torch.cos, z0, method="anderson", m=5)
     with pytest.raises(ValueError, match="method"):
         solve(torch.cos, z0, method="newton")
-    assert set(solver_options("anderson")) == {"memory", "regularization", "mixing"}
+    assert set(solver_options("anderson")) == {"memory", "regularization", "mixing", "restart"}
 
 
 @pytest.mark.parametrize(
@@ -121,6 +157,8 @@ def test_unknown_option_raises():
     [
         ("anderson", {"memory": 0}),
         ("anderson", {"mixing": 1.5}),
+        ("anderson", {"restart": 1.0}),
+        ("anderson", {"regularization": -1e-3}),
         ("fixed_point_iter", {"damping": 0.0}),
         ("broyden", {"memory": 2.5}),
         ("broyden", {"tol": -1.0}),

@@ -164,25 +164,33 @@ def anderson(
     tol: float = 1e-5,
     max_iter: int = 100,
     memory: int = 5,
-    regularization: float = 1e-10,
+    regularization: float = 1e-8,
     mixing: float = 1.0,
+    restart: float = 4.0,
 ) -> tuple[Float[Tensor, " batch *state"], SolverStats]:
-    r"""Anderson acceleration (type II) of the iteration $z \mapsto f(z)$.
+    r"""Safeguarded Anderson acceleration (type II) of the iteration $z \mapsto f(z)$, per batch element.
 
-    With the last $m$ iterates $z_i$, values $f_i = f(z_i)$ and residuals $g_i = f_i - z_i$:
+    With the iterates $z_i$ kept in the history, values $f_i = f(z_i)$ and residuals $g_i = f_i - z_i$:
 
     $$\alpha = \arg\min_{\mathbf 1^\top\alpha = 1} \Big\lVert \sum_i \alpha_i g_i \Big\rVert^2
-    + \mu\lVert\alpha\rVert^2, \qquad z_{k+1} = \beta \sum_i \alpha_i f_i + (1-\beta)\sum_i \alpha_i z_i.$$
+    + \mu\,\overline{\lVert g\rVert^2}\,\lVert\alpha\rVert^2, \qquad
+    z_{k+1} = \beta \sum_i \alpha_i f_i + (1-\beta)\sum_i \alpha_i z_i,$$
+
+    one small least-squares problem per batch element, with the ridge scaled by the mean squared
+    residual norm $\overline{\lVert g\rVert^2}$ of that element's history. Safeguard: when an
+    element's residual norm exceeds ``restart`` times the smallest one it has had, its history is
+    cleared down to the new iterate, so its next update is the plain step $z \mapsto f(z)$ (Anderson
+    otherwise stagnates on stale secant information where the map is strongly nonlinear).
 
     Args:
         f: the map, ``(batch, *state) -> (batch, *state)``.
         z0: ``(batch, *state)`` initial estimate.
         tol: tolerance on the relative residual.
         max_iter: largest number of updates.
-        memory: $m \ge 1$, number of past iterates mixed.
-        regularization: ridge $\mu \ge 0$ on $\alpha$, relative to the mean squared residual norm (at least
-            10 machine epsilons).
+        memory: $m \ge 1$, largest number of past iterates mixed.
+        regularization: relative ridge $\mu \ge 0$ (at least 10 machine epsilons).
         mixing: $\beta \in (0, 1]$.
+        restart: growth factor $> 1$ of the residual norm over its smallest value that clears the history.
 
     Returns:
         ``(z_star, stats)``; ``z_star`` has the shape of ``z0``. Claim D7.
@@ -194,39 +202,48 @@ def anderson(
         raise ValueError(f"regularization must be >= 0, got {regularization!r}")
     if not 0 < mixing <= 1:
         raise ValueError(f"mixing must lie in (0, 1], got {mixing!r}")
+    if not restart > 1:
+        raise ValueError(f"restart must be > 1, got {restart!r}")
     track = _Tracker(f, z0, tol)
     z = z0.reshape(z0.shape[0], -1)
     fz = track(z)
     # Ring buffers of the last `memory` iterates, values and residuals, and the residuals' Gram
     # matrix, updated one row per iteration (alpha does not depend on the order of the slots).
+    # `kept` marks, per batch element, the slots that belong to its current history.
     batch, size = z.shape
     zs, fs, gs = (z.new_zeros(batch, memory, size) for _ in range(3))  # (B, m, N)
     gram = z.new_zeros(batch, memory, memory)
-    # The ridge never falls below 10 machine epsilons: collinear residuals would make the system singular.
+    kept = z.new_zeros(batch, memory)
+    smallest = torch.full((batch,), torch.inf, dtype=z.dtype, device=z.device)
     ridge = max(regularization, 10 * torch.finfo(z.dtype).eps) * torch.eye(memory, dtype=z.dtype, device=z.device)
+    # Bordered system [[0, c^T], [c, H]] [nu; alpha] = [1; 0] for the constrained least squares, c = kept:
+    # a slot outside the history has H's row e_i and c_i = 0, hence alpha_i = 0.
+    border = z.new_zeros(batch, memory + 1, memory + 1)
+    rhs = z.new_zeros(batch, memory + 1, 1)
+    rhs[:, 0] = 1
     iterations = 0
     while fz is not None:
-        slot, n = iterations % memory, min(iterations + 1, memory)
+        slot = iterations % memory
         g = fz - z
+        size_g = (g * g).sum(-1)  # (B,) squared residual norm
+        kept = torch.where((size_g > restart**2 * smallest)[:, None], 0.0, kept)
+        smallest = torch.minimum(smallest, size_g)
         zs[:, slot], fs[:, slot], gs[:, slot] = z, fz, g
-        row = (gs[:, :n] * g[:, None]).sum(-1)  # (B, n); faster than a batched matrix-vector product on CPU
-        gram[:, slot, :n] = gram[:, :n, slot] = row
+        kept[:, slot] = 1
+        row = (gs * g[:, None]).sum(-1)  # (B, m); faster than a batched matrix-vector product on CPU
+        gram[:, slot], gram[:, :, slot] = row, row
         if track.done or iterations >= max_iter:
             break
-        h = gram[:, :n, :n]
-        scale = h.diagonal(dim1=-2, dim2=-1).mean(-1).clamp_min(torch.finfo(z.dtype).tiny)
+        h = gram * kept[:, :, None] * kept[:, None, :]
+        scale = h.diagonal(dim1=-2, dim2=-1).sum(-1) / kept.sum(-1)
         # alpha does not change when the Gram matrix is scaled; scaling keeps the system O(1).
-        h = h / scale[:, None, None] + ridge[:n, :n]
-        # Bordered system [[0, 1^T], [1, gram]] [nu; alpha] = [1; 0] for the constrained least squares.
-        border = torch.ones(batch, n + 1, n + 1, dtype=z.dtype, device=z.device)
-        border[:, 0, 0] = 0
-        border[:, 1:, 1:] = h
-        rhs = torch.zeros(batch, n + 1, 1, dtype=z.dtype, device=z.device)
-        rhs[:, 0] = 1
-        alpha = torch.linalg.solve(border, rhs)[:, 1:].mT  # (B, 1, n)
-        z = (alpha @ fs[:, :n])[:, 0]
+        h = h / scale.clamp_min(torch.finfo(z.dtype).tiny)[:, None, None]
+        border[:, 1:, 1:] = h + torch.diag_embed(1 - kept) + ridge
+        border[:, 0, 1:], border[:, 1:, 0] = kept, kept
+        alpha = torch.linalg.solve(border, rhs)[:, 1:].mT  # (B, 1, m)
+        z = (alpha @ fs)[:, 0]
         if mixing < 1:
-            z = mixing * z + (1 - mixing) * (alpha @ zs[:, :n])[:, 0]
+            z = mixing * z + (1 - mixing) * (alpha @ zs)[:, 0]
         fz = track(z)
         iterations += 1
     return track.result("anderson", iterations)
