@@ -76,7 +76,7 @@ def _plot(kind: str, rows: list[dict], path: Path) -> None:
     axes[2].set(xlabel="layer", ylabel="spread/RMS after / before", title="E2: normalization (scale-free)")
     for ax in axes[1:]:
         ax.axhline(1.0, color="grey", lw=0.8)
-        ax.set_yscale("log")
+        ax.set_xticks([d["layer"] for d in rows[0]["layers"]])
     axes[0].legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
