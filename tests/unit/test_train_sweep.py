@@ -44,3 +44,24 @@ def test_carrier_sweep(gen, tmp_path):
 def test_unknown_sweep():
     with pytest.raises(ValueError, match="sweep must be one of"):
         sweep_values("widths")
+
+
+def test_failed_run_is_reported_not_fatal(tmp_path):
+    from expattn.train.sweep import write_summary
+
+    layers = [{"layer": i, "e1_spread_ratio": 1.2, "e1_spread_ratio_scaled": 1.1 + i, "e2_spread_ratio": 0.5,
+               "e2_spread_ratio_scaled": 0.9, "e3_excess_kurtosis": 0.3, "e3_effective_rank_ratio": 0.5}
+              for i in range(2)]
+    rows = [
+        {"value": "layernorm", "val_loss": 2.5, "train_loss": 2.6, "tokens_per_s": 100.0,
+         "metrics": [{"iter": 4, "val_loss": 2.5}], "layers": layers},
+        {"value": "whitening", "error": "x holds a cloud with singular covariance", "metrics": []},
+    ]
+    write_summary("norms", rows, tmp_path, {"iters": 4})
+    table = (tmp_path / "sweep.md").read_text()
+    assert "| whitening | failed: x holds a cloud with singular covariance |" in table
+    e1, e2, _ = load_records(tmp_path / "sweep.json")
+    assert e1.verdict == "supported" and e2.verdict == "supported"  # 1.1, 2.1 > 1 and 0.9 < 1
+    assert set(e1.metrics) == {"layernorm.layer0", "layernorm.layer1", "raw.layernorm.layer0",
+                               "raw.layernorm.layer1", "layernorm.val_loss"}
+    assert "whitening failed" in e1.notes

@@ -14,6 +14,7 @@ chosen to fit a few minutes of two shared CPU cores for the five normalizations.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from pathlib import Path
 
@@ -41,6 +42,12 @@ def sweep_values(kind: str) -> list[str]:
     raise ValueError(f"sweep must be one of {', '.join(SWEEPS)}, got {kind!r}")
 
 
+def _logged(out: Path) -> list[dict]:
+    """The evaluations a run logged before it stopped."""
+    path = out / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
 def _per_layer(row: dict, key: str) -> str:
     return ", ".join(f"{d[key]:.3f}" for d in row["layers"])
 
@@ -50,6 +57,9 @@ def _markdown(kind: str, rows: list[dict]) -> str:
             "E2 spread ratio raw / scaled (per layer) | E3 mean abs. excess kurtosis (per layer) |")
     lines = [head, "|" + " --- |" * 7]
     for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['value']} | failed: {r['error'].replace('|', '/')} | | | | | |")
+            continue
         lines.append(
             f"| {r['value']} | {r['val_loss']:.4f} | {r['train_loss']:.4f} | {r['tokens_per_s']:.0f} | "
             f"{_per_layer(r, 'e1_spread_ratio')} / {_per_layer(r, 'e1_spread_ratio_scaled')} | "
@@ -68,6 +78,8 @@ def _plot(kind: str, rows: list[dict], path: Path) -> None:
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
     for r in rows:
         axes[0].plot([m["iter"] for m in r["metrics"]], [m["val_loss"] for m in r["metrics"]], "o-", label=r["value"])
+        if "error" in r:
+            continue
         layers = [d["layer"] for d in r["layers"]]
         axes[1].plot(layers, [d["e1_spread_ratio_scaled"] for d in r["layers"]], "o-", label=r["value"])
         axes[2].plot(layers, [d["e2_spread_ratio_scaled"] for d in r["layers"]], "o-", label=r["value"])
@@ -76,7 +88,7 @@ def _plot(kind: str, rows: list[dict], path: Path) -> None:
     axes[2].set(xlabel="layer", ylabel="spread/RMS after / before", title="E2: normalization (scale-free)")
     for ax in axes[1:]:
         ax.axhline(1.0, color="grey", lw=0.8)
-        ax.set_xticks([d["layer"] for d in rows[0]["layers"]])
+        ax.set_xticks(sorted({d["layer"] for r in rows for d in r.get("layers", [])}))
     axes[0].legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -90,7 +102,8 @@ def _records(kind: str, rows: list[dict]) -> list[Record]:
     """
 
     def per_value(key: str, skip: tuple[str, ...] = ()) -> dict[str, float]:
-        return {f"{r['value']}.layer{d['layer']}": d[key] for r in rows if r["value"] not in skip for d in r["layers"]}
+        return {f"{r['value']}.layer{d['layer']}": d[key] for r in rows if r["value"] not in skip
+                for d in r.get("layers", [])}
 
     def verdict(values: dict[str, float], above: bool) -> str:
         finite = [v for v in values.values() if math.isfinite(v)]
@@ -102,10 +115,12 @@ def _records(kind: str, rows: list[dict]) -> list[Record]:
     e1, e1_raw = per_value("e1_spread_ratio_scaled"), per_value("e1_spread_ratio")
     e2, e2_raw = per_value("e2_spread_ratio_scaled", ("identity",)), per_value("e2_spread_ratio", ("identity",))
     e3 = per_value("e3_excess_kurtosis")
-    losses = {f"{r['value']}.val_loss": r["val_loss"] for r in rows}
+    losses = {f"{r['value']}.val_loss": r["val_loss"] for r in rows if "error" not in r}
+    failed = "; ".join(f"{r['value']} failed: {r['error']}" for r in rows if "error" in r)
     note = (f"small LMs trained by `expattn train --sweep {kind}`; one value per model and layer; "
             "the verdict uses the scale-free ratio (each cloud divided by its RMS norm): supported if "
             "more than 3/4 of the (model, layer) values are on the predicted side of 1")
+    note += f"; {failed}" if failed else ""
     raw = lambda d: {f"raw.{k}": v for k, v in d.items()}  # noqa: E731
     return [
         Record("E1", "empirical", verdict(e1, above=True), {**e1, **raw(e1_raw), **losses}, notes=note,
@@ -153,7 +168,13 @@ def run_sweep(kind: str, base: TrainConfig, console: Console | None = None) -> l
         cfg = dataclasses.replace(base, model=model, out=base.out / value)
         if console is not None:
             console.print(f"[bold]{kind}[/]: training {value} -> {cfg.out}")
-        result = train(cfg)
+        try:
+            result = train(cfg)
+        except ValueError as err:  # e.g. whitening of a cloud that became singular: record, go on
+            rows.append({"value": value, "error": str(err), "metrics": _logged(cfg.out)})
+            if console is not None:
+                console.print(f"[bold red]{kind}: {value} failed:[/] {err}")
+            continue
         last = result.metrics[-1]
         rows.append({
             "value": value, "val_loss": last["val_loss"], "train_loss": last["train_loss"],
