@@ -72,6 +72,7 @@ def model_dir(tmp_path_factory) -> Path:
     return tiny_bert_dir(tmp_path_factory.mktemp("probe"))
 
 
+@pytest.mark.slow
 def test_same_seed_same_numbers_other_seed_other_numbers(model_dir, tmp_path):
     first = probe(tiny_config(model_dir), tmp_path / "a")
     again = probe(tiny_config(model_dir), None)
