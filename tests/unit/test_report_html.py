@@ -159,7 +159,7 @@ def test_as_printed_section_shows_only_failing_statements(report):
     doc, root, _, _ = report
     rows = parse(render_html(doc, root)).rows["as-printed"]
     assert len(rows) == 2  # header + A8; A3's as-printed statement passes
-    assert rows[1][0] == "A8 A8"  # ID and the record's label (a verify record without a stage: its ID)
+    assert rows[1][0] == "A8"  # a record without a stage label shows its ID only
     assert "E[u u^T]" in rows[1][1]  # the seed's wording
     assert rows[1][2] == "Hess G = Cov[u] | centred"  # the corrected statement, checked
     assert "0.37" in rows[1][3]

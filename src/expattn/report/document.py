@@ -148,6 +148,11 @@ def record_label(record: Record) -> str:
     return " ".join(unique) or record.id
 
 
+def source_label(card: Card) -> str:
+    """The card's label where it adds to the claim ID (``simulate b5-theorem1``), else empty."""
+    return "" if card.label == card.record.id else card.label
+
+
 def format_value(value: Any) -> str:
     """A metric as short text: 4 significant digits for floats, as-is otherwise."""
     if isinstance(value, bool):

@@ -20,6 +20,7 @@ from expattn.report.document import (
     cpu,
     details_text,
     format_value,
+    source_label,
     worst,
 )
 
@@ -116,7 +117,7 @@ def _as_printed(view: ReportView) -> str:
             evidence = ", ".join(f"{esc(k)} = {esc(v)}" for k, v in as_printed_evidence(card.record))
             rows.append(
                 f'<tr><td><a href="#{esc(card.anchor)}">{esc(card.record.id)}</a> '
-                f'<span class="label">{esc(card.label)}</span></td><td>{esc(printed)}</td>'
+                f'<span class="label">{esc(source_label(card))}</span></td><td>{esc(printed)}</td>'
                 f"<td>{esc(card.record.statement)}</td><td>{evidence}</td></tr>"
             )
         head = "".join(

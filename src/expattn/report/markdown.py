@@ -20,6 +20,7 @@ from expattn.report.document import (
     cpu,
     details_text,
     format_value,
+    source_label,
     worst,
 )
 
@@ -54,7 +55,7 @@ def _as_printed(view: ReportView) -> list[str]:
     rows = []
     for card, printed in view.as_printed:
         evidence = ", ".join(f"{md(k)} = {md(v)}" for k, v in as_printed_evidence(card.record))
-        link = f"[{md(card.record.id)}](#{card.anchor}) {md(card.label)}"
+        link = f"[{md(card.record.id)}](#{card.anchor}) {md(source_label(card))}".rstrip()
         rows.append([link, md(printed), md(card.record.statement), evidence])
     return [*lines, *_table(["ID", "as printed in the seed", "corrected statement (checked)", "evidence"], rows)]
 
