@@ -113,6 +113,9 @@ def write_json_atomic(path: str | os.PathLike, document: dict[str, Any]) -> Path
     try:
         with os.fdopen(fd, "w") as fh:
             json.dump(document, fh, indent=1, allow_nan=False)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file the usual permissions
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
