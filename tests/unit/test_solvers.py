@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.optimize
+import scipy.sparse.linalg
 import torch
 
 from expattn.core.solvers import SOLVERS, solve, solver_options
@@ -80,6 +81,24 @@ def test_anderson_needs_fewer_evaluations_than_plain_iteration(gen):
     _, accel = solve(f, torch.zeros_like(exact), method="anderson", tol=1e-8, max_iter=2000, memory=20)
     assert plain.converged and accel.converged
     assert accel.evaluations < plain.evaluations
+
+
+def test_anderson_with_full_memory_matches_gmres_on_a_linear_map(gen):
+    # On f(z) = A z + b, Anderson with memory >= iterations and no ridge evaluates f at f(x_k), x_k the
+    # k-th GMRES iterate on (I - A) z = b (Walker & Ni 2011): it needs GMRES's iterations + 2
+    # evaluations (f(z0), and f at its last iterate), +-1 because the two stop on different norms.
+    n = 40
+    a = torch.randn(n, n, generator=gen, dtype=torch.float64)
+    a = 0.9 * a / torch.linalg.eigvals(a).abs().max()
+    b = torch.randn(n, generator=gen, dtype=torch.float64)
+    exact = torch.linalg.solve(torch.eye(n, dtype=torch.float64) - a, b)
+    _, stats = solve(lambda z: z @ a.T + b, torch.zeros(1, n, dtype=torch.float64), method="anderson", tol=1e-8,
+                     max_iter=200, memory=60, regularization=0.0)
+    steps = []
+    scipy.sparse.linalg.gmres(np.eye(n) - a.numpy(), b.numpy(), rtol=1e-8 * exact.norm().item() / b.norm().item(),
+                              restart=n, maxiter=1, callback=steps.append, callback_type="pr_norm")
+    assert stats.converged
+    assert len(steps) + 1 <= stats.evaluations <= len(steps) + 3
 
 
 def test_anderson_solves_each_batch_element_on_its_own(gen):
