@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from jaxtyping import Float
 from torch import Tensor, nn
 
@@ -103,18 +104,11 @@ class _PerToken(Norm):
         self.weight = nn.Parameter(torch.ones(config.dim)) if config.elementwise_affine else None
         self.bias = nn.Parameter(torch.zeros(config.dim)) if config.elementwise_affine and shift else None
 
-    def _affine(self, y: Tensor) -> Tensor:
-        if self.weight is not None:
-            y = y * self.weight.to(y.dtype)
-        if self.bias is not None:
-            y = y + self.bias.to(y.dtype)
-        return y
-
 
 class LayerNorm(_PerToken):
     r"""$y_t = (x_t - \operatorname{mean}(x_t)) / \sqrt{\operatorname{var}(x_t) + \epsilon}\, \odot w + b$.
 
-    The variance is the biased one over the feature axis, as in ``torch.nn.LayerNorm``.
+    The variance is the biased one over the feature axis; computed by torch's fused kernel.
     """
 
     def __init__(self, config: NormConfig) -> None:
@@ -122,9 +116,7 @@ class LayerNorm(_PerToken):
 
     def forward(self, x: Float[Tensor, "*batch token dim"]) -> Float[Tensor, "*batch token dim"]:
         self.check_cloud(x)
-        centred = x - x.mean(-1, keepdim=True)
-        var = centred.square().mean(-1, keepdim=True)
-        return self._affine(centred * torch.rsqrt(var + self.config.eps))
+        return F.layer_norm(x, (self.config.dim,), self.weight, self.bias, self.config.eps)
 
 
 class RMSNorm(_PerToken):
@@ -135,7 +127,7 @@ class RMSNorm(_PerToken):
 
     def forward(self, x: Float[Tensor, "*batch token dim"]) -> Float[Tensor, "*batch token dim"]:
         self.check_cloud(x)
-        return self._affine(x * torch.rsqrt(x.square().mean(-1, keepdim=True) + self.config.eps))
+        return F.rms_norm(x, (self.config.dim,), self.weight, self.config.eps)
 
 
 class Sphere(Norm):
