@@ -15,4 +15,6 @@ def test_readme_python_blocks_run():
     exec(compile("\n".join(blocks), str(README), "exec"), namespace)  # our own README, not user input
     assert namespace["out"].shape == (2, 4, 8)
     assert namespace["x_next"].shape == (4, 128, 512)
-    assert namespace["res"].energy.diff(dim=0).max() <= 1e-5  # float32 energy trace never rises
+    energy = namespace["res"].energy
+    # never rises, up to float32 rounding of energies of size |E| (relative eps 1.2e-7, a few ops)
+    assert energy.diff(dim=0).max() <= 1e-6 * energy.abs().max()
