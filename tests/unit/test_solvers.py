@@ -137,6 +137,24 @@ def test_anderson_restarts_after_residual_growth(gen, restart, plain_step):
     assert torch.allclose(inputs[4], outputs[3], rtol=1e-12, atol=1e-12) is plain_step
 
 
+@pytest.mark.parametrize(("stall", "plain_step"), [(3, True), (100, False)])
+def test_anderson_restarts_after_stalling(gen, stall, plain_step):
+    # The k-th call returns z + (1 + k/100) c: the residual norm grows by less than `restart` and never
+    # reaches a new smallest value. After `stall` such updates the history is cleared and the next
+    # iterate is the plain step f(z_3); while the history is kept, the mixing of the past f(z_i) is not.
+    c = torch.randn(2, 6, generator=gen, dtype=torch.float64)
+    inputs, outputs = [], []
+
+    def f(z):
+        inputs.append(z.clone())
+        outputs.append(z + (1 + len(outputs) / 100) * c)
+        return outputs[-1]
+
+    solve(f, torch.zeros_like(c), method="anderson", tol=1e-12, max_iter=6, stall=stall)
+    # z_4 - f(z_3) is either 0 up to rounding (cleared) or O(|c|) (mixed): 1e-10 separates them.
+    assert torch.allclose(inputs[4], outputs[3], rtol=0, atol=1e-10) is plain_step
+
+
 @pytest.mark.parametrize("method", METHODS)
 def test_map_without_fixed_point_is_not_converged(gen, method):
     # f(z) = z + 1 has no fixed point; every iterate moves by at most O(1) per step, so after 40
@@ -168,7 +186,7 @@ def test_unknown_option_raises():
         solve(torch.cos, z0, method="anderson", m=5)
     with pytest.raises(ValueError, match="method"):
         solve(torch.cos, z0, method="newton")
-    assert set(solver_options("anderson")) == {"memory", "regularization", "mixing", "restart"}
+    assert set(solver_options("anderson")) == {"memory", "regularization", "mixing", "restart", "stall"}
 
 
 @pytest.mark.parametrize(
@@ -177,6 +195,7 @@ def test_unknown_option_raises():
         ("anderson", {"memory": 0}),
         ("anderson", {"mixing": 1.5}),
         ("anderson", {"restart": 1.0}),
+        ("anderson", {"stall": 0}),
         ("anderson", {"regularization": -1e-3}),
         ("fixed_point_iter", {"damping": 0.0}),
         ("broyden", {"memory": 2.5}),

@@ -167,6 +167,7 @@ def anderson(
     regularization: float = 1e-8,
     mixing: float = 1.0,
     restart: float = 4.0,
+    stall: int = 15,
 ) -> tuple[Float[Tensor, " batch *state"], SolverStats]:
     r"""Safeguarded Anderson acceleration (type II) of the iteration $z \mapsto f(z)$, per batch element.
 
@@ -178,9 +179,10 @@ def anderson(
 
     one small least-squares problem per batch element, with the ridge scaled by the mean squared
     residual norm $\overline{\lVert g\rVert^2}$ of that element's history. Safeguard: when an
-    element's residual norm exceeds ``restart`` times the smallest one it has had, its history is
-    cleared down to the new iterate, so its next update is the plain step $z \mapsto f(z)$ (Anderson
-    otherwise stagnates on stale secant information where the map is strongly nonlinear).
+    element's residual norm exceeds ``restart`` times the smallest one it has had, or has not reached a
+    new smallest value for ``stall`` updates, its history is cleared down to the new iterate, so its
+    next update is the plain step $z \mapsto f(z)$ (where the map is strongly nonlinear, Anderson
+    otherwise stagnates on stale secant information).
 
     Args:
         f: the map, ``(batch, *state) -> (batch, *state)``.
@@ -191,6 +193,7 @@ def anderson(
         regularization: relative ridge $\mu \ge 0$ (at least 10 machine epsilons).
         mixing: $\beta \in (0, 1]$.
         restart: growth factor $> 1$ of the residual norm over its smallest value that clears the history.
+        stall: number of updates $\ge 1$ without a new smallest residual norm that clears the history.
 
     Returns:
         ``(z_star, stats)``; ``z_star`` has the shape of ``z0``. Claim D7.
@@ -204,6 +207,8 @@ def anderson(
         raise ValueError(f"mixing must lie in (0, 1], got {mixing!r}")
     if not restart > 1:
         raise ValueError(f"restart must be > 1, got {restart!r}")
+    if not (isinstance(stall, int) and stall >= 1):
+        raise ValueError(f"stall must be an integer >= 1, got {stall!r}")
     track = _Tracker(f, z0, tol)
     z = z0.reshape(z0.shape[0], -1)
     fz = track(z)
@@ -215,6 +220,7 @@ def anderson(
     gram = z.new_zeros(batch, memory, memory)
     kept = z.new_zeros(batch, memory)
     smallest = torch.full((batch,), torch.inf, dtype=z.dtype, device=z.device)
+    since = torch.zeros(batch, dtype=torch.long, device=z.device)  # updates since the last new smallest
     ridge = max(regularization, 10 * torch.finfo(z.dtype).eps) * torch.eye(memory, dtype=z.dtype, device=z.device)
     # Bordered system [[0, c^T], [c, H]] [nu; alpha] = [1; 0] for the constrained least squares, c = kept:
     # a slot outside the history has H's row e_i and c_i = 0, hence alpha_i = 0.
@@ -226,7 +232,10 @@ def anderson(
         slot = iterations % memory
         g = fz - z
         size_g = (g * g).sum(-1)  # (B,) squared residual norm
-        kept = torch.where((size_g > restart**2 * smallest)[:, None], 0.0, kept)
+        since = torch.where(size_g < smallest, 0, since + 1)
+        clear = (size_g > restart**2 * smallest) | (since >= stall)
+        since = torch.where(since >= stall, 0, since)
+        kept = torch.where(clear[:, None], 0.0, kept)
         smallest = torch.minimum(smallest, size_g)
         zs[:, slot], fs[:, slot], gs[:, slot] = z, fz, g
         kept[:, slot] = 1
