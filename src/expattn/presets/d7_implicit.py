@@ -312,10 +312,10 @@ def anderson_vs_plain(ctx: RunContext) -> Record:
     plain_failed = sum(r["fixed_point_iter_converged"] == 0 for r in rows)
     rescued = sum(r["fixed_point_iter_converged"] == 0 and r["anderson_converged"] == 1 for r in rows)
     ok = len(slow) >= 2 and slow_ratio >= 3.0
-    record = Record(
+    record = Record(  # a performance hypothesis about the solver, not an identity: supported or not
         id="D7",
         kind="dynamics",
-        verdict="pass" if ok else "fail",
+        verdict="supported" if ok else "not_supported",
         metrics={
             "median_ratio_slow_blocks": slow_ratio,
             "median_ratio_slow_blocks_linear_krylov": krylov_ratio,
@@ -384,8 +384,11 @@ def tied_weights(ctx: RunContext) -> Record:
     x = torch.randn(batch, tokens, dim, generator=gen, dtype=torch.float64)
     runs = {gain: _stack(_random_block(gen, dim, 4, gain), x, depth, gen) for gain in (1.0, 4.0)}
     low, high = runs[1.0], runs[4.0]
+    # Near a fixed point with Jacobian spectral radius rho < 1 the error shrinks asymptotically at rate rho for a
+    # generic start and faster when the start has little weight on the slowest direction, so the fitted rate is
+    # bounded above by rho; 10% covers the power-iteration estimate of rho.
     ok = (low["converged"] and low["rho"] < 1
-          and abs(low["rate"] - low["rho"]) <= 0.1 * low["rho"] and low["distance"][-1] < 1e-9)
+          and low["rate"] <= 1.1 * low["rho"] and low["distance"][-1] < 1e-9)
     record = Record(
         id="B7",
         kind="dynamics",
