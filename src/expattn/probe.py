@@ -205,6 +205,7 @@ def probe(
 
     def on_block(i: int, tensors: dict[str, torch.Tensor]) -> None:
         c0 = time.process_time()
+        state["batch"].shared.clear()  # statistics shared between estimators live for one block
         for est in estimators:
             t0 = time.perf_counter()
             est.update(i, tensors, state["batch"])

@@ -160,7 +160,7 @@ def test_head_cosines_match_explicit_updates(gen):
     w = AttnWeights(zeros, None, zeros, None, zeros, None, wo, None, heads, heads, 1.0, False)
     z = torch.randn(b, t, heads * dh, generator=gen, dtype=torch.float64)
     perm = torch.stack([torch.randperm(t, generator=gen) for _ in range(b)])
-    same, null, energy = head_cosines(z, head_gram(w), heads, perm)
+    same, null, energy = head_cosines(z, head_gram(w), heads, perm, z @ wo.T)
     u = head_updates(z, w)  # (B, T, H, D)
     un = u / u.norm(dim=-1, keepdim=True)
     off = ~torch.eye(heads, dtype=torch.bool)

@@ -218,8 +218,9 @@ class Capture:
         return sorted(f"layers.{i}.{n}" for _, _, names in self.adapter.points for n in names)
 
     def _store(self, names: tuple[str, ...], value: Tensor) -> None:
+        value = value.detach()  # one object for all names, so estimators can share statistics of it
         for name in names:
-            self._current[name] = value.detach()
+            self._current[name] = value
 
     def __enter__(self) -> Capture:
         for i, block in enumerate(self.adapter.blocks(self.model)):

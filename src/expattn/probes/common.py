@@ -8,7 +8,8 @@ into a ``Record`` by ``result(out_dir)``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -82,12 +83,31 @@ class Batch:
         weights: ``(batch, replicates)`` Poisson bootstrap weights of these sequences.
         perm: ``(batch, token)`` a random permutation of all positions per sequence.
         perm_kept: ``(batch, kept)`` a random permutation of the non-excluded positions.
+        shared: per-block cache of statistics that several estimators compute from the same tensor
+            (see ``shared``); the runner clears it before each block.
     """
 
     index: Tensor
     weights: Tensor
     perm: Tensor
     perm_kept: Tensor
+    shared: dict = field(default_factory=dict, compare=False, repr=False)
+
+
+def shared(batch: Batch, name: str, x: Tensor, compute: Callable[[Tensor], object]) -> object:
+    """``compute(x)``, computed once per block for the tensor object ``x`` and statistic ``name``.
+
+    Hook points often hand the same tensor to several estimators under different names (a post-LN
+    block's ``input`` is its ``attn.input``; a pre-LN block's ``attn.residual`` is ``norm2.input``):
+    the first estimator computes the statistic, the others read it from ``batch.shared``.
+    """
+    key = (name, id(x))
+    hit = batch.shared.get(key)
+    if hit is not None and hit[0] is x:
+        return hit[1]
+    value = compute(x)
+    batch.shared[key] = (x, value)
+    return value
 
 
 VARIANTS = ("all", "excl")
@@ -99,14 +119,27 @@ def variant_views(x: Tensor, excluded: Tensor) -> dict[str, Tensor]:
 
 
 def permuted(x: Tensor, perm: Tensor) -> Tensor:
-    """``x[b, perm[b]]``: tokens shuffled within each sequence, ``(batch, token, dim)``."""
-    return torch.gather(x, 1, perm.unsqueeze(-1).expand(-1, -1, x.shape[-1]))
+    """``x[b, perm[b]]``: tokens shuffled within each sequence, ``(batch, token, dim)`` (advanced
+    indexing copies whole rows: about 2.5x faster than ``torch.gather`` along the token axis)."""
+    return x[torch.arange(x.shape[0]).unsqueeze(1), perm]
+
+
+def squared_norms(x: Tensor) -> Tensor:
+    """$\\lVert x_t\\rVert^2$ per token, ``(batch, token)`` float64 (summed in float32 over the D features:
+    relative error ~1e-7; means over tokens are then taken in float64)."""
+    return (x * x).sum(-1).double()
 
 
 def spread(x: Tensor) -> tuple[Tensor, Tensor]:
     """Per sequence: mean squared distance to the sequence centroid, and mean squared norm; ``(batch,)`` each."""
     centred = x - x.mean(1, keepdim=True)  # float32 is enough per sequence; sums leave in float64
     return centred.pow(2).sum(-1).double().mean(1), x.pow(2).sum(-1).double().mean(1)
+
+
+def shared_spread(batch: Batch, x: Tensor, variant: str, kept: slice | Tensor) -> tuple[Tensor, Tensor]:
+    """``spread`` of ``x`` over all tokens (``variant="all"``) or over ``x[:, kept]`` (``"excl"``), computed
+    once per block and tensor (E1 and E2 read several of the same tensors)."""
+    return shared(batch, f"spread {variant}", x, lambda t: spread(t if variant == "all" else t[:, kept]))
 
 
 def majority_verdict(above: np.ndarray, below: np.ndarray) -> str:

@@ -33,6 +33,7 @@ from expattn.probes.common import (
     majority_verdict,
     permuted,
     save,
+    shared_spread,
     spread,
 )
 from expattn.probes.stats import BootstrapMeans
@@ -59,8 +60,8 @@ class E1Expansion(Estimator):
             b = before if variant == "all" else before[:, kept]
             a = after if variant == "all" else after[:, kept]
             perm = batch.perm if variant == "all" else batch.perm_kept
-            sb, nb = spread(b)
-            sa, na = spread(a)
+            sb, nb = shared_spread(batch, before, variant, kept)
+            sa, na = shared_spread(batch, after, variant, kept)
             s_null, _ = spread(b + permuted(a - b, perm))
             cols += [sb, sa, nb, na, s_null]
         self._rows[i] = cols

@@ -33,7 +33,7 @@ from expattn.probes.common import (
     figure,
     majority_verdict,
     save,
-    spread,
+    shared_spread,
 )
 from expattn.probes.stats import BootstrapMeans
 from expattn.report.schema import Record
@@ -58,9 +58,8 @@ class E2Normalization(Estimator):
         for norm in NORMS:
             x, y = tensors[f"{norm}.input"], tensors[f"{norm}.output"]
             for variant in VARIANTS:
-                xs, ys = (x, y) if variant == "all" else (x[:, kept], y[:, kept])
-                sx, nx = spread(xs)
-                sy, ny = spread(ys)
+                sx, nx = shared_spread(batch, x, variant, kept)
+                sy, ny = shared_spread(batch, y, variant, kept)
                 cols += [sx, sy, nx, ny]
         self._rows[i] = cols
         if i == self.ctx.layers - 1:

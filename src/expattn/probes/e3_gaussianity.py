@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from expattn.probes.common import VARIANTS, Batch, Estimator, ProbeContext, as_list, band, figure, save
+from expattn.probes.common import VARIANTS, Batch, Estimator, ProbeContext, as_list, band, figure, save, shared
 from expattn.probes.stats import BootstrapMeans, Moments
 from expattn.report.schema import Record
 
@@ -54,16 +54,28 @@ class E3Gaussianity(Estimator):
 
     def _depth(self, d: int, x: Tensor, batch: Batch) -> None:
         kept = self.ctx.kept
-        self.kept_[d].update(x[:, kept].flatten(0, 1))
+        self.kept_[d].merge(shared(batch, "moments kept", x, self._kept_moments))
         self.special_[d].update(x[:, self.ctx.excluded].flatten(0, 1))
+        y_all = x @ self._directions32  # (B, T, K), float32 projections; moments in float64 below
+        norm_all = torch.linalg.vector_norm(x, dim=-1).clamp_min(1e-8)  # (B, T); eps of cosine_similarity
+        rows = torch.arange(x.shape[0]).unsqueeze(1)
         cols = []
         for variant in VARIANTS:
-            xs, ps, perm = (x, x, batch.perm) if variant == "all" else (x[:, kept], x[:, kept], batch.perm_kept)
-            other = torch.gather(ps, 1, perm.unsqueeze(-1).expand(-1, -1, ps.shape[-1]))
-            cols.append(torch.nn.functional.cosine_similarity(xs, other, dim=-1).double().mean(1)[:, None])
-            y = (xs @ self._directions32).double()  # (B, T, K)
-            cols += [y.pow(p).mean(1) for p in (1, 2, 3, 4)]
+            xs, y, norm, perm = (
+                (x, y_all, norm_all, batch.perm)
+                if variant == "all"
+                else (x[:, kept], y_all[:, kept], norm_all[:, kept], batch.perm_kept)
+            )
+            cos = (xs * xs[rows, perm]).sum(-1) / (norm * norm[rows, perm])  # cosine with a random partner token
+            cols.append(cos.double().mean(1)[:, None])
+            y = y.double()
+            y2 = y * y
+            cols += [y.mean(1), y2.mean(1), (y2 * y).mean(1), (y2 * y2).mean(1)]
         self._rows.append(torch.cat(cols, dim=1))
+
+    def _kept_moments(self, x: Tensor) -> Moments:
+        """Count, mean, scatter and projected moments of the non-excluded tokens of ``x`` (shared with E4)."""
+        return Moments.of(x[:, self.ctx.kept].flatten(0, 1), True, self.directions)
 
     def update(self, i: int, tensors: dict[str, Tensor], batch: Batch) -> None:
         self._depth(i, tensors["input"], batch)

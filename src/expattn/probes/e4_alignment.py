@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 
 from expattn.probes.attention import attention_probs
-from expattn.probes.common import Batch, Estimator, ProbeContext, as_list, figure, save
+from expattn.probes.common import Batch, Estimator, ProbeContext, as_list, figure, save, shared
 from expattn.probes.stats import Moments
 from expattn.report.schema import Record
 
@@ -91,11 +91,14 @@ class E4Alignment(Estimator):
         self.detail_: list[dict[int, Tensor]] = [{} for _ in range(ctx.layers)]
 
     def update(self, i: int, tensors: dict[str, Tensor], batch: Batch) -> None:
-        x = tensors["attn.input"]
-        self.inputs_[i].update(x[:, self.ctx.kept].flatten(0, 1))
+        x = tensors["attn.input"]  # on post-LN models the block input: E3 has computed its moments already
+        self.inputs_[i].merge(shared(batch, "moments kept", x, self._kept_moments))
         for row, index in enumerate(batch.index.tolist()):
             if index < self.ctx.detail_sequences:
                 self.detail_[i][index] = x[row].clone()
+
+    def _kept_moments(self, x: Tensor) -> Moments:
+        return Moments.of(x[:, self.ctx.kept].flatten(0, 1), True)
 
     def merge(self, other: E4Alignment) -> E4Alignment:
         for mine, theirs in zip(self.inputs_, other.inputs_, strict=True):

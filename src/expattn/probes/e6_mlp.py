@@ -33,6 +33,8 @@ from expattn.probes.common import (
     figure,
     majority_verdict,
     save,
+    shared,
+    squared_norms,
 )
 from expattn.probes.stats import BootstrapMeans, CrossMoments
 from expattn.report.schema import Record
@@ -59,10 +61,11 @@ class E6Mlp(Estimator):
             rows = batch.index % 2 == fold
             if rows.any():
                 self.folds_[i][fold].update(x[rows][:, kept].flatten(0, 1), delta[rows][:, kept].flatten(0, 1))
+        d2, s2 = (shared(batch, "squared norms", t, squared_norms) for t in (delta, skip))  # (B, T) each
         cols = []
         for variant in VARIANTS:
-            d, s = (delta, skip) if variant == "all" else (delta[:, kept], skip[:, kept])
-            cols += [d.double().pow(2).sum(-1).mean(1), s.double().pow(2).sum(-1).mean(1)]
+            d, s = (d2, s2) if variant == "all" else (d2[:, kept], s2[:, kept])
+            cols += [d.mean(1), s.mean(1)]
         self._rows[i] = cols
         if i == self.ctx.layers - 1:
             values = torch.stack([c for j in range(self.ctx.layers) for c in self._rows.pop(j)], dim=1)

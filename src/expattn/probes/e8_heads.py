@@ -30,6 +30,7 @@ from expattn.probes.common import (
     band,
     figure,
     majority_verdict,
+    permuted,
     save,
 )
 from expattn.probes.stats import BootstrapMeans
@@ -44,12 +45,14 @@ def head_gram(w: AttnWeights) -> Tensor:
     return w.wo.T @ w.wo
 
 
-def head_cosines(z: Tensor, gram: Tensor, heads: int, perm: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+def head_cosines(z: Tensor, gram: Tensor, heads: int, perm: Tensor, update: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """Per token: mean pairwise cosine of the heads' updates, the same with the other head at a shuffled
     token, and $\\lVert\\sum_h u_h\\rVert^2 / \\sum_h\\lVert u_h\\rVert^2$; all ``(batch, token)``.
 
     Works in the heads' value space through ``gram`` (no ``(token, head, dim)`` tensor): with
     $\\hat z_h = z_h / \\lVert u_h\\rVert$, $\\sum_{h\\ne h'}\\cos = \\hat z^\\top G \\hat z - H$.
+    ``update`` ``(batch, token, D)`` is $\\sum_h u_h = W_o z$ (the output projection without its bias,
+    which the model has already computed), so the energy needs no second product with ``gram``.
     """
     b, t, hd = z.shape
     dh = hd // heads
@@ -59,11 +62,11 @@ def head_cosines(z: Tensor, gram: Tensor, heads: int, perm: Tensor) -> tuple[Ten
     zn = (zh / sq.sqrt().unsqueeze(-1)).transpose(0, 1).reshape(b, t, hd)  # unit-update scaling
     gz = zn @ gram  # (B, T, H*dh)
     same = ((gz * zn).sum(-1) - heads) / (heads * (heads - 1))
-    zp = torch.gather(zn, 1, perm.unsqueeze(-1).expand(-1, -1, hd))
+    zp = permuted(zn, perm)
     zph = zp.reshape(b * t, heads, dh).transpose(0, 1)
     diag = (torch.bmm(zn.reshape(b * t, heads, dh).transpose(0, 1), blocks) * zph).sum((0, -1)).view(b, t)
     null = ((gz * zp).sum(-1) - diag) / (heads * (heads - 1))
-    energy = (z * (z @ gram)).sum(-1) / sq.sum(0).view(b, t)
+    energy = update.pow(2).sum(-1) / sq.sum(0).view(b, t)
     return same, null, energy
 
 
@@ -79,8 +82,11 @@ class E8Heads(Estimator):
         self._rows: dict[int, list[Tensor]] = {}
 
     def update(self, i: int, tensors: dict[str, Tensor], batch: Batch) -> None:
-        z = tensors["attn.heads"][:, self.ctx.kept]
-        same, null, energy = head_cosines(z, self.grams[i], self.ctx.attention[i].heads, batch.perm_kept)
+        w, kept = self.ctx.attention[i], self.ctx.kept
+        z = tensors["attn.heads"][:, kept]
+        update = tensors["attn.output"][:, kept]
+        update = update if w.bo is None else update - w.bo.to(update.dtype)
+        same, null, energy = head_cosines(z, self.grams[i], w.heads, batch.perm_kept, update)
         self._rows[i] = [same.double().mean(1), null.double().mean(1), energy.double().mean(1)]
         if i == self.ctx.layers - 1:
             values = torch.stack([c for j in range(self.ctx.layers) for c in self._rows.pop(j)], dim=1)

@@ -47,30 +47,40 @@ class Moments:
         self.proj_mean_ = torch.zeros(k, dtype=torch.float64)
         self.proj_m2_, self.proj_m3_, self.proj_m4_ = (torch.zeros(k, dtype=torch.float64) for _ in range(3))
 
-    def update(self, x: Float[Tensor, "token dim"]) -> Moments:
-        """Add a batch of vectors (any float dtype; the scatter is formed on centred data)."""
-        if x.ndim != 2 or x.shape[1] != self.dim:
-            raise ValueError(f"x must have shape (token, {self.dim}), got {tuple(x.shape)}")
+    @classmethod
+    def of(cls, x: Float[Tensor, "token dim"], covariance: bool = True, directions: Tensor | None = None) -> Moments:
+        """The statistics of one batch of vectors (any float dtype; the scatter is a float32/float64
+        product of data centred on the batch mean, so it stays accurate). ``directions`` as in the
+        constructor. Several accumulators may merge the same batch ``Moments``.
+
+        Raises:
+            ValueError: ``x`` not ``(token, D)`` with ``D`` matching ``directions``, or not finite.
+        """
+        if x.ndim != 2 or (directions is not None and x.shape[1] != directions.shape[0]):
+            raise ValueError(f"x must have shape (token, dim) matching the directions, got {tuple(x.shape)}")
+        batch = cls(x.shape[1], covariance, directions)
         if x.shape[0] == 0:
-            return self
-        if not torch.isfinite(x).all():
+            return batch
+        batch.n_ = x.shape[0]
+        batch.mean_ = x.mean(0, dtype=torch.float64)
+        if not torch.isfinite(batch.mean_).all():  # a NaN or infinity anywhere in x reaches the mean
             raise ValueError("x holds NaN or infinity")
-        batch = Moments.__new__(Moments)
-        batch.dim, batch.directions, batch.n_ = self.dim, self.directions, x.shape[0]
-        mean = x.mean(0, dtype=torch.float64)
-        batch.mean_ = mean
-        centred = x - mean.to(x.dtype)  # centring first keeps a float32 product accurate
-        batch.scatter_ = None if self.scatter_ is None else (centred.T @ centred).double()
-        if self.directions is not None:
-            y = (x @ self.directions.to(x.dtype)).double()  # (N, K); float32 projections, float64 moments
+        if covariance:
+            centred = x - batch.mean_.to(x.dtype)  # centring first keeps a float32 product accurate
+            batch.scatter_ = (centred.T @ centred).double()
+        if batch.directions is not None:
+            y = (x @ batch.directions.to(x.dtype)).double()  # (N, K); float32 projections, float64 moments
             batch.proj_mean_ = y.mean(0)
             c = y - batch.proj_mean_
             c2 = c * c
             batch.proj_m2_, batch.proj_m3_, batch.proj_m4_ = c2.sum(0), (c2 * c).sum(0), (c2 * c2).sum(0)
-        else:
-            batch.proj_mean_ = self.proj_mean_
-            batch.proj_m2_, batch.proj_m3_, batch.proj_m4_ = self.proj_m2_, self.proj_m3_, self.proj_m4_
-        return self.merge(batch)
+        return batch
+
+    def update(self, x: Float[Tensor, "token dim"]) -> Moments:
+        """Add a batch of vectors (any float dtype): ``merge(Moments.of(x, ...))``."""
+        if x.ndim != 2 or x.shape[1] != self.dim:
+            raise ValueError(f"x must have shape (token, {self.dim}), got {tuple(x.shape)}")
+        return self.merge(Moments.of(x, self.scatter_ is not None, self.directions))
 
     def merge(self, other: Moments) -> Moments:
         """Combine with the statistics of another, disjoint set of vectors (in place)."""
@@ -80,16 +90,17 @@ class Moments:
         if na == 0:
             self.n_, self.mean_ = nb, other.mean_.clone()
             self.scatter_ = None if self.scatter_ is None else other.scatter_.clone()
-            self.proj_mean_ = other.proj_mean_.clone()
-            self.proj_m2_, self.proj_m3_, self.proj_m4_ = (
-                t.clone() for t in (other.proj_m2_, other.proj_m3_, other.proj_m4_)
-            )
+            if self.directions is not None:
+                self.proj_mean_ = other.proj_mean_.clone()
+                self.proj_m2_, self.proj_m3_, self.proj_m4_ = (
+                    t.clone() for t in (other.proj_m2_, other.proj_m3_, other.proj_m4_)
+                )
             return self
         n = na + nb
         delta = other.mean_ - self.mean_
         self.mean_ = self.mean_ + delta * (nb / n)
-        if self.scatter_ is not None:
-            self.scatter_ = self.scatter_ + other.scatter_ + torch.outer(delta, delta) * (na * nb / n)
+        if self.scatter_ is not None:  # in place: the accumulator is this object's own tensor
+            self.scatter_.add_(other.scatter_).addr_(delta, delta, alpha=na * nb / n)
         if self.directions is not None:
             d = other.proj_mean_ - self.proj_mean_
             a2, a3, a4 = self.proj_m2_, self.proj_m3_, self.proj_m4_
@@ -232,8 +243,8 @@ class CrossMoments:
         n = na + nb
         dx, dy = other.mean_x_ - self.mean_x_, other.mean_y_ - self.mean_y_
         f = na * nb / n
-        self.sxx_ = self.sxx_ + other.sxx_ + torch.outer(dx, dx) * f
-        self.sxy_ = self.sxy_ + other.sxy_ + torch.outer(dx, dy) * f
+        self.sxx_.add_(other.sxx_).addr_(dx, dx, alpha=f)  # in place: the accumulators are this object's own
+        self.sxy_.add_(other.sxy_).addr_(dx, dy, alpha=f)
         self.syy_ = self.syy_ + other.syy_ + dy.pow(2).sum() * f
         self.mean_x_ = self.mean_x_ + dx * (nb / n)
         self.mean_y_ = self.mean_y_ + dy * (nb / n)
