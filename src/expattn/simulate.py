@@ -130,7 +130,7 @@ def custom_record(run_config: CustomRun, seed: int, out_dir: Path | None) -> Rec
         notes="A custom run records metrics per step; it checks no claim, hence 'inconclusive'.",
     )
     if out_dir is not None:
-        from expattn.presets.b_dynamics import pyplot, save_figure
+        from expattn.report.figures import pyplot, save_figure
 
         plt = pyplot()
         fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
@@ -138,7 +138,7 @@ def custom_record(run_config: CustomRun, seed: int, out_dir: Path | None) -> Rec
             ax.plot(medians[m])
             ax.set_title(m)
             ax.set_xlabel("step")
-        record.plots = save_figure(fig, RunContext(out_dir=out_dir), "custom.png")
+        record.plots = save_figure(fig, out_dir, "custom.png")
     return record
 
 

@@ -9,6 +9,7 @@ from expattn.checks.tools import compare, generator, max_abs, randn
 from expattn.claims import RunContext, register_claim
 from expattn.nn.attention import ExpFamAttention, ExpFamAttentionConfig
 from expattn.nn.hopfield import Hopfield, HopfieldConfig, hopfield_energy, hopfield_update
+from expattn.report.figures import pyplot, save_figure
 
 F64 = torch.float64
 B1_TOL = 1e-10  # float64 round-off of softmax/matmul on O(1)-O(10) numbers is ~1e-14; 1e-10 leaves room.
@@ -68,22 +69,14 @@ def _printed_energy(xi: Tensor, patterns: Tensor, beta: float) -> Tensor:
 
 
 def _trace_plot(ctx: RunContext, traces: list[tuple[list[float], list[float]]]) -> str:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.4))
     for corrected, printed in traces:
         left.plot(corrected, marker=".")
         right.plot(printed, marker=".")
     left.set(title="E = 1/2 |xi|^2 - lse/beta (corrected)", xlabel="update", ylabel="energy")
     right.set(title="as printed in 004 (+ lse/beta)", xlabel="update")
-    fig.tight_layout()
-    name = "d1_energy_traces.png"
-    fig.savefig(ctx.out_dir / name, dpi=110)
-    plt.close(fig)
-    return name
+    return save_figure(fig, ctx.out_dir, "d1_energy_traces.png")[0]
 
 
 @register_claim(

@@ -19,6 +19,7 @@ from expattn.core.rbm import (
     exponential_interaction_energy,
     marginal_energy_numeric,
 )
+from expattn.report.figures import pyplot, save_figure
 
 # Parameters of each prior in the checks; fields stay below 1.5 in absolute value, inside every domain.
 PARAMS = {
@@ -45,11 +46,7 @@ def _rbm_draw(gen: torch.Generator, visible: int, hidden: int, scale: float, bat
 
 
 def _series_plot(out_dir, errors: dict[str, list[float]]) -> str:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
     orders = np.arange(1, SERIES_ORDERS + 1)
     for name, err in errors.items():
@@ -58,11 +55,7 @@ def _series_plot(out_dir, errors: dict[str, list[float]]) -> str:
     ax.set_ylabel("max |E_N(v) - E(v)|")
     ax.set_title("D3: effective energy from truncated cumulant series")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    name = "d3_cumulant_series.png"
-    fig.savefig(out_dir / name, dpi=110)
-    plt.close(fig)
-    return name
+    return save_figure(fig, out_dir, "d3_cumulant_series.png")[0]
 
 
 @register_claim(

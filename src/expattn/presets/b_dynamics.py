@@ -21,20 +21,11 @@ from expattn.dynamics.metrics import gaussian_entropy, mean_distance_to_centroid
 from expattn.dynamics.operators import AttentionConfig, AttentionUpdate, Compose
 from expattn.dynamics.run import run
 from expattn.nn.norms import NormConfig, build_norm
+from expattn.report.figures import pyplot, save_figure
 from expattn.report.schema import Record
 
 ROUNDING = 1e-12  # relative float64 rounding allowance of a distance or a variance
 FLOOR = 1e-13  # a diameter this small relative to its start is a point in float64
-
-
-def pyplot():
-    """matplotlib's pyplot on the file-only Agg backend."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 def single_thread(fn: Callable[[RunContext], Record]) -> Callable[[RunContext], Record]:
@@ -54,14 +45,6 @@ def single_thread(fn: Callable[[RunContext], Record]) -> Callable[[RunContext], 
             torch.set_num_threads(before)
 
     return wrapper
-
-
-def save_figure(fig, ctx: RunContext, name: str) -> list[str]:
-    """Write ``fig`` to ``ctx.out_dir / name``; returns the plot list of a record."""
-    fig.tight_layout()
-    fig.savefig(ctx.out_dir / name, dpi=110)
-    pyplot().close(fig)
-    return [name]
 
 
 @register_claim(
@@ -132,7 +115,7 @@ def b2_collapse(ctx: RunContext) -> Record:
             ax.set_ylabel("diameter / initial diameter (band: min-max over clouds)")
         left.legend(fontsize=8)
         fig.suptitle("B2: pure self-attention never grows the diameter")
-        record.plots = save_figure(fig, ctx, "b2_collapse.png")
+        record.plots = save_figure(fig, ctx.out_dir, "b2_collapse.png")
     return record
 
 
@@ -213,7 +196,7 @@ def b3_expansion(ctx: RunContext) -> Record:
         axes[0].set_ylabel("tr Cov after / before (median, 95% of clouds)")
         axes[0].legend(fontsize=8)
         fig.suptitle("B3: one residual attention step expands the cloud (ratio > 1)")
-        record.plots = save_figure(fig, ctx, "b3_expansion.png")
+        record.plots = save_figure(fig, ctx.out_dir, "b3_expansion.png")
     return record
 
 
@@ -314,7 +297,7 @@ def b4_normalization(ctx: RunContext) -> Record:
         axes[0].legend(fontsize=8)
         fig.suptitle("B4: attention alone expands without bound; with a normalization the spread stays bounded "
                      "(at small beta the per-token norms collapse it to a point)")
-        record.plots = save_figure(fig, ctx, "b4_normalization.png")
+        record.plots = save_figure(fig, ctx.out_dir, "b4_normalization.png")
     return record
 
 
@@ -381,5 +364,5 @@ def sphere_clusters(ctx: RunContext) -> Record:
         right.scatter(pts[:, 0], pts[:, 1], pts[:, 2], s=18)
         right.set_title(f"final tokens on the sphere, beta = {betas[-2]:g}")
         fig.suptitle("Self-attention + projection to the sphere: tokens cluster (Geshkovski et al. 2023)")
-        record.plots = save_figure(fig, ctx, "sphere_clusters.png")
+        record.plots = save_figure(fig, ctx.out_dir, "sphere_clusters.png")
     return record

@@ -19,7 +19,8 @@ from expattn.dynamics.metrics import covariance, mardia, sliced_wasserstein_gaus
 from expattn.dynamics.operators import AttentionConfig, AttentionUpdate, Compose, FeedForward, FeedForwardConfig
 from expattn.dynamics.run import run
 from expattn.nn.norms import NormConfig, Whitening, build_norm, sym_power
-from expattn.presets.b_dynamics import pyplot, save_figure, single_thread
+from expattn.presets.b_dynamics import single_thread
+from expattn.report.figures import pyplot, save_figure
 from expattn.report.schema import Record
 
 ALPHA = 1e-3  # level of each Gaussianity test (Mardia skewness, kurtosis; SW z-score)
@@ -156,7 +157,7 @@ def b5_theorem1(ctx: RunContext) -> Record:
         axes[2].scatter(*emp_cloud[0].T.numpy(), s=3, alpha=0.6, color="C3")
         axes[2].set_title(f"empirical self-carrier, D = 2, after {emp_iters} iterations")
         fig.suptitle("B5: Theorem 1's Gaussian equilibrium holds with the Gaussian carrier, not with the empirical one")
-        record.plots = save_figure(fig, ctx, "b5_theorem1.png")
+        record.plots = save_figure(fig, ctx.out_dir, "b5_theorem1.png")
     return record
 
 
@@ -233,7 +234,7 @@ def b6_continuous_carrier(ctx: RunContext) -> Record:
         axes[1][0].set_ylabel("sliced W2 excess over a Gaussian sample")
         axes[0][0].legend(fontsize=8)
         fig.suptitle("B6: continuous carriers + whitening do not drive clouds to a Gaussian (1 = Gaussian level)")
-        record.plots = save_figure(fig, ctx, "b6_continuous_carrier.png")
+        record.plots = save_figure(fig, ctx.out_dir, "b6_continuous_carrier.png")
     return record
 
 
@@ -315,5 +316,5 @@ def b7_tied_block(ctx: RunContext) -> Record:
         ax.set_ylabel("|x_(k+1) - x_k| / |x_k| (worst cloud)")
         ax.set_title("B7: iterating one tied-weight block: fixed point at some gains only")
         ax.legend(fontsize=8)
-        record.plots = save_figure(fig, ctx, "b7_tied_block.png")
+        record.plots = save_figure(fig, ctx.out_dir, "b7_tied_block.png")
     return record

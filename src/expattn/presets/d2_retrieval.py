@@ -28,6 +28,7 @@ from torch import Tensor
 from expattn.checks.tools import generator
 from expattn.claims import RunContext, register_claim
 from expattn.core.empirical import Empirical
+from expattn.report.figures import pyplot, save_figure
 from expattn.report.schema import Record
 
 STATEMENT = (
@@ -63,22 +64,6 @@ def separation(
     own = scores.diagonal(dim1=-2, dim2=-1).unsqueeze(-1)
     eye = torch.eye(patterns.shape[-2], dtype=torch.bool)
     return (own - scores).masked_fill(eye, math.inf).amin(-1)
-
-
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _save(fig, ctx: RunContext, name: str) -> list[str]:
-    fig.tight_layout()
-    fig.savefig(ctx.out_dir / name, dpi=110)
-    _pyplot().close(fig)
-    return [name]
 
 
 @register_claim(
@@ -131,7 +116,7 @@ def one_step_error(ctx: RunContext) -> Record:
         f"log error falls with slope {slope:.2f} per unit of beta * gap (exponential decay has slope -1)",
     )
     if ctx.out_dir is not None:
-        plt = _pyplot()
+        plt = pyplot()
         fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
         for beta, err, _, exponent, _, m, _ in rows:
             scaled = (err / (2 * (n - 1) * m)).flatten()
@@ -156,7 +141,7 @@ def one_step_error(ctx: RunContext) -> Record:
         right.set_ylabel("median one-step error (solid) and bound (dashed)")
         right.set_title("retrieval error decays exponentially with separation")
         right.legend(fontsize=8)
-        record.plots = _save(fig, ctx, "d2_one_step_error.png")
+        record.plots = save_figure(fig, ctx.out_dir, "d2_one_step_error.png")
     return record
 
 
@@ -215,7 +200,7 @@ def capacity(ctx: RunContext) -> Record:
         f"with beta ({grows_with_beta}) and with d ({grows_with_d}); fraction falls with N ({monotone})",
     )
     if ctx.out_dir is not None:
-        plt = _pyplot()
+        plt = pyplot()
         fig, ax = plt.subplots(figsize=(7, 4.5))
         colors = dict(zip(betas, plt.rcParams["axes.prop_cycle"].by_key()["color"], strict=False))
         for (d, b), c in curves.items():
@@ -225,7 +210,7 @@ def capacity(ctx: RunContext) -> Record:
         ax.set_ylabel(f"fraction retrieved after one update (error < {tol})")
         ax.set_title("storage capacity: solid d = 32, dashed d = 64")
         ax.legend(fontsize=7, ncol=2)
-        record.plots = _save(fig, ctx, "d2_capacity.png")
+        record.plots = save_figure(fig, ctx.out_dir, "d2_capacity.png")
     return record
 
 
@@ -302,7 +287,7 @@ def metastable(ctx: RunContext) -> Record:
         f"than {worst_rise:.1e}",
     )
     if ctx.out_dir is not None:
-        plt = _pyplot()
+        plt = pyplot()
         fig, ax = plt.subplots(figsize=(7, 4.5))
         ax.fill_between(betas, low, high, alpha=0.25, label="min-max over the 32 starts")
         ax.plot(betas, median, "o-", label="median")
@@ -316,7 +301,7 @@ def metastable(ctx: RunContext) -> Record:
         ax.set_ylabel("patterns averaged at the fixed point, 1 / sum p^2")
         ax.set_title("fixed points: global average -> metastable -> single pattern")
         ax.legend(fontsize=8, loc="center right")
-        record.plots = _save(fig, ctx, "d2_metastable.png")
+        record.plots = save_figure(fig, ctx.out_dir, "d2_metastable.png")
     return record
 
 
@@ -367,7 +352,7 @@ def fixed_vs_changing(ctx: RunContext) -> Record:
         f"while the cloud contracts (diameter x{trace['diameter_self'][-1] / diameter0:.2f})",
     )
     if ctx.out_dir is not None:
-        plt = _pyplot()
+        plt = pyplot()
         fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
         its = np.arange(1, steps + 1)
         left.semilogy(its, np.maximum(trace["step_fixed"], 1e-17), "o-", ms=3, label="fixed patterns (Hopfield)")
@@ -382,5 +367,5 @@ def fixed_vs_changing(ctx: RunContext) -> Record:
         right.set_xlabel("iteration")
         right.set_title("self-attention loses the stored patterns; its cloud collapses")
         right.legend(fontsize=8)
-        record.plots = _save(fig, ctx, "d2_fixed_vs_changing.png")
+        record.plots = save_figure(fig, ctx.out_dir, "d2_fixed_vs_changing.png")
     return record

@@ -23,6 +23,7 @@ from expattn.claims import RunContext, register_claim
 from expattn.core.empirical import Empirical
 from expattn.core.solvers import solve
 from expattn.nn.implicit import ImplicitAttention, ImplicitConfig, InjectedAttention, spectral_radius, unrolled
+from expattn.report.figures import pyplot, save_figure
 from expattn.report.schema import Record
 
 D7_STATEMENT = (
@@ -66,22 +67,6 @@ def _random_block(gen: torch.Generator, dim: int, heads: int, gain: float) -> In
 
 def _relative(a: Tensor, b: Tensor) -> float:
     return ((a - b).norm() / b.norm()).item()
-
-
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _save(fig, ctx: RunContext, name: str) -> list[str]:
-    fig.tight_layout()
-    fig.savefig(ctx.out_dir / name, dpi=110)
-    _pyplot().close(fig)
-    return [name]
 
 
 @register_claim(
@@ -148,7 +133,7 @@ def hopfield(ctx: RunContext) -> Record:
         f"{100 * rows[0]['retrieved_fixed']:.0f}%",
     )
     if ctx.out_dir is not None:
-        plt = _pyplot()
+        plt = pyplot()
         fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
         left.loglog(betas, np.maximum(gaps, 1e-17), "o-")
         left.set_xlabel("beta")
@@ -160,7 +145,7 @@ def hopfield(ctx: RunContext) -> Record:
         right.set_xlabel("beta")
         right.set_title("cost of the fixed point and retrieval")
         right.legend(fontsize=8)
-        record.plots = _save(fig, ctx, "d7_hopfield.png")
+        record.plots = save_figure(fig, ctx.out_dir, "d7_hopfield.png")
     return record
 
 
@@ -227,7 +212,7 @@ def attention(ctx: RunContext) -> Record:
         f"steps to {grad_error:.1e} (phantom, 5 steps: {phantom_error:.1e})",
     )
     if ctx.out_dir is not None:
-        plt = _pyplot()
+        plt = pyplot()
         fig, ax = plt.subplots(figsize=(7, 4.5))
         for name, trace in traces.items():
             ax.semilogy(range(1, len(trace) + 1), trace, "o-", ms=3, label=name)
@@ -236,7 +221,7 @@ def attention(ctx: RunContext) -> Record:
         ax.set_ylabel("relative residual |f(z) - z| / |f(z)|")
         ax.set_title(f"fixed point of a random attention block (rho = {rho:.2f})")
         ax.legend(fontsize=8)
-        record.plots = _save(fig, ctx, "d7_attention.png")
+        record.plots = save_figure(fig, ctx.out_dir, "d7_attention.png")
     return record
 
 
@@ -334,7 +319,7 @@ def anderson_vs_plain(ctx: RunContext) -> Record:
         f"blocks (fixed points with spectral radius > 1 repel it), Anderson converged on {rescued} of those",
     )
     if ctx.out_dir is not None:
-        plt = _pyplot()
+        plt = pyplot()
         fig, ax = plt.subplots(figsize=(7, 4.5))
         radius = np.array([r["spectral_radius"] for r in rows])
         for name, marker in (("fixed_point_iter", "o"), ("anderson", "s"), ("broyden", "^")):
@@ -348,7 +333,7 @@ def anderson_vs_plain(ctx: RunContext) -> Record:
         ax.set_ylabel(f"function evaluations to relative residual 1e-5 (budget {budget})")
         ax.set_title("Anderson vs plain iteration on random attention blocks")
         ax.legend(fontsize=8)
-        record.plots = _save(fig, ctx, "d7_anderson.png")
+        record.plots = save_figure(fig, ctx.out_dir, "d7_anderson.png")
     return record
 
 
@@ -410,7 +395,7 @@ def tied_weights(ctx: RunContext) -> Record:
         f"fixed point the solver found (converged: {high['converged']})",
     )
     if ctx.out_dir is not None:
-        plt = _pyplot()
+        plt = pyplot()
         fig, ax = plt.subplots(figsize=(7, 4.5))
         layers = np.arange(1, depth + 1)
         for gain, run in runs.items():
@@ -423,5 +408,5 @@ def tied_weights(ctx: RunContext) -> Record:
         ax.set_ylabel("relative distance to the solver's fixed point")
         ax.set_title("a tied-weight stack is one operator iterated")
         ax.legend(fontsize=8)
-        record.plots = _save(fig, ctx, "b7_implicit.png")
+        record.plots = save_figure(fig, ctx.out_dir, "b7_implicit.png")
     return record

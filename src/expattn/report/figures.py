@@ -1,0 +1,23 @@
+"""Figures: matplotlib on the file-only Agg backend and one way to save them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def pyplot():
+    """matplotlib's pyplot on the Agg backend (no display needed), imported on first use."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_figure(fig, out_dir: Path, name: str) -> list[str]:
+    """Write ``fig`` to ``out_dir / name`` (110 dpi), close it, and return ``[name]`` for ``Record.plots``."""
+    fig.tight_layout()
+    fig.savefig(Path(out_dir) / name, dpi=110)
+    pyplot().close(fig)
+    return [name]
