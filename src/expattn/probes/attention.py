@@ -58,11 +58,12 @@ class AttnWeights:
         }
         return replace(self, **cast)
 
-    def head_matrices(self, h: int) -> tuple[Tensor, Tensor]:
-        """Rows of $W_q$ and $W_k$ serving query head ``h``: two ``(head_dim, dim)`` matrices."""
-        dh = self.head_dim
-        g = h // (self.heads // self.kv_heads)
-        return self.wq[h * dh : (h + 1) * dh], self.wk[g * dh : (g + 1) * dh]
+    def head_matrices(self) -> tuple[Tensor, Tensor]:
+        """Rows of $W_q$ and $W_k$ serving each query head: two ``(heads, head_dim, dim)`` tensors (a key
+        head shared by a group of query heads is repeated)."""
+        wq = self.wq.view(self.heads, self.head_dim, -1)
+        wk = self.wk.view(self.kv_heads, self.head_dim, -1)
+        return wq, wk.repeat_interleave(self.heads // self.kv_heads, dim=0)
 
 
 def _project(x: Tensor, w: Tensor, b: Tensor | None, heads: int) -> Tensor:

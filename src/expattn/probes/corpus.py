@@ -48,7 +48,7 @@ def load_text(corpus: str | None = "shakespeare", text_file: str | Path | None =
         source = "corpus 'shakespeare'"
     else:
         raise ValueError(f"corpus must be one of {CORPORA} (or pass a text file), got {corpus!r}")
-    if not text.split():
+    if not text.strip():
         raise ValueError(f"{source} is empty")
     return text
 

@@ -36,13 +36,14 @@ RANDOM_DRAWS = 16
 
 
 def sym_cos(u: Tensor, v: Tensor, b: Tensor) -> Tensor:
-    """$\\cos(\\operatorname{sym}(u^\\top v), B)$ for ``u, v`` of shape ``(..., r, D)`` and symmetric ``B`` ``(D, D)``
-    (or ``None`` for the identity), without forming the ``(D, D)`` product:
+    """$\\cos(\\operatorname{sym}(u^\\top v), B)$ for ``u, v`` of shape ``(..., r, D)`` and symmetric
+    ``B`` ``(..., D, D)`` (or ``None`` for the identity), batched over the leading dims, without forming the
+    ``(D, D)`` product:
     $\\langle u^\\top v, B\\rangle = \\sum (uB)\\odot v$ and
     $\\lVert\\operatorname{sym}(u^\\top v)\\rVert^2 =
     \\tfrac12(\\langle uu^\\top, vv^\\top\\rangle + \\langle vu^\\top, uv^\\top\\rangle)$."""
     inner = (u * v).sum((-1, -2)) if b is None else ((u @ b) * v).sum((-1, -2))
-    b_norm = u.shape[-1] ** 0.5 if b is None else b.norm()
+    b_norm = u.shape[-1] ** 0.5 if b is None else torch.linalg.matrix_norm(b)
     vu = v @ u.mT
     sym_sq = ((u @ u.mT) * (v @ v.mT)).sum((-1, -2)) + (vu * vu.mT).sum((-1, -2))
     return inner / ((sym_sq / 2).sqrt() * b_norm)
@@ -136,14 +137,14 @@ class E4Alignment(Estimator):
         out["random_rms_sigma"] = float(draws.pow(2).mean().sqrt())  # Monte Carlo check of the closed form
         out["random_rms_analytic"] = random_q95(self.ctx.dim) / 1.6449
         out["random_q95_analytic"] = random_q95(self.ctx.dim)
-        rows = {k: [] for k in ("cos_sigma_inv", "cos_fisher_inv", "cos_sigma", "cos_identity")}
-        for h in range(w.heads):
-            wq, wk = w.head_matrices(h)
-            rows["cos_sigma_inv"].append(float(sym_cos(wq, wk, sigma_inv)))
-            rows["cos_fisher_inv"].append(float(sym_cos(wq, wk, fisher_inv[h])))
-            rows["cos_sigma"].append(float(sym_cos(wq, wk, sigma)))
-            rows["cos_identity"].append(float(sym_cos(wq, wk, None)))
-        out.update({k: np.array(v) for k, v in rows.items()})
+        wq, wk = w.head_matrices()  # (H, dh, D) each: all heads at once
+        for key, target in (
+            ("cos_sigma_inv", sigma_inv),
+            ("cos_fisher_inv", fisher_inv),
+            ("cos_sigma", sigma),
+            ("cos_identity", None),
+        ):
+            out[key] = sym_cos(wq, wk, target).numpy()
         return out
 
     def result(self, out_dir: Path | None) -> Record:

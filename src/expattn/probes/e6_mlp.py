@@ -60,7 +60,8 @@ class E6Mlp(Estimator):
         for fold in (0, 1):
             rows = batch.index % 2 == fold
             if rows.any():
-                self.folds_[i][fold].update(x[rows][:, kept].flatten(0, 1), delta[rows][:, kept].flatten(0, 1))
+                # one copy each: the token slice is a view, the row mask copies into a contiguous tensor
+                self.folds_[i][fold].update(x[:, kept][rows].flatten(0, 1), delta[:, kept][rows].flatten(0, 1))
         d2, s2 = (shared(batch, "squared norms", t, squared_norms) for t in (delta, skip))  # (B, T) each
         cols = []
         for variant in VARIANTS:

@@ -21,6 +21,20 @@ from jaxtyping import Float
 from torch import Tensor
 
 
+def centre(x: Float[Tensor, "token dim"]) -> tuple[Tensor, Tensor, Tensor]:
+    """Two-pass centring: $x_c = x - m$ with $m$ the mean in the dtype of $x$, then the residual mean
+    $r = \\bar x_c$ (float64) and the exact mean $\\mu = m + r$ (float64). Products of centred data
+    are corrected exactly, $\\sum_t (x_t-\\mu)(y_t-\\nu)^\\top = x_c^\\top y_c - n\\, r_x r_y^\\top$, and stay
+    accurate in float32 because $x_c$ is small. (A float64 reduction of a float32 tensor is ~15x slower.)
+
+    Returns ``(x_c, mu, r)``: ``(token, dim)``, ``(dim,)``, ``(dim,)``.
+    """
+    m = x.mean(0)
+    xc = x - m
+    r = xc.mean(0).double()
+    return xc, m.double() + r, r
+
+
 class Moments:
     """Count, mean, optional covariance and projected higher moments of a stream of vectors.
 
@@ -61,13 +75,12 @@ class Moments:
         batch = cls(x.shape[1], covariance, directions)
         if x.shape[0] == 0:
             return batch
-        batch.n_ = x.shape[0]
-        batch.mean_ = x.mean(0, dtype=torch.float64)
+        n = batch.n_ = x.shape[0]
+        xc, batch.mean_, r = centre(x)
         if not torch.isfinite(batch.mean_).all():  # a NaN or infinity anywhere in x reaches the mean
             raise ValueError("x holds NaN or infinity")
         if covariance:
-            centred = x - batch.mean_.to(x.dtype)  # centring first keeps a float32 product accurate
-            batch.scatter_ = (centred.T @ centred).double()
+            batch.scatter_ = (xc.T @ xc).double().addr_(r, r, alpha=-n)
         if batch.directions is not None:
             y = (x @ batch.directions.to(x.dtype)).double()  # (N, K); float32 projections, float64 moments
             batch.proj_mean_ = y.mean(0)
@@ -229,11 +242,11 @@ class CrossMoments:
             return self
         other = CrossMoments.__new__(CrossMoments)
         other.n_ = x.shape[0]
-        other.mean_x_, other.mean_y_ = x.mean(0, dtype=torch.float64), y.mean(0, dtype=torch.float64)
-        xc, yc = x - other.mean_x_.to(x.dtype), y - other.mean_y_.to(y.dtype)
-        other.sxx_ = (xc.T @ xc).double()
-        other.sxy_ = (xc.T @ yc).double()
-        other.syy_ = yc.pow(2).sum(dtype=torch.float64)
+        n = other.n_
+        (xc, other.mean_x_, rx), (yc, other.mean_y_, ry) = centre(x), centre(y)
+        other.sxx_ = (xc.T @ xc).double().addr_(rx, rx, alpha=-n)
+        other.sxy_ = (xc.T @ yc).double().addr_(rx, ry, alpha=-n)
+        other.syy_ = (yc * yc).sum(-1).double().sum() - n * ry.pow(2).sum()
         return self.merge(other)
 
     def merge(self, other: CrossMoments) -> CrossMoments:
