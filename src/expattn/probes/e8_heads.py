@@ -58,15 +58,17 @@ def head_cosines(z: Tensor, gram: Tensor, heads: int, perm: Tensor, update: Tens
     dh = hd // heads
     blocks = torch.stack([gram[h * dh : (h + 1) * dh, h * dh : (h + 1) * dh] for h in range(heads)])  # (H, dh, dh)
     zh = z.reshape(b * t, heads, dh).transpose(0, 1)  # (H, N, dh)
-    sq = (torch.bmm(zh, blocks) * zh).sum(-1).clamp_min(1e-30)  # (H, N) = |u_h|^2
-    zn = (zh / sq.sqrt().unsqueeze(-1)).transpose(0, 1).reshape(b, t, hd)  # unit-update scaling
+    zg = torch.bmm(zh, blocks)  # (H, N, dh): z_h G_hh
+    sq = (zg * zh).sum(-1).clamp_min(1e-30)  # (H, N) = |u_h|^2
+    scale = sq.rsqrt().unsqueeze(-1)
+    zn = (zh * scale).transpose(0, 1).reshape(b, t, hd)  # unit-update scaling
     gz = zn @ gram  # (B, T, H*dh)
     same = ((gz * zn).sum(-1) - heads) / (heads * (heads - 1))
     zp = permuted(zn, perm)
     zph = zp.reshape(b * t, heads, dh).transpose(0, 1)
-    diag = (torch.bmm(zn.reshape(b * t, heads, dh).transpose(0, 1), blocks) * zph).sum((0, -1)).view(b, t)
+    diag = (zg * scale * zph).sum((0, -1)).view(b, t)  # sum_h zn_h G_hh zp_h, from the same product
     null = ((gz * zp).sum(-1) - diag) / (heads * (heads - 1))
-    energy = update.pow(2).sum(-1) / sq.sum(0).view(b, t)
+    energy = (update * update).sum(-1) / sq.sum(0).view(b, t)
     return same, null, energy
 
 
