@@ -7,7 +7,8 @@ import pytest
 import scipy.stats
 import torch
 
-from expattn.probes.stats import BootstrapMeans, CrossMoments, Moments, poisson_weights
+from expattn.probes.common import Batch, shared
+from expattn.probes.stats import BootstrapMeans, CrossMoments, Moments, centre, poisson_weights
 
 
 def _chunks(gen: torch.Generator, n: int, parts: int) -> list[int]:
@@ -44,6 +45,40 @@ def test_moments_merge_equals_one_pass(gen, dtype):
     np.testing.assert_allclose(merged.skewness_().numpy(), scipy.stats.skew(y, axis=0), rtol=mtol, atol=mtol)
     np.testing.assert_allclose(merged.excess_kurtosis_().numpy(), scipy.stats.kurtosis(y, axis=0), rtol=mtol, atol=mtol)
     assert merged.n_ == n
+
+
+def test_centre_recovers_the_float64_mean_of_float32_data(gen):
+    n, d = 4096, 5
+    x = (1000.0 + torch.randn(n, d, generator=gen, dtype=torch.float64)).float()  # offset 1000x the spread
+    xc, mean, r = centre(x)
+    ref = x.double()
+    ref_mean = ref.mean(0)
+    # the one-pass float32 mean is off by ~1e3 * 6e-8 per rounding; the residual pass is limited by the
+    # float32 rounding of the centred values (~1e-7 of the unit spread): 1e-6 absolute separates the two
+    naive_error = float((x.mean(0).double() - ref_mean).abs().max())
+    np.testing.assert_allclose(mean.numpy(), ref_mean.numpy(), rtol=0, atol=1e-6)
+    assert naive_error > 1e-6  # ~1e-4: the data tell the two apart
+    scatter = (xc.T @ xc).double() - n * torch.outer(r, r)
+    refc = ref - ref_mean
+    # float32 products of unit-size centred values: ~1e-6 relative to the diagonal n
+    np.testing.assert_allclose(scatter.numpy(), (refc.T @ refc).numpy(), rtol=0, atol=1e-5 * n)
+
+
+def test_shared_computes_once_per_tensor_object():
+    batch = Batch(torch.arange(2), torch.ones(2, 3), torch.zeros(2, 4, dtype=torch.long), torch.zeros(2, 4))
+    x = torch.arange(24.0).view(2, 3, 4)
+    copy = x.clone()  # equal values, another object: must be computed again
+    calls = []
+
+    def total(t: torch.Tensor) -> torch.Tensor:
+        calls.append(t)
+        return t.sum()
+
+    assert shared(batch, "sum", x, total) is shared(batch, "sum", x, total)
+    assert len(calls) == 1
+    assert float(shared(batch, "sum", copy, total)) == float(x.sum())
+    assert float(shared(batch, "other", x, lambda t: t.max())) == 23.0
+    assert len(calls) == 2
 
 
 def test_moments_rejects_bad_input(gen):
