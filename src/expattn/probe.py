@@ -61,6 +61,7 @@ STATEMENTS = {
     "E8": ("the heads' updates are incoherent (not aligned)", "seed 000 §5 (B8)"),
 }
 
+TRIM_SLACK = 0.10  # relative growth of the resident size that triggers a heap trim (see _heap_trimmer)
 DEFAULT_TOKENS = {"minilm": 20_000, "smollm2": 8_192}
 QUICK_TOKENS = {"minilm": 2_048, "smollm2": 768}
 
@@ -145,13 +146,33 @@ def _distributed() -> tuple[int, int]:
     return 0, 1
 
 
-def _heap_trimmer() -> Callable[[], object] | None:
-    """glibc's ``malloc_trim(0)``, or None elsewhere. Each batch frees tens of MiB of activations; glibc
-    keeps freed heap pages mapped, fragmentation lets the heap creep up over hundreds of batches and
-    the peak resident memory then depends on the run's length. Trimming after each batch bounds it."""
+def _heap_trimmer() -> Callable[[], None] | None:
+    """After each batch: glibc's ``malloc_trim(0)`` when the resident size has grown more than
+    ``TRIM_SLACK`` over its size after the first batch (None where there is no glibc or /proc).
+
+    Each batch frees tens of MiB of activations; glibc keeps freed heap pages mapped and
+    fragmentation lets the heap creep up over hundreds of batches, so without trimming the peak
+    depends on the run's length. Trimming after every batch would make the next forward pass
+    fault those pages in again (~0.5 s per 20,000 MiniLM tokens), hence the threshold.
+    """
     name = ctypes.util.find_library("c")
-    libc = ctypes.CDLL(name) if name else None
-    return getattr(libc, "malloc_trim", None)
+    trim = getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
+    if trim is None or not Path("/proc/self/statm").exists():
+        return None
+    page = os.sysconf("SC_PAGE_SIZE")
+    first: list[int] = []
+
+    def resident() -> int:
+        return int(Path("/proc/self/statm").read_text().split()[1]) * page
+
+    def after_batch() -> None:
+        now = resident()
+        if not first:
+            first.append(now)
+        elif now > first[0] * (1 + TRIM_SLACK):
+            trim(0)
+
+    return after_batch
 
 
 def _batch(indices: list[int], ids: list[torch.Tensor], excluded: torch.Tensor, config: ProbeConfig) -> Batch:
@@ -234,7 +255,7 @@ def probe(
             forward += time.perf_counter() - t0
             forward_cpu += time.process_time() - c0
             if trim is not None:
-                trim(0)
+                trim()
             if progress is not None and rank == 0:
                 progress(min(config.tokens, done * world * config.batch_size * config.seq_len), config.tokens)
     stats_seconds = sum(per_estimator.values())
