@@ -85,6 +85,12 @@ def stages(monkeypatch, gen):
     probe = types.ModuleType("expattn.probe")
     probe.ProbeConfig, probe.run_probe = ProbeConfig, run_probe
     monkeypatch.setitem(sys.modules, "expattn.probe", probe)
+
+    def train_stage(runner):
+        seen["train"] = runner.config
+        return [], "ok", ""
+
+    monkeypatch.setattr(run_module._Runner, "train_stage", train_stage)
     return registry, seen
 
 
@@ -102,7 +108,9 @@ def test_all_stages_run_and_are_reported(tmp_path, stages):
     status = {s.name: (s.status, s.records) for s in result.stages}
     assert status == {
         "verify": ("ok", 2), "simulate": ("ok", 1), "probe minilm": ("ok", 1), "probe smollm2": ("skipped", 8),
+        "train": ("ok", 0),
     }
+    assert seen["train"].quick and seen["train"].seed == 7
     assert seen["verify"].seed == 7 and seen["verify"].quick and seen["simulate"].out_dir is not None
     assert seen["probe minilm"].seed == 7 and seen["probe minilm"].quick
     records = load_records(out / "results.json")
@@ -115,7 +123,7 @@ def test_all_stages_run_and_are_reported(tmp_path, stages):
     assert len(plots) == 2 and all((out / p).read_bytes().startswith(PNG) for p in plots)
     assert (out / "report.html").read_text().count('src="data:image/png;base64,') == 2
     doc = json.loads((out / "results.json").read_text())
-    assert [s["name"] for s in doc["stages"]] == ["verify", "simulate", "probe minilm", "probe smollm2"]
+    assert [s["name"] for s in doc["stages"]] == ["verify", "simulate", "probe minilm", "probe smollm2", "train"]
     assert doc["seeds"] == {"seed": 7} and doc["quick"] is True and "git_revision" in doc
     assert not result.ok  # A3 failed
     umask = os.umask(0)
@@ -135,7 +143,7 @@ def test_a_broken_stage_does_not_stop_the_others(tmp_path, stages, monkeypatch):
     result = run(tmp_path, models=("minilm",))
     simulate = next(s for s in result.stages if s.name == "simulate")
     assert simulate.status == "fail" and "b_dynamics" in simulate.reason
-    assert {s.name for s in result.stages if s.status == "ok"} == {"verify", "probe minilm"}
+    assert {s.name for s in result.stages if s.status == "ok"} == {"verify", "probe minilm", "train"}
     assert "b_dynamics" in (tmp_path / "out" / "report.html").read_text()
 
 
@@ -144,7 +152,7 @@ def test_models_with_the_same_folder_name_keep_their_plots_apart(tmp_path, stage
     for folder in folders:
         folder.mkdir(parents=True)
     result = run(tmp_path, models=("minilm", *map(str, folders), "minilm"))
-    assert [s.name for s in result.stages][2:] == ["probe minilm", *(f"probe {f}" for f in folders)]
+    assert [s.name for s in result.stages][2:] == ["probe minilm", *(f"probe {f}" for f in folders), "train"]
     plots = [p for r in result.records for p in r.plots if r.details["stage"] == "probe"]
     assert len(plots) == len(set(plots)) == 3
     assert all((tmp_path / "out" / p).is_file() for p in plots)

@@ -1,4 +1,4 @@
-"""``expattn report``: verify -> simulate (all presets) -> probe (each model) -> one shareable report.
+"""``expattn report``: verify -> simulate (all presets) -> probe (each model) -> a short training comparison.
 
 Every stage runs inside one rich progress display; a stage whose module is missing is
 ``skipped`` and one that raises is ``fail``, each with its reason, and the other stages still
@@ -32,7 +32,7 @@ from expattn.claims import RunContext, claims, run_claim
 from expattn.report.document import Stage, cpu
 from expattn.report.html import render_html
 from expattn.report.markdown import render_markdown
-from expattn.report.schema import Record, results_document, write_json_atomic
+from expattn.report.schema import Record, load_records, results_document, write_json_atomic
 
 KNOWN_MODELS = ("minilm", "smollm2")
 PROBE_IDS = tuple(f"E{i}" for i in range(1, 9))
@@ -220,6 +220,37 @@ class _Runner:
         return [_tag(r, "probe", f"plots/{slug}", model=model) for r in records], "ok", ""
 
 
+    def train_stage(self) -> tuple[list[Record], str, str]:
+        """The short training comparison: one small LM per normalization at the same token budget.
+
+        Checkpoints stay in a temporary folder; the sweep's plot and its E1-E3 records (measured on
+        the trained models) go into the report.
+        """
+        self.progress.update(self.task, description="train: one small LM per normalization")
+        try:
+            from expattn.nn.lm import LMConfig
+            from expattn.train.loop import TrainConfig
+            from expattn.train.sweep import SWEEP_BUDGET, run_sweep
+        except ImportError as err:
+            return [], "skipped", f"the training stage is not available ({err})"
+        budget = dict(SWEEP_BUDGET, iters=100, eval_every=50) if self.config.quick else SWEEP_BUDGET
+        plot_dir = self.staging / "plots" / "train"
+        plot_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            with tempfile.TemporaryDirectory(prefix="expattn-sweep-") as tmp:
+                model = LMConfig(layers=budget["layers"], dim=budget["dim"])
+                base = TrainConfig(out=Path(tmp), model=model, iters=budget["iters"], eval_every=budget["eval_every"],
+                                   ckpt_every=budget["iters"], seed=self.config.seed, device="cpu", progress=False)
+                run_sweep("norms", base)
+                shutil.copyfile(Path(tmp) / "sweep.png", plot_dir / "sweep_norms.png")
+                records = load_records(Path(tmp) / "sweep.json")
+        finally:
+            self.progress.advance(self.task)
+        for record in records:
+            record.plots = ["sweep_norms.png"]
+        return [_tag(r, "train", "plots/train", name="train --sweep norms") for r in records], "ok", ""
+
+
 def _count(command: str) -> int:
     """Number of registered checks of ``command``; 0 when they cannot be loaded (the stage then fails)."""
     try:
@@ -287,11 +318,12 @@ def run_report(config: ReportConfig, console: Console) -> ReportResult:
         with Progress(*columns, TimeElapsedColumn(), console=console) as progress:
             runner = _Runner(config, staging, progress)
             models = len(set(config.models))
-            progress.update(runner.task, total=models + _count("verify") + _count("simulate"))
+            progress.update(runner.task, total=models + 1 + _count("verify") + _count("simulate"))
             runner.stage("verify", lambda: runner.claims_stage("verify"))
             runner.stage("simulate", lambda: runner.claims_stage("simulate"))
             for model in dict.fromkeys(config.models):  # each model once, in the given order
                 runner.stage(f"probe {model}", lambda m=model: runner.probe_stage(m))
+            runner.stage("train", runner.train_stage)
             progress.update(runner.task, description="writing report")
         (staging / "plots").mkdir(exist_ok=True)
         document = results_document(
