@@ -92,7 +92,7 @@ def test_real_quick_report_renders(tmp_path):
     )
     assert run.returncode in (0, 1), run.stderr  # 1: some record failed; the report is still written
     records = load_records(out / "results.json")
-    assert {r.details.get("stage") for r in records} >= {"verify", "probe"}
+    assert {r.details.get("stage") for r in records} >= {"verify", "simulate", "probe", "train"}
     plots = sum(len(r.plots) for r in records)
     check = shot.inspect_report(out / "report.html", tmp_path / "screenshot.png")
     assert_renders_cleanly(check, images=plots)
