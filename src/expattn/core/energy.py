@@ -13,6 +13,7 @@ builds one, ``register_prior(name)`` adds one.
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 
 import numpy as np
@@ -41,7 +42,7 @@ def _probability(name: str, value: float) -> float:
     return float(value)
 
 
-class HiddenPrior:
+class HiddenPrior(ABC):
     r"""Base class of a one-dimensional hidden-unit prior $q(h)$.
 
     Attributes:
@@ -70,8 +71,9 @@ class HiddenPrior:
         r"""$K(t) = \log E_q[e^{th}]$, elementwise; ``ValueError`` naming ``t`` outside ``domain``."""
         return self._cgf(self.check_t(t))
 
+    @abstractmethod
     def _cgf(self, t: Tensor) -> Tensor:
-        raise NotImplementedError
+        """$K(t)$ on an already validated ``t``."""
 
     def cumulant(self, n: int) -> float:
         r"""$\kappa_n = K^{(n)}(0)$ in closed form, for an integer ``n >= 1``."""
@@ -79,16 +81,17 @@ class HiddenPrior:
             raise ValueError(f"n must be an integer >= 1, got {n!r}")
         return self._cumulant(n)
 
+    @abstractmethod
     def _cumulant(self, n: int) -> float:
-        raise NotImplementedError
+        r"""$\kappa_n$ for a validated ``n``."""
 
+    @abstractmethod
     def log_prob(self, h: Float[np.ndarray, "*shape"]) -> Float[np.ndarray, "*shape"]:
         """Log-density (continuous) or log-mass (discrete) of $q$ at ``h`` (numpy, float64)."""
-        raise NotImplementedError
 
     def atoms(self, t: float) -> np.ndarray:
         """Support points that carry all but a negligible part of $q(h) e^{th}$ (discrete only)."""
-        raise NotImplementedError(f"{self!r} is not discrete")
+        raise TypeError(f"{self!r} is not discrete: it has no atoms")
 
     def sample(self, n: int, generator: torch.Generator) -> Float[Tensor, " n"]:
         """``n`` independent float64 draws of $h \\sim q$."""
@@ -96,8 +99,9 @@ class HiddenPrior:
             raise ValueError(f"n must be an integer >= 1, got {n!r}")
         return self._sample(n, generator)
 
+    @abstractmethod
     def _sample(self, n: int, generator: torch.Generator) -> Tensor:
-        raise NotImplementedError
+        """``n`` draws for a validated ``n``."""
 
     def __repr__(self) -> str:
         params = ", ".join(f"{k}={v}" for k, v in vars(self).items() if k not in ("domain", "support"))
