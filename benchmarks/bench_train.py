@@ -1,9 +1,11 @@
 """Training throughput of ``expattn.nn.lm.LM`` against a plain nanoGPT-style model of the same size.
 
 One training step = forward, cross-entropy, backward, gradient clipping and an AdamW step on a
-random batch. Both models are timed in the same process, alternating in rounds; the best
-round of each gives its tokens/s, reported with the ratio ours / reference (>= 1: ours is as
-fast). On a machine shared with other jobs, wall-clock rounds vary several-fold, so the default
+random batch. Both models, and a second nanoGPT-style model as an A/A control (its ratio to
+the reference shows the method's noise), are timed in the same process, in rounds whose order
+rotates; the best round of each gives its tokens/s. Ratios ours / reference are reported from
+the best rounds and as the median of per-round paired ratios with a bootstrap interval
+(>= 1: ours is as fast). On a machine shared with other jobs, wall-clock rounds vary several-fold, so the default
 clock is this process's CPU time with one torch thread (``--clock wall`` for wall time).
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_train.py [--layers 4 --dim 128 --heads 4 ...]
@@ -15,6 +17,7 @@ import argparse
 import statistics
 import time
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -88,16 +91,18 @@ def main() -> None:
     ours = LM(LMConfig(vocab_size=a.vocab, context=a.context, layers=a.layers, heads=a.heads, dim=a.dim,
                        carrier=a.carrier, norm=a.norm))
     ref = NanoGPT(a.vocab, a.context, a.layers, a.dim, a.heads)
+    control = NanoGPT(a.vocab, a.context, a.layers, a.dim, a.heads)  # A/A control: the method's own bias
     x = torch.randint(0, a.vocab, (a.batch, a.context))
     y = torch.randint(0, a.vocab, (a.batch, a.context))
-    models = {"expattn LM": ours, "nanoGPT-style": ref}
+    models = {"expattn LM": ours, "nanoGPT-style": ref, "A/A control": control}
     opts = {k: torch.optim.AdamW(m.parameters(), lr=1e-3) for k, m in models.items()}
     for k, m in models.items():
         step_seconds(m, opts[k], x, y, 3, clock)  # warm-up
     times: dict[str, list[float]] = {k: [] for k in models}
-    for _ in range(a.rounds):
-        for k, m in models.items():
-            times[k].append(step_seconds(m, opts[k], x, y, a.steps, clock))
+    names = list(models)
+    for r in range(a.rounds):
+        for k in names[r % len(names) :] + names[: r % len(names)]:  # rotate the order: no slot is favoured
+            times[k].append(step_seconds(models[k], opts[k], x, y, a.steps, clock))
     tokens = a.batch * a.context * a.steps
     speed = {k: tokens / min(v) for k, v in times.items()}
     params = {k: sum(p.numel() for p in m.parameters()) for k, m in models.items()}
@@ -106,9 +111,13 @@ def main() -> None:
     for k in models:
         spread = (max(times[k]) - min(times[k])) / statistics.median(times[k])
         print(f"{k:>14}: {speed[k]:9.0f} tokens/s  ({params[k]:,} params, spread of rounds {spread:.0%})")
-    ratio = speed["expattn LM"] / speed["nanoGPT-style"]
-    print(f"ratio ours / reference: {ratio:.3f}  (>= 1 means at least as fast)")
-
+    ref_times = np.array(times["nanoGPT-style"])
+    for k, label in (("expattn LM", "ours"), ("A/A control", "A/A control")):
+        paired = ref_times / np.array(times[k])  # per round: speed of k over the reference's
+        boot = np.median(np.random.default_rng(0).choice(paired, (2000, len(paired))), axis=1)
+        lo, hi = np.quantile(boot, [0.025, 0.975])
+        print(f"{label} / reference: best rounds {speed[k] / speed['nanoGPT-style']:.3f}, median of paired rounds "
+              f"{np.median(paired):.3f} (95% bootstrap interval {lo:.3f}-{hi:.3f}; >= 1: at least as fast)")
 
 if __name__ == "__main__":
     main()

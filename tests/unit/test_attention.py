@@ -225,3 +225,27 @@ def test_fused_and_explicit_paths_agree_on_random_masks(batch, heads, queries, k
     dead = ~keep.expand(batch, h, queries, keys).any(-1)
     assert torch.equal(torch.isneginf(full.log_normalizer), dead)
     assert (full.output[dead] == 0).all()
+
+
+@pytest.mark.parametrize("carrier", ["empirical", "gaussian_mixture", "mixture_lower_bound"])
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_plain_causal_fast_path_equals_the_explicit_triangle_mask(gen, carrier, need_weights):
+    """causal=True alone takes SDPA's is_causal kernel on fused carriers; values and gradients
+    must equal those of the same lower-triangle passed as an explicit mask (float64 round-off)."""
+    q = torch.randn(2, 4, 7, 3, generator=gen, dtype=F64, requires_grad=True)
+    k = torch.randn(2, 2, 7, 3, generator=gen, dtype=F64, requires_grad=True)
+    v = torch.randn(2, 2, 7, 3, generator=gen, dtype=F64)
+    module = make_carrier(carrier, num_heads=4, head_dim=3).double()
+    tril = torch.ones(7, 7, dtype=torch.bool).tril()
+    fast = exp_fam_attention(q, k, v, carrier=module, causal=True, need_weights=need_weights)
+    ref = exp_fam_attention(q, k, v, carrier=module, attn_mask=tril, need_weights=need_weights)
+    torch.testing.assert_close(fast.output, ref.output, rtol=0, atol=1e-12)
+    if need_weights:
+        torch.testing.assert_close(fast.weights, ref.weights, rtol=0, atol=1e-12)
+        torch.testing.assert_close(fast.log_normalizer, ref.log_normalizer, rtol=0, atol=1e-12)
+    g_fast = torch.autograd.grad(fast.output.square().sum(), (q, k), allow_unused=True)
+    g_ref = torch.autograd.grad(ref.output.square().sum(), (q, k), allow_unused=True)
+    for a, b in zip(g_fast, g_ref, strict=True):  # None: the lower bound's weights ignore the keys
+        assert (a is None) == (b is None)
+        if a is not None:
+            torch.testing.assert_close(a, b, rtol=0, atol=1e-11)

@@ -169,12 +169,16 @@ def exp_fam_attention(
         raise ValueError(f"scale (beta) must be a finite number > 0, got {scale!r}")
     if isinstance(carrier, str):
         carrier = make_carrier(carrier, num_heads=heads, head_dim=dim).to(q.device, q.dtype)
+    plain = key_padding_mask is None and attn_mask is None and queries == k.shape[2]
+    fused = causal and plain and getattr(carrier, "fused_causal", False)
     mask = attention_mask(
         batch, heads, queries, k.shape[2], key_padding_mask=key_padding_mask, attn_mask=attn_mask,
-        causal=causal, dtype=q.dtype,
+        causal=causal and not fused, dtype=q.dtype,
     )
     if mask is not None:
         mask = mask.to(q.device)
+    if fused:  # plain causal self-attention: the fused kernel skips the masked half
+        return carrier(q, k, v, None, float(scale), need_weights, causal=True)
     return carrier(q, k, v, mask, float(scale), need_weights)
 
 
@@ -267,6 +271,13 @@ class ExpFamAttention(nn.Module):
         self.last_weights: Tensor | None = None
         self.last_log_normalizer: Tensor | None = None
 
+    def _fused_projections(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """$W_q x, W_k x, W_v x$ as one matrix product (fewer, larger GEMMs forward and backward)."""
+        layers = (self.q_proj, self.k_proj, self.v_proj)
+        weight = torch.cat([p.weight for p in layers])
+        bias = None if self.q_proj.bias is None else torch.cat([p.bias for p in layers])
+        return torch.nn.functional.linear(x, weight, bias).split([p.out_features for p in layers], dim=-1)
+
     def _heads(self, x: Tensor, heads: int) -> Tensor:
         return x.unflatten(-1, (heads, self.config.dim)).transpose(1, 2)  # (B, H, T, D)
 
@@ -308,9 +319,13 @@ class ExpFamAttention(nn.Module):
                 f"query {tuple(query.shape)}, key {tuple(key.shape)} and value {tuple(value.shape)} "
                 "must share the batch size, and key and value the number of tokens"
             )
-        q = self._heads(self.q_proj(query), c.num_heads)  # (B, H, Q, D)
-        k = self._heads(self.k_proj(key), c.kv_heads)  # (B, Hkv, K, D)
-        v = self._heads(self.v_proj(value), c.kv_heads)  # (B, Hkv, K, D)
+        if key is query and value is query:  # self-attention: one product with [W_q; W_k; W_v]
+            q, k, v = self._fused_projections(query)
+        else:
+            q, k, v = self.q_proj(query), self.k_proj(key), self.v_proj(value)
+        q = self._heads(q, c.num_heads)  # (B, H, Q, D)
+        k = self._heads(k, c.kv_heads)  # (B, Hkv, K, D)
+        v = self._heads(v, c.kv_heads)  # (B, Hkv, K, D)
         if rotary is not None:
             q, k = rotary(q, k)
         hooked = bool(self.hook_weights._forward_hooks or self.hook_log_normalizer._forward_hooks)

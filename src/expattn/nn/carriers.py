@@ -17,6 +17,9 @@ One signature for all: ``carrier(q, k, v, mask, scale, need_stats) -> CarrierOut
 ``q: (batch, head, query, dim)``, ``k: (batch, kv_head, key, dim)``, ``v: (batch, kv_head, key,
 dim_v)``, ``mask`` a boolean keep-mask or an additive float bias broadcasting to
 ``(batch, head, query, key)``. ``head`` must be a multiple of ``kv_head`` (grouped heads).
+Carriers with ``fused_causal = True`` also take ``causal=True`` with ``mask=None`` for plain
+causal self-attention (query $i$ sees keys $j \le i$), so the fused kernel can skip the masked
+half instead of reading a ``(query, key)`` mask.
 
 A query row whose keys are all masked has an empty carrier: its output is zero, its weights are
 zero and its log-normalizer is $-\infty$ (no NaN, zero gradient).
@@ -95,6 +98,7 @@ def softmax_attention(
     mask: Mask | None,
     scale: float,
     need_stats: bool,
+    causal: bool = False,
 ) -> CarrierOutput:
     r"""Softmax attention as the gradient of the empirical log-normalizer.
 
@@ -107,6 +111,8 @@ def softmax_attention(
         mask: boolean keep-mask or additive bias $b$ broadcasting to ``(B, H, Q, K)``, or ``None``.
         scale: $\beta$.
         need_stats: also return the weights and $G$ (then computed explicitly, not fused).
+        causal: instead of ``mask`` (which must then be ``None``), query $i$ sees keys $j \le i$
+            of as many keys as queries; the fused kernel skips the masked half.
 
     Returns:
         ``CarrierOutput``; fully masked rows give zeros and $G = -\infty$.
@@ -114,6 +120,13 @@ def softmax_attention(
     Claims A1, A3. Without stats it dispatches to ``scaled_dot_product_attention``.
     """
     heads = q.shape[1]
+    if causal:
+        if mask is not None or q.shape[-2] != k.shape[-2]:
+            raise ValueError("causal=True needs mask=None and as many keys as queries")
+        if not need_stats:
+            out = F.scaled_dot_product_attention(q, k, v, scale=scale, is_causal=True, enable_gqa=heads != k.shape[1])
+            return CarrierOutput(out, None, None)
+        mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
     dead = None
     if mask is not None:
         dead = _dead_rows(mask)
@@ -145,6 +158,8 @@ class Carrier(nn.Module):
         num_heads: number of query heads $H$.
         head_dim: per-head dimension $D$ of queries and keys.
     """
+
+    fused_causal = False  # True: accepts ``causal=True`` with ``mask=None`` (module docstring)
 
     def __init__(self, num_heads: int, head_dim: int) -> None:
         super().__init__()
@@ -192,8 +207,12 @@ def make_carrier(name: str, *, num_heads: int, head_dim: int, **options: object)
 class EmpiricalCarrier(Carrier):
     r"""$h = \sum_n \delta_{k_n}$: standard softmax attention (claims A1, A3); no parameters."""
 
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float, need_stats: bool):
-        return softmax_attention(q, k, v, mask, scale, need_stats)
+    fused_causal = True
+
+    def forward(
+        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float, need_stats: bool, causal: bool = False
+    ):
+        return softmax_attention(q, k, v, mask, scale, need_stats, causal)
 
 
 class _CovarianceCarrier(Carrier):
@@ -302,9 +321,13 @@ class GaussianMixtureCarrier(_CovarianceCarrier):
     Seed 000 Prop. 2 (its last display has a stray gradient-of-log inside the sum).
     """
 
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float, need_stats: bool):
+    fused_causal = True
+
+    def forward(
+        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float, need_stats: bool, causal: bool = False
+    ):
         _check_value_dim(q, v, "gaussian_mixture")
-        base = softmax_attention(q, k, v, mask, scale, need_stats)
+        base = softmax_attention(q, k, v, mask, scale, need_stats, causal)
         sigma_eta, quad = self._linear_term(q, scale, need_stats)
         if mask is not None:
             sigma_eta = sigma_eta.masked_fill(_dead_rows(mask).unsqueeze(-1), 0.0)
