@@ -14,14 +14,12 @@ import time
 from collections.abc import Callable
 
 import numpy as np
-import scipy.sparse.linalg
 import torch
 from torch import Tensor, nn
 
 from expattn.checks.tools import generator
 from expattn.claims import RunContext, register_claim
 from expattn.core.empirical import Empirical
-from expattn.core.solvers import solve
 from expattn.nn.implicit import ImplicitAttention, ImplicitConfig, InjectedAttention, spectral_radius, unrolled
 from expattn.report.figures import pyplot, save_figure
 from expattn.report.schema import Record
@@ -222,118 +220,6 @@ def attention(ctx: RunContext) -> Record:
         ax.set_title(f"fixed point of a random attention block (rho = {rho:.2f})")
         ax.legend(fontsize=8)
         record.plots = save_figure(fig, ctx.out_dir, "d7_attention.png")
-    return record
-
-
-def _krylov_evaluations(block: nn.Module, x: Tensor, z_star: Tensor, tol: float) -> int:
-    r"""Evaluations the best Krylov method would need on the linearisation of ``block`` at ``z_star``.
-
-    GMRES with full memory on $(I - J)\,e = f(x) - x$, $J$ the Jacobian at $z^\star$ of one batch element,
-    counting the iterations until the residual is below ``tol * |z*|``, plus the evaluation of $f(x)$.
-    On a linear map, Anderson with full memory evaluates $f$ one step past the GMRES iterates (Walker & Ni
-    2011) and needs one evaluation more, and a nonlinear start only adds to it: this count is an optimistic
-    estimate of the fewest evaluations it can reach from ``x``. The largest count over the batch.
-    """
-    counts = []
-    for k in range(x.shape[0]):
-        xk = x[k : k + 1]
-
-        def flat(v: Tensor, xk: Tensor = xk) -> Tensor:
-            return block(v.view(xk.shape), xk).reshape(-1)
-
-        jac = torch.autograd.functional.jacobian(flat, z_star[k].reshape(-1).detach(), vectorize=True).numpy()
-        with torch.no_grad():
-            r0 = (flat(xk.reshape(-1)) - xk.reshape(-1)).numpy()
-        target = tol * z_star[k].norm().item() / np.linalg.norm(r0)
-        steps: list[float] = []
-        scipy.sparse.linalg.gmres(np.eye(len(r0)) - jac, r0, rtol=target, restart=len(r0), maxiter=1,
-                                  callback=steps.append, callback_type="pr_norm")
-        counts.append(len(steps) + 1)
-    return max(counts)
-
-
-@register_claim(
-    "D7",
-    kind="dynamics",
-    statement=D7_STATEMENT,
-    source=D7_SOURCE,
-    method="random attention blocks (d=32, 4 heads, 16 tokens, float64) with log-uniform gains in [1, 6]; "
-    "function evaluations to relative residual 1e-5 (budget 300) for plain iteration, Anderson (memory 10, restart "
-    "safeguard) and Broyden; ratio plain/Anderson over the contractions where plain iteration converges in >= 30 "
-    "evaluations, against the same ratio for full-memory GMRES on the linearisation at the fixed point",
-    command="simulate",
-    name="d7-anderson",
-)
-def anderson_vs_plain(ctx: RunContext) -> Record:
-    gen = generator(ctx.seed)
-    batch, tokens, dim, blocks, budget = (2, 8, 16, 8, 300) if ctx.quick else (4, 16, 32, 24, 300)
-    methods = {"fixed_point_iter": {}, "anderson": {"memory": 10}, "broyden": {}}
-    rows, problems = [], []
-    for _ in range(blocks):
-        gain = float(torch.exp(torch.rand((), generator=gen, dtype=torch.float64) * math.log(6)))
-        block = _random_block(gen, dim, 4, gain)
-        x = torch.randn(batch, tokens, dim, generator=gen, dtype=torch.float64)
-        row: dict[str, float] = {"gain": gain}
-        with torch.no_grad():
-            for name, options in methods.items():
-                z, stats = solve(lambda s, b=block, x=x: b(s, x), x, method=name, tol=1e-5, max_iter=budget, **options)
-                row[name] = float(stats.evaluations)
-                row[f"{name}_converged"] = float(stats.converged)
-                if name == "anderson":
-                    z_star, found = z, stats.converged
-        rho = spectral_radius(lambda s, b=block, x=x: b(s, x), z_star, iters=100, generator=gen)
-        row["spectral_radius"] = rho.max().item() if found else math.nan
-        row["ratio"] = row["fixed_point_iter"] / row["anderson"]
-        rows.append(row)
-        problems.append((block, x, z_star))
-    both = [r for r in rows if r["fixed_point_iter_converged"] and r["anderson_converged"]]
-    slow = [r for r in both if r["fixed_point_iter"] >= 30]
-    slow_ratio = float(np.median([r["ratio"] for r in slow])) if slow else math.nan
-    for row, (block, x, z_star) in zip(rows, problems, strict=True):
-        if row in slow:
-            row["krylov"] = float(_krylov_evaluations(block, x, z_star, 1e-5))
-            row["krylov_ratio"] = row["fixed_point_iter"] / row["krylov"]
-    krylov_ratio = float(np.median([r["krylov_ratio"] for r in slow])) if slow else math.nan
-    plain_failed = sum(r["fixed_point_iter_converged"] == 0 for r in rows)
-    rescued = sum(r["fixed_point_iter_converged"] == 0 and r["anderson_converged"] == 1 for r in rows)
-    ok = len(slow) >= 2 and slow_ratio >= 3.0
-    record = Record(  # a performance hypothesis about the solver, not an identity: supported or not
-        id="D7",
-        kind="dynamics",
-        verdict="supported" if ok else "not_supported",
-        metrics={
-            "median_ratio_slow_blocks": slow_ratio,
-            "median_ratio_slow_blocks_linear_krylov": krylov_ratio,
-            "slow_blocks": len(slow),
-            "blocks": blocks,
-            "plain_iteration_failed": plain_failed,
-            "anderson_converged_where_plain_failed": rescued,
-            "anderson_failed": sum(r["anderson_converged"] == 0 for r in rows),
-            "goal_ratio": 3.0,
-        },
-        details={"rows": rows},
-        notes=f"median plain/Anderson evaluation ratio {slow_ratio:.1f} over the {len(slow)} of {blocks} blocks where "
-        f"plain iteration converges but needs >= 30 evaluations (goal 3x; full-memory GMRES on the linearisation at "
-        f"the fixed point, about the best Anderson can do, would give {krylov_ratio:.1f}); plain iteration failed on "
-        f"{plain_failed} "
-        f"blocks (fixed points with spectral radius > 1 repel it), Anderson converged on {rescued} of those",
-    )
-    if ctx.out_dir is not None:
-        plt = pyplot()
-        fig, ax = plt.subplots(figsize=(7, 4.5))
-        radius = np.array([r["spectral_radius"] for r in rows])
-        for name, marker in (("fixed_point_iter", "o"), ("anderson", "s"), ("broyden", "^")):
-            evals = np.array([r[name] for r in rows])
-            done = np.array([r[f"{name}_converged"] == 1 for r in rows])
-            line = ax.semilogy(radius[done], evals[done], marker, ls="none", label=name)
-            ax.semilogy(radius[~done], evals[~done], "x", ms=9, color=line[0].get_color(), ls="none",
-                        label=f"{name}: not converged" if (~done).any() else None)
-        ax.axvline(1.0, color="gray", ls=":")
-        ax.set_xlabel("spectral radius of the Jacobian at the fixed point")
-        ax.set_ylabel(f"function evaluations to relative residual 1e-5 (budget {budget})")
-        ax.set_title("Anderson vs plain iteration on random attention blocks")
-        ax.legend(fontsize=8)
-        record.plots = save_figure(fig, ctx.out_dir, "d7_anderson.png")
     return record
 
 
