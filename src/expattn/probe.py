@@ -1,5 +1,10 @@
 """``expattn probe``: measure hypotheses E1-E8 on a real pretrained transformer and real text.
 
+The model is a HuggingFace model directory (BERT, GPT-2, Llama families) or a folder written by
+``expattn train`` (expattn's own LM). ``ProbeConfig.hypotheses`` chooses which estimators are
+built and fed; a chosen hypothesis that cannot apply to the model (the adapter's
+``inapplicable``, e.g. E5 on a non-softmax carrier) gets a ``skipped`` record with the reason.
+
 One pass over a deterministic token sample: the model runs batch by batch with forward hooks
 (``expattn.probes.adapters.Capture``); after each block the estimators of E1-E8 update their
 streaming statistics from that block's tensors and the tensors are dropped. Under ``torchrun``
@@ -24,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+import expattn.probes.lm_adapter  # noqa: F401  (registers the adapter of expattn's own LMs)
 from expattn.probes.adapters import Capture, adapter_for
 from expattn.probes.common import Batch, ProbeContext
 from expattn.probes.corpus import TokenSample, excluded_positions, load_text, sequence
@@ -40,6 +46,7 @@ from expattn.probes.stats import poisson_weights
 from expattn.report.schema import Record, results_document, write_json_atomic
 
 ESTIMATORS = (E1Expansion, E2Normalization, E3Gaussianity, E4Alignment, E5Gradient, E6Mlp, E7Collapse, E8Heads)
+HYPOTHESES = tuple(cls.claim for cls in ESTIMATORS)
 
 STATEMENTS = {
     "E1": ("the residual attention update expands the spread of token states within a sequence", "seed 000 §3.3"),
@@ -71,15 +78,17 @@ class ProbeConfig:
     """What to probe and how much.
 
     Attributes:
-        model: ``minilm``, ``smollm2`` or a local HuggingFace model directory.
+        model: ``minilm``, ``smollm2``, a local HuggingFace model directory or a folder written by
+            ``expattn train`` (its ``model/`` subfolder).
         corpus: built-in corpus name (``shakespeare``); ignored when ``text`` is given.
-        text: path of a UTF-8 text file to use instead of the corpus.
+        text: path of a UTF-8 text file (or a folder of ``*.txt`` files) to use instead of the corpus.
         tokens: number of tokens to read (rounded up to whole sequences).
         seq_len: tokens per sequence, special tokens included.
         seed: seed of the sample, the bootstrap and every random baseline.
         batch_size: sequences per forward pass.
         replicates: Poisson bootstrap replicates.
         detail_sequences: sequences used by the per-sequence analyses (E4 Fisher, E5, E7).
+        hypotheses: the hypotheses to measure (ids among ``HYPOTHESES``); the others are not computed.
     """
 
     model: str = "minilm"
@@ -91,6 +100,7 @@ class ProbeConfig:
     batch_size: int = 16
     replicates: int = 200
     detail_sequences: int = 4
+    hypotheses: tuple[str, ...] = HYPOTHESES
 
     @classmethod
     def preset(cls, model: str, quick: bool = False, seed: int = 0) -> ProbeConfig:
@@ -110,6 +120,14 @@ class ProbeConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        chosen = self.hypotheses
+        if not isinstance(chosen, tuple | list) or not chosen or not all(isinstance(h, str) for h in chosen):
+            raise ValueError(f"hypotheses must be a non-empty sequence of ids among {HYPOTHESES}, got {chosen!r}")
+        unknown = [h for h in chosen if h not in HYPOTHESES]
+        if unknown:
+            raise ValueError(f"unknown hypothesis {unknown[0]!r}; choose among {', '.join(HYPOTHESES)}")
+        if len(set(chosen)) != len(chosen):
+            raise ValueError(f"hypotheses must not repeat an id, got {', '.join(chosen)}")
 
 
 @dataclass
@@ -190,7 +208,7 @@ def _batch(indices: list[int], ids: list[torch.Tensor], excluded: torch.Tensor, 
 def probe(
     config: ProbeConfig, out_dir: Path | None, progress: Callable[[int, int], None] | None = None
 ) -> ProbeOutcome:
-    """Run E1-E8 on ``config.model`` and return the records with timing (see module docstring).
+    """Run the chosen hypotheses on ``config.model`` and return the records with timing (see module docstring).
 
     Args:
         config: the run's settings.
@@ -226,14 +244,15 @@ def probe(
         detail_sequences=config.detail_sequences,
         model_name=config.model,
     )
-    estimators = [cls(ctx) for cls in ESTIMATORS]
+    inapplicable = {h: why for h, why in adapter.inapplicable(model).items() if h in config.hypotheses}
+    estimators = [cls(ctx) for cls in ESTIMATORS if cls.claim in config.hypotheses and cls.claim not in inapplicable]
     sample = TokenSample(config.seq_len, config.seed)
     n_seq = math.ceil(config.tokens / config.seq_len)
     rank, world = _distributed()
     batches = [list(range(b, min(b + config.batch_size, n_seq))) for b in range(0, n_seq, config.batch_size)]
     mine = batches[rank::world]  # whole batches per process: the same forward passes as one process
     state: dict = {"batch": None, "stats_cpu": 0.0}
-    per_estimator = dict.fromkeys((cls.claim for cls in ESTIMATORS), 0.0)
+    per_estimator = dict.fromkeys((est.claim for est in estimators), 0.0)
 
     def on_block(i: int, tensors: dict[str, torch.Tensor]) -> None:
         c0 = time.process_time()
@@ -247,7 +266,7 @@ def probe(
     forward = forward_cpu = 0.0
     trim = _heap_trimmer()
     with torch.no_grad(), Capture(model, adapter, on_block):
-        for done, indices in enumerate(mine, start=1):
+        for done, indices in enumerate(mine if estimators else [], start=1):
             ids = [sequence(text, tokenizer, adapter.family, sample, i) for i in indices]
             state["batch"] = _batch(indices, ids, excluded, config)
             t0, c0 = time.perf_counter(), time.process_time()
@@ -290,6 +309,11 @@ def probe(
             record.statement, record.source = STATEMENTS[record.id]
             record.details["model"] = config.model
             records.append(record)
+        for claim, why in inapplicable.items():
+            statement, source = STATEMENTS[claim]
+            records.append(Record(claim, "empirical", "skipped", notes=f"does not apply to this model: {why}",
+                                  statement=statement, source=source, details={"model": config.model}))
+        records.sort(key=lambda r: HYPOTHESES.index(r.id))
     model_info = {
         "name": config.model,
         "path": str(path),

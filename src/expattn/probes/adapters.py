@@ -14,6 +14,11 @@ Each block ``i`` exposes, through forward hooks, the tensors (all ``(batch, toke
 Post-LN (BERT) and pre-LN (GPT-2, Llama) differ in which tensors these names alias: BERT's
 ``norm1`` normalizes ``attn.residual``; a pre-LN block's ``norm1`` normalizes ``input`` and its
 output is ``attn.input``. Families register with ``register_adapter``.
+
+Models that apply one block module at several depths (shared layers) or several times per depth
+(fixed-point iterations) give their adapter a ``call_depth``: it reads the depth from the
+block's call arguments, or ``None`` for a call that is not one of the model's depths, whose
+tensors are then discarded (see ``expattn.probes.lm_adapter``).
 """
 
 from __future__ import annotations
@@ -43,7 +48,9 @@ class Adapter:
         attention: ``(model, block index) -> AttnWeights`` of that block's self-attention.
         norm1: ``(model, block index) -> module`` of the normalization feeding attention (pre-LN) or
             applied after it (post-LN).
-        special_first: whether the tokenizer's first token is a special token ([CLS], BOS).
+        call_depth: ``(args, kwargs) -> depth or None`` of one call of a block module; ``None`` (the
+            default): block ``i`` of ``blocks`` is called once per forward pass, as depth ``i``.
+        inapplicable: ``model -> {hypothesis id: reason}`` for the hypotheses that cannot apply to it.
     """
 
     family: str
@@ -53,6 +60,8 @@ class Adapter:
     points: HookPoints
     attention: Callable[[nn.Module, int], AttnWeights]
     norm1: Callable[[nn.Module, int], nn.Module]
+    call_depth: Callable[[tuple, dict], int | None] | None = None
+    inapplicable: Callable[[nn.Module], dict[str, str]] = lambda _model: {}
 
 
 _ADAPTERS: dict[str, Adapter] = {}
@@ -223,16 +232,32 @@ class Capture:
             self._current[name] = value
 
     def __enter__(self) -> Capture:
-        for i, block in enumerate(self.adapter.blocks(self.model)):
-            for path, where, names in self.adapter.points:
-                module = block.get_submodule(path)
-                if where == "in":
-                    hook = module.register_forward_pre_hook(lambda _m, args, n=names: self._store(n, args[0]))
-                else:
-                    hook = module.register_forward_hook(lambda _m, _a, out, n=names: self._store(n, _first(out)))
-                self._handles.append(hook)
-            self._handles.append(block.register_forward_hook(lambda _m, _a, _o, i=i: self._finish(i)))
+        blocks = self.adapter.blocks(self.model)
+        if self.adapter.call_depth is None:
+            for i, block in enumerate(blocks):
+                self._hook_points(block)
+                self._handles.append(block.register_forward_hook(lambda _m, _a, _o, i=i: self._finish(i)))
+            return self
+        for block in {id(b): b for b in blocks}.values():  # a shared module is hooked once
+            self._hook_points(block)
+            self._handles.append(block.register_forward_hook(self._called, with_kwargs=True))
         return self
+
+    def _hook_points(self, block: nn.Module) -> None:
+        for path, where, names in self.adapter.points:
+            module = block.get_submodule(path)
+            if where == "in":
+                hook = module.register_forward_pre_hook(lambda _m, args, n=names: self._store(n, args[0]))
+            else:
+                hook = module.register_forward_hook(lambda _m, _a, out, n=names: self._store(n, _first(out)))
+            self._handles.append(hook)
+
+    def _called(self, _module: nn.Module, args: tuple, kwargs: dict, _out: object) -> None:
+        depth = self.adapter.call_depth(args, kwargs)
+        if depth is None:
+            self._current = {}
+        else:
+            self._finish(depth)
 
     def _finish(self, i: int) -> None:
         tensors, self._current = self._current, {}

@@ -31,15 +31,19 @@ def shakespeare_files() -> list[Path]:
 
 
 def load_text(corpus: str | None = "shakespeare", text_file: str | Path | None = None) -> str:
-    """The corpus as one string: a built-in corpus name or a UTF-8 text file.
+    """The corpus as one string: a built-in corpus name, a UTF-8 text file, or a folder of ``*.txt`` files
+    (joined by newlines in name order, as ``expattn train`` reads a folder).
 
     Raises:
-        ValueError: unknown corpus, unreadable/binary file, or a text with no words.
+        ValueError: unknown corpus, unreadable/binary file, a folder without ``*.txt``, or a text with no words.
     """
     if text_file is not None:
         path = Path(text_file)
+        files = sorted(path.glob("*.txt")) if path.is_dir() else [path]
+        if not files:
+            raise ValueError(f"text folder {str(path)!r} holds no *.txt files")
         try:
-            text = path.read_text(encoding="utf-8")
+            text = "\n".join(f.read_text(encoding="utf-8").replace("\r\n", "\n") for f in files)
         except (OSError, UnicodeDecodeError) as err:
             raise ValueError(f"text file {str(path)!r} is not readable UTF-8 text: {type(err).__name__}") from err
         source = f"text file {str(path)!r}"

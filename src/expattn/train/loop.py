@@ -7,7 +7,9 @@ DistributedDataParallel. Files in ``cfg.out`` (written by the main process only)
   ``tokens_per_s``, ``lr``, ``step_loss``, ``seconds``);
 - ``checkpoint.safetensors``: model, optimizer and RNG states, written atomically every
   ``ckpt_every`` steps and at the end;
-- ``config.json``: the model and training configs.
+- ``config.json``: the model and training configs;
+- ``model/``: a loadable copy of the weights and vocabulary (``expattn.train.export``), replaced
+  with every checkpoint: ``expattn probe --model OUT/model`` measures E1-E8 on it.
 
 Exact resume: every random draw of a step comes from generators whose states the checkpoint
 holds, so a run killed at any point and resumed replays the losses of an uninterrupted run.
@@ -32,6 +34,7 @@ from expattn.nn.lm import LM, LMConfig
 from expattn.train import distributed
 from expattn.train.checkpoint import CheckpointError, read_checkpoint, restore, save_checkpoint
 from expattn.train.data import SHAKESPEARE, CharCorpus
+from expattn.train.export import MODEL_DIR, export_model
 from expattn.train.optim import adamw, learning_rate
 
 CHECKPOINT = "checkpoint.safetensors"
@@ -281,4 +284,5 @@ def _run(cfg: TrainConfig, corpus: CharCorpus, model_cfg: LMConfig, d: distribut
                 busy, steps_timed = 0.0, 0
             if d.main and (step % cfg.ckpt_every == 0 or step == cfg.iters):
                 save_checkpoint(ckpt_path, step, model, optimizer, _rng_states(data_gen), meta)
+                export_model(model, corpus.vocab, cfg.out / MODEL_DIR)
     return TrainResult(metrics, ckpt_path, model, corpus)

@@ -1,0 +1,138 @@
+r"""The probe on expattn's own language models (``expattn.nn.lm.LM``, folders of ``expattn train``).
+
+Each depth $i$ of the pre-norm block $x \mapsto h + \mathrm{MLP}(N_2 h)$, $h = x + \mathrm{Attn}(N_1 z)$
+(with $z = x$, or the fixed point $z^\star$ of an implicit layer) exposes the probe's names:
+
+- ``input`` = $x$; ``norm1.input`` = $z$; ``norm1.output`` = ``attn.input`` = $N_1 z$;
+- ``attn.heads`` (what the output projection reads); ``attn.output`` = $\mathrm{Attn}(N_1 z)$;
+- ``attn.residual`` = ``norm2.input`` = ``mlp.skip`` = $h$; ``norm2.output`` = ``mlp.input`` = $N_2 h$;
+- ``mlp.output`` = $\mathrm{MLP}(N_2 h)$; ``output`` = the block's output.
+
+One block module may serve several depths (``tied_layers``) and an implicit layer calls it at
+every fixed-point iterate. The capture therefore reads the depth from the call itself:
+``LM.forward`` names each depth's call ``layers.{i}.`` and, when traced, applies an implicit
+layer's block once more at the fixed point under that name; calls without a name (the
+solver's iterates) are discarded. ``ProbedLM`` always passes a trace, so every depth is handed
+over exactly once per forward pass.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+from jaxtyping import Float, Int
+from torch import Tensor, nn
+
+from expattn.nn.lm import LM
+from expattn.probes.adapters import Adapter, _linear, register_adapter
+from expattn.probes.attention import AttnWeights
+from expattn.train.data import encode
+from expattn.train.export import MODEL_TYPE, load_exported
+
+SOFTMAX_ONLY = ("E4", "E5", "E8")
+
+
+class CharTokenizer:
+    """Characters to token ids of a sorted vocabulary (token ``i`` is ``vocab[i]``); no special tokens.
+
+    Called like a HuggingFace tokenizer: ``tokenizer(text, add_special_tokens=False)["input_ids"]``.
+    A character outside the vocabulary is a ``ValueError`` naming it.
+    """
+
+    def __init__(self, vocab: str):
+        if not isinstance(vocab, str) or not vocab or "".join(sorted(set(vocab))) != vocab:
+            raise ValueError(f"vocab must be a non-empty string of distinct sorted characters, got {vocab!r:.60}")
+        self.vocab = vocab
+
+    def __call__(self, text: str, add_special_tokens: bool = False) -> dict[str, list[int]]:
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, got {type(text).__name__}")
+        try:
+            return {"input_ids": encode(text, self.vocab).tolist()}
+        except ValueError as err:
+            raise ValueError(f"{err} of this model (it knows {len(self.vocab)} characters)") from err
+
+
+class ProbedLM(nn.Module):
+    """An ``LM`` called the way the probe calls HuggingFace backbones.
+
+    ``config.hidden_size`` is the width; ``forward(input_ids, attention_mask)`` runs
+    ``LM.forward`` with a trace (so that implicit layers are applied once more at their fixed
+    point, see the module docstring) and returns the logits ``(batch, token, vocab)``.
+    """
+
+    def __init__(self, lm: LM):
+        super().__init__()
+        if not isinstance(lm, LM):
+            raise TypeError(f"lm must be an expattn.nn.lm.LM, got {type(lm).__name__}")
+        self.lm = lm
+        cfg = lm.cfg
+        self.config = SimpleNamespace(
+            model_type=MODEL_TYPE, hidden_size=cfg.dim, num_hidden_layers=cfg.layers, n_positions=cfg.context
+        )
+
+    def forward(
+        self, input_ids: Int[Tensor, "batch token"], attention_mask: Int[Tensor, "batch token"] | None = None
+    ) -> Float[Tensor, "batch token vocab"]:
+        if attention_mask is not None and not bool(attention_mask.bool().all()):
+            raise ValueError("attention_mask must keep every token: expattn LMs take unpadded sequences")
+        logits, _ = self.lm(input_ids, trace={})
+        return logits
+
+
+def load_lm(path: Path, config: dict) -> tuple[ProbedLM, CharTokenizer]:
+    """A folder written by ``expattn.train.export.export_model``: the wrapped model and its tokenizer."""
+    lm, vocab = load_exported(Path(path), config)
+    return ProbedLM(lm).eval(), CharTokenizer(vocab)
+
+
+def _call_depth(args: tuple, kwargs: dict) -> int | None:
+    """Depth ``i`` of a ``Block`` call named ``layers.{i}.``; ``None`` for an unnamed call (a solver iterate)."""
+    prefix = args[2] if len(args) > 2 else kwargs.get("prefix", "")
+    return int(prefix.split(".")[1]) if prefix.startswith("layers.") else None
+
+
+def _attention(model: ProbedLM, i: int) -> AttnWeights:
+    att = model.lm.layer_blocks()[i].attn
+    c = att.config
+    wq, bq = _linear(att.q_proj)
+    wk, bk = _linear(att.k_proj)
+    wv, bv = _linear(att.v_proj)
+    wo, bo = _linear(att.out_proj)
+    return AttnWeights(wq, bq, wk, bk, wv, bv, wo, bo, c.num_heads, c.kv_heads, c.scale, causal=True)
+
+
+def _inapplicable(model: ProbedLM) -> dict[str, str]:
+    """E7 recomputes the branch with HuggingFace-style LayerNorm/RMSNorm modules; E4, E5, E8 need softmax heads."""
+    cfg = model.lm.cfg
+    out = {"E7": f"E7 recomputes pre-norm branches with LayerNorm/RMSNorm modules; this model's norm is {cfg.norm!r}"}
+    if cfg.carrier != "empirical":
+        reason = f"the {cfg.carrier!r} carrier is not softmax attention, which this hypothesis recomputes"
+        out.update(dict.fromkeys(SOFTMAX_ONLY, reason))
+    return out
+
+
+register_adapter(
+    Adapter(
+        family="expattn",
+        model_types=(MODEL_TYPE,),
+        norm_position="pre",
+        blocks=lambda m: m.lm.layer_blocks(),
+        points=(
+            ("", "in", ("input",)),
+            ("norm1", "in", ("norm1.input",)),
+            ("norm1", "out", ("norm1.output", "attn.input")),
+            ("attn.out_proj", "in", ("attn.heads",)),
+            ("attn", "out", ("attn.output",)),
+            ("norm2", "in", ("attn.residual", "norm2.input", "mlp.skip")),
+            ("norm2", "out", ("norm2.output", "mlp.input")),
+            ("mlp", "out", ("mlp.output",)),
+            ("", "out", ("output",)),
+        ),
+        attention=_attention,
+        norm1=lambda m, i: m.lm.layer_blocks()[i].norm1,
+        call_depth=_call_depth,
+        inapplicable=_inapplicable,
+    )
+)
