@@ -141,12 +141,16 @@ def train(
 @app.command()
 def probe(
     out: Annotated[Path, typer.Option(help="Output folder (created; must not exist or be empty).")],
-    model: Annotated[str, typer.Option(help="minilm, smollm2, or a local HuggingFace model directory.")] = "minilm",
+    model: Annotated[str, typer.Option(help="minilm, smollm2, a local HuggingFace model directory, or the model/ "
+                                           "folder of an `expattn train` run.")] = "minilm",
     corpus: Annotated[str, typer.Option(help="Built-in corpus (shakespeare).")] = "shakespeare",
     text: Annotated[Path | None, typer.Option(help="UTF-8 text file to read instead of the corpus.")] = None,
     tokens: Annotated[int, typer.Option(help="Number of tokens to read.")] = 20_000,
     seq_len: Annotated[int, typer.Option(help="Tokens per sequence, special tokens included.")] = 128,
     seed: Annotated[int, typer.Option(help="Seed of the sample, bootstrap and baselines.")] = 0,
+    hypotheses: Annotated[str, typer.Option(help="Comma-separated hypotheses to measure, e.g. E1,E2,E3.")] = (
+        "E1,E2,E3,E4,E5,E6,E7,E8"
+    ),
 ) -> None:
     """Measure hypotheses E1-E8 on a pretrained transformer and real text; writes results.json and plots."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -154,7 +158,7 @@ def probe(
     from expattn.probe import ProbeConfig, probe_to_dir
 
     config = ProbeConfig(model=model, corpus=corpus, text=None if text is None else str(text), tokens=tokens,
-                         seq_len=seq_len, seed=seed)
+                         seq_len=seq_len, seed=seed, hypotheses=tuple(h.strip().upper() for h in hypotheses.split(",")))
     columns = (TextColumn("probe {task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} tokens"),
                TextColumn("{task.fields[rate]} tokens/s"), TimeElapsedColumn())
     try:

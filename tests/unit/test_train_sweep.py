@@ -1,4 +1,5 @@
-"""A tiny carrier sweep end to end: one run per carrier, same budget, table, plot and records."""
+"""A tiny carrier sweep end to end: one run per carrier, same budget, each model probed (E1-E3), table, plot
+and records."""
 
 from __future__ import annotations
 
@@ -32,11 +33,20 @@ def test_carrier_sweep(gen, tmp_path):
             k: v for k, v in base.to_json().items() if k not in ("out", "model")
         }  # the same budget and seed for every carrier
         assert len(r["layers"]) == 2 and r["metrics"][-1]["iter"] == 4
+        assert json.loads((base.out / r["value"] / "model" / "config.json").read_text())["model_type"] == "expattn-lm"
+        assert set(r["verdicts"]) == {"E1", "E2", "E3"} and "skipped" not in r["verdicts"].values()
+        assert r["tokens"] == 256 * 8  # the probe's sample: PROBE_SEQUENCES sequences of the model's context
+        for d in r["layers"]:
+            assert d["e1_raw_ratio_low"] <= d["e1_raw_ratio"] <= d["e1_raw_ratio_high"]
     assert {p.name for p in base.out.iterdir()} >= {"sweep.json", "sweep.md", "sweep.png"}
     records = load_records(base.out / "sweep.json")
     assert [rec.id for rec in records] == ["E1", "E2", "E3"]
-    assert records[0].metrics["empirical.layer1"] == pytest.approx(rows[0]["layers"][1]["e1_spread_ratio_scaled"])
-    assert records[0].metrics["raw.empirical.layer1"] == pytest.approx(rows[0]["layers"][1]["e1_spread_ratio"])
+    assert records[0].metrics["empirical.layer1"] == pytest.approx(rows[0]["layers"][1]["e1_raw_ratio"])
+    assert records[0].metrics["normalized.empirical.layer1"] == pytest.approx(
+        rows[0]["layers"][1]["e1_normalized_ratio"]
+    )
+    assert records[2].metrics["empirical.depth2"] == pytest.approx(rows[0]["e3_output_kurtosis"])
+    assert records[0].details["probe_verdicts"] == {r["value"]: r["verdicts"]["E1"] for r in rows}
     table = (base.out / "sweep.md").read_text().splitlines()
     assert len(table) == 2 + len(rows) and all(line.count("|") == 8 for line in table)
 
@@ -46,22 +56,34 @@ def test_unknown_sweep():
         sweep_values("widths")
 
 
+def _layers(e1: list[float], e2: float) -> list[dict]:
+    return [{"layer": i, "e1_raw_ratio": r, "e1_raw_ratio_low": r - 0.1, "e1_raw_ratio_high": r + 0.1,
+             "e1_normalized_ratio": r, "e2_norm1_ratio": e2, "e2_norm1_ratio_low": e2 - 0.1,
+             "e2_norm1_ratio_high": e2 + 0.1, "e2_norm2_ratio": e2, "e2_norm2_ratio_low": e2 - 0.1,
+             "e2_norm2_ratio_high": e2 + 0.1, "e2_norm1_raw_ratio": e2, "e2_norm2_raw_ratio": e2,
+             "e3_kurtosis": 0.3, "e3_participation_ratio": 0.5} for i, r in enumerate(e1)]
+
+
 def test_failed_run_is_reported_not_fatal(tmp_path):
     from expattn.train.sweep import write_summary
 
-    layers = [{"layer": i, "e1_spread_ratio": 1.2, "e1_spread_ratio_scaled": 1.1 + i, "e2_spread_ratio": 0.5,
-               "e2_spread_ratio_scaled": 0.9, "e3_excess_kurtosis": 0.3, "e3_effective_rank_ratio": 0.5}
-              for i in range(2)]
+    losses = {"train_loss": 2.6, "tokens_per_s": 100.0, "metrics": [{"iter": 4, "val_loss": 2.5}]}
+    verdicts = {"E1": "supported", "E2": "supported", "E3": "inconclusive"}
     rows = [
-        {"value": "layernorm", "val_loss": 2.5, "train_loss": 2.6, "tokens_per_s": 100.0,
-         "metrics": [{"iter": 4, "val_loss": 2.5}], "layers": layers},
+        {"value": "layernorm", "val_loss": 2.5, **losses, "layers": _layers([1.1, 2.1], 0.9),
+         "e3_output_kurtosis": 0.4, "verdicts": verdicts},
+        {"value": "rmsnorm", "val_loss": 2.4, **losses, "probe_error": "values hold NaN or infinity"},
         {"value": "whitening", "error": "x holds a cloud with singular covariance", "metrics": []},
     ]
     write_summary("norms", rows, tmp_path, {"iters": 4})
     table = (tmp_path / "sweep.md").read_text()
     assert "| whitening | failed: x holds a cloud with singular covariance |" in table
-    e1, e2, _ = load_records(tmp_path / "sweep.json")
-    assert e1.verdict == "supported" and e2.verdict == "supported"  # 1.1, 2.1 > 1 and 0.9 < 1
-    assert set(e1.metrics) == {"layernorm.layer0", "layernorm.layer1", "raw.layernorm.layer0",
-                               "raw.layernorm.layer1", "layernorm.val_loss"}
-    assert "whitening failed" in e1.notes
+    assert "| rmsnorm | 2.4000 | 2.6000 | 100 | probe failed: values hold NaN or infinity |" in table
+    assert "| 1.100, 2.100 [supported] |" in table
+    e1, e2, e3 = load_records(tmp_path / "sweep.json")
+    # one probed model: its verdicts are the sweep's (majority of one)
+    assert (e1.verdict, e2.verdict, e3.verdict) == ("supported", "supported", "inconclusive")
+    assert set(e1.metrics) == {"layernorm.layer0", "layernorm.layer1", "normalized.layernorm.layer0",
+                               "normalized.layernorm.layer1", "layernorm.val_loss", "rmsnorm.val_loss"}
+    assert set(e3.metrics) == {"layernorm.depth0", "layernorm.depth1", "layernorm.depth2"}
+    assert "whitening failed" in e1.notes and "rmsnorm failed: values hold NaN" in e1.notes

@@ -1,0 +1,162 @@
+"""The probe on expattn's own LMs: exported folders, per-depth capture (tied, implicit), E1/E2 numbers
+against an independent float64 computation from ``LM.forward(trace=...)``, hypothesis selection, errors."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from expattn.cli import app
+from expattn.nn.lm import LM, LMConfig
+from expattn.probe import ProbeConfig, probe
+from expattn.probes.adapters import Capture, adapter_for
+from expattn.probes.corpus import TokenSample, load_text, sequence
+from expattn.probes.lm_adapter import CharTokenizer, load_lm
+from expattn.probes.loading import read_config
+from expattn.train.export import MODEL_TYPE, export_model
+
+VOCAB = "\n abcdefgh"
+
+
+@pytest.fixture
+def text(gen, tmp_path):
+    path = tmp_path / "text.txt"
+    path.write_text("".join(VOCAB[i] for i in torch.randint(0, len(VOCAB), (6000,), generator=gen).tolist()))
+    return path
+
+
+def _model(gen, **kw) -> LM:
+    """A random LM whose sublayers change the states visibly (the default init makes updates tiny)."""
+    cfg = LMConfig(vocab_size=len(VOCAB), context=16, layers=3, heads=2, dim=16, **kw)
+    model = LM(cfg)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("weight") and p.ndim == 2:
+                p.copy_(torch.randn(p.shape, generator=gen) / p.shape[1] ** 0.5)
+    return model.eval()
+
+
+def _spread(x: torch.Tensor) -> torch.Tensor:
+    """Per sequence: mean squared distance of the tokens to their centroid, (batch,)."""
+    return (x - x.mean(1, keepdim=True)).pow(2).sum(-1).mean(1)
+
+
+def test_e1_e2_match_float64_trace(gen, text, tmp_path):
+    model = _model(gen)
+    folder = export_model(model, VOCAB, tmp_path / "model")
+    seq_len, n_seq = 16, 24
+    config = ProbeConfig(model=str(folder), text=str(text), tokens=seq_len * n_seq, seq_len=seq_len, batch_size=8,
+                         replicates=20, hypotheses=("E1", "E2"))
+    records = {r.id: r for r in probe(config, None).records}
+    assert set(records) == {"E1", "E2"}
+    tokenizer = CharTokenizer(VOCAB)
+    ids = torch.stack([sequence(load_text(None, text), tokenizer, "expattn", TokenSample(seq_len, 0), i)
+                       for i in range(n_seq)])
+    ref = model.double()
+    trace: dict[str, torch.Tensor] = {}
+    with torch.no_grad():
+        ref(ids, trace=trace)
+    e1, e2 = records["E1"].details, records["E2"].details
+    for i, block in enumerate(ref.layer_blocks()):
+        x, n1, h = (trace[f"layers.{i}.{n}"][:, 1:] for n in ("attn.input", "norm1.output", "attn.output"))
+        with torch.no_grad():
+            n2 = block.norm2(trace[f"layers.{i}.attn.output"])[:, 1:]  # per-token layernorm: position 0 irrelevant
+        e1_raw = _spread(h).mean() / _spread(x).mean()
+        msn = lambda t: t.pow(2).sum(-1).mean(1).mean()  # noqa: E731
+        e2_norm1 = (_spread(n1).mean() / msn(n1)) / (_spread(x).mean() / msn(x))
+        e2_norm2_raw = _spread(n2).mean() / _spread(h).mean()
+        # the probe runs the model in float32 (relative error ~1e-6 after three blocks) and rounds to six
+        # significant digits (5e-7): 1e-4 relative leaves room for both and rejects any other statistic
+        assert e1["raw_ratio_excl"]["estimate"][i] == pytest.approx(float(e1_raw), rel=1e-4)
+        assert e2["norm1_normalized_ratio_excl"]["estimate"][i] == pytest.approx(float(e2_norm1), rel=1e-4)
+        assert e2["norm2_raw_ratio_excl"]["estimate"][i] == pytest.approx(float(e2_norm2_raw), rel=1e-4)
+    assert max(abs(v - 1) for v in e1["raw_ratio_excl"]["estimate"]) > 1e-2  # the updates are not negligible
+
+
+@pytest.mark.parametrize("kw", [{"tied_layers": True}, {"implicit": True}])
+def test_one_handover_per_depth(gen, text, tmp_path, kw):
+    model = _model(gen, **kw)
+    if kw.get("implicit"):
+        with torch.no_grad():  # a contraction, so the fixed-point iteration converges
+            for block in model.blocks:
+                block.attn.out_proj.weight.mul_(0.1)
+                block.mlp.out_proj.weight.mul_(0.1)
+    folder = export_model(model, VOCAB, tmp_path / "model")
+    wrapped, _ = load_lm(folder, read_config(folder))
+    ids = torch.randint(0, len(VOCAB), (3, 16), generator=gen)
+    seen: list[tuple[int, dict]] = []
+    with torch.no_grad(), Capture(wrapped, adapter_for(MODEL_TYPE), lambda i, t: seen.append((i, t))):
+        wrapped(input_ids=ids)
+    assert [i for i, _ in seen] == [0, 1, 2]
+    trace: dict[str, torch.Tensor] = {}
+    with torch.no_grad():
+        model(ids, trace=trace)
+    for i, t in seen:
+        for probe_name, trace_name in (("input", "attn.input"), ("norm1.output", "norm1.output"),
+                                       ("attn.residual", "attn.output"), ("output", "mlp.output")):
+            torch.testing.assert_close(t[probe_name], trace[f"layers.{i}.{trace_name}"], rtol=0, atol=0)
+        torch.testing.assert_close(t["attn.residual"], t["input"] + t["attn.output"])  # float32 sum: default tol
+        torch.testing.assert_close(t["output"], t["attn.residual"] + t["mlp.output"])
+    if kw.get("implicit"):  # norm1 reads the fixed point z*, which is the next depth's input
+        for (_, t), (_, nxt) in itertools.pairwise(seen):
+            torch.testing.assert_close(t["norm1.input"], nxt["input"], rtol=0, atol=0)
+            assert not torch.equal(t["norm1.input"], t["input"])
+    else:
+        for _, t in seen:
+            torch.testing.assert_close(t["norm1.input"], t["input"], rtol=0, atol=0)
+
+
+def test_export_roundtrip_and_bad_folders(gen, tmp_path):
+    model = _model(gen, carrier="gaussian_mixture", norm="rmsnorm")
+    folder = export_model(model, VOCAB, tmp_path / "model")
+    config = json.loads((folder / "config.json").read_text())
+    assert config["model_type"] == MODEL_TYPE and config["n_positions"] == 16 and config["vocab"] == VOCAB
+    wrapped, tokenizer = load_lm(folder, config)
+    ids = torch.tensor([tokenizer("abc\nhg", add_special_tokens=False)["input_ids"]])
+    assert ids.tolist() == [[VOCAB.index(c) for c in "abc\nhg"]]
+    with torch.no_grad():
+        torch.testing.assert_close(wrapped(input_ids=ids), model(ids)[0], rtol=0, atol=0)
+    export_model(model, VOCAB, folder)  # replacing an export leaves one folder, no temporary siblings
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+    (folder / "model.safetensors").unlink()
+    with pytest.raises(ValueError, match=r"no model\.safetensors"):
+        load_lm(folder, config)
+    with pytest.raises(ValueError, match="vocab"):
+        export_model(model, VOCAB[:-1], tmp_path / "other")
+
+
+def test_unknown_character_and_hypothesis(gen, tmp_path):
+    with pytest.raises(ValueError, match="'z'"):
+        CharTokenizer(VOCAB)("abz")
+    with pytest.raises(ValueError, match="unknown hypothesis 'E9'"):
+        ProbeConfig(hypotheses=("E1", "E9")).validate()
+    folder = export_model(_model(gen), VOCAB, tmp_path / "model")
+    bad = tmp_path / "bad.txt"
+    bad.write_text("abc" * 200 + "z" + "abc" * 200)
+    for args, fragment in (
+        (["--hypotheses", "E1,E9"], "unknown hypothesis 'E9'"),
+        (["--text", str(bad), "--tokens", "640", "--seq-len", "16"], "'z'"),
+    ):
+        result = CliRunner().invoke(app, ["probe", "--model", str(folder), "--out", str(tmp_path / "o"), *args])
+        assert result.exit_code == 2, result.output
+        lines = [line for line in result.output.splitlines() if line.strip()]
+        assert len(lines) == 1 and fragment in lines[0], result.output
+        assert not (tmp_path / "o").exists()
+
+
+def test_cli_probe_on_exported_model(gen, text, tmp_path):
+    folder = export_model(_model(gen, carrier="gaussian_mixture"), VOCAB, tmp_path / "model")
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["probe", "--model", str(folder), "--text", str(text), "--hypotheses",
+                                      "E1,E2,E3,E5", "--tokens", "256", "--seq-len", "16", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    doc = json.loads((out / "results.json").read_text())
+    verdicts = {r["id"]: r["verdict"] for r in doc["records"]}
+    assert list(verdicts) == ["E1", "E2", "E3", "E5"]
+    assert verdicts["E5"] == "skipped" and all(verdicts[h] != "skipped" for h in ("E1", "E2", "E3"))
+    assert "gaussian_mixture" in doc["records"][3]["notes"]
+    assert doc["model"]["family"] == "expattn" and doc["model"]["layers"] == 3 and doc["tokens"] == 256
