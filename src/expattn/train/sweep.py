@@ -109,6 +109,7 @@ def _plot(kind: str, rows: list[dict], path: Path) -> None:
         ax.axhline(1.0, color="grey", lw=0.8)
         ax.set_xticks(depths)
     axes[3].axhline(1.0, color="grey", lw=0.8, ls="--")
+    axes[3].set_xticks([*depths, len(depths)] if depths else [])
     axes[0].legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
