@@ -223,8 +223,8 @@ class _Runner:
     def train_stage(self) -> tuple[list[Record], str, str]:
         """The short training comparison: one small LM per normalization at the same token budget.
 
-        Checkpoints stay in a temporary folder; the sweep's plot and its E1-E3 records (measured on
-        the trained models) go into the report.
+        Checkpoints stay in a temporary folder; the sweep's plot and its E1-E3 records (measured by
+        the probe on each trained model's exported folder) go into the report.
         """
         self.progress.update(self.task, description="train: one small LM per normalization")
         try:
