@@ -7,7 +7,7 @@ import pytest
 import scipy.stats
 import torch
 
-from expattn.probes.common import Batch, shared
+from expattn.probes.common import Batch, kept_weights, massive, shared, spread
 from expattn.probes.stats import BootstrapMeans, CrossMoments, Moments, centre, poisson_weights
 
 
@@ -140,3 +140,46 @@ def test_bootstrap_means_match_direct_weighted_means(gen):
     r_hat = v[:, 0].mean() / v[:, 1].mean()
     se_delta = np.std((v[:, 0] - r_hat * v[:, 1]) / v[:, 1].mean(), ddof=1) / np.sqrt(s)
     assert 0.5 < np.std(reps, ddof=1) / se_delta < 1.6
+
+
+def test_weighted_spread_equals_the_spread_of_the_kept_tokens(gen):
+    """Weights 0/1 must give exactly the spread and mean squared norm of the kept subset of each sequence
+    (reference: numpy on the boolean-indexed tokens, float64; float32 inputs: relative 1e-5)."""
+    x = torch.randn(3, 9, 5, generator=gen) * 3 + 1
+    w = (torch.rand(3, 9, generator=gen) > 0.4).float()
+    w[:, 0] = 1.0  # at least one token per sequence
+    s, m = spread(x, w)
+    for b in range(3):
+        sub = x[b][w[b].bool()].double().numpy()
+        ref_s = ((sub - sub.mean(0)) ** 2).sum(1).mean()
+        np.testing.assert_allclose(s[b].item(), ref_s, rtol=1e-5)
+        np.testing.assert_allclose(m[b].item(), (sub**2).sum(1).mean(), rtol=1e-5)
+    full, _ = spread(x)
+    np.testing.assert_allclose(spread(x, torch.ones(3, 9))[0].numpy(), full.numpy(), rtol=1e-5)
+
+
+def test_massive_flags_only_the_outlier_tokens(gen):
+    """Gaussian tokens: the largest of 2000 norms is ~1.3x the median, far below the factor 20; a token
+    scaled by 100 is flagged, and one scaled by 10 is not."""
+    x = torch.randn(4, 500, 16, generator=gen)
+    assert not massive(x).any()
+    x[1, 7] *= 100
+    x[2, 3] *= 10
+    flags = massive(x)
+    assert flags[1, 7] and flags.sum() == 1
+
+
+def test_kept_weights_take_the_union_over_the_residual_stream_and_earlier_blocks():
+    batch = Batch(torch.arange(2), torch.ones(2, 3), torch.zeros(2, 6, dtype=torch.long), torch.zeros(2, 5))
+    base = torch.ones(2, 6, 4)
+    inp, out = base.clone(), base.clone()
+    inp[0, 2] *= 100  # massive entering the block (kept index 1 after dropping position 0)
+    out[1, 5] *= 100  # massive leaving it
+    w = kept_weights(batch, {"input": inp, "output": out, "attn.residual": base}, slice(1, 6))
+    expected = torch.ones(2, 5)
+    expected[0, 1] = 0
+    expected[1, 4] = 0
+    assert torch.equal(w, expected)
+    batch.shared.clear()  # the next block: nothing massive any more, the flags carry over
+    later = kept_weights(batch, {"input": base.clone(), "output": base.clone()}, slice(1, 6))
+    assert torch.equal(later, expected)

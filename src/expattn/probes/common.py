@@ -85,6 +85,8 @@ class Batch:
         perm_kept: ``(batch, kept)`` a random permutation of the non-excluded positions.
         shared: per-block cache of statistics that several estimators compute from the same tensor
             (see ``shared``); the runner clears it before each block.
+        carry: state handed from one block to the next within the batch (the massive-token flags of
+            ``kept_weights``).
     """
 
     index: Tensor
@@ -92,6 +94,7 @@ class Batch:
     perm: Tensor
     perm_kept: Tensor
     shared: dict = field(default_factory=dict, compare=False, repr=False)
+    carry: dict = field(default_factory=dict, compare=False, repr=False)
 
 
 def shared(batch: Batch, name: str, x: Tensor, compute: Callable[[Tensor], object]) -> object:
@@ -130,16 +133,56 @@ def squared_norms(x: Tensor) -> Tensor:
     return (x * x).sum(-1).double()
 
 
-def spread(x: Tensor) -> tuple[Tensor, Tensor]:
-    """Per sequence: mean squared distance to the sequence centroid, and mean squared norm; ``(batch,)`` each."""
-    centred = x - x.mean(1, keepdim=True)  # float32 is enough per sequence; sums leave in float64
-    return centred.pow(2).sum(-1).double().mean(1), x.pow(2).sum(-1).double().mean(1)
+def spread(x: Tensor, w: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    r"""Per sequence: mean squared distance to the sequence centroid, and mean squared norm; ``(batch,)`` each.
+
+    With weights ``w`` ``(batch, token)`` (1 = use the token, 0 = leave it out) both are weighted means,
+    $\bar x = \sum_t w_t x_t / \sum_t w_t$ and $\sum_t w_t \lVert x_t - \bar x\rVert^2 / \sum_t w_t$.
+    """
+    if w is None:
+        centred = x - x.mean(1, keepdim=True)  # float32 is enough per sequence; sums leave in float64
+        return centred.pow(2).sum(-1).double().mean(1), x.pow(2).sum(-1).double().mean(1)
+    count = w.sum(1, keepdim=True)  # (B, 1)
+    centred = x - (x * w.unsqueeze(-1)).sum(1, keepdim=True) / count.unsqueeze(-1)
+    wd, n = w.double(), count.squeeze(1).double()
+    return (centred.pow(2).sum(-1).double() * wd).sum(1) / n, (x.pow(2).sum(-1).double() * wd).sum(1) / n
 
 
-def shared_spread(batch: Batch, x: Tensor, variant: str, kept: slice | Tensor) -> tuple[Tensor, Tensor]:
-    """``spread`` of ``x`` over all tokens (``variant="all"``) or over ``x[:, kept]`` (``"excl"``), computed
-    once per block and tensor (E1 and E2 read several of the same tensors)."""
-    return shared(batch, f"spread {variant}", x, lambda t: spread(t if variant == "all" else t[:, kept]))
+def shared_spread(batch: Batch, x: Tensor, variant: str, kept: slice | Tensor, w: Tensor) -> tuple[Tensor, Tensor]:
+    """``spread`` of ``x`` over all tokens (``variant="all"``) or over ``x[:, kept]`` with the block's token
+    weights ``w`` (``"excl"``, see ``kept_weights``), computed once per block and tensor (E1 and E2 read
+    several of the same tensors)."""
+    return shared(batch, f"spread {variant}", x, lambda t: spread(t) if variant == "all" else spread(t[:, kept], w))
+
+
+MASSIVE_FACTOR = 20.0
+RESIDUAL_STREAM = ("input", "attn.residual", "norm2.input", "output")
+
+
+def massive(x: Tensor) -> Tensor:
+    r"""``(batch, token)`` True where $\lVert x_t\rVert > 20\,\operatorname{median}_s \lVert x_s\rVert$ within
+    the sequence: the "massive activations" of Sun et al. (2024), a handful of tokens (in Llama-family
+    models the first token and now and then the first word after it) whose states are 100-1000 times
+    larger than the others'. Left in, one of them dominates every pooled moment of a layer."""
+    norm = torch.linalg.vector_norm(x, dim=-1)  # (B, T)
+    return norm > MASSIVE_FACTOR * norm.median(dim=1, keepdim=True).values
+
+
+def kept_weights(batch: Batch, tensors: dict[str, Tensor], kept: slice | Tensor) -> Tensor:
+    """``(batch, kept)`` float32 token weights of the ``"excl"`` variant in this block: 1 at the non-excluded
+    positions, 0 where a token is massive (``massive``) in any residual-stream tensor of this block
+    (``RESIDUAL_STREAM``) or of an earlier one: once flagged, a token stays out while its outsized state
+    decays through the later blocks. One mask per block, so every ratio compares the same tokens."""
+
+    def compute(_: Tensor) -> Tensor:
+        flags = [massive(tensors[name][:, kept]) for name in RESIDUAL_STREAM if name in tensors]
+        flagged = torch.stack(flags).any(0)
+        if "massive" in batch.carry:
+            flagged |= batch.carry["massive"]
+        batch.carry["massive"] = flagged
+        return (~flagged).float()
+
+    return shared(batch, "kept weights", tensors["input"], compute)
 
 
 def majority_verdict(above: np.ndarray, below: np.ndarray) -> str:

@@ -8,7 +8,8 @@ r_\ell = \frac{\text{spread}(\texttt{attn.residual})}{\text{spread}(\texttt{inpu
 ``layers.i.input`` (residual stream entering block i) and ``layers.i.attn.residual`` (the same
 stream after the attention update is added; for BERT this is before the post-LayerNorm).
 Reported raw, and scale-normalised (each spread divided by the mean squared norm of the same
-tokens), over all tokens and without the first/special tokens. Null baseline: the same update
+tokens), over all tokens and without the first/special tokens and the block's massive-activation
+tokens (``common.kept_weights``). Null baseline: the same update
 with its vectors shuffled across the tokens of the sequence (same sizes, no alignment with the
 states). The verdict uses the raw ratio without the first/special tokens: supported when, in most
 layers, the 95% bootstrap interval of r lies above 1 and that of r minus the null ratio above 0.
@@ -30,6 +31,7 @@ from expattn.probes.common import (
     as_list,
     band,
     figure,
+    kept_weights,
     majority_verdict,
     permuted,
     save,
@@ -55,14 +57,15 @@ class E1Expansion(Estimator):
     def update(self, i: int, tensors: dict[str, Tensor], batch: Batch) -> None:
         before, after = tensors["input"], tensors["attn.residual"]
         kept = self.ctx.kept
+        w = kept_weights(batch, tensors, kept)
         cols = []
         for variant in VARIANTS:
             b = before if variant == "all" else before[:, kept]
             a = after if variant == "all" else after[:, kept]
             perm = batch.perm if variant == "all" else batch.perm_kept
-            sb, nb = shared_spread(batch, before, variant, kept)
-            sa, na = shared_spread(batch, after, variant, kept)
-            s_null, _ = spread(b + permuted(a - b, perm))
+            sb, nb = shared_spread(batch, before, variant, kept, w)
+            sa, na = shared_spread(batch, after, variant, kept, w)
+            s_null, _ = spread(b + permuted(a - b, perm), None if variant == "all" else w)
             cols += [sb, sa, nb, na, s_null]
         self._rows[i] = cols
         if i == self.ctx.layers - 1:

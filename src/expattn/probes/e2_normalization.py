@@ -11,7 +11,8 @@ output. Where they sit differs: BERT (post-LN) normalizes the residual stream it
 so their output is read by attention/MLP and the residual stream is never normalized inside a
 block. The raw ratio is dominated by the overall rescaling; the scale-normalised ratio tests a
 change of shape. Null baseline: a uniform rescaling of all tokens, whose scale-normalised ratio
-is exactly 1. The verdict uses the scale-normalised ratio without the first/special tokens:
+is exactly 1. The verdict uses the scale-normalised ratio without the first/special tokens (and
+without the block's massive-activation tokens, ``common.kept_weights``):
 supported when most norm sublayers have its 95% interval below 1.
 """
 
@@ -31,6 +32,7 @@ from expattn.probes.common import (
     as_list,
     band,
     figure,
+    kept_weights,
     majority_verdict,
     save,
     shared_spread,
@@ -54,12 +56,13 @@ class E2Normalization(Estimator):
 
     def update(self, i: int, tensors: dict[str, Tensor], batch: Batch) -> None:
         kept = self.ctx.kept
+        w = kept_weights(batch, tensors, kept)
         cols = []
         for norm in NORMS:
             x, y = tensors[f"{norm}.input"], tensors[f"{norm}.output"]
             for variant in VARIANTS:
-                sx, nx = shared_spread(batch, x, variant, kept)
-                sy, ny = shared_spread(batch, y, variant, kept)
+                sx, nx = shared_spread(batch, x, variant, kept, w)
+                sy, ny = shared_spread(batch, y, variant, kept, w)
                 cols += [sx, sy, nx, ny]
         self._rows[i] = cols
         if i == self.ctx.layers - 1:

@@ -12,7 +12,9 @@ randomly paired tokens; pairs are drawn within a sequence so that the sample doe
 how sequences are batched or sharded). Tensors: ``layers.i.input`` for every block (depth 0 = embeddings)
 and the last block's ``output``. Null baseline: a Gaussian with the same number of tokens has
 $E|\kappa| = \sqrt{24/n}\sqrt{2/\pi}$, $\text{PR} \approx 1/(1 + D/n)$ if isotropic, and cosine 0.
-Reported without the first/special tokens and with all tokens. Verdict (without them): the
+Reported with all tokens and without the first/special tokens and the massive-activation tokens
+(``common.kept_weights``: a token whose state is over 20 times the sequence's median norm; in
+SmolLM2 a word right after the first token now and then). Verdict (without them): the
 hidden states are "close to Gaussian" when mean $|\kappa| < 1$ and mean $|\text{skew}| < 0.5$ at
 most depths (supported); not supported when the interval of mean $|\kappa|$ lies above 1 at most depths.
 """
@@ -25,12 +27,30 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from expattn.probes.common import VARIANTS, Batch, Estimator, ProbeContext, as_list, band, figure, save, shared
+from expattn.probes.common import (
+    MASSIVE_FACTOR,
+    VARIANTS,
+    Batch,
+    Estimator,
+    ProbeContext,
+    as_list,
+    band,
+    figure,
+    kept_weights,
+    save,
+    shared,
+)
 from expattn.probes.stats import BootstrapMeans, Moments
 from expattn.report.schema import Record
 
 DIRECTIONS = 32
 KURTOSIS_LIMIT, SKEW_LIMIT = 1.0, 0.5
+
+
+def kept_moments(x: Tensor, kept: slice | Tensor, keep: Tensor, directions: Tensor | None = None) -> Moments:
+    """Count, mean, scatter (and projected moments) of the tokens of ``x[:, kept]`` where ``keep`` ``(B, kept)``
+    is True: the ``"excl"`` tokens of a block, shared by E3 and E4 (on post-LN models both read ``input``)."""
+    return Moments.of(x[:, kept][keep], True, directions)
 
 
 class E3Gaussianity(Estimator):
@@ -47,46 +67,49 @@ class E3Gaussianity(Estimator):
         self.depths = ctx.layers + 1
         self.kept_ = [Moments(ctx.dim, True, self.directions) for _ in range(self.depths)]
         self.special_ = [Moments(ctx.dim, True, self.directions) for _ in range(self.depths)]
+        self.massive_ = [0] * self.depths  # tokens left out of "excl" as massive activations, per depth
         # per depth and variant: anisotropy, then raw moments 1..4 of each projection
         self._f = len(VARIANTS) * (1 + 4 * DIRECTIONS)
         self.boot_ = BootstrapMeans(self.depths * self._f, ctx.replicates)
         self._rows: list[Tensor] = []
 
-    def _depth(self, d: int, x: Tensor, batch: Batch) -> None:
-        kept = self.ctx.kept
-        self.kept_[d].merge(shared(batch, "moments kept", x, self._kept_moments))
-        self.special_[d].update(x[:, self.ctx.excluded].flatten(0, 1))
+    def _depth(self, d: int, x: Tensor, batch: Batch, w: Tensor) -> None:
+        """Statistics of depth ``d`` from ``x`` ``(B, T, D)``; ``w`` ``(B, kept)`` the block's token weights."""
+        kept, keep = self.ctx.kept, w.bool()
+        self.kept_[d].merge(shared(batch, "moments kept", x, lambda t: kept_moments(t, kept, keep, self.directions)))
+        xk = x[:, kept]
+        self.special_[d].update(torch.cat([x[:, self.ctx.excluded].flatten(0, 1), xk[~keep]]))
+        self.massive_[d] += int((~keep).sum())
         y_all = x @ self._directions32  # (B, T, K), float32 projections; moments in float64 below
         norm_all = torch.linalg.vector_norm(x, dim=-1).clamp_min(1e-8)  # (B, T); eps of cosine_similarity
         rows = torch.arange(x.shape[0]).unsqueeze(1)
         cols = []
         for variant in VARIANTS:
-            xs, y, norm, perm = (
-                (x, y_all, norm_all, batch.perm)
-                if variant == "all"
-                else (x[:, kept], y_all[:, kept], norm_all[:, kept], batch.perm_kept)
-            )
+            if variant == "all":
+                xs, y, norm, perm = x, y_all, norm_all, batch.perm
+                pair, wt = torch.ones_like(norm_all, dtype=torch.float64), torch.ones_like(norm_all[..., None])
+            else:
+                xs, y, norm, perm = xk, y_all[:, kept], norm_all[:, kept], batch.perm_kept
+                pair, wt = (w * w[rows, perm]).double(), w[..., None].double()
             cos = (xs * xs[rows, perm]).sum(-1) / (norm * norm[rows, perm])  # cosine with a random partner token
-            cols.append(cos.double().mean(1)[:, None])
+            cols.append(((cos.double() * pair).sum(1) / pair.sum(1))[:, None])
             y = y.double()
             y2 = y * y
-            cols += [y.mean(1), y2.mean(1), (y2 * y).mean(1), (y2 * y2).mean(1)]
+            cols += [(m * wt).sum(1) / wt.sum(1) for m in (y, y2, y2 * y, y2 * y2)]
         self._rows.append(torch.cat(cols, dim=1))
 
-    def _kept_moments(self, x: Tensor) -> Moments:
-        """Count, mean, scatter and projected moments of the non-excluded tokens of ``x`` (shared with E4)."""
-        return Moments.of(x[:, self.ctx.kept].flatten(0, 1), True, self.directions)
-
     def update(self, i: int, tensors: dict[str, Tensor], batch: Batch) -> None:
-        self._depth(i, tensors["input"], batch)
+        w = kept_weights(batch, tensors, self.ctx.kept)
+        self._depth(i, tensors["input"], batch, w)
         if i == self.ctx.layers - 1:
-            self._depth(self.depths - 1, tensors["output"], batch)
+            self._depth(self.depths - 1, tensors["output"], batch, w)
             self.boot_.update(torch.cat(self._rows, dim=1), batch.weights)
             self._rows = []
 
     def merge(self, other: E3Gaussianity) -> E3Gaussianity:
         for mine, theirs in zip(self.kept_ + self.special_, other.kept_ + other.special_, strict=True):
             mine.merge(theirs)
+        self.massive_ = [a + b for a, b in zip(self.massive_, other.massive_, strict=True)]
         self.boot_.merge(other.boot_)
         return self
 
@@ -119,6 +142,8 @@ class E3Gaussianity(Estimator):
         details: dict = {
             "tensors": "layers.i.input for i = 0..L-1 (depth 0 = embeddings) and layers.(L-1).output",
             "directions": DIRECTIONS,
+            "massive_tokens_left_out": self.massive_,
+            "massive_factor": MASSIVE_FACTOR,
             "exact_mean_abs_kurtosis_excl": as_list([m.excess_kurtosis_().abs().mean() for m in self.kept_]),
             "exact_mean_abs_kurtosis_all": as_list([m.excess_kurtosis_().abs().mean() for m in alls]),
             "null_mean_abs_kurtosis": float(np.sqrt(24 / n) * np.sqrt(2 / np.pi)),
@@ -151,6 +176,7 @@ class E3Gaussianity(Estimator):
             "median_participation_ratio_excl": float(np.median([p for p, _ in iso["excl"]])),
             "median_anisotropy_excl": float(np.median(est[:, v, 2])),
             "tokens_excl": n,
+            "massive_tokens_left_out_max": max(self.massive_),
         }
         fig, axes = figure(out_dir, f"{self.ctx.slug}_e3_gaussianity.png", ncols=3, width=4.2)
         if fig is not None:
@@ -179,8 +205,9 @@ class E3Gaussianity(Estimator):
                 f"Poisson bootstrap"
             ),
             notes=(
-                f"verdict without first/special tokens: close = mean|kurtosis| < {KURTOSIS_LIMIT} and "
-                f"mean|skew| < {SKEW_LIMIT}"
+                f"verdict without first/special tokens and massive-activation tokens (norm > {MASSIVE_FACTOR:g}x the "
+                f"sequence's median; up to {max(self.massive_)} per depth): close = mean|kurtosis| < {KURTOSIS_LIMIT} "
+                f"and mean|skew| < {SKEW_LIMIT}"
             ),
             details=details,
             plots=save(fig, out_dir, f"{self.ctx.slug}_e3_gaussianity.png"),

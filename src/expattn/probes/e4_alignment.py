@@ -6,7 +6,7 @@ $$A_h = \operatorname{sym}(W_{q,h}^\top W_{k,h}),\qquad
 
 (seed 000 §3.2, §6, claim A11: for Gaussian hidden states the matched key is $\Sigma^{-1}h_j$, so
 $W_q^\top W_k \approx \Sigma^{-1}$). $\Sigma$ is the covariance of ``layers.i.attn.input``
-(the tensor the projections read) without the first/special tokens. The Fisher matrix is the
+(the tensor the projections read) without the first/special and massive-activation tokens. The Fisher matrix is the
 Hessian of the head's log-normalizer over the keys' source states,
 $F_h = E_i \operatorname{Cov}_{p_h(j\mid i)}[x_j]$, averaged over the queries of the detail
 sequences with the model's real attention weights (RoPE, causal mask included), regularised the
@@ -27,7 +27,8 @@ import torch
 from torch import Tensor
 
 from expattn.probes.attention import attention_probs
-from expattn.probes.common import Batch, Estimator, ProbeContext, as_list, figure, save, shared
+from expattn.probes.common import Batch, Estimator, ProbeContext, as_list, figure, kept_weights, save, shared
+from expattn.probes.e3_gaussianity import kept_moments
 from expattn.probes.stats import Moments
 from expattn.report.schema import Record
 
@@ -93,13 +94,12 @@ class E4Alignment(Estimator):
 
     def update(self, i: int, tensors: dict[str, Tensor], batch: Batch) -> None:
         x = tensors["attn.input"]  # on post-LN models the block input: E3 has computed its moments already
-        self.inputs_[i].merge(shared(batch, "moments kept", x, self._kept_moments))
+        kept = self.ctx.kept
+        keep = kept_weights(batch, tensors, kept).bool()
+        self.inputs_[i].merge(shared(batch, "moments kept", x, lambda t: kept_moments(t, kept, keep)))
         for row, index in enumerate(batch.index.tolist()):
             if index < self.ctx.detail_sequences:
                 self.detail_[i][index] = x[row].clone()
-
-    def _kept_moments(self, x: Tensor) -> Moments:
-        return Moments.of(x[:, self.ctx.kept].flatten(0, 1), True)
 
     def merge(self, other: E4Alignment) -> E4Alignment:
         for mine, theirs in zip(self.inputs_, other.inputs_, strict=True):
