@@ -96,3 +96,30 @@ def test_registry_and_bad_input(gen):
         build_norm("sphere", NormConfig(dim=2))(torch.ones(3, 2, dtype=torch.long))
     with pytest.raises(ValueError, match="finite"):
         build_norm("rmsnorm", NormConfig(dim=2))(torch.tensor([[1.0, float("nan")]]))
+
+
+def test_ridge_whitening_of_a_singular_cloud_matches_its_closed_form(gen):
+    """ridge > 0: y = Lambda^1/2 (S + lam I)^-1/2 (x - mean), so Cov(y) = Lambda^1/2 S (S + lam I)^-1 Lambda^1/2,
+    computed here independently with numpy eigendecompositions (float64 round-off: 1e-10)."""
+    import numpy as np
+
+    d, lam_rel = 4, 1e-2
+    basis = torch.randn(2, d, generator=gen, dtype=torch.float64)
+    x = torch.randn(30, 2, generator=gen, dtype=torch.float64) @ basis + 1.5  # rank 2 of 4: singular
+    target = torch.randn(d, d, generator=gen, dtype=torch.float64)
+    target = target @ target.T + torch.eye(d, dtype=torch.float64)
+    with pytest.raises(ValueError, match="singular"):
+        build_norm("whitening", NormConfig(dim=d, target_cov=target))(x)
+    y = build_norm("whitening", NormConfig(dim=d, target_cov=target, ridge=lam_rel))(x)
+    xc = (x - x.mean(0)).numpy()
+    s = xc.T @ xc / len(xc)
+    lam = lam_rel * np.trace(s) / d
+    e, v = np.linalg.eigh(target.numpy())
+    root = v @ np.diag(np.sqrt(e)) @ v.T
+    expected = root @ s @ np.linalg.inv(s + lam * np.eye(d)) @ root
+    yc = (y - y.mean(0)).numpy()
+    np.testing.assert_allclose(yc.T @ yc / len(yc), expected, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(y.mean(0).numpy(), 0.0, atol=1e-12)
+    assert np.abs(yc.T @ yc / len(yc) - target.numpy()).max() > 0.1  # the ridge does change the map here
+    with pytest.raises(ValueError, match="ridge"):
+        NormConfig(dim=d, ridge=-1.0)

@@ -72,21 +72,26 @@ class LMConfig:
             raise ValueError(f"implicit layers need dropout=0 (a random map has no fixed point), got {self.dropout}")
 
 
+WHITENING_RIDGE = 1e-3  # whitening of a training batch: S + 1e-3 tr(S)/D I, defined when S is singular
+
+
 class BatchCloudNorm(nn.Module):
     r"""A registry normalization applied to the cloud of all ``B*T`` token states of a batch.
 
     Per-token maps (layernorm, rmsnorm, sphere, identity) are unchanged by this grouping.
     ``whitening`` (Theorem 1's RN) needs a cloud with more points than features, which a single
     causal sequence of ``T <= C`` tokens is not; over the batch it acts like BatchNorm with a
-    full covariance. Its statistics then include later tokens of the same sequence, a
-    ``1/(B T)``-weighted look-ahead; compare its losses with that in mind.
+    full covariance, regularised by ``WHITENING_RIDGE`` (training drives the cloud towards a singular
+    covariance, where the exact map is undefined). Its statistics then include later tokens of the
+    same sequence, a ``1/(B T)``-weighted look-ahead; compare its losses with that in mind.
     """
 
     def __init__(self, cfg: LMConfig) -> None:
         super().__init__()
         affine = cfg.norm in ("layernorm", "rmsnorm")
         radius = math.sqrt(cfg.dim)  # per-coordinate scale ~1, as after layernorm
-        self.norm = build_norm(cfg.norm, NormConfig(cfg.dim, radius=radius, elementwise_affine=affine))
+        config = NormConfig(cfg.dim, radius=radius, elementwise_affine=affine, ridge=WHITENING_RIDGE)
+        self.norm = build_norm(cfg.norm, config)
 
     def forward(self, x: Float[Tensor, "batch token dim"]) -> Float[Tensor, "batch token dim"]:
         return self.norm(x.reshape(1, -1, x.shape[-1])).view_as(x)

@@ -17,6 +17,7 @@ application shrinks the cloud's spread.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -39,6 +40,9 @@ class NormConfig:
         elementwise_affine: learnable per-feature scale (and shift for layernorm), as in torch.
         target_mean: ``(dim,)`` $\eta_0$ of whitening (``None``: zero).
         target_cov: ``(dim, dim)`` $\Lambda_0$ of whitening, positive definite (``None``: identity).
+        ridge: whitening only: $\bar S + \lambda I$ with $\lambda$ = ``ridge`` $\cdot \operatorname{tr}\bar S / D$
+            replaces $\bar S$ (0: Theorem 1's exact map, undefined for a singular cloud; > 0: defined for
+            any cloud that is not a single point, as decorrelated batch normalization uses it in training).
     """
 
     dim: int
@@ -47,6 +51,7 @@ class NormConfig:
     elementwise_affine: bool = False
     target_mean: Tensor | None = None
     target_cov: Tensor | None = None
+    ridge: float = 0.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.dim, int) or self.dim < 1:
@@ -55,6 +60,8 @@ class NormConfig:
             raise ValueError(f"eps must be >= 0, got {self.eps!r}")
         if not self.radius > 0:
             raise ValueError(f"radius must be > 0, got {self.radius!r}")
+        if not (isinstance(self.ridge, int | float) and math.isfinite(self.ridge) and self.ridge >= 0):
+            raise ValueError(f"ridge must be a finite number >= 0, got {self.ridge!r}")
 
 
 def spread(x: Float[Tensor, "*batch token dim"]) -> Float[Tensor, "*batch"]:
@@ -152,7 +159,8 @@ class Whitening(Norm):
     \bar x = \tfrac1T \sum_t x_t, \quad \bar S = \tfrac1T \sum_t (x_t - \bar x)(x_t - \bar x)^\top$$
 
     with symmetric square roots. The output cloud has mean $\eta_0$ and covariance (normalised
-    by $T$) $\Lambda_0$ exactly. Needs more tokens than features and a non-degenerate cloud.
+    by $T$) $\Lambda_0$ exactly. Needs more tokens than features and a non-degenerate cloud;
+    ``NormConfig.ridge`` > 0 whitens with $\bar S + \lambda I$ instead (covariance then slightly below $\Lambda_0$).
     Seed 000 prints $\bar S = E[\eta\eta^\top]$, the raw second moment; that only agrees when
     $\bar x = 0$, so the centred covariance is used here.
     """
@@ -174,14 +182,19 @@ class Whitening(Norm):
     def forward(self, x: Float[Tensor, "*batch token dim"]) -> Float[Tensor, "*batch token dim"]:
         self.check_cloud(x)
         tokens, d = x.shape[-2], x.shape[-1]
-        if tokens <= d:
-            raise ValueError(f"whitening needs more tokens than features, got token={tokens}, dim={d}")
+        if tokens <= d and self.config.ridge == 0:
+            raise ValueError(f"whitening needs more tokens than features (or ridge > 0), got token={tokens}, dim={d}")
         mean = x.mean(-2, keepdim=True)
         centred = x - mean
         cov = centred.mT @ centred / tokens  # (*B, D, D)
+        if self.config.ridge > 0:
+            level = torch.diagonal(cov, dim1=-2, dim2=-1).mean(-1)  # (*B,) tr(S) / D
+            if (level <= 0).any():
+                raise ValueError("x holds a cloud of identical tokens; whitening is undefined")
+            cov = cov + (self.config.ridge * level)[..., None, None] * torch.eye(d, dtype=x.dtype, device=x.device)
         evals = torch.linalg.eigvalsh(cov)
         if (evals[..., 0] <= 1e3 * torch.finfo(x.dtype).eps * evals[..., -1]).any():
-            raise ValueError("x holds a cloud with singular covariance; whitening is undefined")
+            raise ValueError("x holds a cloud with singular covariance; whitening is undefined (set ridge > 0)")
         gain = self.target_cov_sqrt.to(x.dtype) @ sym_power(cov, -0.5)  # (*B, D, D)
         return self.target_mean.to(x.dtype) + centred @ gain.mT
 
