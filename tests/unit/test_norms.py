@@ -123,3 +123,22 @@ def test_ridge_whitening_of_a_singular_cloud_matches_its_closed_form(gen):
     assert np.abs(yc.T @ yc / len(yc) - target.numpy()).max() > 0.1  # the ridge does change the map here
     with pytest.raises(ValueError, match="ridge"):
         NormConfig(dim=d, ridge=-1.0)
+
+
+def test_ridge_whitening_of_an_anisotropic_singular_float32_cloud(gen):
+    """A training-like cloud: rank 3 of 64, one direction 100 times the others, float32. The ridge bounds the
+    condition number by 1 + D/ridge, so no error; the output covariance S (S + lam I)^-1 (target identity) is
+    checked against float64 numpy to 1e-2 absolute (float32 eps 1.2e-7 times that bound, 6.4e4: ~8e-3)."""
+    import numpy as np
+
+    d, ridge = 64, 1e-3
+    basis = torch.randn(3, d, generator=gen)
+    coef = torch.randn(200, 3, generator=gen) * torch.tensor([100.0, 1.0, 1.0])
+    x = coef @ basis
+    y = build_norm("whitening", NormConfig(dim=d, ridge=ridge))(x)
+    xc = (x - x.mean(0)).double().numpy()
+    s = xc.T @ xc / len(xc)
+    expected = s @ np.linalg.inv(s + ridge * np.trace(s) / d * np.eye(d))
+    yc = (y - y.mean(0)).double().numpy()
+    assert np.isfinite(yc).all()
+    np.testing.assert_allclose(yc.T @ yc / len(yc), expected, rtol=0, atol=1e-2)

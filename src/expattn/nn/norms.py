@@ -187,14 +187,15 @@ class Whitening(Norm):
         mean = x.mean(-2, keepdim=True)
         centred = x - mean
         cov = centred.mT @ centred / tokens  # (*B, D, D)
-        if self.config.ridge > 0:
+        if self.config.ridge > 0:  # then the condition number is at most 1 + D / ridge by construction
             level = torch.diagonal(cov, dim1=-2, dim2=-1).mean(-1)  # (*B,) tr(S) / D
             if (level <= 0).any():
                 raise ValueError("x holds a cloud of identical tokens; whitening is undefined")
             cov = cov + (self.config.ridge * level)[..., None, None] * torch.eye(d, dtype=x.dtype, device=x.device)
-        evals = torch.linalg.eigvalsh(cov)
-        if (evals[..., 0] <= 1e3 * torch.finfo(x.dtype).eps * evals[..., -1]).any():
-            raise ValueError("x holds a cloud with singular covariance; whitening is undefined (set ridge > 0)")
+        else:
+            evals = torch.linalg.eigvalsh(cov)
+            if (evals[..., 0] <= 1e3 * torch.finfo(x.dtype).eps * evals[..., -1]).any():
+                raise ValueError("x holds a cloud with singular covariance; whitening is undefined (set ridge > 0)")
         gain = self.target_cov_sqrt.to(x.dtype) @ sym_power(cov, -0.5)  # (*B, D, D)
         return self.target_mean.to(x.dtype) + centred @ gain.mT
 
