@@ -97,6 +97,9 @@ def train(
     tied_layers: Annotated[bool, typer.Option(help="One block shared by all layers.")] = False,
     dropout: Annotated[float, typer.Option(help="Dropout probability.")] = 0.0,
     implicit: Annotated[bool, typer.Option(help="Solve each layer to its fixed point (deep equilibrium).")] = False,
+    jacobian_reg: Annotated[float, typer.Option(help="Implicit layers: weight of the Jacobian penalty (0: off).")] = (
+        30.0
+    ),
     batch: Annotated[int, typer.Option(help="Global batch (sequences per step).")] = 12,
     iters: Annotated[int | None, typer.Option(help="Optimizer steps [2000; sweeps 400].")] = None,
     lr: Annotated[float, typer.Option(help="Peak learning rate.")] = 1e-3,
@@ -121,6 +124,7 @@ def train(
             context=context, layers=budget["layers"] if layers is None else layers, heads=heads,
             dim=budget["dim"] if dim is None else dim,
             carrier=carrier, norm=norm, tied_layers=tied_layers, dropout=dropout, implicit=implicit,
+            jacobian_reg=jacobian_reg,
         )
         cfg = TrainConfig(
             out=out, model=model, corpus=corpus, batch=batch, iters=budget["iters"] if iters is None else iters,

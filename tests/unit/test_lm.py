@@ -178,3 +178,25 @@ def test_implicit_gradient_matches_unrolled_iterations(gen):
         torch.testing.assert_close(a, b, rtol=2e-3, atol=2e-5)
     with pytest.raises(ValueError, match="dropout"):
         LMConfig(vocab_size=5, implicit=True, dropout=0.1)
+
+
+def test_implicit_lm_exposes_its_jacobian_penalty_only_when_training(gen):
+    """Training mode: regularizer = jacobian_reg * sum of the layers' penalties, a differentiable scalar (its
+    gradient needs attention's second derivative); eval mode, no-grad or jacobian_reg=0: None."""
+    idx = torch.randint(0, 9, (2, 8), generator=gen)
+    torch.manual_seed(0)
+    model = LM(LMConfig(vocab_size=9, context=8, layers=2, heads=2, dim=8, implicit=True, jacobian_reg=5.0))
+    _, loss = model(idx, idx)
+    reg = model.regularizer
+    assert reg is not None and reg.ndim == 0 and reg.item() > 0
+    (loss + reg).backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+    model.eval()
+    model(idx, idx)
+    assert model.regularizer is None
+    torch.manual_seed(0)
+    off = LM(LMConfig(vocab_size=9, context=8, layers=2, heads=2, dim=8, implicit=True, jacobian_reg=0.0))
+    off(idx, idx)
+    assert off.regularizer is None
+    with pytest.raises(ValueError, match="jacobian_reg"):
+        LMConfig(vocab_size=9, jacobian_reg=-1.0)

@@ -14,8 +14,10 @@ zero and log-normalizer $-\infty$.
 
 from __future__ import annotations
 
+import contextvars
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -182,6 +184,21 @@ def exp_fam_attention(
     return carrier(q, k, v, mask, float(scale), need_weights)
 
 
+_EXPLICIT = contextvars.ContextVar("expattn_explicit_attention", default=False)
+
+
+@contextmanager
+def explicit_attention() -> Iterator[None]:
+    """Inside this block ``ExpFamAttention`` computes its heads explicitly (logits, softmax, products)
+    instead of calling the fused kernel: slower, but twice differentiable, which torch's CPU flash
+    kernel is not (needed for gradients of Jacobian penalties, see ``ImplicitAttention.jacobian_penalty``)."""
+    token = _EXPLICIT.set(True)
+    try:
+        yield
+    finally:
+        _EXPLICIT.reset(token)
+
+
 class HookPoint(nn.Identity):
     """An identity module with a stable name: register forward hooks on it to read a tensor."""
 
@@ -332,7 +349,7 @@ class ExpFamAttention(nn.Module):
         stats = need_weights or hooked
         out = exp_fam_attention(
             q, k, v, carrier=self.carrier, key_padding_mask=key_padding_mask, attn_mask=attn_mask,
-            causal=c.causal if is_causal is None else is_causal, scale=c.scale, need_weights=stats,
+            causal=c.causal if is_causal is None else is_causal, scale=c.scale, need_weights=stats or _EXPLICIT.get(),
         )
         self.last_weights = self.hook_weights(out.weights) if stats else None
         self.last_log_normalizer = self.hook_log_normalizer(out.log_normalizer) if stats else None

@@ -24,7 +24,7 @@ from torch import Tensor, nn
 
 from expattn.core.solvers import SOLVERS, SolverStats, check_options, solve
 from expattn.core.validate import as_tensor, check_finite, check_ndim
-from expattn.nn.attention import ExpFamAttention, ExpFamAttentionConfig
+from expattn.nn.attention import ExpFamAttention, ExpFamAttentionConfig, explicit_attention
 from expattn.nn.norms import NormConfig, build_norm
 
 BACKWARDS = ("implicit", "phantom")
@@ -276,6 +276,27 @@ class ImplicitAttention(nn.Module):
     ) -> Float[Tensor, " batch *state"]:
         r"""$z^\star = f(z^\star, x)$, solved from ``z0`` (default ``x``; claim D7)."""
         return self.forward_with_stats(x, z0)[0]
+
+    def jacobian_penalty(
+        self, x: Float[Tensor, " batch *input"], z: Float[Tensor, " batch *state"],
+        generator: torch.Generator | None = None,
+    ) -> Float[Tensor, ""]:
+        r"""Hutchinson estimate of $\lVert \partial f/\partial z \rVert_F^2$ per state entry at ``z`` (the fixed
+        point), differentiable with respect to the block's parameters and ``x``:
+
+        $$\hat R = \lVert \varepsilon^\top J \rVert^2 / n, \qquad \varepsilon \sim \mathcal N(0, I_n),\quad
+        E\hat R = \lVert J\rVert_F^2 / n$$
+
+        Added to a training loss it keeps $J$ small, so the fixed point stays attracting and cheap to
+        solve for (Jacobian regularisation, Bai et al. 2021). Attention runs explicitly here
+        (``explicit_attention``: the gradient of $\hat R$ needs a second derivative). Claim D7.
+        """
+        z_in = z.detach().requires_grad_(True)
+        with torch.enable_grad(), explicit_attention():
+            fz = self.block(z_in, x)
+            eps = torch.randn(fz.shape, generator=generator, dtype=fz.dtype).to(fz.device)
+            (vjp,) = torch.autograd.grad(fz, z_in, eps, create_graph=True)
+        return vjp.pow(2).sum() / eps.numel()
 
     def spectral_radius(
         self, x: Float[Tensor, " batch *input"], z: Float[Tensor, " batch *state"], iters: int = 50

@@ -40,6 +40,10 @@ class LMConfig:
         dropout: dropout probability on embeddings, attention output and MLP output.
         implicit: solve each layer to its fixed point $z^\star = f(z^\star, x)$ (``ImplicitBlock``)
             instead of applying it once; needs ``dropout == 0``.
+        jacobian_reg: implicit layers only: weight $\gamma$ of the Jacobian penalty
+            $\gamma \sum_\ell \lVert \partial f_\ell/\partial z\rVert_F^2 / n$ that training adds to the loss
+            (``LM.regularizer``); without it training drives the blocks to fixed points that plain
+            iteration no longer reaches. 0 turns it off.
     """
 
     vocab_size: int | None = None
@@ -52,6 +56,7 @@ class LMConfig:
     tied_layers: bool = False
     dropout: float = 0.0
     implicit: bool = False
+    jacobian_reg: float = 30.0
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "context", "layers", "heads", "dim"):
@@ -68,6 +73,9 @@ class LMConfig:
             raise ValueError(f"norm must be one of {', '.join(norm_names())}, got {self.norm!r}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must lie in [0, 1), got {self.dropout}")
+        reg = self.jacobian_reg
+        if isinstance(reg, bool) or not (isinstance(reg, int | float) and math.isfinite(reg) and reg >= 0):
+            raise ValueError(f"jacobian_reg must be a finite number >= 0, got {self.jacobian_reg!r}")
         if self.implicit and self.dropout:
             raise ValueError(f"implicit layers need dropout=0 (a random map has no fixed point), got {self.dropout}")
 
@@ -200,6 +208,7 @@ class LM(nn.Module):
         self.norm_f = make_norm(cfg)
         self.head = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
         self.head.weight = self.tok.weight
+        self.regularizer: Tensor | None = None  # set by each forward: the Jacobian penalty when training
         self.apply(self._init)
         for name, p in self.named_parameters():
             if name.endswith("out_proj.weight"):  # residual projections, GPT-2 scaling
@@ -230,6 +239,9 @@ class LM(nn.Module):
     ) -> tuple[Float[Tensor, "batch token vocab"], Tensor | None]:
         """Logits ``(B, T, V)`` and, with ``targets``, the mean next-token cross-entropy.
 
+        In training mode an implicit model also sets ``self.regularizer`` (the Jacobian penalty
+        times ``cfg.jacobian_reg``) for the trainer to add to the loss; otherwise it is ``None``.
+
         Args:
             idx: ``(B, T)`` token ids with ``T <= context``.
             targets: ``(B, T)`` next-token ids, or ``None``.
@@ -245,14 +257,20 @@ class LM(nn.Module):
         if T > self.cfg.context:
             raise ValueError(f"sequence length {T} exceeds the model's context {self.cfg.context}")
         x = self.drop(self.tok(idx) + self.pos(torch.arange(T, device=idx.device)))  # (B, T, C)
+        penalize = self.cfg.implicit and self.cfg.jacobian_reg > 0 and self.training and torch.is_grad_enabled()
+        penalties = []
         for i, block in enumerate(self.layer_blocks()):
             if not self.cfg.implicit:
                 x = block(x, trace, f"layers.{i}.")
                 continue
-            z = ImplicitAttention(ImplicitBlock(block), IMPLICIT)(x)  # f(z*, x), on the implicit graph
+            layer = ImplicitAttention(ImplicitBlock(block), IMPLICIT)
+            z = layer(x)  # f(z*, x), on the implicit graph
+            if penalize:
+                penalties.append(layer.jacobian_penalty(x, z))
             if trace is not None:
                 block(x, trace, f"layers.{i}.", z=z)
             x = z
+        self.regularizer = self.cfg.jacobian_reg * torch.stack(penalties).sum() if penalties else None
         x = self.norm_f(x)
         if trace is not None:
             trace["norm_f.output"] = x

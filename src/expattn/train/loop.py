@@ -265,7 +265,7 @@ def _run(cfg: TrainConfig, corpus: CharCorpus, model_cfg: LMConfig, d: distribut
             x, y = corpus.batch("train", cfg.batch, model_cfg.context, data_gen)
             _, loss = net(d.shard(x).to(d.device), d.shard(y).to(d.device))
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            (loss if model.regularizer is None else loss + model.regularizer).backward()  # penalty: implicit LMs
             if cfg.grad_clip > 0:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
             optimizer.step()
