@@ -2,9 +2,9 @@ r"""D7 and B7 presets: attention as implicit energy minimisation (seed 004 §3; 
 
 One explicit attention step $z_1 = f(x, x)$ against the fixed point $z^\star = f(z^\star, x)$ found by
 a solver (``ImplicitAttention``), for Hopfield retrieval $f(\xi, X) = X^\top\operatorname{softmax}(\beta
-X\xi)$ and for a random attention block with input injection and layer norm; Anderson against plain
-iteration; and a tied-weight stack $z_{l+1} = f(z_l, x)$ converging to the same fixed point at the
-rate of the Jacobian's spectral radius (claim B7).
+X\xi)$ and for a random attention block with input injection and layer norm, and a tied-weight stack
+$z_{l+1} = f(z_l, x)$ converging to the same fixed point at the rate of the Jacobian's spectral
+radius (claim B7). Anderson against plain iteration is the preset of ``d7_anderson``.
 """
 
 from __future__ import annotations
