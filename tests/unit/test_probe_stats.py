@@ -7,7 +7,7 @@ import pytest
 import scipy.stats
 import torch
 
-from expattn.probes.common import Batch, kept_weights, massive, shared, spread
+from expattn.probes.common import Batch, ProbeContext, kept_weights, massive, shared, spread
 from expattn.probes.stats import BootstrapMeans, CrossMoments, Moments, centre, poisson_weights
 
 
@@ -183,3 +183,13 @@ def test_kept_weights_take_the_union_over_the_residual_stream_and_earlier_blocks
     batch.shared.clear()  # the next block: nothing massive any more, the flags carry over
     later = kept_weights(batch, {"input": base.clone(), "output": base.clone()}, slice(1, 6))
     assert torch.equal(later, expected)
+
+
+@pytest.mark.parametrize(
+    ("name", "slug"),
+    [("minilm", "minilm"), ("runs/ln/model", "ln-model"), ("/tmp/x/My Bert/", "my-bert"), ("model", "model")],
+)
+def test_plot_prefix_names_a_trained_run_by_its_folder(name, slug):
+    ctx = ProbeContext.__new__(ProbeContext)
+    object.__setattr__(ctx, "model_name", name)
+    assert ctx.slug == slug

@@ -57,8 +57,10 @@ class ProbeContext:
 
     @property
     def slug(self) -> str:
-        """The model name as a file-name prefix (``minilm``, ``smollm2``, ``my-bert``)."""
-        base = self.model_name.rstrip("/").split("/")[-1].lower()
+        """The model name as a file-name prefix (``minilm``, ``smollm2``, ``my-bert``; a trained run's
+        ``runs/ln/model`` folder gives ``ln-model``)."""
+        parts = [p for p in self.model_name.replace("\\", "/").split("/") if p not in ("", ".")]
+        base = "-".join(parts[-2:] if parts and parts[-1] == "model" else parts[-1:]).lower()
         return "".join(c if c.isalnum() or c in "-_" else "-" for c in base) or "model"
 
 
