@@ -249,3 +249,20 @@ def test_plain_causal_fast_path_equals_the_explicit_triangle_mask(gen, carrier, 
         assert (a is None) == (b is None)
         if a is not None:
             torch.testing.assert_close(a, b, rtol=0, atol=1e-11)
+
+
+def test_packed_projections_are_views_and_both_paths_agree(gen):
+    """Equal widths: one parameter [W_q; W_k; W_v] (nn.MultiheadAttention's layout), q/k/v_proj are views of its
+    rows; self-attention's single product equals the three separate products of the cross-attention path
+    (float64 round-off)."""
+    m = module(gen, embed_dim=12, num_heads=6, num_kv_heads=2)
+    names = {n for n, _ in m.named_parameters()}
+    assert {"in_proj_weight", "in_proj_bias"} <= names and not any("q_proj" in n for n in names)
+    assert m.in_proj_weight.shape == (12 + 2 * 4, 12)
+    with torch.no_grad():
+        m.k_proj.weight.copy_(torch.full((4, 12), 0.5, dtype=F64))
+    assert (m.in_proj_weight[12:16] == 0.5).all() and not (m.in_proj_weight[:12] == 0.5).all()
+    x = torch.randn(2, 5, 12, generator=gen, dtype=F64)
+    torch.testing.assert_close(m(x), m(x, x.clone(), x.clone()), rtol=0, atol=1e-12)
+    cross = ExpFamAttention(ExpFamAttentionConfig(embed_dim=12, num_heads=6, kdim=7))
+    assert cross.in_proj_weight is None and isinstance(cross.q_proj, torch.nn.Linear)

@@ -28,7 +28,8 @@ def reference_logits(model: LM, idx: torch.Tensor) -> torch.Tensor:
     for layer in range(cfg.layers):
         b = f"blocks.{0 if cfg.tied_layers else layer}"
         h = ln(x, f"{b}.norm1")
-        q, k, v = (lin(h, f"{b}.attn.{n}_proj") for n in "qkv")
+        w, bias = sd[f"{b}.attn.in_proj_weight"], sd[f"{b}.attn.in_proj_bias"]
+        q, k, v = (h @ w.T + bias).split(cfg.dim, dim=-1)  # packed [W_q; W_k; W_v], as in nn.MultiheadAttention
         q, k, v = (t.unflatten(-1, (cfg.heads, -1)).transpose(1, 2) for t in (q, k, v))
         scores = (q @ k.mT / math.sqrt(cfg.dim // cfg.heads)).masked_fill(~causal, -torch.inf)
         y = (scores.softmax(-1) @ v).transpose(1, 2).flatten(-2)

@@ -15,6 +15,7 @@ zero and log-normalizer $-\infty$.
 from __future__ import annotations
 
 import contextvars
+import itertools
 import math
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -261,11 +262,39 @@ class ExpFamAttentionConfig:
         return self.beta if self.beta is not None else 1.0 / math.sqrt(self.dim)
 
 
+class PackedRows:
+    """Rows ``[start, stop)`` of a packed projection $[W_q; W_k; W_v]$, read like an ``nn.Linear``:
+    ``weight`` and ``bias`` are views of the owner's ``in_proj_weight`` / ``in_proj_bias`` (in-place
+    writes under ``torch.no_grad`` reach the parameters), and calling it applies them."""
+
+    def __init__(self, owner: ExpFamAttention, start: int, stop: int) -> None:
+        self._owner, self._rows = owner, slice(start, stop)
+        self.out_features = stop - start
+
+    @property
+    def weight(self) -> Tensor:
+        return self._owner.in_proj_weight[self._rows]
+
+    @property
+    def bias(self) -> Tensor | None:
+        bias = self._owner.in_proj_bias
+        return None if bias is None else bias[self._rows]
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return torch.nn.functional.linear(x, self.weight, self.bias)
+
+
 class ExpFamAttention(nn.Module):
     r"""Multi-head attention whose heads are gradients of exponential-family log-normalizers.
 
     $$y = W^o \big[\nabla G_1(\beta W^q_1 x), \dots, \nabla G_H(\beta W^q_H x)\big], \qquad
     \text{carrier atoms } W^k_h x_j, \text{ values } W^v_h x_j$$
+
+    When queries, keys and values share the width $E$ (``kdim``/``vdim`` unset), the three input
+    projections live in one parameter ``in_proj_weight`` ($[W_q; W_k; W_v]$, as in
+    ``nn.MultiheadAttention``; ``in_proj_bias`` likewise) and self-attention computes them with one
+    matrix product; ``q_proj``, ``k_proj``, ``v_proj`` are then ``PackedRows`` views of it.
+    Otherwise they are three ``nn.Linear`` modules and ``in_proj_weight`` is ``None``.
 
     After a forward call with ``need_weights=True``, or while hooks sit on ``hook_weights`` /
     ``hook_log_normalizer``, the module keeps ``last_weights`` ``(B, H, Q, K)`` and
@@ -278,22 +307,28 @@ class ExpFamAttention(nn.Module):
         if not isinstance(config, ExpFamAttentionConfig):
             raise TypeError(f"config must be an ExpFamAttentionConfig, got {type(config).__name__}")
         self.config = c = config
-        self.q_proj = nn.Linear(c.embed_dim, c.num_heads * c.dim, bias=c.bias)
-        self.k_proj = nn.Linear(c.kdim or c.embed_dim, c.kv_heads * c.dim, bias=c.bias)
-        self.v_proj = nn.Linear(c.vdim or c.embed_dim, c.kv_heads * c.dim, bias=c.bias)
+        sizes = (c.num_heads * c.dim, c.kv_heads * c.dim, c.kv_heads * c.dim)
+        if c.kdim in (None, c.embed_dim) and c.vdim in (None, c.embed_dim):
+            self.in_proj_weight = nn.Parameter(torch.empty(sum(sizes), c.embed_dim))
+            self.in_proj_bias = nn.Parameter(torch.empty(sum(sizes))) if c.bias else None
+            nn.init.kaiming_uniform_(self.in_proj_weight, a=math.sqrt(5))  # nn.Linear's rule, fan-in E
+            if self.in_proj_bias is not None:
+                nn.init.uniform_(self.in_proj_bias, -1 / math.sqrt(c.embed_dim), 1 / math.sqrt(c.embed_dim))
+            edges = (0, sizes[0], sizes[0] + sizes[1], sum(sizes))
+            self.q_proj, self.k_proj, self.v_proj = (PackedRows(self, a, b) for a, b in itertools.pairwise(edges))
+        else:
+            self.register_parameter("in_proj_weight", None)
+            self.register_parameter("in_proj_bias", None)
+            self.q_proj = nn.Linear(c.embed_dim, sizes[0], bias=c.bias)
+            self.k_proj = nn.Linear(c.kdim or c.embed_dim, sizes[1], bias=c.bias)
+            self.v_proj = nn.Linear(c.vdim or c.embed_dim, sizes[2], bias=c.bias)
+        self._sizes = list(sizes)
         self.out_proj = nn.Linear(c.num_heads * c.dim, c.embed_dim, bias=c.bias)
         self.carrier = make_carrier(c.carrier, num_heads=c.num_heads, head_dim=c.dim, **dict(c.carrier_options))
         self.hook_weights = HookPoint()
         self.hook_log_normalizer = HookPoint()
         self.last_weights: Tensor | None = None
         self.last_log_normalizer: Tensor | None = None
-
-    def _fused_projections(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """$W_q x, W_k x, W_v x$ as one matrix product (fewer, larger GEMMs forward and backward)."""
-        layers = (self.q_proj, self.k_proj, self.v_proj)
-        weight = torch.cat([p.weight for p in layers])
-        bias = None if self.q_proj.bias is None else torch.cat([p.bias for p in layers])
-        return torch.nn.functional.linear(x, weight, bias).split([p.out_features for p in layers], dim=-1)
 
     def _heads(self, x: Tensor, heads: int) -> Tensor:
         return x.unflatten(-1, (heads, self.config.dim)).transpose(1, 2)  # (B, H, T, D)
@@ -336,8 +371,8 @@ class ExpFamAttention(nn.Module):
                 f"query {tuple(query.shape)}, key {tuple(key.shape)} and value {tuple(value.shape)} "
                 "must share the batch size, and key and value the number of tokens"
             )
-        if key is query and value is query:  # self-attention: one product with [W_q; W_k; W_v]
-            q, k, v = self._fused_projections(query)
+        if self.in_proj_weight is not None and key is query and value is query:  # one product, [W_q; W_k; W_v]
+            q, k, v = torch.nn.functional.linear(query, self.in_proj_weight, self.in_proj_bias).split(self._sizes, -1)
         else:
             q, k, v = self.q_proj(query), self.k_proj(key), self.v_proj(value)
         q = self._heads(q, c.num_heads)  # (B, H, Q, D)

@@ -216,7 +216,11 @@ class LM(nn.Module):
 
     @staticmethod
     def _init(module: nn.Module) -> None:
-        if isinstance(module, nn.Linear):
+        if isinstance(module, ExpFamAttention) and module.in_proj_weight is not None:  # packed W_q, W_k, W_v
+            nn.init.normal_(module.in_proj_weight, mean=0.0, std=0.02)
+            if module.in_proj_bias is not None:
+                nn.init.zeros_(module.in_proj_bias)
+        elif isinstance(module, nn.Linear):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
             if module.bias is not None:
                 nn.init.zeros_(module.bias)
