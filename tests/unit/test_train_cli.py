@@ -81,3 +81,9 @@ def test_resume_errors(corpus, tmp_path):
 
 def test_unknown_sweep(corpus, tmp_path):
     _one_line_error(_run("--out", tmp_path / "s", "--corpus", corpus, *TINY, "--sweep", "widths"), "sweep must be")
+
+
+def test_divergence_stops_with_one_line(corpus, tmp_path):
+    """A learning rate of 1e30 turns the loss non-finite within a few steps: the trainer's per-step check
+    (the LM's norms skip theirs) stops the run with a one-line error instead of training on NaN."""
+    _one_line_error(_run("--out", tmp_path / "run", "--corpus", corpus, *TINY, "--lr", "1e30"), "training diverged")

@@ -71,7 +71,18 @@ def spread(x: Float[Tensor, "*batch token dim"]) -> Float[Tensor, "*batch"]:
 
 
 class Norm(nn.Module):
-    """Base class: a map of clouds ``(*batch, token, dim) -> (*batch, token, dim)``."""
+    """Base class: a map of clouds ``(*batch, token, dim) -> (*batch, token, dim)``.
+
+    Subclasses implement ``normalize`` (the map itself); ``forward`` checks the cloud first (shape
+    and finiteness, ``check_cloud``) and then applies it. A caller that already guarantees a valid
+    cloud, such as a training loop that checks its loss every step, may call ``normalize`` directly.
+    """
+
+    def forward(self, x: Float[Tensor, "*batch token dim"]) -> Float[Tensor, "*batch token dim"]:
+        return self.normalize(self.check_cloud(x))
+
+    def normalize(self, x: Float[Tensor, "*batch token dim"]) -> Float[Tensor, "*batch token dim"]:
+        raise NotImplementedError(f"{type(self).__name__} must implement normalize(x)")
 
     def __init__(self, config: NormConfig) -> None:
         super().__init__()
@@ -99,8 +110,8 @@ class Norm(nn.Module):
 class Identity(Norm):
     r"""$y = x$ (the baseline of B4)."""
 
-    def forward(self, x: Float[Tensor, "*batch token dim"]) -> Float[Tensor, "*batch token dim"]:
-        return self.check_cloud(x)
+    def normalize(self, x: Float[Tensor, "*batch token dim"]) -> Float[Tensor, "*batch token dim"]:
+        return x
 
 
 class _PerToken(Norm):
@@ -121,8 +132,7 @@ class LayerNorm(_PerToken):
     def __init__(self, config: NormConfig) -> None:
         super().__init__(config, shift=True)
 
-    def forward(self, x: Float[Tensor, "*batch token dim"]) -> Float[Tensor, "*batch token dim"]:
-        self.check_cloud(x)
+    def normalize(self, x: Float[Tensor, "*batch token dim"]) -> Float[Tensor, "*batch token dim"]:
         return F.layer_norm(x, (self.config.dim,), self.weight, self.bias, self.config.eps)
 
 
@@ -132,16 +142,14 @@ class RMSNorm(_PerToken):
     def __init__(self, config: NormConfig) -> None:
         super().__init__(config, shift=False)
 
-    def forward(self, x: Float[Tensor, "*batch token dim"]) -> Float[Tensor, "*batch token dim"]:
-        self.check_cloud(x)
+    def normalize(self, x: Float[Tensor, "*batch token dim"]) -> Float[Tensor, "*batch token dim"]:
         return F.rms_norm(x, (self.config.dim,), self.weight, self.config.eps)
 
 
 class Sphere(Norm):
     r"""$y_t = r\, x_t / \max(\lVert x_t \rVert, \epsilon)$: projection to the sphere of radius $r$ (C2)."""
 
-    def forward(self, x: Float[Tensor, "*batch token dim"]) -> Float[Tensor, "*batch token dim"]:
-        self.check_cloud(x)
+    def normalize(self, x: Float[Tensor, "*batch token dim"]) -> Float[Tensor, "*batch token dim"]:
         norm = x.norm(dim=-1, keepdim=True).clamp_min(self.config.eps)
         return self.config.radius * x / norm
 
@@ -179,8 +187,7 @@ class Whitening(Norm):
         self.register_buffer("target_mean", mean.clone())
         self.register_buffer("target_cov_sqrt", sym_power(cov, 0.5))
 
-    def forward(self, x: Float[Tensor, "*batch token dim"]) -> Float[Tensor, "*batch token dim"]:
-        self.check_cloud(x)
+    def normalize(self, x: Float[Tensor, "*batch token dim"]) -> Float[Tensor, "*batch token dim"]:
         tokens, d = x.shape[-2], x.shape[-1]
         if tokens <= d and self.config.ridge == 0:
             raise ValueError(f"whitening needs more tokens than features (or ridge > 0), got token={tokens}, dim={d}")

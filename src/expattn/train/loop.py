@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -268,8 +269,10 @@ def _run(cfg: TrainConfig, corpus: CharCorpus, model_cfg: LMConfig, d: distribut
             (loss if model.regularizer is None else loss + model.regularizer).backward()  # penalty: implicit LMs
             if cfg.grad_clip > 0:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            optimizer.step()
             loss_value = loss.item()
+            if not math.isfinite(loss_value):  # the one finiteness check of a step (the LM's norms skip theirs)
+                raise ValueError(f"training diverged at step {step}: the loss is {loss_value}")
+            optimizer.step()
             busy += time.perf_counter() - t0
             steps_timed += 1
             bar.update(task, advance=1, tok_s=steps_timed * tokens_per_step / busy, loss=loss_value)
