@@ -80,6 +80,7 @@ class LMConfig:
             raise ValueError(f"implicit layers need dropout=0 (a random map has no fixed point), got {self.dropout}")
 
 
+PER_TOKEN_NORMS = ("layernorm", "rmsnorm", "sphere", "identity")
 WHITENING_RIDGE = 1e-3  # whitening of a training batch: S + 1e-3 tr(S)/D I, defined when S is singular
 
 
@@ -100,9 +101,12 @@ class BatchCloudNorm(nn.Module):
         radius = math.sqrt(cfg.dim)  # per-coordinate scale ~1, as after layernorm
         config = NormConfig(cfg.dim, radius=radius, elementwise_affine=affine, ridge=WHITENING_RIDGE)
         self.norm = build_norm(cfg.norm, config)
+        self.per_token = cfg.norm in PER_TOKEN_NORMS
 
     def forward(self, x: Float[Tensor, "batch token dim"]) -> Float[Tensor, "batch token dim"]:
         # the map without the per-call finiteness check: the trainer checks every step's loss instead
+        if self.per_token:  # no grouping needed (and no reshape in the autograd graph)
+            return self.norm.normalize(x)
         return self.norm.normalize(x.reshape(1, -1, x.shape[-1])).view_as(x)
 
 
@@ -136,6 +140,10 @@ class MLP(nn.Module):
         return self.out_proj(F.gelu(self.fc(x)))
 
 
+def _dropped(drop: nn.Dropout | None, x: Tensor) -> Tensor:
+    return x if drop is None else drop(x)
+
+
 class Block(nn.Module):
     """Pre-norm block: ``x + attn(norm1(x))`` then ``+ mlp(norm2(.))``."""
 
@@ -145,7 +153,7 @@ class Block(nn.Module):
         self.attn = build_attention(cfg)
         self.norm2 = make_norm(cfg)
         self.mlp = MLP(cfg)
-        self.drop = nn.Dropout(cfg.dropout)
+        self.drop = nn.Dropout(cfg.dropout) if cfg.dropout > 0 else None  # None: no module call at p = 0
 
     def forward(
         self,
@@ -156,8 +164,8 @@ class Block(nn.Module):
     ) -> Float[Tensor, "batch token dim"]:
         """The block on ``x``; with ``z``, attention reads ``z`` and ``x`` is injected (``ImplicitBlock``)."""
         n1 = self.norm1(x if z is None else z)
-        h = x + self.drop(self.attn(n1))
-        out = h + self.drop(self.mlp(self.norm2(h)))
+        h = x + _dropped(self.drop, self.attn(n1))
+        out = h + _dropped(self.drop, self.mlp(self.norm2(h)))
         if trace is not None:
             trace.update({
                 f"{prefix}attn.input": x, f"{prefix}norm1.output": n1,
@@ -204,7 +212,7 @@ class LM(nn.Module):
         self.cfg = cfg
         self.tok = nn.Embedding(cfg.vocab_size, cfg.dim)
         self.pos = nn.Embedding(cfg.context, cfg.dim)
-        self.drop = nn.Dropout(cfg.dropout)
+        self.drop = nn.Dropout(cfg.dropout) if cfg.dropout > 0 else None
         self.blocks = nn.ModuleList([Block(cfg) for _ in range(1 if cfg.tied_layers else cfg.layers)])
         self.norm_f = make_norm(cfg)
         self.head = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
@@ -261,7 +269,7 @@ class LM(nn.Module):
         T = idx.shape[1]
         if T > self.cfg.context:
             raise ValueError(f"sequence length {T} exceeds the model's context {self.cfg.context}")
-        x = self.drop(self.tok(idx) + self.pos(torch.arange(T, device=idx.device)))  # (B, T, C)
+        x = _dropped(self.drop, self.tok(idx) + self.pos(torch.arange(T, device=idx.device)))  # (B, T, C)
         penalize = self.cfg.implicit and self.cfg.jacobian_reg > 0 and self.training and torch.is_grad_enabled()
         penalties = []
         for i, block in enumerate(self.layer_blocks()):
