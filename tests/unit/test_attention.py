@@ -13,11 +13,11 @@ from hypothesis import strategies as st
 from expattn.nn.attention import (
     ExpFamAttention,
     ExpFamAttentionConfig,
-    attention_mask,
     exp_fam_attention,
     rotate_half_rope,
 )
 from expattn.nn.carriers import make_carrier
+from expattn.nn.masks import attention_mask
 
 F64 = torch.float64
 
