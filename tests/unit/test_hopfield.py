@@ -10,11 +10,10 @@ import torch
 from expattn.nn.hopfield import (
     Hopfield,
     HopfieldConfig,
-    HopfieldLayer,
-    HopfieldPooling,
     hopfield_energy,
     hopfield_update,
 )
+from expattn.nn.hopfield_layers import HopfieldLayer, HopfieldPooling
 
 F64 = torch.float64
 
