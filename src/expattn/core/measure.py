@@ -12,6 +12,8 @@ differentiable and keeps the dtype of its inputs.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+
 import torch
 from jaxtyping import Float
 from torch import Tensor
@@ -19,7 +21,7 @@ from torch import Tensor
 from expattn.core.validate import as_tensor, check_finite, check_ndim
 
 
-class Measure:
+class Measure(ABC):
     """Base class: subclasses give ``log_normalizer`` and ``dim``; the rest has defaults.
 
     Defaults use automatic differentiation (``mean``, ``fisher``) or the identities of the
@@ -32,9 +34,9 @@ class Measure:
     dtype: torch.dtype | None = None
     batch_shape: torch.Size = torch.Size()
 
+    @abstractmethod
     def log_normalizer(self, eta: Float[Tensor, "*batch query dim"]) -> Float[Tensor, "*batch query"]:
         r"""$G(\eta) = \log \int h(x) e^{x^\top \eta} dx$."""
-        raise NotImplementedError
 
     def check_eta(self, eta: Tensor, name: str = "eta") -> Tensor:
         """Validate natural parameters: a finite floating tensor ``(*batch, query, dim)``."""
@@ -57,7 +59,7 @@ class Measure:
         self.check_domain(eta, name)
         return eta
 
-    def check_domain(self, eta: Tensor, name: str) -> None:
+    def check_domain(self, eta: Tensor, name: str) -> None:  # noqa: B027 - an optional hook, not abstract
         """Raise ``ValueError`` where $G(\\eta)$ is infinite; every $\\eta$ is valid by default."""
 
     def in_domain(self, eta: Tensor) -> Tensor:

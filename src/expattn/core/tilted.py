@@ -14,6 +14,7 @@ and ``TiltedLattice`` (a finite grid per coordinate, $u_2 = x^2$: a discretised 
 from __future__ import annotations
 
 import math
+from abc import abstractmethod
 
 import torch
 from jaxtyping import Float
@@ -51,17 +52,17 @@ class Tilted(Measure):
         self.dim = eta1.shape[-1]
         self.dtype = eta1.dtype
 
+    @abstractmethod
     def log_partition(self, theta1: Tensor, theta2: Tensor) -> Tensor:
         r"""$\log Z_0(\theta_1, \theta_2)$: ``(*B, Q, D)`` and ``(*B, Q or 1, *event)`` -> ``(*B, Q)``."""
-        raise NotImplementedError
 
+    @abstractmethod
     def statistic(self, x: Tensor) -> Tensor:
         """The second sufficient statistic $u_2(x)$, ``(..., D)`` -> ``(..., *event)``."""
-        raise NotImplementedError
 
+    @abstractmethod
     def in_support(self, x: Tensor) -> Tensor:
         """Boolean ``(...)``: where $h_0(x) > 0$."""
-        raise NotImplementedError
 
     def _theta(self, eta: Tensor) -> tuple[Tensor, Tensor]:
         """Parameters of the tilted distribution, $(\\eta_1 + \\eta, \\eta_2)$ with a query axis."""

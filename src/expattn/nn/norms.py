@@ -18,6 +18,7 @@ application shrinks the cloud's spread.
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -70,7 +71,7 @@ def spread(x: Float[Tensor, "*batch token dim"]) -> Float[Tensor, "*batch"]:
     return centred.square().sum(-1).mean(-1).sqrt()
 
 
-class Norm(nn.Module):
+class Norm(nn.Module, ABC):
     """Base class: a map of clouds ``(*batch, token, dim) -> (*batch, token, dim)``.
 
     Subclasses implement ``normalize`` (the map itself); ``forward`` checks the cloud first (shape
@@ -81,8 +82,9 @@ class Norm(nn.Module):
     def forward(self, x: Float[Tensor, "*batch token dim"]) -> Float[Tensor, "*batch token dim"]:
         return self.normalize(self.check_cloud(x))
 
+    @abstractmethod
     def normalize(self, x: Float[Tensor, "*batch token dim"]) -> Float[Tensor, "*batch token dim"]:
-        raise NotImplementedError(f"{type(self).__name__} must implement normalize(x)")
+        """The map itself, on a cloud already checked by ``forward``."""
 
     def __init__(self, config: NormConfig) -> None:
         super().__init__()
