@@ -47,6 +47,11 @@ DIRECTIONS = 32
 KURTOSIS_LIMIT, SKEW_LIMIT = 1.0, 0.5
 
 
+def _token_mean(v: Tensor, w: Tensor | None) -> Tensor:
+    """Mean over the token axis (dim 1) of ``v``, weighted by ``w`` (broadcasting to ``v``) unless ``None``."""
+    return v.mean(1) if w is None else (v * w).sum(1) / w.sum(1)
+
+
 def kept_moments(x: Tensor, kept: slice | Tensor, keep: Tensor, directions: Tensor | None = None) -> Moments:
     """Count, mean, scatter (and projected moments) of the tokens of ``x[:, kept]`` where ``keep`` ``(B, kept)``
     is True: the ``"excl"`` tokens of a block, shared by E3 and E4 (on post-LN models both read ``input``)."""
@@ -86,16 +91,15 @@ class E3Gaussianity(Estimator):
         cols = []
         for variant in VARIANTS:
             if variant == "all":
-                xs, y, norm, perm = x, y_all, norm_all, batch.perm
-                pair, wt = torch.ones_like(norm_all, dtype=torch.float64), torch.ones_like(norm_all[..., None])
+                xs, y, norm, perm, pair, wt = x, y_all, norm_all, batch.perm, None, None
             else:
                 xs, y, norm, perm = xk, y_all[:, kept], norm_all[:, kept], batch.perm_kept
                 pair, wt = (w * w[rows, perm]).double(), w[..., None].double()
             cos = (xs * xs[rows, perm]).sum(-1) / (norm * norm[rows, perm])  # cosine with a random partner token
-            cols.append(((cos.double() * pair).sum(1) / pair.sum(1))[:, None])
+            cols.append(_token_mean(cos.double(), pair)[:, None])
             y = y.double()
             y2 = y * y
-            cols += [(m * wt).sum(1) / wt.sum(1) for m in (y, y2, y2 * y, y2 * y2)]
+            cols += [_token_mean(m, wt) for m in (y, y2, y2 * y, y2 * y2)]
         self._rows.append(torch.cat(cols, dim=1))
 
     def update(self, i: int, tensors: dict[str, Tensor], batch: Batch) -> None:
