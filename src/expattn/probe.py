@@ -26,7 +26,6 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import numpy as np
 import torch
 
 import expattn.probes.lm_adapter  # noqa: F401  (registers the adapter of expattn's own LMs)
@@ -193,16 +192,9 @@ def _heap_trimmer() -> Callable[[], None] | None:
     return after_batch
 
 
-def _batch(indices: list[int], ids: list[torch.Tensor], excluded: torch.Tensor, config: ProbeConfig) -> Batch:
+def _batch(indices: list[int], config: ProbeConfig) -> Batch:
     index = torch.tensor(indices)
-    t, kept = excluded.numel(), int((~excluded).sum())
-    perms = [np.random.default_rng([config.seed, 31, i]) for i in indices]
-    return Batch(
-        index=index,
-        weights=poisson_weights(config.seed, index, config.replicates),
-        perm=torch.as_tensor(np.stack([r.permutation(t) for r in perms])),
-        perm_kept=torch.as_tensor(np.stack([r.permutation(kept) for r in perms])),
-    )
+    return Batch(index=index, weights=poisson_weights(config.seed, index, config.replicates))
 
 
 def probe(
@@ -268,7 +260,7 @@ def probe(
     with torch.no_grad(), Capture(model, adapter, on_block):
         for done, indices in enumerate(mine if estimators else [], start=1):
             ids = [sequence(text, tokenizer, adapter.family, sample, i) for i in indices]
-            state["batch"] = _batch(indices, ids, excluded, config)
+            state["batch"] = _batch(indices, config)
             t0, c0 = time.perf_counter(), time.process_time()
             model(input_ids=torch.stack(ids), attention_mask=torch.ones(len(ids), config.seq_len, dtype=torch.long))
             forward += time.perf_counter() - t0

@@ -8,7 +8,8 @@ import scipy.stats
 import torch
 
 from expattn.probes.common import Batch, ProbeContext, kept_weights, massive, shared, spread
-from expattn.probes.stats import BootstrapMeans, CrossMoments, Moments, centre, poisson_weights
+from expattn.probes.e3_gaussianity import mean_pair_cosine
+from expattn.probes.stats import BootstrapMeans, CrossMoments, Moments, centre, gram, poisson_weights
 
 
 def _chunks(gen: torch.Generator, n: int, parts: int) -> list[int]:
@@ -65,7 +66,7 @@ def test_centre_recovers_the_float64_mean_of_float32_data(gen):
 
 
 def test_shared_computes_once_per_tensor_object():
-    batch = Batch(torch.arange(2), torch.ones(2, 3), torch.zeros(2, 4, dtype=torch.long), torch.zeros(2, 4))
+    batch = Batch(torch.arange(2), torch.ones(2, 3))
     x = torch.arange(24.0).view(2, 3, 4)
     copy = x.clone()  # equal values, another object: must be computed again
     calls = []
@@ -158,6 +159,54 @@ def test_weighted_spread_equals_the_spread_of_the_kept_tokens(gen):
     np.testing.assert_allclose(spread(x, torch.ones(3, 9))[0].numpy(), full.numpy(), rtol=1e-5)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_gram_matches_the_general_product(gen, dtype):
+    x = torch.randn(300, 40, generator=gen, dtype=dtype)[::2]  # a strided view: gram must not need contiguity
+    got = gram(x)
+    ref = x.double().T @ x.double()
+    assert got.dtype == dtype and got.shape == (40, 40)
+    # float32 sums of 150 products of O(1) terms: relative error ~1e-6; float64 ~1e-15
+    tol = 1e-5 if dtype == torch.float32 else 1e-12
+    torch.testing.assert_close(got.double(), ref, rtol=tol, atol=tol * ref.abs().max().item())
+    torch.testing.assert_close(got, got.T, rtol=0, atol=0)
+
+
+def test_mean_pair_cosine_equals_the_mean_over_explicit_pairs(gen):
+    b, t, d = 3, 9, 6
+    x = torch.randn(b, t, d, generator=gen) + 0.7  # a shared offset: cosines well away from 0
+    w = (torch.rand(b, t, generator=gen) > 0.3).float()
+    w[:, :2] = 1  # at least two used tokens per sequence
+    got = mean_pair_cosine(x, torch.linalg.vector_norm(x, dim=-1), w)
+    for i in range(b):
+        used = x[i][w[i].bool()].double()
+        cos = torch.nn.functional.cosine_similarity(used[:, None], used[None], dim=-1)
+        n = len(used)
+        ref = (cos.sum() - cos.diagonal().sum()) / (n * (n - 1))
+        # float32 weighted sums of unit vectors, finished in float64: error ~1e-7
+        assert got[i].item() == pytest.approx(ref.item(), rel=1e-5, abs=1e-6)
+
+
+def test_shuffled_update_null_is_the_sum_of_spreads(gen):
+    """E1's null: the mean spread of H + P Delta over every shuffle P of the used tokens equals
+    spread(H) + spread(Delta), the closed form the estimator uses."""
+    import itertools
+
+    t, d = 6, 3
+    h = torch.randn(1, t, d, generator=gen, dtype=torch.float64)
+    delta = torch.randn(1, t, d, generator=gen, dtype=torch.float64) + h  # aligned with h: the null must remove it
+    w = torch.tensor([[1.0, 1.0, 0.0, 1.0, 1.0, 1.0]], dtype=torch.float64)
+    used = [i for i in range(t) if w[0, i] == 1]
+    total, count = 0.0, 0
+    for order in itertools.permutations(used):
+        shuffled = delta.clone()
+        shuffled[0, used] = delta[0, list(order)]
+        total += spread(h + shuffled, w)[0].item()
+        count += 1
+    closed = spread(h, w)[0] + spread(delta, w)[0]
+    assert total / count == pytest.approx(closed.item(), rel=1e-12)
+    assert spread(h + delta, w)[0].item() != pytest.approx(closed.item(), rel=1e-3)  # the aligned update differs
+
+
 def test_massive_flags_only_the_outlier_tokens(gen):
     """Gaussian tokens: the largest of 2000 norms is ~1.3x the median, far below the factor 20; a token
     scaled by 100 is flagged, and one scaled by 10 is not."""
@@ -170,7 +219,7 @@ def test_massive_flags_only_the_outlier_tokens(gen):
 
 
 def test_kept_weights_take_the_union_over_the_residual_stream_and_earlier_blocks():
-    batch = Batch(torch.arange(2), torch.ones(2, 3), torch.zeros(2, 6, dtype=torch.long), torch.zeros(2, 5))
+    batch = Batch(torch.arange(2), torch.ones(2, 3))
     base = torch.ones(2, 6, 4)
     inp, out = base.clone(), base.clone()
     inp[0, 2] *= 100  # massive entering the block (kept index 1 after dropping position 0)

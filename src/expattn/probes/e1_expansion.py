@@ -9,10 +9,13 @@ r_\ell = \frac{\text{spread}(\texttt{attn.residual})}{\text{spread}(\texttt{inpu
 stream after the attention update is added; for BERT this is before the post-LayerNorm).
 Reported raw, and scale-normalised (each spread divided by the mean squared norm of the same
 tokens), over all tokens and without the first/special tokens and the block's massive-activation
-tokens (``common.kept_weights``). Null baseline: the same update
-with its vectors shuffled across the tokens of the sequence (same sizes, no alignment with the
-states). The verdict uses the raw ratio without the first/special tokens: supported when, in most
-layers, the 95% bootstrap interval of r lies above 1 and that of r minus the null ratio above 0.
+tokens (``common.kept_weights``). Null baseline: the same update with its vectors shuffled across
+the (used) tokens of the sequence, so that sizes stay and any alignment with the states goes, in
+expectation over all shuffles, which is exact and needs no random draw: with $\Delta = \mathrm{Attn}(H)$
+and $\pi$ uniform, $E_\pi\,\text{spread}(H + P_\pi\Delta) = \text{spread}(H) + \text{spread}(\Delta)$
+(the cross term averages to $\bar h\cdot\bar\Delta$, which the centroid removes). The verdict uses
+the raw ratio without the first/special tokens: supported when, in most layers, the 95% bootstrap
+interval of r lies above 1 and that of r minus the null ratio above 0.
 """
 
 from __future__ import annotations
@@ -33,7 +36,6 @@ from expattn.probes.common import (
     figure,
     kept_weights,
     majority_verdict,
-    permuted,
     save,
     shared_spread,
     spread,
@@ -41,7 +43,7 @@ from expattn.probes.common import (
 from expattn.probes.stats import BootstrapMeans
 from expattn.report.schema import Record
 
-_F = 5  # spread before, spread after, msn before, msn after, spread with shuffled update
+_F = 5  # spread before, spread after, msn before, msn after, expected spread with a shuffled update
 
 
 class E1Expansion(Estimator):
@@ -62,11 +64,10 @@ class E1Expansion(Estimator):
         for variant in VARIANTS:
             b = before if variant == "all" else before[:, kept]
             a = after if variant == "all" else after[:, kept]
-            perm = batch.perm if variant == "all" else batch.perm_kept
             sb, nb = shared_spread(batch, before, variant, kept, w)
             sa, na = shared_spread(batch, after, variant, kept, w)
-            s_null, _ = spread(b + permuted(a - b, perm), None if variant == "all" else w)
-            cols += [sb, sa, nb, na, s_null]
+            s_update, _ = spread(a - b, None if variant == "all" else w)
+            cols += [sb, sa, nb, na, sb + s_update]
         self._rows[i] = cols
         if i == self.ctx.layers - 1:
             values = torch.stack([c for j in range(self.ctx.layers) for c in self._rows.pop(j)], dim=1)

@@ -8,9 +8,10 @@ $$\text{skew}_k = \frac{E(y-\bar y)^3}{\sigma^3},\quad \kappa_k = \frac{E(y-\bar
 
 (seed 000 §6: the "useful experiment" of watching the distribution change layer by layer;
 Thm. 1 predicts a Gaussian equilibrium; anisotropy as in Ethayarajh 2019: mean cosine of
-randomly paired tokens; pairs are drawn within a sequence so that the sample does not depend on
-how sequences are batched or sharded). Tensors: ``layers.i.input`` for every block (depth 0 = embeddings)
-and the last block's ``output``. Null baseline: a Gaussian with the same number of tokens has
+randomly paired tokens, here averaged over every pair of distinct tokens within a sequence, so
+that it does not depend on how sequences are batched or sharded). Tensors: ``layers.i.input`` for
+every block (depth 0 = embeddings) and the last block's ``output``. Null baseline: a Gaussian with the same
+number of tokens has
 $E|\kappa| = \sqrt{24/n}\sqrt{2/\pi}$, $\text{PR} \approx 1/(1 + D/n)$ if isotropic, and cosine 0.
 Reported with all tokens and without the first/special tokens and the massive-activation tokens
 (``common.kept_weights``: a token whose state is over 20 times the sequence's median norm; in
@@ -52,6 +53,23 @@ def _token_mean(v: Tensor, w: Tensor | None) -> Tensor:
     return v.mean(1) if w is None else (v * w).sum(1) / w.sum(1)
 
 
+def mean_pair_cosine(x: Tensor, norm: Tensor, w: Tensor) -> Tensor:
+    r"""Per sequence, the mean cosine over all pairs of distinct used tokens, ``(batch,)`` float64:
+
+    $$\frac{\sum_{s\ne t} w_s w_t \cos(x_s, x_t)}{\sum_{s\ne t} w_s w_t}
+    = \frac{\lVert \sum_t w_t \hat x_t\rVert^2 - \sum_t w_t^2 \lVert\hat x_t\rVert^2}{(\sum_t w_t)^2 - \sum_t w_t^2},
+    \qquad \hat x_t = x_t / \max(\lVert x_t\rVert, 10^{-8})$$
+
+    the expectation of the cosine between two tokens drawn at random (Ethayarajh 2019), over every pair
+    at once: one weighted sum of the tokens, no pairing. ``x`` ``(batch, token, D)``, ``norm`` its
+    per-token norms and ``w`` ``(batch, token)`` token weights (1 = use, 0 = leave out)."""
+    c = w / norm.clamp_min(1e-8)  # (B, T)
+    total = torch.bmm(c.unsqueeze(1), x).squeeze(1).double()  # (B, D): sum_t w_t x_t / |x_t|
+    diagonal = (c * norm).double().pow(2).sum(1)
+    weights = w.double().sum(1)
+    return (total.pow(2).sum(1) - diagonal) / (weights.pow(2) - w.double().pow(2).sum(1))
+
+
 def kept_moments(x: Tensor, kept: slice | Tensor, keep: Tensor, directions: Tensor | None = None) -> Moments:
     """Count, mean, scatter (and projected moments) of the tokens of ``x[:, kept]`` where ``keep`` ``(B, kept)``
     is True: the ``"excl"`` tokens of a block, shared by E3 and E4 (on post-LN models both read ``input``)."""
@@ -86,17 +104,14 @@ class E3Gaussianity(Estimator):
         self.special_[d].update(torch.cat([x[:, self.ctx.excluded].flatten(0, 1), xk[~keep]]))
         self.massive_[d] += int((~keep).sum())
         y_all = x @ self._directions32  # (B, T, K), float32 projections; moments in float64 below
-        norm_all = torch.linalg.vector_norm(x, dim=-1).clamp_min(1e-8)  # (B, T); eps of cosine_similarity
-        rows = torch.arange(x.shape[0]).unsqueeze(1)
+        norm_all = torch.linalg.vector_norm(x, dim=-1)  # (B, T)
         cols = []
         for variant in VARIANTS:
             if variant == "all":
-                xs, y, norm, perm, pair, wt = x, y_all, norm_all, batch.perm, None, None
+                xs, y, norm, used, wt = x, y_all, norm_all, torch.ones_like(norm_all), None
             else:
-                xs, y, norm, perm = xk, y_all[:, kept], norm_all[:, kept], batch.perm_kept
-                pair, wt = (w * w[rows, perm]).double(), w[..., None].double()
-            cos = (xs * xs[rows, perm]).sum(-1) / (norm * norm[rows, perm])  # cosine with a random partner token
-            cols.append(_token_mean(cos.double(), pair)[:, None])
+                xs, y, norm, used, wt = xk, y_all[:, kept], norm_all[:, kept], w, w[..., None].double()
+            cols.append(mean_pair_cosine(xs, norm, used)[:, None])
             y = y.double()
             y2 = y * y
             cols += [_token_mean(m, wt) for m in (y, y2, y2 * y, y2 * y2)]
@@ -205,8 +220,8 @@ class E3Gaussianity(Estimator):
             verdict=verdict,
             metrics=metrics,
             method=(
-                f"moments along {DIRECTIONS} random directions, covariance spectrum, cross-sequence cosines; "
-                f"Poisson bootstrap"
+                f"moments along {DIRECTIONS} random directions, covariance spectrum, "
+                "mean cosine over token pairs within sequences; Poisson bootstrap"
             ),
             notes=(
                 f"verdict without first/special tokens and massive-activation tokens (norm > {MASSIVE_FACTOR:g}x the "

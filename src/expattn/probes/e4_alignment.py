@@ -29,7 +29,7 @@ from torch import Tensor
 from expattn.probes.attention import attention_probs
 from expattn.probes.common import Batch, Estimator, ProbeContext, as_list, figure, kept_weights, save, shared
 from expattn.probes.e3_gaussianity import kept_moments
-from expattn.probes.stats import Moments
+from expattn.probes.stats import Moments, gram
 from expattn.report.schema import Record
 
 RIDGE = 1e-2
@@ -62,19 +62,20 @@ def regularised_inverse(m: Tensor) -> tuple[Tensor, float, int]:
     $M_+$ is $M$ with negative eigenvalues clipped to 0; returns it, $\\lambda$ (mean over the batch)
     and how many matrices needed the clipping.
 
-    Through a float32 Cholesky factor: the ridge bounds the condition number by $100 D + 1$, so
+    Only the lower triangle of ``M`` is read (it is symmetric up to rounding). Through a float32
+    Cholesky factor: the ridge bounds the condition number by $100 D + 1$, so
     float32 leaves cosines accurate to ~1e-4. A matrix that float32 rounding (or its estimate)
     leaves indefinite falls back to a float64 eigendecomposition with the clipping.
     """
     lam = RIDGE * torch.diagonal(m, dim1=-2, dim2=-1).mean(-1)
-    eye = torch.eye(m.shape[-1], dtype=m.dtype)
-    reg = (m + m.mT) / 2 + lam[..., None, None] * eye
-    chol, info = torch.linalg.cholesky_ex(reg.float())
+    reg = m.to(torch.float32, copy=True)
+    reg.diagonal(dim1=-2, dim2=-1).add_(lam.to(torch.float32).unsqueeze(-1))
+    chol, info = torch.linalg.cholesky_ex(reg)  # reads the lower triangle only: no symmetrising copy
     inv = torch.cholesky_inverse(chol).to(m.dtype)
     bad = info != 0
     if bad.any():
-        e, v = torch.linalg.eigh(reg[bad].double())
         floor = lam.expand(info.shape)[bad].double()[..., None]
+        e, v = torch.linalg.eigh(m[bad].double() + floor[..., None] * torch.eye(m.shape[-1], dtype=torch.float64))
         inv[bad] = ((v / e.clamp_min(floor).unsqueeze(-2)) @ v.mT).to(m.dtype)
     return inv, float(lam.mean()), int(bad.sum())
 
@@ -113,11 +114,12 @@ class E4Alignment(Estimator):
         xs = torch.stack([self.detail_[i][k] for k in sorted(self.detail_[i])])  # (B, T, D)
         p = attention_probs(xs, self.ctx.attention[i])  # (B, H, T, T)
         xc = xs - xs.mean(1, keepdim=True)  # the covariance is shift invariant; centring keeps float32 accurate
-        weight = p.sum(-2)  # (B, H, T): total attention each key receives
-        second = torch.einsum("bhtd,bte->hde", weight.unsqueeze(-1) * xc.unsqueeze(1), xc)
-        means = p @ xc.unsqueeze(1)  # (B, H, T, D)
-        first = torch.einsum("bhtd,bhte->hde", means, means)
-        return (second - first).double() / (xs.shape[0] * xs.shape[1])
+        heads = p.shape[1]
+        # sum_j w_j x_j x_j^T with w_j the total attention key j receives, as a Gram matrix of sqrt(w_j) x_j
+        rooted = (p.sum(-2).sqrt().unsqueeze(-1) * xc.unsqueeze(1)).transpose(0, 1).flatten(1, 2)  # (H, B*T, D)
+        means = (p @ xc.unsqueeze(1)).transpose(0, 1).flatten(1, 2)  # (H, B*T, D): E_p(j|i) x_j per query
+        fisher = torch.stack([gram(rooted[h]) - gram(means[h]) for h in range(heads)])
+        return fisher.double() / (xs.shape[0] * xs.shape[1])
 
     def _layer(self, i: int, gen: torch.Generator) -> dict:
         w = self.ctx.attention[i].to(torch.float64)
@@ -158,16 +160,8 @@ class E4Alignment(Estimator):
                 for lay in layers
             ]
         )
-        base_f = np.stack(
-            [
-                np.maximum.reduce(
-                    [lay["cos_sigma"], lay["cos_identity"], np.full_like(lay["cos_sigma"], lay["random_q95_analytic"])]
-                )
-                for lay in layers
-            ]
-        )
         margin = np.stack([lay["cos_sigma_inv"] for lay in layers]) - base  # (L, H)
-        margin_f = np.stack([lay["cos_fisher_inv"] for lay in layers]) - base_f
+        margin_f = np.stack([lay["cos_fisher_inv"] for lay in layers]) - base
         rng = np.random.default_rng(self.ctx.seed + 40)
         picks = rng.integers(0, margin.size, (2000, margin.size))
         boot = margin.ravel()[picks].mean(1)

@@ -8,9 +8,10 @@ C_\ell = \frac{1}{H(H-1)} \sum_{h \ne h'} \cos(u_{h,t}, u_{h',t}),\qquad
 $z$ = ``layers.i.attn.heads``, split per head and mapped through that head's columns of the output
 projection, so $\sum_h u_h + b_o$ = ``layers.i.attn.output``. $\gamma = 1$ for orthogonal updates and
 $H$ for identical ones. Null baseline: the same cosine between head $h$ at token $t$ and head
-$h'$ at a random other token of the sequence (shared directions that are not specific to the
-token). Verdict (without first/special tokens): the heads are incoherent (supported) when in most
-layers the 95% interval of $C - C_{null}$ lies within $\pm 0.1$; not supported when it lies outside.
+$h'$ at another token $s \ne t$ of the sequence, averaged over every such pair (shared directions
+that are not specific to the token). Verdict (without first/special tokens): the heads are
+incoherent (supported) when in most layers the 95% interval of $C - C_{null}$ lies within $\pm 0.1$;
+not supported when it lies outside.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ from expattn.probes.common import (
     band,
     figure,
     majority_verdict,
-    permuted,
     save,
 )
 from expattn.probes.stats import BootstrapMeans
@@ -45,12 +45,16 @@ def head_gram(w: AttnWeights) -> Tensor:
     return w.wo.T @ w.wo
 
 
-def head_cosines(z: Tensor, gram: Tensor, heads: int, perm: Tensor, update: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """Per token: mean pairwise cosine of the heads' updates, the same with the other head at a shuffled
-    token, and $\\lVert\\sum_h u_h\\rVert^2 / \\sum_h\\lVert u_h\\rVert^2$; all ``(batch, token)``.
+def head_cosines(z: Tensor, gram: Tensor, heads: int, update: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Mean pairwise cosine of the heads' updates per token ``(batch, token)``; the same between head $h$ at
+    token $t$ and head $h'$ at any other token $s \\ne t$, per sequence ``(batch,)`` float64; and
+    $\\lVert\\sum_h u_h\\rVert^2 / \\sum_h\\lVert u_h\\rVert^2$ per token ``(batch, token)``.
 
     Works in the heads' value space through ``gram`` (no ``(token, head, dim)`` tensor): with
-    $\\hat z_h = z_h / \\lVert u_h\\rVert$, $\\sum_{h\\ne h'}\\cos = \\hat z^\\top G \\hat z - H$.
+    $\\hat z_h = z_h / \\lVert u_h\\rVert$, $\\sum_{h\\ne h'}\\cos = \\hat z^\\top G \\hat z - H$ at one token, and
+    over all pairs of tokens, with $Z = \\sum_t \\hat z_t$,
+    $\\sum_{s \\ne t}\\sum_{h\\ne h'} \\hat z_{h,t}^\\top G_{hh'} \\hat z_{h',s}
+    = Z^\\top G Z - \\sum_h Z_h^\\top G_{hh} Z_h - \\sum_t (\\hat z_t^\\top G \\hat z_t - H)$.
     ``update`` ``(batch, token, D)`` is $\\sum_h u_h = W_o z$ (the output projection without its bias,
     which the model has already computed), so the energy needs no second product with ``gram``.
     """
@@ -58,18 +62,17 @@ def head_cosines(z: Tensor, gram: Tensor, heads: int, perm: Tensor, update: Tens
     dh = hd // heads
     blocks = torch.stack([gram[h * dh : (h + 1) * dh, h * dh : (h + 1) * dh] for h in range(heads)])  # (H, dh, dh)
     zh = z.reshape(b * t, heads, dh).transpose(0, 1)  # (H, N, dh)
-    zg = torch.bmm(zh, blocks)  # (H, N, dh): z_h G_hh
-    sq = (zg * zh).sum(-1).clamp_min(1e-30)  # (H, N) = |u_h|^2
-    scale = sq.rsqrt().unsqueeze(-1)
-    zn = (zh * scale).transpose(0, 1).reshape(b, t, hd)  # unit-update scaling
-    gz = zn @ gram  # (B, T, H*dh)
-    same = ((gz * zn).sum(-1) - heads) / (heads * (heads - 1))
-    zp = permuted(zn, perm)
-    zph = zp.reshape(b * t, heads, dh).transpose(0, 1)
-    diag = (zg * scale * zph).sum((0, -1)).view(b, t)  # sum_h zn_h G_hh zp_h, from the same product
-    null = ((gz * zp).sum(-1) - diag) / (heads * (heads - 1))
+    sq = (torch.bmm(zh, blocks) * zh).sum(-1).clamp_min(1e-30)  # (H, N) = |u_h|^2
+    zn = (zh * sq.rsqrt().unsqueeze(-1)).transpose(0, 1).reshape(b, t, hd)  # unit-update scaling
+    off_diagonal = (zn @ gram * zn).sum(-1) - heads  # (B, T): sum over h != h' at the same token
+    pairs = heads * (heads - 1)
+    total = zn.sum(1).double()  # (B, H*dh); the small products below in float64: they cancel
+    total_h = total.view(b, heads, dh).transpose(0, 1)  # (H, B, dh)
+    within = (torch.bmm(total_h, blocks.double()) * total_h).sum((0, -1))  # (B,): h = h' terms
+    across = ((total @ gram.double()) * total).sum(-1) - within - off_diagonal.double().sum(1)
+    null = across / (t * (t - 1) * pairs)
     energy = (update * update).sum(-1) / sq.sum(0).view(b, t)
-    return same, null, energy
+    return off_diagonal / pairs, null, energy
 
 
 class E8Heads(Estimator):
@@ -88,8 +91,8 @@ class E8Heads(Estimator):
         z = tensors["attn.heads"][:, kept]
         update = tensors["attn.output"][:, kept]
         update = update if w.bo is None else update - w.bo.to(update.dtype)
-        same, null, energy = head_cosines(z, self.grams[i], w.heads, batch.perm_kept, update)
-        self._rows[i] = [same.double().mean(1), null.double().mean(1), energy.double().mean(1)]
+        same, null, energy = head_cosines(z, self.grams[i], w.heads, update)
+        self._rows[i] = [same.double().mean(1), null, energy.double().mean(1)]
         if i == self.ctx.layers - 1:
             values = torch.stack([c for j in range(self.ctx.layers) for c in self._rows.pop(j)], dim=1)
             self.stats_.update(values, batch.weights)
