@@ -70,10 +70,16 @@ def mean_pair_cosine(x: Tensor, norm: Tensor, w: Tensor) -> Tensor:
     return (total.pow(2).sum(1) - diagonal) / (weights.pow(2) - w.double().pow(2).sum(1))
 
 
-def kept_moments(x: Tensor, kept: slice | Tensor, keep: Tensor, directions: Tensor | None = None) -> Moments:
+def kept_moments(
+    x: Tensor, kept: slice | Tensor, keep: Tensor, directions: Tensor | None = None, projections: Tensor | None = None
+) -> Moments:
     """Count, mean, scatter (and projected moments) of the tokens of ``x[:, kept]`` where ``keep`` ``(B, kept)``
-    is True: the ``"excl"`` tokens of a block, shared by E3 and E4 (on post-LN models both read ``input``)."""
-    return Moments.of(x[:, kept][keep], True, directions)
+    is True: the ``"excl"`` tokens of a block, shared by E3 and E4 (on post-LN models both read ``input``).
+    ``projections`` ``(B, T, K)``: ``x @ directions`` if already computed."""
+    if bool(keep.all()):  # no massive token: read the view, no masked copy
+        y = None if projections is None else projections[:, kept]
+        return Moments.of(x[:, kept], True, directions, y)
+    return Moments.of(x[:, kept][keep], True, directions, None if projections is None else projections[:, kept][keep])
 
 
 class E3Gaussianity(Estimator):
@@ -99,11 +105,12 @@ class E3Gaussianity(Estimator):
     def _depth(self, d: int, x: Tensor, batch: Batch, w: Tensor) -> None:
         """Statistics of depth ``d`` from ``x`` ``(B, T, D)``; ``w`` ``(B, kept)`` the block's token weights."""
         kept, keep = self.ctx.kept, w.bool()
-        self.kept_[d].merge(shared(batch, "moments kept", x, lambda t: kept_moments(t, kept, keep, self.directions)))
+        y_all = x @ self._directions32  # (B, T, K), float32 projections; moments in float64 below
+        moments = shared(batch, "moments kept", x, lambda t: kept_moments(t, kept, keep, self.directions, y_all))
+        self.kept_[d].merge(moments)
         xk = x[:, kept]
         self.special_[d].update(torch.cat([x[:, self.ctx.excluded].flatten(0, 1), xk[~keep]]))
         self.massive_[d] += int((~keep).sum())
-        y_all = x @ self._directions32  # (B, T, K), float32 projections; moments in float64 below
         norm_all = torch.linalg.vector_norm(x, dim=-1)  # (B, T)
         cols = []
         for variant in VARIANTS:

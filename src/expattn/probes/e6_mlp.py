@@ -43,6 +43,14 @@ RIDGE = 1e-3
 RHO_LIMIT, R2_LIMIT = 0.1, 0.9
 
 
+def fold_rows(index: Tensor, fold: int) -> slice | Tensor:
+    """Rows of a batch whose sequence index has parity ``fold``: a step-2 slice (a view, no copy) when the
+    indices are consecutive, as the runner's batches are, else a boolean mask."""
+    if len(index) > 1 and bool((index.diff() == 1).all()):
+        return slice((fold - int(index[0])) % 2, None, 2)
+    return index % 2 == fold
+
+
 class E6Mlp(Estimator):
     """Streaming E6 estimator. Fitted: ``folds_`` (per layer, two CrossMoments), ``stats_`` (BootstrapMeans)."""
 
@@ -58,10 +66,8 @@ class E6Mlp(Estimator):
         x, delta, skip = tensors["mlp.input"], tensors["mlp.output"], tensors["mlp.skip"]
         kept = self.ctx.kept
         for fold in (0, 1):
-            rows = batch.index % 2 == fold
-            if rows.any():
-                # one copy each: the token slice is a view, the row mask copies into a contiguous tensor
-                self.folds_[i][fold].update(x[:, kept][rows].flatten(0, 1), delta[:, kept][rows].flatten(0, 1))
+            rows = fold_rows(batch.index, fold)
+            self.folds_[i][fold].update(x[rows][:, kept], delta[rows][:, kept])
         d2, s2 = (shared(batch, "squared norms", t, squared_norms) for t in (delta, skip))  # (B, T) each
         cols = []
         for variant in VARIANTS:

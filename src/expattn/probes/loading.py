@@ -122,7 +122,8 @@ def read_config(path: Path) -> dict:
 
 
 def load_pretrained(path: Path, model_type: str) -> tuple[nn.Module, object]:
-    """Load weights (float32, eval mode, eager attention) and the tokenizer from ``path``.
+    """Load weights (float32, eval mode, PyTorch SDPA attention: the estimators read the tensors around the
+    attention kernel, never its weights) and the tokenizer from ``path``.
 
     Decoder families load their causal-LM class's backbone; encoders load ``AutoModel``;
     ``expattn-lm`` folders load ``expattn.nn.lm.LM`` from safetensors with a character tokenizer.
@@ -141,7 +142,7 @@ def load_pretrained(path: Path, model_type: str) -> tuple[nn.Module, object]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             model = AutoModel.from_pretrained(
-                str(path), dtype=torch.float32, attn_implementation="eager", trust_remote_code=False
+                str(path), dtype=torch.float32, attn_implementation="sdpa", trust_remote_code=False
             )
             tokenizer = AutoTokenizer.from_pretrained(str(path), trust_remote_code=False)
     except Exception as err:  # any loader failure (bad safetensors header, missing files...) is a user error here

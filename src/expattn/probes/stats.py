@@ -22,25 +22,33 @@ from torch import Tensor
 
 
 def gram(x: Float[Tensor, "token dim"]) -> Float[Tensor, "dim dim"]:
-    """$x^\\top x$ in the dtype of ``x``. On the CPU through numpy, whose matmul recognises a product of an
-    array with its own transpose and calls BLAS ``syrk``: half the multiply-adds of a general product
-    (1.8x faster than ``torch.mm`` for a 2,016 x 384 float32 batch on this project's CPU machine)."""
-    if x.device.type != "cpu" or x.requires_grad or x.dtype not in (torch.float32, torch.float64):
+    """$x^\\top x$ in the dtype of ``x``. When torch runs on one CPU thread, through numpy, whose matmul
+    recognises a product of an array with its own transpose and calls BLAS ``syrk``: half the
+    multiply-adds of a general product (1.8x faster than ``torch.mm`` for a 2,016 x 384 float32 batch on
+    this project's CPU machine). With more threads ``torch.mm``: numpy's OpenBLAS threads would compete
+    with torch's own thread pool for the same cores (the probe ran 2-3x slower that way)."""
+    if (
+        x.device.type != "cpu"
+        or x.requires_grad
+        or x.dtype not in (torch.float32, torch.float64)
+        or torch.get_num_threads() > 1
+    ):
         return x.T @ x
     a = x.contiguous().numpy()
     return torch.from_numpy(a.T @ a)
 
 
-def centre(x: Float[Tensor, "token dim"]) -> tuple[Tensor, Tensor, Tensor]:
+def centre(x: Float[Tensor, "*token dim"]) -> tuple[Tensor, Tensor, Tensor]:
     """Two-pass centring: $x_c = x - m$ with $m$ the mean in the dtype of $x$, then the residual mean
     $r = \\bar x_c$ (float64) and the exact mean $\\mu = m + r$ (float64). Products of centred data
     are corrected exactly, $\\sum_t (x_t-\\mu)(y_t-\\nu)^\\top = x_c^\\top y_c - n\\, r_x r_y^\\top$, and stay
     accurate in float32 because $x_c$ is small. (A float64 reduction of a float32 tensor is ~15x slower.)
 
-    Returns ``(x_c, mu, r)``: ``(token, dim)``, ``(dim,)``, ``(dim,)``.
+    ``x`` may have several token axes (a strided view such as ``h[:, 1:]`` is read in place); the
+    centred copy is flattened to ``(token, dim)``. Returns ``(x_c, mu, r)``: ``(token, dim)``, ``(dim,)``, ``(dim,)``.
     """
-    m = x.mean(0)
-    xc = x - m
+    m = x.mean(tuple(range(x.ndim - 1)))
+    xc = (x - m).view(-1, x.shape[-1])
     r = xc.mean(0).double()
     return xc, m.double() + r, r
 
@@ -72,27 +80,35 @@ class Moments:
         self.proj_m2_, self.proj_m3_, self.proj_m4_ = (torch.zeros(k, dtype=torch.float64) for _ in range(3))
 
     @classmethod
-    def of(cls, x: Float[Tensor, "token dim"], covariance: bool = True, directions: Tensor | None = None) -> Moments:
+    def of(
+        cls,
+        x: Float[Tensor, "*token dim"],
+        covariance: bool = True,
+        directions: Tensor | None = None,
+        projections: Float[Tensor, "*token k"] | None = None,
+    ) -> Moments:
         """The statistics of one batch of vectors (any float dtype; the scatter is a float32/float64
-        product of data centred on the batch mean, so it stays accurate). ``directions`` as in the
-        constructor. Several accumulators may merge the same batch ``Moments``.
+        product of data centred on the batch mean, so it stays accurate). ``x`` is ``(..., D)``: every
+        leading index is a token. ``directions`` as in the constructor; ``projections`` = ``x @ directions``
+        when the caller has it already. Several accumulators may merge the same batch ``Moments``.
 
         Raises:
-            ValueError: ``x`` not ``(token, D)`` with ``D`` matching ``directions``, or not finite.
+            ValueError: ``x`` not ``(..., D)`` with ``D`` matching ``directions``, or not finite.
         """
-        if x.ndim != 2 or (directions is not None and x.shape[1] != directions.shape[0]):
-            raise ValueError(f"x must have shape (token, dim) matching the directions, got {tuple(x.shape)}")
-        batch = cls(x.shape[1], covariance, directions)
-        if x.shape[0] == 0:
+        if x.ndim < 2 or (directions is not None and x.shape[-1] != directions.shape[0]):
+            raise ValueError(f"x must have shape (..., dim) matching the directions, got {tuple(x.shape)}")
+        batch = cls(x.shape[-1], covariance, directions)
+        if x.numel() == 0:
             return batch
-        n = batch.n_ = x.shape[0]
         xc, batch.mean_, r = centre(x)
+        n = batch.n_ = xc.shape[0]
         if not torch.isfinite(batch.mean_).all():  # a NaN or infinity anywhere in x reaches the mean
             raise ValueError("x holds NaN or infinity")
         if covariance:
             batch.scatter_ = gram(xc).double().addr_(r, r, alpha=-n)
         if batch.directions is not None:
-            y = (x @ batch.directions.to(x.dtype)).double()  # (N, K); float32 projections, float64 moments
+            y = x @ batch.directions.to(x.dtype) if projections is None else projections
+            y = y.reshape(-1, y.shape[-1]).double()  # (N, K); float32 projections, float64 moments
             batch.proj_mean_ = y.mean(0)
             c = y - batch.proj_mean_
             c2 = c * c
@@ -243,17 +259,17 @@ class CrossMoments:
         self.sxy_ = torch.zeros(dim_x, dim_y, dtype=torch.float64)
         self.syy_ = torch.zeros((), dtype=torch.float64)
 
-    def update(self, x: Float[Tensor, "token dx"], y: Float[Tensor, "token dy"]) -> CrossMoments:
-        if x.ndim != 2 or y.ndim != 2 or x.shape[0] != y.shape[0]:
+    def update(self, x: Float[Tensor, "*token dx"], y: Float[Tensor, "*token dy"]) -> CrossMoments:
+        """Add paired vectors; every leading index of ``x`` ``(..., dx)`` and ``y`` ``(..., dy)`` is a token."""
+        if x.ndim < 2 or x.shape[:-1] != y.shape[:-1]:
             raise ValueError(
-                f"x and y must be (token, dim) with equal token counts, got {tuple(x.shape)}, {tuple(y.shape)}"
+                f"x and y must be (..., dim) with equal token axes, got {tuple(x.shape)}, {tuple(y.shape)}"
             )
-        if x.shape[0] == 0:
+        if x.numel() == 0:
             return self
         other = CrossMoments.__new__(CrossMoments)
-        other.n_ = x.shape[0]
-        n = other.n_
         (xc, other.mean_x_, rx), (yc, other.mean_y_, ry) = centre(x), centre(y)
+        n = other.n_ = xc.shape[0]
         other.sxx_ = gram(xc).double().addr_(rx, rx, alpha=-n)
         other.sxy_ = (xc.T @ yc).double().addr_(rx, ry, alpha=-n)
         other.syy_ = (yc * yc).sum(-1).double().sum() - n * ry.pow(2).sum()
