@@ -80,4 +80,5 @@ def test_fisher_is_the_mean_covariance_under_the_attention_weights(gen):
                 ref[h] += (p[b, h, i, :, None] * centred).T @ centred
     ref /= 2 * 9
     # float32 attention weights and products: 1e-5 relative to the matrix scale
-    torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-5 * ref.abs().max().item())
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got.double(), ref, rtol=1e-4, atol=1e-5 * ref.abs().max().item())
