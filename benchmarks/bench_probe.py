@@ -4,8 +4,10 @@
     python benchmarks/bench_probe.py memory --model minilm --tokens 20000 100000
 
 ``time`` runs, in one process, plain forward passes (no hooks) over exactly the batches the probe
-reads, then the full probe, and prints probe/plain ratios of wall and CPU time (the probe's time
-includes loading the model and text, the statistics, the records and the plots). ``memory`` runs
+reads, then the full probe, and prints probe/plain ratios of wall and CPU time. The process is warm
+(a one-batch probe runs first, so imports and file caches are done): the probe's time includes
+loading the model and text, the statistics and the records, not the plots (``expattn probe --out``
+adds them, about 2 s for MiniLM) nor a fresh process's first import of the model code (about 3 s). ``memory`` runs
 the probe in a fresh child process per token count and reports each child's peak resident memory.
 """
 
