@@ -88,7 +88,7 @@ def exp_fam_attention(
             raise TypeError(f"{name} must be a floating torch.Tensor, got {getattr(x, 'dtype', type(x).__name__)}")
         if x.ndim != 4:
             raise ValueError(f"{name} must have shape (batch, head, token, dim), got {tuple(x.shape)}")
-    batch, heads, queries, dim = q.shape
+    batch, heads, _, dim = q.shape
     if k.shape[-1] != dim:
         raise ValueError(f"k has head size {k.shape[-1]}, expected {dim} to match q")
     if k.shape[:3] != v.shape[:3]:
@@ -101,17 +101,23 @@ def exp_fam_attention(
         raise ValueError(f"scale (beta) must be a finite number > 0, got {scale!r}")
     if isinstance(carrier, str):
         carrier = make_carrier(carrier, num_heads=heads, head_dim=dim).to(q.device, q.dtype)
-    plain = key_padding_mask is None and attn_mask is None and queries == k.shape[2]
-    fused = causal and plain and getattr(carrier, "fused_causal", False)
+    return _attend(q, k, v, carrier, key_padding_mask, attn_mask, causal, float(scale), need_weights)
+
+
+def _attend(
+    q: Tensor, k: Tensor, v: Tensor, carrier: Carrier, key_padding_mask: Tensor | None, attn_mask: Tensor | None,
+    causal: bool, scale: float, need_weights: bool,
+) -> CarrierOutput:
+    """``exp_fam_attention`` on arguments already checked (``ExpFamAttention`` builds them valid)."""
+    plain = key_padding_mask is None and attn_mask is None and q.shape[2] == k.shape[2]
+    if causal and plain and getattr(carrier, "fused_causal", False):
+        return carrier(q, k, v, None, scale, need_weights, causal=True)  # the fused kernel skips the masked half
+    batch, heads, queries, _ = q.shape
     mask = attention_mask(
-        batch, heads, queries, k.shape[2], key_padding_mask=key_padding_mask, attn_mask=attn_mask,
-        causal=causal and not fused, dtype=q.dtype,
+        batch, heads, queries, k.shape[2], key_padding_mask=key_padding_mask, attn_mask=attn_mask, causal=causal,
+        dtype=q.dtype,
     )
-    if mask is not None:
-        mask = mask.to(q.device)
-    if fused:  # plain causal self-attention: the fused kernel skips the masked half
-        return carrier(q, k, v, None, float(scale), need_weights, causal=True)
-    return carrier(q, k, v, mask, float(scale), need_weights)
+    return carrier(q, k, v, None if mask is None else mask.to(q.device), scale, need_weights)
 
 
 _EXPLICIT = contextvars.ContextVar("expattn_explicit_attention", default=False)
@@ -127,6 +133,13 @@ def explicit_attention() -> Iterator[None]:
         yield
     finally:
         _EXPLICIT.reset(token)
+
+
+def _check_input(name: str, x: object, width: int) -> None:
+    if not isinstance(x, Tensor) or not x.is_floating_point():
+        raise TypeError(f"{name} must be a floating torch.Tensor, got {getattr(x, 'dtype', type(x).__name__)}")
+    if x.ndim != 3 or x.shape[-1] != width:
+        raise ValueError(f"{name} must have shape (batch, token, {width}), got {tuple(x.shape)}")
 
 
 class HookPoint(nn.Identity):
@@ -252,15 +265,13 @@ class ExpFamAttention(nn.Module):
             self.k_proj = nn.Linear(c.kdim or c.embed_dim, sizes[1], bias=c.bias)
             self.v_proj = nn.Linear(c.vdim or c.embed_dim, sizes[2], bias=c.bias)
         self._sizes = list(sizes)
+        self._dim, self._scale = c.dim, float(c.scale)
         self.out_proj = nn.Linear(c.num_heads * c.dim, c.embed_dim, bias=c.bias)
         self.carrier = make_carrier(c.carrier, num_heads=c.num_heads, head_dim=c.dim, **dict(c.carrier_options))
         self.hook_weights = HookPoint()
         self.hook_log_normalizer = HookPoint()
         self.last_weights: Tensor | None = None
         self.last_log_normalizer: Tensor | None = None
-
-    def _heads(self, x: Tensor, heads: int) -> Tensor:
-        return x.unflatten(-1, (heads, self.config.dim)).transpose(1, 2)  # (B, H, T, D)
 
     def forward(
         self,
@@ -287,36 +298,36 @@ class ExpFamAttention(nn.Module):
             ``(B, Q, E)``.
         """
         c = self.config
+        _check_input("query", query, c.embed_dim)
         key = query if key is None else key
         value = key if value is None else value
-        for name, x, width in (("query", query, c.embed_dim), ("key", key, c.kdim or c.embed_dim),
-                               ("value", value, c.vdim or c.embed_dim)):
-            if not isinstance(x, Tensor) or not x.is_floating_point():
-                raise TypeError(f"{name} must be a floating torch.Tensor, got {getattr(x, 'dtype', type(x).__name__)}")
-            if x.ndim != 3 or x.shape[-1] != width:
-                raise ValueError(f"{name} must have shape (batch, token, {width}), got {tuple(x.shape)}")
-        if key.shape[:2] != value.shape[:2] or key.shape[0] != query.shape[0]:
-            raise ValueError(
-                f"query {tuple(query.shape)}, key {tuple(key.shape)} and value {tuple(value.shape)} "
-                "must share the batch size, and key and value the number of tokens"
-            )
-        if self.in_proj_weight is not None and key is query and value is query:  # one product, [W_q; W_k; W_v]
+        packed = self.in_proj_weight is not None and key is query and value is query  # one product, [W_q; W_k; W_v]
+        if packed:
             q, k, v = torch.nn.functional.linear(query, self.in_proj_weight, self.in_proj_bias).split(self._sizes, -1)
         else:
+            _check_input("key", key, c.kdim or c.embed_dim)
+            _check_input("value", value, c.vdim or c.embed_dim)
+            if key.shape[:2] != value.shape[:2] or key.shape[0] != query.shape[0]:
+                raise ValueError(
+                    f"query {tuple(query.shape)}, key {tuple(key.shape)} and value {tuple(value.shape)} "
+                    "must share the batch size, and key and value the number of tokens"
+                )
             q, k, v = self.q_proj(query), self.k_proj(key), self.v_proj(value)
-        q = self._heads(q, c.num_heads)  # (B, H, Q, D)
-        k = self._heads(k, c.kv_heads)  # (B, Hkv, K, D)
-        v = self._heads(v, c.kv_heads)  # (B, Hkv, K, D)
+        batch, queries, keys = query.shape[0], query.shape[1], key.shape[1]
+        q = q.view(batch, queries, c.num_heads, self._dim).transpose(1, 2)  # (B, H, Q, D)
+        k = k.view(batch, keys, c.kv_heads, self._dim).transpose(1, 2)  # (B, Hkv, K, D)
+        v = v.view(batch, keys, c.kv_heads, self._dim).transpose(1, 2)  # (B, Hkv, K, D)
         if rotary is not None:
             q, k = rotary(q, k)
         hooked = bool(self.hook_weights._forward_hooks or self.hook_log_normalizer._forward_hooks)
         stats = need_weights or hooked
-        out = exp_fam_attention(
-            q, k, v, carrier=self.carrier, key_padding_mask=key_padding_mask, attn_mask=attn_mask,
-            causal=c.causal if is_causal is None else is_causal, scale=c.scale, need_weights=stats or _EXPLICIT.get(),
+        out = _attend(
+            q, k, v, self.carrier, key_padding_mask, attn_mask, c.causal if is_causal is None else is_causal,
+            self._scale, stats or _EXPLICIT.get(),
         )
-        self.last_weights = self.hook_weights(out.weights) if stats else None
-        self.last_log_normalizer = self.hook_log_normalizer(out.log_normalizer) if stats else None
+        if stats or self.last_weights is not None or self.last_log_normalizer is not None:  # no Module.__setattr__
+            self.last_weights = self.hook_weights(out.weights) if stats else None
+            self.last_log_normalizer = self.hook_log_normalizer(out.log_normalizer) if stats else None
         return self.out_proj(out.output.transpose(1, 2).flatten(-2))  # (B, Q, E)
 
     def residual_step(

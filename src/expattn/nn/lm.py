@@ -242,7 +242,7 @@ class LM(nn.Module):
 
     def layer_blocks(self) -> list[Block]:
         """The block applied at each depth (the same module ``layers`` times when tied)."""
-        return [self.blocks[0 if self.cfg.tied_layers else i] for i in range(self.cfg.layers)]
+        return [self.blocks[0]] * self.cfg.layers if self.cfg.tied_layers else list(self.blocks)
 
     def forward(
         self,
@@ -274,7 +274,7 @@ class LM(nn.Module):
         penalties = []
         for i, block in enumerate(self.layer_blocks()):
             if not self.cfg.implicit:
-                x = block(x, trace, f"layers.{i}.")
+                x = block(x) if trace is None else block(x, trace, f"layers.{i}.")
                 continue
             layer = ImplicitAttention(ImplicitBlock(block), IMPLICIT)
             z = layer(x)  # f(z*, x), on the implicit graph
@@ -283,7 +283,8 @@ class LM(nn.Module):
             if trace is not None:
                 block(x, trace, f"layers.{i}.", z=z)
             x = z
-        self.regularizer = self.cfg.jacobian_reg * torch.stack(penalties).sum() if penalties else None
+        if penalties or self.regularizer is not None:  # plain attribute: skip Module.__setattr__ when it stays None
+            self.regularizer = self.cfg.jacobian_reg * torch.stack(penalties).sum() if penalties else None
         x = self.norm_f(x)
         if trace is not None:
             trace["norm_f.output"] = x
