@@ -274,7 +274,7 @@ class LM(nn.Module):
         penalties = []
         for i, block in enumerate(self.layer_blocks()):
             if not self.cfg.implicit:
-                x = block(x) if trace is None else block(x, trace, f"layers.{i}.")
+                x = block(x, trace, f"layers.{i}.")  # the name also tells hooks (the probe) the depth
                 continue
             layer = ImplicitAttention(ImplicitBlock(block), IMPLICIT)
             z = layer(x)  # f(z*, x), on the implicit graph
