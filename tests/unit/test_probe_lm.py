@@ -3,9 +3,11 @@ against an independent float64 computation from ``LM.forward(trace=...)``, hypot
 
 from __future__ import annotations
 
+import copy
 import itertools
 import json
 
+import numpy as np
 import pytest
 import torch
 from typer.testing import CliRunner
@@ -75,6 +77,43 @@ def test_e1_e2_match_float64_trace(gen, text, tmp_path):
         assert e2["norm1_normalized_ratio_excl"]["estimate"][i] == pytest.approx(float(e2_norm1), rel=1e-4)
         assert e2["norm2_raw_ratio_excl"]["estimate"][i] == pytest.approx(float(e2_norm2_raw), rel=1e-4)
     assert max(abs(v - 1) for v in e1["raw_ratio_excl"]["estimate"]) > 1e-2  # the updates are not negligible
+
+
+@pytest.mark.parametrize("norm", ["layernorm", "rmsnorm", "sphere", "whitening"])
+def test_e7_paths_match_the_lm_modules_in_float64(gen, text, tmp_path, norm):
+    model = _model(gen, norm=norm)
+    folder = export_model(model, VOCAB, tmp_path / "model")
+    seq_len, detail = 16, 3
+    config = ProbeConfig(model=str(folder), text=str(text), tokens=seq_len * 8, seq_len=seq_len, batch_size=4,
+                         replicates=20, detail_sequences=detail, hypotheses=("E7",))
+    (record,) = probe(config, None).records
+    assert record.verdict != "skipped", record.notes
+    ids = torch.stack([sequence(load_text(None, text), CharTokenizer(VOCAB), "expattn", TokenSample(seq_len, 0), i)
+                       for i in range(detail)])
+    with torch.no_grad():
+        x0 = (model.tok(ids) + model.pos(torch.arange(seq_len))).double()  # the float32 embeddings the probe sees
+        ref = copy.deepcopy(model).double()
+        plain, skip, curves = x0, x0, {"no_skip": [], "skip": []}
+        for block in [None, *ref.layer_blocks()]:
+            if block is not None:  # the model's own modules, causal softmax attention of the empirical carrier
+                plain = block.attn(block.norm1(plain))
+                skip = skip + block.attn(block.norm1(skip))
+            for name, x in (("no_skip", plain), ("skip", skip)):
+                res = (x - x.mean(1, keepdim=True)).norm(dim=(1, 2)) / x.norm(dim=(1, 2))
+                curves[name].append(float(res.median()))
+    for name in ("no_skip", "skip"):
+        # both sides float64 from the same float32 embeddings; the probe rounds to six significant digits
+        np.testing.assert_allclose(record.details[f"res_{name}"][0], curves[name], rtol=2e-6)
+    assert curves["no_skip"][-1] < 0.9 * curves["no_skip"][0]  # the path does move: the comparison has teeth
+
+
+def test_e7_is_skipped_for_implicit_and_non_softmax_lms(gen, text, tmp_path):
+    for kw, fragment in (({"implicit": True}, "fixed point"), ({"carrier": "gaussian_mixture"}, "gaussian_mixture")):
+        folder = export_model(_model(gen, **kw), VOCAB, tmp_path / next(iter(kw)))
+        config = ProbeConfig(model=str(folder), text=str(text), tokens=64, seq_len=16, batch_size=4,
+                             replicates=20, hypotheses=("E7",))
+        (record,) = probe(config, None).records
+        assert record.verdict == "skipped" and fragment in record.notes
 
 
 @pytest.mark.parametrize("kw", [{"tied_layers": True}, {"implicit": True}])

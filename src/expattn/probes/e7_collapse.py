@@ -17,6 +17,7 @@ no-skip path collapses (interval below -2, i.e. a 100-fold drop) while the skip 
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from expattn.nn.lm import BatchCloudNorm
+from expattn.nn.norms import Norm
 from expattn.probes.attention import attention_branch
 from expattn.probes.common import Batch, Estimator, ProbeContext, as_list, figure, save
 from expattn.report.schema import Record
@@ -37,11 +40,15 @@ def residual_norm(x: Tensor) -> Tensor:
 
 
 def normalize64(x: Tensor, module: nn.Module) -> Tensor:
-    """The block's LayerNorm or RMSNorm applied in float64 (HF's RMSNorm would compute in float32)."""
+    """The block's input normalization applied in float64: ``nn.LayerNorm``, HuggingFace's RMSNorm
+    (which would compute in float32), or expattn's own normalizations (``expattn.nn.norms``, as the
+    LM wraps them), run as a float64 copy of the module."""
     if isinstance(module, nn.LayerNorm):
         w = None if module.weight is None else module.weight.double()
         b = None if module.bias is None else module.bias.double()
         return F.layer_norm(x, module.normalized_shape, w, b, module.eps)
+    if isinstance(module, (BatchCloudNorm, Norm)):
+        return copy.deepcopy(module).double()(x)
     eps = getattr(module, "variance_epsilon", getattr(module, "eps", None))
     if eps is None or not hasattr(module, "weight"):
         raise TypeError(f"unsupported normalization module {type(module).__name__}")

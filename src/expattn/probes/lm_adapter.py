@@ -30,7 +30,7 @@ from expattn.probes.attention import AttnWeights
 from expattn.train.data import encode
 from expattn.train.export import MODEL_TYPE, load_exported
 
-SOFTMAX_ONLY = ("E4", "E5", "E8")
+SOFTMAX_ONLY = ("E4", "E5", "E7", "E8")
 
 
 class CharTokenizer:
@@ -104,9 +104,12 @@ def _attention(model: ProbedLM, i: int) -> AttnWeights:
 
 
 def _inapplicable(model: ProbedLM) -> dict[str, str]:
-    """E7 recomputes the branch with HuggingFace-style LayerNorm/RMSNorm modules; E4, E5, E8 need softmax heads."""
+    """E4, E5, E7, E8 recompute softmax heads; E7 also stacks one attention step per depth, which an
+    implicit layer (a fixed point of its block) is not."""
     cfg = model.lm.cfg
-    out = {"E7": f"E7 recomputes pre-norm branches with LayerNorm/RMSNorm modules; this model's norm is {cfg.norm!r}"}
+    out = {}
+    if cfg.implicit:
+        out["E7"] = "implicit layers: each depth is a fixed point of its block, not one attention step"
     if cfg.carrier != "empirical":
         reason = f"the {cfg.carrier!r} carrier is not softmax attention, which this hypothesis recomputes"
         out.update(dict.fromkeys(SOFTMAX_ONLY, reason))
