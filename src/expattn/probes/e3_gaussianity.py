@@ -10,9 +10,9 @@ $$\text{skew}_k = \frac{E(y-\bar y)^3}{\sigma^3},\quad \kappa_k = \frac{E(y-\bar
 Thm. 1 predicts a Gaussian equilibrium; anisotropy as in Ethayarajh 2019: mean cosine of
 randomly paired tokens, here averaged over every pair of distinct tokens within a sequence, so
 that it does not depend on how sequences are batched or sharded). Tensors: ``layers.i.input`` for
-every block (depth 0 = embeddings) and the last block's ``output``. Null baseline: a Gaussian with the same
-number of tokens has
-$E|\kappa| = \sqrt{24/n}\sqrt{2/\pi}$, $\text{PR} \approx 1/(1 + D/n)$ if isotropic, and cosine 0.
+every block (depth 0 = embeddings) and the last block's ``output``. Null baseline: a Gaussian with
+the same number of tokens has $E|\kappa| = \sqrt{24/n}\sqrt{2/\pi}$, $\text{PR} \approx 1/(1 + D/n)$
+if isotropic, and cosine 0.
 Reported with all tokens and without the first/special tokens and the massive-activation tokens
 (``common.kept_weights``: a token whose state is over 20 times the sequence's median norm; in
 SmolLM2 a word right after the first token now and then). Verdict (without them): the
