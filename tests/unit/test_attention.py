@@ -90,6 +90,8 @@ def test_weights_and_log_normalizer_exposed_by_attribute_and_hook(gen):
     logits = q @ k.mT / 2.0  # scale 1/sqrt(4)
     torch.testing.assert_close(seen["g"], torch.logsumexp(logits, -1), rtol=0, atol=1e-12)
     torch.testing.assert_close(m.last_weights, torch.softmax(logits, -1), rtol=0, atol=1e-12)
+    m(x)  # hook removed: the next plain call drops the kept statistics again
+    assert m.last_weights is None and m.last_log_normalizer is None
 
 
 def test_residual_step_is_gradient_ascent_on_log_normalizer(gen):
