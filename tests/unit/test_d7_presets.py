@@ -43,7 +43,7 @@ def test_tuned_gain_gives_the_target_spectral_radius_of_the_dense_jacobian(gen):
     torch.manual_seed(3)
     block = InjectedAttention(8, heads=2).double()
     x = torch.randn(1, 6, 8, generator=gen, dtype=torch.float64)
-    reached = tune_gain(block, x, 0.85, gen)
+    reached, _ = tune_gain(block, x, 0.85, gen)
     with torch.no_grad():
         z, stats = solve(lambda s: block(s, x), x, method="anderson", tol=1e-12, max_iter=500)
     assert stats.converged

@@ -43,30 +43,33 @@ def _fixed_point(block: nn.Module, x: Tensor) -> tuple[Tensor, bool]:
     return z, bool(stats.converged)
 
 
-def radius_at(block: InjectedAttention, x: Tensor, gen: torch.Generator) -> float:
-    """$\\max_b \\rho(J_b)$ at the block's fixed point (NaN if Anderson does not find it)."""
+def radius_at(block: InjectedAttention, x: Tensor, gen: torch.Generator) -> tuple[float, Tensor]:
+    """$\\max_b \\rho(J_b)$ at the block's fixed point (NaN if Anderson does not find it), and that point."""
     z, found = _fixed_point(block, x)
     if not found:
-        return math.nan
-    return spectral_radius(lambda s: block(s, x), z, iters=100, generator=gen).max().item()
+        return math.nan, z
+    return spectral_radius(lambda s: block(s, x), z, iters=100, generator=gen).max().item(), z
 
 
-def tune_gain(block: InjectedAttention, x: Tensor, target: float, gen: torch.Generator, steps: int = 16) -> float:
+def tune_gain(
+    block: InjectedAttention, x: Tensor, target: float, gen: torch.Generator, steps: int = 16
+) -> tuple[float, Tensor]:
     r"""Set ``block.gain`` by bisection on $\log\gamma \in [\log 0.2, \log 20]$ so that the spectral radius at
-    the fixed point is ``target`` (to within 0.005, or after ``steps`` halvings); returns the radius reached.
+    the fixed point is ``target`` (to within 0.005, or after ``steps`` halvings); returns the radius reached
+    and the fixed point at the final gain.
     $\rho$ grows with the gain for these blocks; a gain whose fixed point is not found counts as too large."""
     lo, hi = math.log(0.2), math.log(20.0)
-    rho = math.nan
+    rho, z = math.nan, x
     for _ in range(steps):
         block.gain = math.exp((lo + hi) / 2)
-        rho = radius_at(block, x, gen)
+        rho, z = radius_at(block, x, gen)
         if abs(rho - target) < 0.005:
             break
         if math.isnan(rho) or rho > target:
             hi = math.log(block.gain)
         else:
             lo = math.log(block.gain)
-    return rho
+    return rho, z
 
 
 def krylov_evaluations(block: nn.Module, x: Tensor, z_star: Tensor, tol: float) -> int:
@@ -96,14 +99,13 @@ def krylov_evaluations(block: nn.Module, x: Tensor, z_star: Tensor, tol: float) 
 
 
 def _row(block: InjectedAttention, x: Tensor, target: float, gen: torch.Generator) -> dict[str, float]:
-    rho = tune_gain(block, x, target, gen)
+    rho, z_star = tune_gain(block, x, target, gen)
     row: dict[str, float] = {"target_radius": target, "spectral_radius": rho, "gain": block.gain}
     with torch.no_grad():
         for name, options in METHODS.items():
             _, stats = solve(lambda s: block(s, x), x, method=name, tol=TOL, max_iter=BUDGET, **options)
             row[name] = float(stats.evaluations)
             row[f"{name}_converged"] = float(stats.converged)
-    z_star, _ = _fixed_point(block, x)
     row["gmres"] = float(krylov_evaluations(block, x, z_star, TOL))
     row["ratio"] = row["fixed_point_iter"] / row["anderson"]
     row["ratio_gmres"] = row["fixed_point_iter"] / row["gmres"]

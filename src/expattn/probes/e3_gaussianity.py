@@ -76,10 +76,10 @@ def kept_moments(
     """Count, mean, scatter (and projected moments) of the tokens of ``x[:, kept]`` where ``keep`` ``(B, kept)``
     is True: the ``"excl"`` tokens of a block, shared by E3 and E4 (on post-LN models both read ``input``).
     ``projections`` ``(B, T, K)``: ``x @ directions`` if already computed."""
-    if bool(keep.all()):  # no massive token: read the view, no masked copy
-        y = None if projections is None else projections[:, kept]
-        return Moments.of(x[:, kept], True, directions, y)
-    return Moments.of(x[:, kept][keep], True, directions, None if projections is None else projections[:, kept][keep])
+    xs, ys = x[:, kept], None if projections is None else projections[:, kept]
+    if not bool(keep.all()):  # a massive token: masked copies (otherwise the views are read in place)
+        xs, ys = xs[keep], None if ys is None else ys[keep]
+    return Moments.of(xs, True, directions, ys)
 
 
 class E3Gaussianity(Estimator):
