@@ -158,9 +158,9 @@ def test_head_cosines_match_explicit_updates(gen):
     u = head_updates(z, w)  # (B, T, H, D)
     un = u / u.norm(dim=-1, keepdim=True)
     off = ~torch.eye(heads, dtype=torch.bool)
-    ref_same = torch.einsum("bthd,btkd->bthk", un, un)[..., off].mean(-1)
+    ref_same = torch.einsum("bthd,btkd->bthk", un, un)[..., off].mean((1, 2))
     cos = torch.einsum("bthd,bskd->btshk", un, un)  # every token pair and head pair, explicitly
     ref_null = cos[:, ~torch.eye(t, dtype=torch.bool)][..., off].mean((1, 2))  # s != t and h != h'
-    ref_energy = u.sum(-2).pow(2).sum(-1) / u.pow(2).sum((-1, -2))
+    ref_energy = (u.sum(-2).pow(2).sum(-1) / u.pow(2).sum((-1, -2))).mean(1)
     for got, ref in ((same, ref_same), (null, ref_null), (energy, ref_energy)):
         np.testing.assert_allclose(got.numpy(), ref.numpy(), rtol=1e-10, atol=1e-12)

@@ -9,7 +9,7 @@ import torch
 
 from expattn.probes.common import Batch, ProbeContext, kept_weights, massive, shared, spread
 from expattn.probes.e3_gaussianity import mean_pair_cosine
-from expattn.probes.stats import BootstrapMeans, CrossMoments, Moments, centre, gram, poisson_weights
+from expattn.probes.stats import BootstrapMeans, CrossMoments, Moments, centre, cross, gram, poisson_weights
 
 
 def _chunks(gen: torch.Generator, n: int, parts: int) -> list[int]:
@@ -63,6 +63,17 @@ def test_centre_recovers_the_float64_mean_of_float32_data(gen):
     refc = ref - ref_mean
     # float32 products of unit-size centred values: ~1e-6 relative to the diagonal n
     np.testing.assert_allclose(scatter.numpy(), (refc.T @ refc).numpy(), rtol=0, atol=1e-5 * n)
+
+
+def test_centre_reads_a_strided_view_with_several_token_axes(gen):
+    h = (50.0 + torch.randn(6, 40, 7, generator=gen, dtype=torch.float64)).float()
+    view = h[::2, 1:39]  # (3, 38, 7), not contiguous: summed one token axis at a time
+    xc, mean, r = centre(view)
+    ref = view.reshape(-1, 7).double()
+    assert xc.shape == (3 * 38, 7)
+    # float32 centring of values 50x their spread: the exact mean to ~1e-6, x_c to float32 rounding of 50
+    np.testing.assert_allclose(mean.numpy(), ref.mean(0).numpy(), rtol=0, atol=1e-6)
+    np.testing.assert_allclose(xc.double().numpy(), (ref - ref.mean(0) + r).numpy(), rtol=0, atol=1e-5)
 
 
 def test_shared_computes_once_per_tensor_object():
@@ -176,6 +187,24 @@ def test_gram_matches_the_general_product(gen, dtype, threads):
     torch.testing.assert_close(got.double(), ref, rtol=tol, atol=tol * ref.abs().max().item())
     if threads == 1:  # syrk computes one triangle and mirrors it: exactly symmetric
         torch.testing.assert_close(got, got.T, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_stacked_gram_and_cross_match_the_general_product(gen, threads):
+    x = torch.randn(3, 60, 24, generator=gen)[:, ::2]  # (3, 30, 24) strided: one Gram matrix per leading index
+    y = torch.randn(60, 16, generator=gen)[1::2]
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)  # 1: numpy's BLAS; 2: torch
+    try:
+        stacked, product = gram(x), cross(x[0], y)
+    finally:
+        torch.set_num_threads(before)
+    ref_stacked = torch.stack([a.double().T @ a.double() for a in x])
+    ref_product = x[0].double().T @ y.double()
+    assert stacked.shape == (3, 24, 24) and product.shape == (24, 16) and product.dtype == torch.float32
+    # float32 sums of 30 products of O(1) terms: relative error ~1e-6
+    torch.testing.assert_close(stacked.double(), ref_stacked, rtol=1e-5, atol=1e-5 * ref_stacked.abs().max().item())
+    torch.testing.assert_close(product.double(), ref_product, rtol=1e-5, atol=1e-5 * ref_product.abs().max().item())
 
 
 def test_mean_pair_cosine_equals_the_mean_over_explicit_pairs(gen):

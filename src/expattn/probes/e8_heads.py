@@ -33,6 +33,7 @@ from expattn.probes.common import (
     majority_verdict,
     save,
 )
+from expattn.probes import stats
 from expattn.probes.stats import BootstrapMeans
 from expattn.report.schema import Record
 
@@ -41,38 +42,39 @@ _F = 3  # mean pairwise cosine, null cosine, energy ratio gamma
 
 
 def head_gram(w: AttnWeights) -> Tensor:
-    """$G = W_o^\\top W_o$, ``(heads*head_dim, heads*head_dim)``: $u_h \\cdot u_{h'} = z_h^\\top G_{hh'} z_{h'}$."""
+    """$G = W_o^\top W_o$, ``(heads*head_dim, heads*head_dim)``: $u_h \cdot u_{h'} = z_h^\top G_{hh'} z_{h'}$."""
     return w.wo.T @ w.wo
 
 
 def head_cosines(z: Tensor, gram: Tensor, heads: int, update: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """Mean pairwise cosine of the heads' updates per token ``(batch, token)``; the same between head $h$ at
-    token $t$ and head $h'$ at any other token $s \\ne t$, per sequence ``(batch,)`` float64; and
-    $\\lVert\\sum_h u_h\\rVert^2 / \\sum_h\\lVert u_h\\rVert^2$ per token ``(batch, token)``.
+    """Per sequence ``(batch,)`` float64: the mean over tokens of the mean pairwise cosine of the heads'
+    updates; the mean cosine between head $h$ at token $t$ and head $h'$ at any other token $s \ne t$; and the
+    mean over tokens of $\lVert\sum_h u_h\rVert^2 / \sum_h\lVert u_h\rVert^2$.
 
-    Works in the heads' value space through ``gram`` (no ``(token, head, dim)`` tensor): with
-    $\\hat z_h = z_h / \\lVert u_h\\rVert$, $\\sum_{h\\ne h'}\\cos = \\hat z^\\top G \\hat z - H$ at one token, and
-    over all pairs of tokens, with $Z = \\sum_t \\hat z_t$,
-    $\\sum_{s \\ne t}\\sum_{h\\ne h'} \\hat z_{h,t}^\\top G_{hh'} \\hat z_{h',s}
-    = Z^\\top G Z - \\sum_h Z_h^\\top G_{hh} Z_h - \\sum_t (\\hat z_t^\\top G \\hat z_t - H)$.
-    ``update`` ``(batch, token, D)`` is $\\sum_h u_h = W_o z$ (the output projection without its bias,
+    Works in the heads' value space through ``gram`` (no ``(token, head, dim)`` tensor). With
+    $\hat z_h = z_h / \lVert u_h\rVert$ and $G^\circ$ = $G$ with its diagonal blocks $G_{hh}$ set to 0,
+    $\sum_{h\ne h'}\cos(u_{h,t}, u_{h',t}) = \hat z_t^\top G^\circ \hat z_t$, so a sequence's sum over tokens is
+    $\langle G^\circ, S\rangle_F$ with the per-sequence scatter $S = \sum_t \hat z_t \hat z_t^\top$ (a ``syrk``:
+    half the multiply-adds of the token-by-token products). Over all pairs of tokens, with
+    $Z = \sum_t \hat z_t$: $\sum_{s \ne t}\sum_{h\ne h'} \hat z_{h,t}^\top G_{hh'} \hat z_{h',s}
+    = Z^\top G^\circ Z - \langle G^\circ, S\rangle_F$.
+    ``update`` ``(batch, token, D)`` is $\sum_h u_h = W_o z$ (the output projection without its bias,
     which the model has already computed), so the energy needs no second product with ``gram``.
     """
     b, t, hd = z.shape
     dh = hd // heads
-    blocks = torch.stack([gram[h * dh : (h + 1) * dh, h * dh : (h + 1) * dh] for h in range(heads)])  # (H, dh, dh)
+    blocks = gram.view(heads, dh, heads, dh).diagonal(dim1=0, dim2=2).permute(2, 0, 1)  # (H, dh, dh): G_hh
+    off = gram.clone()
+    off.view(heads, dh, heads, dh).diagonal(dim1=0, dim2=2).zero_()  # G°
     zh = z.reshape(b * t, heads, dh).transpose(0, 1)  # (H, N, dh)
     sq = (torch.bmm(zh, blocks) * zh).sum(-1).clamp_min(1e-30)  # (H, N) = |u_h|^2
     zn = (zh * sq.rsqrt().unsqueeze(-1)).transpose(0, 1).reshape(b, t, hd)  # unit-update scaling
-    off_diagonal = (zn @ gram * zn).sum(-1) - heads  # (B, T): sum over h != h' at the same token
-    pairs = heads * (heads - 1)
+    same = (stats.gram(zn).view(b, -1) @ off.view(-1)).double()  # (B,): <G°, S> per sequence
     total = zn.sum(1).double()  # (B, H*dh); the small products below in float64: they cancel
-    total_h = total.view(b, heads, dh).transpose(0, 1)  # (H, B, dh)
-    within = (torch.bmm(total_h, blocks.double()) * total_h).sum((0, -1))  # (B,): h = h' terms
-    across = ((total @ gram.double()) * total).sum(-1) - within - off_diagonal.double().sum(1)
-    null = across / (t * (t - 1) * pairs)
-    energy = (update * update).sum(-1) / sq.sum(0).view(b, t)
-    return off_diagonal / pairs, null, energy
+    across = ((total @ off.double()) * total).sum(-1) - same
+    pairs = heads * (heads - 1)
+    energy = (update * update).sum(-1) / sq.sum(0).view(b, t)  # (B, T)
+    return same / (t * pairs), across / (t * (t - 1) * pairs), energy.double().mean(1)
 
 
 class E8Heads(Estimator):
@@ -90,9 +92,9 @@ class E8Heads(Estimator):
         w, kept = self.ctx.attention[i], self.ctx.kept
         z = tensors["attn.heads"][:, kept]
         update = tensors["attn.output"][:, kept]
-        update = update if w.bo is None else update - w.bo.to(update.dtype)
+        update = update if w.bo is None else update - w.bo.to(update.dtype).view(1, 1, -1)  # 3-D: 4x faster
         same, null, energy = head_cosines(z, self.grams[i], w.heads, update)
-        self._rows[i] = [same.double().mean(1), null, energy.double().mean(1)]
+        self._rows[i] = [same, null, energy]
         if i == self.ctx.layers - 1:
             values = torch.stack([c for j in range(self.ctx.layers) for c in self._rows.pop(j)], dim=1)
             self.stats_.update(values, batch.weights)
