@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from expattn.probes import stats
 from expattn.probes.attention import AttnWeights
 from expattn.probes.common import (
     Batch,
@@ -33,7 +34,6 @@ from expattn.probes.common import (
     majority_verdict,
     save,
 )
-from expattn.probes import stats
 from expattn.probes.stats import BootstrapMeans
 from expattn.report.schema import Record
 
@@ -42,12 +42,12 @@ _F = 3  # mean pairwise cosine, null cosine, energy ratio gamma
 
 
 def head_gram(w: AttnWeights) -> Tensor:
-    """$G = W_o^\top W_o$, ``(heads*head_dim, heads*head_dim)``: $u_h \cdot u_{h'} = z_h^\top G_{hh'} z_{h'}$."""
+    r"""$G = W_o^\top W_o$, ``(heads*head_dim, heads*head_dim)``: $u_h \cdot u_{h'} = z_h^\top G_{hh'} z_{h'}$."""
     return w.wo.T @ w.wo
 
 
 def head_cosines(z: Tensor, gram: Tensor, heads: int, update: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """Per sequence ``(batch,)`` float64: the mean over tokens of the mean pairwise cosine of the heads'
+    r"""Per sequence ``(batch,)`` float64: the mean over tokens of the mean pairwise cosine of the heads'
     updates; the mean cosine between head $h$ at token $t$ and head $h'$ at any other token $s \ne t$; and the
     mean over tokens of $\lVert\sum_h u_h\rVert^2 / \sum_h\lVert u_h\rVert^2$.
 

@@ -31,7 +31,7 @@ def _numpy_blas(*xs: Tensor) -> bool:
 
 
 def gram(x: Float[Tensor, "*batch token dim"]) -> Float[Tensor, "*batch dim dim"]:
-    """$x^\top x$ (per leading index) in the dtype of ``x``. On one torch thread (``_numpy_blas``) through
+    r"""$x^\top x$ (per leading index) in the dtype of ``x``. On one torch thread (``_numpy_blas``) through
     numpy, whose matmul recognises a product of a matrix with its own transpose and calls BLAS ``syrk``:
     half the multiply-adds of a general product (1.8x faster than ``torch.mm`` for a 2,016 x 384 float32
     batch on this project's CPU machine)."""
@@ -42,7 +42,7 @@ def gram(x: Float[Tensor, "*batch token dim"]) -> Float[Tensor, "*batch dim dim"
 
 
 def cross(x: Float[Tensor, "token dx"], y: Float[Tensor, "token dy"]) -> Float[Tensor, "dx dy"]:
-    """$x^\top y$; on one torch thread through numpy's BLAS (OpenBLAS: 10% faster than ``torch.mm`` on
+    r"""$x^\top y$; on one torch thread through numpy's BLAS (OpenBLAS: 10% faster than ``torch.mm`` on
     ``(1008, 384)`` float32 operands on this project's CPU machine)."""
     if not _numpy_blas(x, y):
         return x.T @ y
