@@ -120,23 +120,25 @@ def variant_views(x: Tensor, excluded: Tensor) -> dict[str, Tensor]:
 
 
 def squared_norms(x: Tensor) -> Tensor:
-    """$\\lVert x_t\\rVert^2$ per token, ``(batch, token)`` float64 (summed in float32 over the D features:
-    relative error ~1e-7; means over tokens are then taken in float64)."""
-    return (x * x).sum(-1).double()
+    """$\\lVert x_t\\rVert^2$ per token, ``(batch, token)`` float64 (the norm summed in float32 over the D
+    features in one pass, no squared copy of ``x``: relative error ~1e-7; squared and averaged over tokens
+    in float64)."""
+    return torch.linalg.vector_norm(x, dim=-1).double().square()
 
 
-def spread(x: Tensor, w: Tensor | None = None) -> tuple[Tensor, Tensor]:
+def spread(x: Tensor, w: Tensor | None = None, sq: Tensor | None = None) -> tuple[Tensor, Tensor]:
     r"""Per sequence: mean squared distance to the sequence centroid, and mean squared norm; ``(batch,)`` each.
 
     $$\operatorname{spread} = \overline{\lVert x\rVert^2} - \lVert \bar x\rVert^2, \qquad
     \bar x = \frac{\sum_t w_t x_t}{\sum_t w_t},\quad
     \overline{\lVert x\rVert^2} = \frac{\sum_t w_t \lVert x_t\rVert^2}{\sum_t w_t}$$
 
-    with weights ``w`` ``(batch, token)`` (1 = use the token, 0 = leave it out; ``None``: all ones).
-    Per-token squared norms and the centroid are float32, the difference float64: relative error about
+    with weights ``w`` ``(batch, token)`` (1 = use the token, 0 = leave it out; ``None``: all ones) and
+    ``sq`` = ``squared_norms(x)`` when the caller has it. Per-token squared norms and the centroid are
+    float32, the difference float64: relative error about
     $10^{-7}\,\overline{\lVert x\rVert^2} / \operatorname{spread}$, and no centred copy of ``x`` is made.
     """
-    sq = (x * x).sum(-1).double()  # (B, T)
+    sq = squared_norms(x) if sq is None else sq  # (B, T)
     if w is None:
         msn, mean = sq.mean(1), x.mean(1)
     else:
@@ -149,21 +151,24 @@ def spread(x: Tensor, w: Tensor | None = None) -> tuple[Tensor, Tensor]:
 def shared_spread(batch: Batch, x: Tensor, variant: str, kept: slice | Tensor, w: Tensor) -> tuple[Tensor, Tensor]:
     """``spread`` of ``x`` over all tokens (``variant="all"``) or over ``x[:, kept]`` with the block's token
     weights ``w`` (``"excl"``, see ``kept_weights``), computed once per block and tensor (E1 and E2 read
-    several of the same tensors)."""
-    return shared(batch, f"spread {variant}", x, lambda t: spread(t) if variant == "all" else spread(t[:, kept], w))
+    several of the same tensors), from the tensor's shared ``squared_norms``."""
+    sq = shared(batch, "squared norms", x, squared_norms)
+    if variant == "all":
+        return shared(batch, "spread all", x, lambda t: spread(t, sq=sq))
+    return shared(batch, "spread excl", x, lambda t: spread(t[:, kept], w, sq[:, kept]))
 
 
 MASSIVE_FACTOR = 20.0
 RESIDUAL_STREAM = ("input", "attn.residual", "norm2.input", "output")
 
 
-def massive(x: Tensor) -> Tensor:
+def massive(sq: Tensor) -> Tensor:
     r"""``(batch, token)`` True where $\lVert x_t\rVert > 20\,\operatorname{median}_s \lVert x_s\rVert$ within
-    the sequence: the "massive activations" of Sun et al. (2024), a handful of tokens (in Llama-family
+    the sequence, from the squared norms ``sq`` ``(batch, token)`` (``squared_norms``; the median commutes with
+    squaring): the "massive activations" of Sun et al. (2024), a handful of tokens (in Llama-family
     models the first token and now and then the first word after it) whose states are 100-1000 times
     larger than the others'. Left in, one of them dominates every pooled moment of a layer."""
-    norm = torch.linalg.vector_norm(x, dim=-1)  # (B, T)
-    return norm > MASSIVE_FACTOR * norm.median(dim=1, keepdim=True).values
+    return sq > MASSIVE_FACTOR**2 * sq.median(dim=1, keepdim=True).values
 
 
 def kept_weights(batch: Batch, tensors: dict[str, Tensor], kept: slice | Tensor) -> Tensor:
@@ -173,7 +178,11 @@ def kept_weights(batch: Batch, tensors: dict[str, Tensor], kept: slice | Tensor)
     decays through the later blocks. One mask per block, so every ratio compares the same tokens."""
 
     def compute(_: Tensor) -> Tensor:
-        flags = [massive(tensors[name][:, kept]) for name in RESIDUAL_STREAM if name in tensors]
+        flags = [
+            massive(shared(batch, "squared norms", tensors[name], squared_norms)[:, kept])
+            for name in RESIDUAL_STREAM
+            if name in tensors
+        ]
         flagged = torch.stack(flags).any(0)
         if "massive" in batch.carry:
             flagged |= batch.carry["massive"]

@@ -12,6 +12,7 @@ tokens), over all tokens and without the first/special tokens and the block's ma
 tokens (``common.kept_weights``). Null baseline: the same update with its vectors shuffled across
 the (used) tokens of the sequence, so that sizes stay and any alignment with the states goes, in
 expectation over all shuffles, which is exact and needs no random draw: with $\Delta = \mathrm{Attn}(H)$
+(``layers.i.attn.output``, the update that ``attn.residual`` adds to ``input``)
 and $\pi$ uniform, $E_\pi\,\text{spread}(H + P_\pi\Delta) = \text{spread}(H) + \text{spread}(\Delta)$
 (the cross term averages to $\bar h\cdot\bar\Delta$, which the centroid removes). The verdict uses
 the raw ratio without the first/special tokens: supported when, in most layers, the 95% bootstrap
@@ -38,7 +39,6 @@ from expattn.probes.common import (
     majority_verdict,
     save,
     shared_spread,
-    spread,
 )
 from expattn.probes.stats import BootstrapMeans
 from expattn.report.schema import Record
@@ -57,16 +57,14 @@ class E1Expansion(Estimator):
         self._rows: dict[int, list[Tensor]] = {}
 
     def update(self, i: int, tensors: dict[str, Tensor], batch: Batch) -> None:
-        before, after = tensors["input"], tensors["attn.residual"]
+        before, after, update = tensors["input"], tensors["attn.residual"], tensors["attn.output"]
         kept = self.ctx.kept
         w = kept_weights(batch, tensors, kept)
         cols = []
         for variant in VARIANTS:
-            b = before if variant == "all" else before[:, kept]
-            a = after if variant == "all" else after[:, kept]
             sb, nb = shared_spread(batch, before, variant, kept, w)
             sa, na = shared_spread(batch, after, variant, kept, w)
-            s_update, _ = spread(a - b, None if variant == "all" else w)
+            s_update, _ = shared_spread(batch, update, variant, kept, w)
             cols += [sb, sa, nb, na, sb + s_update]
         self._rows[i] = cols
         if i == self.ctx.layers - 1:

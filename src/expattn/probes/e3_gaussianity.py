@@ -40,6 +40,7 @@ from expattn.probes.common import (
     kept_weights,
     save,
     shared,
+    squared_norms,
 )
 from expattn.probes.stats import BootstrapMeans, Moments
 from expattn.report.schema import Record
@@ -111,7 +112,7 @@ class E3Gaussianity(Estimator):
         xk = x[:, kept]
         self.special_[d].update(torch.cat([x[:, self.ctx.excluded].flatten(0, 1), xk[~keep]]))
         self.massive_[d] += int((~keep).sum())
-        norm_all = torch.linalg.vector_norm(x, dim=-1)  # (B, T)
+        norm_all = shared(batch, "squared norms", x, squared_norms).sqrt().float()  # (B, T), computed once
         cols = []
         for variant in VARIANTS:
             if variant == "all":
