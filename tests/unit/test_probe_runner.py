@@ -170,3 +170,20 @@ if __name__ == "__main__":
     if int(os.environ.get("RANK", "0")) == 0:
         save_file(statistics(outcome.estimators), sys.argv[2])
     torch.distributed.destroy_process_group()
+
+
+def test_sequence_windows_longer_than_the_context_do_not_warn(capfd):
+    """The sample tokenizes a window of 12 characters per kept token, which on terse text exceeds the
+    model's 512-token limit; only the first tokens are kept, so HuggingFace's warning about running such
+    a sequence through the model would be false and must not reach the user."""
+    from transformers import AutoTokenizer
+
+    from expattn.probes.corpus import TokenSample, sequence
+    from expattn.probes.loading import minilm_dir
+
+    tokenizer = AutoTokenizer.from_pretrained(str(minilm_dir()))
+    text = "a b c d e f g h " * 2000  # one token per 2 characters: a 1,600-character window gives ~800 tokens
+    assert len(tokenizer(text[:1600], add_special_tokens=False, verbose=False)["input_ids"]) > 512
+    ids = sequence(text, tokenizer, "bert", TokenSample(128, 0), 0)
+    assert ids.shape == (128,)
+    assert "longer than the specified maximum" not in capfd.readouterr().err

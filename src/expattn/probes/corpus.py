@@ -91,7 +91,9 @@ def sequence(text: str, tokenizer: object, family: str, sample: TokenSample, ind
     window = 12 * n_content + 64
     for _ in range(4):
         start = int(rng.integers(0, max(1, len(text) - window)))
-        ids = tokenizer(text[start : start + window], add_special_tokens=False)["input_ids"][1 : 1 + n_content]
+        # verbose=False: the window may exceed the model's context; only its first n_content tokens are kept
+        encoded = tokenizer(text[start : start + window], add_special_tokens=False, verbose=False)
+        ids = encoded["input_ids"][1 : 1 + n_content]
         if len(ids) == n_content:
             return torch.tensor(head + ids + tail, dtype=torch.long)
         window *= 4

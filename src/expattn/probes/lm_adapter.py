@@ -36,7 +36,8 @@ SOFTMAX_ONLY = ("E4", "E5", "E7", "E8")
 class CharTokenizer:
     """Characters to token ids of a sorted vocabulary (token ``i`` is ``vocab[i]``); no special tokens.
 
-    Called like a HuggingFace tokenizer: ``tokenizer(text, add_special_tokens=False)["input_ids"]``.
+    Called like a HuggingFace tokenizer: ``tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"]``
+    (``verbose`` is accepted for that reason: a character tokenizer has no length limit to warn about).
     A character outside the vocabulary is a ``ValueError`` naming it.
     """
 
@@ -45,7 +46,7 @@ class CharTokenizer:
             raise ValueError(f"vocab must be a non-empty string of distinct sorted characters, got {vocab!r:.60}")
         self.vocab = vocab
 
-    def __call__(self, text: str, add_special_tokens: bool = False) -> dict[str, list[int]]:
+    def __call__(self, text: str, add_special_tokens: bool = False, verbose: bool = True) -> dict[str, list[int]]:
         if not isinstance(text, str):
             raise TypeError(f"text must be a str, got {type(text).__name__}")
         try:
