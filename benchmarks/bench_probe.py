@@ -1,10 +1,12 @@
 """Benchmark of ``expattn probe``: time against plain HF forward passes, and peak memory vs tokens.
 
-    python benchmarks/bench_probe.py time --model minilm --tokens 20000
+    python benchmarks/bench_probe.py time --model minilm --tokens 20000 --repeat 3
     python benchmarks/bench_probe.py memory --model minilm --tokens 20000 100000
 
 ``time`` runs, in one process, plain forward passes (no hooks) over exactly the batches the probe
-reads, then the full probe, and prints probe/plain ratios of wall and CPU time. The process is warm
+reads, then the full probe, and prints probe/plain ratios of wall and CPU time; ``--repeat N``
+alternates the two N times and prints the median ratio (this shared machine's speed drifts by
+10-20% within a minute, and alternating exposes both sides to the same drift). The process is warm
 (a one-batch probe runs first, so imports and file caches are done): the probe's time includes
 loading the model and text, the statistics and the records, not the plots (``expattn probe --out``
 adds them, about 2 s for MiniLM) nor a fresh process's first import of the model code (about 3 s). ``memory`` runs
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import statistics
 import subprocess
 import sys
 import time
@@ -49,24 +52,33 @@ def plain_forward(config) -> tuple[float, float]:
     return wall, cpu
 
 
-def bench_time(model: str, tokens: int) -> None:
+def bench_time(model: str, tokens: int, repeat: int) -> None:
     from expattn.probe import ProbeConfig, probe
 
     config = ProbeConfig(model=model, tokens=tokens)
     probe(ProbeConfig(model=model, tokens=config.batch_size * config.seq_len), None)  # warm-up: caches, imports
-    plain_wall, plain_cpu = plain_forward(config)
-    t0, c0 = time.perf_counter(), time.process_time()
-    outcome = probe(config, None)
-    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    print(f"model={model} tokens={outcome.tokens} threads={torch.get_num_threads()}")
-    print(f"plain HF forward passes: wall {plain_wall:.1f} s, cpu {plain_cpu:.1f} s")
-    inside = f"wall {outcome.forward_seconds:.1f} s, cpu {outcome.forward_cpu_seconds:.1f} s"
-    print(f"forward passes inside the probe: {inside}")
-    print(f"statistics inside the probe: wall {outcome.stats_seconds:.1f} s, cpu {outcome.stats_cpu_seconds:.1f} s")
-    print(f"full probe: wall {wall:.1f} s, cpu {cpu:.1f} s")
-    print(f"ratio full probe / plain forward: wall {wall / plain_wall:.2f}x, cpu {cpu / plain_cpu:.2f}x")
-    per = {r.id: round(r.metrics["update_seconds"] + r.metrics["result_seconds"], 1) for r in outcome.records}
-    print(f"seconds per hypothesis (update + result): {per}")
+    print(f"model={model} tokens={tokens} threads={torch.get_num_threads()} rounds={repeat}")
+    ratios = []
+    for round_ in range(1, repeat + 1):  # plain then probe, alternating: both see the same drift of the machine
+        plain_wall, plain_cpu = plain_forward(config)
+        t0, c0 = time.perf_counter(), time.process_time()
+        outcome = probe(config, None)
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        ratios.append((wall / plain_wall, cpu / plain_cpu))
+        print(f"round {round_}: plain HF forward passes wall {plain_wall:.1f} s cpu {plain_cpu:.1f} s")
+        inside = f"wall {outcome.forward_seconds:.1f} s, cpu {outcome.forward_cpu_seconds:.1f} s"
+        print(f"  forward passes inside the probe: {inside}")
+        stats = f"wall {outcome.stats_seconds:.1f} s, cpu {outcome.stats_cpu_seconds:.1f} s"
+        print(f"  statistics inside the probe: {stats}")
+        ratio = f"ratio wall {wall / plain_wall:.2f}x, cpu {cpu / plain_cpu:.2f}x"
+        print(f"  full probe: wall {wall:.1f} s, cpu {cpu:.1f} s; {ratio}")
+        per = {r.id: round(r.metrics["update_seconds"] + r.metrics["result_seconds"], 2) for r in outcome.records}
+        print(f"  seconds per hypothesis (update + result): {per}")
+    walls, cpus = (sorted(r[k] for r in ratios) for k in (0, 1))
+    print(
+        f"ratio full probe / plain forward over {repeat} rounds: median wall {statistics.median(walls):.2f}x "
+        f"({walls[0]:.2f}-{walls[-1]:.2f}), cpu {statistics.median(cpus):.2f}x ({cpus[0]:.2f}-{cpus[-1]:.2f})"
+    )
 
 
 def bench_memory(model: str, token_counts: list[int]) -> None:
@@ -88,9 +100,10 @@ def main() -> None:
     parser.add_argument("what", choices=("time", "memory"))
     parser.add_argument("--model", default="minilm")
     parser.add_argument("--tokens", type=int, nargs="+", default=[20_000])
+    parser.add_argument("--repeat", type=int, default=1, help="time: alternating plain/probe rounds")
     args = parser.parse_args()
     if args.what == "time":
-        bench_time(args.model, args.tokens[0])
+        bench_time(args.model, args.tokens[0], args.repeat)
     else:
         bench_memory(args.model, args.tokens)
 
