@@ -63,12 +63,12 @@ def head_cosines(z: Tensor, gram: Tensor, heads: int, update: Tensor) -> tuple[T
     """
     b, t, hd = z.shape
     dh = hd // heads
-    blocks = gram.view(heads, dh, heads, dh).diagonal(dim1=0, dim2=2).permute(2, 0, 1)  # (H, dh, dh): G_hh
+    blocks = gram.view(heads, dh, heads, dh).diagonal(dim1=0, dim2=2).permute(2, 0, 1).contiguous()  # (H, dh, dh)
     off = gram.clone()
     off.view(heads, dh, heads, dh).diagonal(dim1=0, dim2=2).zero_()  # G°
-    zh = z.reshape(b * t, heads, dh).transpose(0, 1)  # (H, N, dh)
-    sq = (torch.bmm(zh, blocks) * zh).sum(-1).clamp_min(1e-30)  # (H, N) = |u_h|^2
-    zn = (zh * sq.rsqrt().unsqueeze(-1)).transpose(0, 1).reshape(b, t, hd)  # unit-update scaling
+    zt = z.reshape(b * t, heads, dh)  # (N, H, dh): the one copy of a strided view
+    sq = torch.linalg.vecdot(torch.bmm(zt.transpose(0, 1), blocks), zt.transpose(0, 1)).clamp_min(1e-30)  # |u_h|^2
+    zn = (zt * sq.T.rsqrt().unsqueeze(-1)).view(b, t, hd)  # unit-update scaling, (N, H, dh) kept: no transposed copy
     same = (stats.gram(zn).view(b, -1) @ off.view(-1)).double()  # (B,): <G°, S> per sequence
     total = zn.sum(1).double()  # (B, H*dh); the small products below in float64: they cancel
     across = ((total @ off.double()) * total).sum(-1) - same
