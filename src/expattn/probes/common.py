@@ -114,11 +114,6 @@ def shared(batch: Batch, name: str, x: Tensor, compute: Callable[[Tensor], objec
 VARIANTS = ("all", "excl")
 
 
-def variant_views(x: Tensor, excluded: Tensor) -> dict[str, Tensor]:
-    """``{"all": x, "excl": x without the excluded positions}`` along the token axis (dim 1)."""
-    return {"all": x, "excl": x[:, ~excluded]}
-
-
 def squared_norms(x: Tensor) -> Tensor:
     """$\\lVert x_t\\rVert^2$ per token, ``(batch, token)`` float64 (the norm summed in float32 over the D
     features in one pass, no squared copy of ``x``: relative error ~1e-7; squared and averaged over tokens

@@ -117,12 +117,10 @@ class E4Alignment(Estimator):
         xs = torch.stack([self.detail_[i][k] for k in sorted(self.detail_[i])])  # (B, T, D)
         p = attention_probs(xs, self.ctx.attention[i])  # (B, H, T, T)
         xc = xs - xs.mean(1, keepdim=True)  # the covariance is shift invariant; centring keeps float32 accurate
-        heads = p.shape[1]
         # sum_j w_j x_j x_j^T with w_j the total attention key j receives, as a Gram matrix of sqrt(w_j) x_j
         rooted = (p.sum(-2).sqrt().unsqueeze(-1) * xc.unsqueeze(1)).transpose(0, 1).flatten(1, 2)  # (H, B*T, D)
         means = (p @ xc.unsqueeze(1)).transpose(0, 1).flatten(1, 2)  # (H, B*T, D): E_p(j|i) x_j per query
-        fisher = torch.stack([gram(rooted[h]) - gram(means[h]) for h in range(heads)])
-        return fisher / (xs.shape[0] * xs.shape[1])
+        return (gram(rooted) - gram(means)) / (xs.shape[0] * xs.shape[1])  # one Gram matrix per head
 
     def _layer(self, i: int, gen: torch.Generator) -> dict:
         w = self.ctx.attention[i].to(torch.float32)
