@@ -1,12 +1,14 @@
 """Benchmark of ``expattn probe``: time against plain HF forward passes, and peak memory vs tokens.
 
     python benchmarks/bench_probe.py time --model minilm --tokens 20000 --repeat 3
+    python benchmarks/bench_probe.py time --model minilm --tokens 20000 100000 --repeat 3
     python benchmarks/bench_probe.py memory --model minilm --tokens 20000 100000
 
 ``time`` runs, in one process, plain forward passes (no hooks) over exactly the batches the probe
 reads, then the full probe, and prints probe/plain ratios of wall and CPU time; ``--repeat N``
 alternates the two N times and prints the median ratio (this shared machine's speed drifts by
-10-20% within a minute, and alternating exposes both sides to the same drift). The process is warm
+10-20% within a minute, and alternating exposes both sides to the same drift). With two token counts
+it also prints the marginal ratio: the cost of each further token, without the per-run work. The process is warm
 (a one-batch probe runs first, so imports and file caches are done): the probe's time includes
 loading the model and text, the statistics and the records, not the plots (``expattn probe --out``
 adds them, about 2 s for MiniLM) nor a fresh process's first import of the model code (about 3 s). ``memory`` runs
@@ -52,33 +54,47 @@ def plain_forward(config) -> tuple[float, float]:
     return wall, cpu
 
 
-def bench_time(model: str, tokens: int, repeat: int) -> None:
+def bench_time(model: str, token_counts: list[int], repeat: int) -> None:
+    """Alternating rounds of plain forward passes and the probe at each token count. With two counts
+    S < L, also the marginal ratio $(\text{probe}_L - \text{probe}_S) / (\text{plain}_L - \text{plain}_S)$:
+    what each further token costs, free of the per-run work (loading, E4/E5/E7 on the detail
+    sequences, eigendecompositions, ridge solves) that the total ratio at S includes."""
     from expattn.probe import ProbeConfig, probe
 
-    config = ProbeConfig(model=model, tokens=tokens)
-    probe(ProbeConfig(model=model, tokens=config.batch_size * config.seq_len), None)  # warm-up: caches, imports
-    print(f"model={model} tokens={tokens} threads={torch.get_num_threads()} rounds={repeat}")
-    ratios = []
+    probe(ProbeConfig(model=model, tokens=ProbeConfig().batch_size * ProbeConfig().seq_len), None)  # warm-up
+    print(f"model={model} tokens={token_counts} threads={torch.get_num_threads()} rounds={repeat}")
+    walls: dict[int, list[tuple[float, float]]] = {n: [] for n in token_counts}  # (plain, probe) per round
     for round_ in range(1, repeat + 1):  # plain then probe, alternating: both see the same drift of the machine
-        plain_wall, plain_cpu = plain_forward(config)
-        t0, c0 = time.perf_counter(), time.process_time()
-        outcome = probe(config, None)
-        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-        ratios.append((wall / plain_wall, cpu / plain_cpu))
-        print(f"round {round_}: plain HF forward passes wall {plain_wall:.1f} s cpu {plain_cpu:.1f} s")
-        inside = f"wall {outcome.forward_seconds:.1f} s, cpu {outcome.forward_cpu_seconds:.1f} s"
-        print(f"  forward passes inside the probe: {inside}")
-        stats = f"wall {outcome.stats_seconds:.1f} s, cpu {outcome.stats_cpu_seconds:.1f} s"
-        print(f"  statistics inside the probe: {stats}")
-        ratio = f"ratio wall {wall / plain_wall:.2f}x, cpu {cpu / plain_cpu:.2f}x"
-        print(f"  full probe: wall {wall:.1f} s, cpu {cpu:.1f} s; {ratio}")
-        per = {r.id: round(r.metrics["update_seconds"] + r.metrics["result_seconds"], 2) for r in outcome.records}
-        print(f"  seconds per hypothesis (update + result): {per}")
-    walls, cpus = (sorted(r[k] for r in ratios) for k in (0, 1))
-    print(
-        f"ratio full probe / plain forward over {repeat} rounds: median wall {statistics.median(walls):.2f}x "
-        f"({walls[0]:.2f}-{walls[-1]:.2f}), cpu {statistics.median(cpus):.2f}x ({cpus[0]:.2f}-{cpus[-1]:.2f})"
-    )
+        for tokens in token_counts:
+            config = ProbeConfig(model=model, tokens=tokens)
+            plain_wall, plain_cpu = plain_forward(config)
+            t0, c0 = time.perf_counter(), time.process_time()
+            outcome = probe(config, None)
+            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+            walls[tokens].append((plain_wall, wall))
+            plain = f"wall {plain_wall:.1f} s cpu {plain_cpu:.1f} s"
+            print(f"round {round_}, {tokens} tokens: plain HF forward passes {plain}")
+            inside = f"wall {outcome.forward_seconds:.1f} s, cpu {outcome.forward_cpu_seconds:.1f} s"
+            print(f"  forward passes inside the probe: {inside}")
+            stats = f"wall {outcome.stats_seconds:.1f} s, cpu {outcome.stats_cpu_seconds:.1f} s"
+            print(f"  statistics inside the probe: {stats}")
+            ratio = f"ratio wall {wall / plain_wall:.2f}x, cpu {cpu / plain_cpu:.2f}x"
+            print(f"  full probe: wall {wall:.1f} s, cpu {cpu:.1f} s; {ratio}")
+            per = {r.id: round(r.metrics["update_seconds"] + r.metrics["result_seconds"], 2) for r in outcome.records}
+            print(f"  seconds per hypothesis (update + result): {per}")
+    for tokens, pairs in walls.items():
+        ratios = sorted(b / a for a, b in pairs)
+        print(
+            f"ratio full probe / plain forward at {tokens} tokens over {repeat} rounds: median wall "
+            f"{statistics.median(ratios):.2f}x ({ratios[0]:.2f}-{ratios[-1]:.2f})"
+        )
+    if len(token_counts) == 2:
+        small, large = (walls[n] for n in token_counts)
+        marginal = sorted((bl - bs) / (al - as_) for (as_, bs), (al, bl) in zip(small, large, strict=True))
+        print(
+            f"marginal ratio {token_counts[0]} -> {token_counts[1]} tokens: median "
+            f"{statistics.median(marginal):.2f}x ({marginal[0]:.2f}-{marginal[-1]:.2f})"
+        )
 
 
 def bench_memory(model: str, token_counts: list[int]) -> None:
@@ -103,7 +119,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1, help="time: alternating plain/probe rounds")
     args = parser.parse_args()
     if args.what == "time":
-        bench_time(args.model, args.tokens[0], args.repeat)
+        bench_time(args.model, args.tokens, args.repeat)
     else:
         bench_memory(args.model, args.tokens)
 
