@@ -26,6 +26,8 @@ import time
 
 import torch
 
+from expattn.probe import HYPOTHESES
+
 
 def plain_forward(config) -> tuple[float, float]:
     """Wall and CPU seconds of plain forward passes over the probe's own token batches."""
@@ -54,19 +56,20 @@ def plain_forward(config) -> tuple[float, float]:
     return wall, cpu
 
 
-def bench_time(model: str, token_counts: list[int], repeat: int) -> None:
-    """Alternating rounds of plain forward passes and the probe at each token count. With two counts
+def bench_time(model: str, token_counts: list[int], repeat: int, hypotheses: tuple[str, ...]) -> None:
+    r"""Alternating rounds of plain forward passes and the probe at each token count. With two counts
     S < L, also the marginal ratio $(\text{probe}_L - \text{probe}_S) / (\text{plain}_L - \text{plain}_S)$:
     what each further token costs, free of the per-run work (loading, E4/E5/E7 on the detail
     sequences, eigendecompositions, ridge solves) that the total ratio at S includes."""
     from expattn.probe import ProbeConfig, probe
 
     probe(ProbeConfig(model=model, tokens=ProbeConfig().batch_size * ProbeConfig().seq_len), None)  # warm-up
-    print(f"model={model} tokens={token_counts} threads={torch.get_num_threads()} rounds={repeat}")
+    chosen = ",".join(hypotheses)
+    print(f"model={model} tokens={token_counts} hypotheses={chosen} threads={torch.get_num_threads()} rounds={repeat}")
     walls: dict[int, list[tuple[float, float]]] = {n: [] for n in token_counts}  # (plain, probe) per round
     for round_ in range(1, repeat + 1):  # plain then probe, alternating: both see the same drift of the machine
         for tokens in token_counts:
-            config = ProbeConfig(model=model, tokens=tokens)
+            config = ProbeConfig(model=model, tokens=tokens, hypotheses=hypotheses)
             plain_wall, plain_cpu = plain_forward(config)
             t0, c0 = time.perf_counter(), time.process_time()
             outcome = probe(config, None)
@@ -117,9 +120,10 @@ def main() -> None:
     parser.add_argument("--model", default="minilm")
     parser.add_argument("--tokens", type=int, nargs="+", default=[20_000])
     parser.add_argument("--repeat", type=int, default=1, help="time: alternating plain/probe rounds")
+    parser.add_argument("--hypotheses", default=",".join(HYPOTHESES), help="time: comma-separated, as expattn probe")
     args = parser.parse_args()
     if args.what == "time":
-        bench_time(args.model, args.tokens, args.repeat)
+        bench_time(args.model, args.tokens, args.repeat, tuple(args.hypotheses.split(",")))
     else:
         bench_memory(args.model, args.tokens)
 
