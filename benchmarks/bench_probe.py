@@ -66,7 +66,7 @@ def bench_time(model: str, token_counts: list[int], repeat: int, hypotheses: tup
     probe(ProbeConfig(model=model, tokens=ProbeConfig().batch_size * ProbeConfig().seq_len), None)  # warm-up
     chosen = ",".join(hypotheses)
     print(f"model={model} tokens={token_counts} hypotheses={chosen} threads={torch.get_num_threads()} rounds={repeat}")
-    walls: dict[int, list[tuple[float, float]]] = {n: [] for n in token_counts}  # (plain, probe) per round
+    rounds: dict[int, list[tuple[float, float, float, float]]] = {n: [] for n in token_counts}  # plain, probe wall/cpu
     for round_ in range(1, repeat + 1):  # plain then probe, alternating: both see the same drift of the machine
         for tokens in token_counts:
             config = ProbeConfig(model=model, tokens=tokens, hypotheses=hypotheses)
@@ -74,7 +74,7 @@ def bench_time(model: str, token_counts: list[int], repeat: int, hypotheses: tup
             t0, c0 = time.perf_counter(), time.process_time()
             outcome = probe(config, None)
             wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-            walls[tokens].append((plain_wall, wall))
+            rounds[tokens].append((plain_wall, wall, plain_cpu, cpu))
             plain = f"wall {plain_wall:.1f} s cpu {plain_cpu:.1f} s"
             print(f"round {round_}, {tokens} tokens: plain HF forward passes {plain}")
             inside = f"wall {outcome.forward_seconds:.1f} s, cpu {outcome.forward_cpu_seconds:.1f} s"
@@ -85,17 +85,18 @@ def bench_time(model: str, token_counts: list[int], repeat: int, hypotheses: tup
             print(f"  full probe: wall {wall:.1f} s, cpu {cpu:.1f} s; {ratio}")
             per = {r.id: round(r.metrics["update_seconds"] + r.metrics["result_seconds"], 2) for r in outcome.records}
             print(f"  seconds per hypothesis (update + result): {per}")
-    for tokens, pairs in walls.items():
-        ratios = sorted(b / a for a, b in pairs)
+    for tokens, runs in rounds.items():
+        walls, cpus = (sorted(r[k + 1] / r[k] for r in runs) for k in (0, 2))
         print(
             f"ratio full probe / plain forward at {tokens} tokens over {repeat} rounds: median wall "
-            f"{statistics.median(ratios):.2f}x ({ratios[0]:.2f}-{ratios[-1]:.2f})"
+            f"{statistics.median(walls):.2f}x ({walls[0]:.2f}-{walls[-1]:.2f}), "
+            f"cpu {statistics.median(cpus):.2f}x ({cpus[0]:.2f}-{cpus[-1]:.2f})"
         )
-    if len(token_counts) == 2:
-        small, large = (walls[n] for n in token_counts)
-        marginal = sorted((bl - bs) / (al - as_) for (as_, bs), (al, bl) in zip(small, large, strict=True))
+    if len(rounds) == 2:
+        small, large = rounds.values()
+        marginal = sorted((bl[1] - bs[1]) / (bl[0] - bs[0]) for bs, bl in zip(small, large, strict=True))
         print(
-            f"marginal ratio {token_counts[0]} -> {token_counts[1]} tokens: median "
+            f"marginal ratio (wall) {' -> '.join(map(str, rounds))} tokens: median "
             f"{statistics.median(marginal):.2f}x ({marginal[0]:.2f}-{marginal[-1]:.2f})"
         )
 
