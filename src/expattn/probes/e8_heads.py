@@ -17,6 +17,7 @@ not supported when it lies outside.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -41,17 +42,30 @@ MARGIN = 0.1
 _F = 3  # mean pairwise cosine, null cosine, energy ratio gamma
 
 
-def head_gram(w: AttnWeights) -> Tensor:
-    r"""$G = W_o^\top W_o$, ``(heads*head_dim, heads*head_dim)``: $u_h \cdot u_{h'} = z_h^\top G_{hh'} z_{h'}$."""
-    return w.wo.T @ w.wo
+class HeadGram(NamedTuple):
+    r"""The parts of $G = W_o^\top W_o$ that ``head_cosines`` reads ($u_h \cdot u_{h'} = z_h^\top G_{hh'} z_{h'}$):
+    ``blocks`` ``(heads, head_dim, head_dim)`` the diagonal blocks $G_{hh}$, and ``off`` ``(heads*head_dim,
+    heads*head_dim)`` the matrix $G^\circ$, $G$ with those blocks set to 0."""
+
+    blocks: Tensor
+    off: Tensor
 
 
-def head_cosines(z: Tensor, gram: Tensor, heads: int, update: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+def head_gram(w: AttnWeights) -> HeadGram:
+    """``HeadGram`` of a layer's output projection: constant per layer, so built once per run."""
+    gram, heads, dh = w.wo.T @ w.wo, w.heads, w.head_dim
+    blocks = gram.view(heads, dh, heads, dh).diagonal(dim1=0, dim2=2).permute(2, 0, 1).contiguous()  # (H, dh, dh)
+    off = gram.clone()
+    off.view(heads, dh, heads, dh).diagonal(dim1=0, dim2=2).zero_()
+    return HeadGram(blocks, off)
+
+
+def head_cosines(z: Tensor, gram: HeadGram, heads: int, update: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     r"""Per sequence ``(batch,)`` float64: the mean over tokens of the mean pairwise cosine of the heads'
     updates; the mean cosine between head $h$ at token $t$ and head $h'$ at any other token $s \ne t$; and the
     mean over tokens of $\lVert\sum_h u_h\rVert^2 / \sum_h\lVert u_h\rVert^2$.
 
-    Works in the heads' value space through ``gram`` (no ``(token, head, dim)`` tensor). With
+    Works in the heads' value space through ``gram`` (``head_gram``; no ``(token, head, dim)`` tensor). With
     $\hat z_h = z_h / \lVert u_h\rVert$ and $G^\circ$ = $G$ with its diagonal blocks $G_{hh}$ set to 0,
     $\sum_{h\ne h'}\cos(u_{h,t}, u_{h',t}) = \hat z_t^\top G^\circ \hat z_t$, so a sequence's sum over tokens is
     $\langle G^\circ, S\rangle_F$ with the per-sequence scatter $S = \sum_t \hat z_t \hat z_t^\top$ (a ``syrk``:
@@ -59,13 +73,11 @@ def head_cosines(z: Tensor, gram: Tensor, heads: int, update: Tensor) -> tuple[T
     $Z = \sum_t \hat z_t$: $\sum_{s \ne t}\sum_{h\ne h'} \hat z_{h,t}^\top G_{hh'} \hat z_{h',s}
     = Z^\top G^\circ Z - \langle G^\circ, S\rangle_F$.
     ``update`` ``(batch, token, D)`` is $\sum_h u_h = W_o z$ (the output projection without its bias,
-    which the model has already computed), so the energy needs no second product with ``gram``.
+    which the model has already computed), so the energy needs no second product with $G$.
     """
     b, t, hd = z.shape
     dh = hd // heads
-    blocks = gram.view(heads, dh, heads, dh).diagonal(dim1=0, dim2=2).permute(2, 0, 1).contiguous()  # (H, dh, dh)
-    off = gram.clone()
-    off.view(heads, dh, heads, dh).diagonal(dim1=0, dim2=2).zero_()  # G°
+    blocks, off = gram
     zt = z.reshape(b * t, heads, dh)  # (N, H, dh): the one copy of a strided view
     sq = torch.linalg.vecdot(torch.bmm(zt.transpose(0, 1), blocks), zt.transpose(0, 1)).clamp_min(1e-30)  # |u_h|^2
     zn = (zt * sq.T.rsqrt().unsqueeze(-1)).view(b, t, hd)  # unit-update scaling, (N, H, dh) kept: no transposed copy
