@@ -26,7 +26,7 @@ import time
 
 import torch
 
-from expattn.probe import HYPOTHESES
+from expattn.probes.runner import HYPOTHESES
 
 
 def plain_forward(config) -> tuple[float, float]:
@@ -61,7 +61,7 @@ def bench_time(model: str, token_counts: list[int], repeat: int, hypotheses: tup
     S < L, also the marginal ratio $(\text{probe}_L - \text{probe}_S) / (\text{plain}_L - \text{plain}_S)$:
     what each further token costs, free of the per-run work (loading, E4/E5/E7 on the detail
     sequences, eigendecompositions, ridge solves) that the total ratio at S includes."""
-    from expattn.probe import ProbeConfig, probe
+    from expattn.probes.runner import ProbeConfig, probe
 
     probe(ProbeConfig(model=model, tokens=ProbeConfig().batch_size * ProbeConfig().seq_len), None)  # warm-up
     chosen = ",".join(hypotheses)
@@ -105,7 +105,7 @@ def bench_memory(model: str, token_counts: list[int]) -> None:
     peaks = []
     for tokens in token_counts:
         code = (
-            "import resource, sys; from expattn.probe import ProbeConfig, probe; "
+            "import resource, sys; from expattn.probes.runner import ProbeConfig, probe; "
             f"probe(ProbeConfig(model={model!r}, tokens={tokens}), None); "
             "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
         )

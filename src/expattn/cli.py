@@ -48,7 +48,7 @@ def verify(
     seed: Annotated[int, typer.Option(help="Seed of the random draws.")] = 0,
 ) -> None:
     """Check every exact claim (identities and inequalities) numerically; exit 0 iff all pass."""
-    from expattn.verify import run_verify
+    from expattn.commands.verify import run_verify
 
     try:
         ok = run_verify(parse_ids(only), json_path, seed, console)
@@ -69,7 +69,7 @@ def report(
     seed: Annotated[int, typer.Option(help="Seed of every stage.")] = 0,
 ) -> None:
     """Run verify, simulate and probe and write one shareable report; exit 0 iff nothing failed."""
-    from expattn.report.run import ReportConfig, run_report, summary_table
+    from expattn.commands.report import ReportConfig, run_report, summary_table
 
     names = tuple(m.strip() for m in models.split(",") if m.strip())
     try:
@@ -113,31 +113,17 @@ def train(
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
 ) -> None:
     """Train a small character-level LM (nanoGPT's Shakespeare recipe by default); torchrun-aware."""
-    from expattn.nn.lm import LMConfig
-    from expattn.train.loop import TrainConfig
-    from expattn.train.loop import train as run_train
-    from expattn.train.sweep import SWEEP_BUDGET, run_sweep
+    from expattn.commands.train import train_command
 
-    budget = SWEEP_BUDGET if sweep is not None else {"layers": 4, "dim": 128, "iters": 2000, "eval_every": 250}
     try:
-        model = LMConfig(
-            context=context, layers=budget["layers"] if layers is None else layers, heads=heads,
-            dim=budget["dim"] if dim is None else dim,
-            carrier=carrier, norm=norm, tied_layers=tied_layers, dropout=dropout, implicit=implicit,
-            jacobian_reg=jacobian_reg,
+        train_command(
+            out=out, sweep=sweep, console=console, layers=layers, dim=dim, iters=iters, eval_every=eval_every,
+            model_options={"context": context, "heads": heads, "carrier": carrier, "norm": norm,
+                           "tied_layers": tied_layers, "dropout": dropout, "implicit": implicit,
+                           "jacobian_reg": jacobian_reg},
+            train_options={"corpus": corpus, "batch": batch, "lr": lr, "seed": seed, "ckpt_every": ckpt_every,
+                           "device": device, "resume": resume, "progress": progress},
         )
-        cfg = TrainConfig(
-            out=out, model=model, corpus=corpus, batch=batch, iters=budget["iters"] if iters is None else iters,
-            lr=lr, seed=seed, eval_every=budget["eval_every"] if eval_every is None else eval_every,
-            ckpt_every=ckpt_every, device=device, resume=resume, progress=progress,
-        )
-        if sweep is None:
-            result = run_train(cfg)
-            last = result.metrics[-1]
-            console.print(f"iter {last['iter']}: train {last['train_loss']:.4f}  val {last['val_loss']:.4f}  "
-                          f"{last['tokens_per_s']:.0f} tok/s -> {out}")
-        else:
-            run_sweep(sweep, cfg, console)
     except (ValueError, OSError) as err:
         fail(str(err))
 
@@ -159,7 +145,7 @@ def probe(
     """Measure hypotheses E1-E8 on a pretrained transformer and real text; writes results.json and plots."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from expattn.probe import ProbeConfig, probe_to_dir
+    from expattn.commands.probe import ProbeConfig, probe_to_dir
 
     config = ProbeConfig(model=model, corpus=corpus, text=None if text is None else str(text), tokens=tokens,
                          seq_len=seq_len, seed=seed, hypotheses=tuple(h.strip().upper() for h in hypotheses.split(",")))
@@ -177,7 +163,7 @@ def probe(
     except (ValueError, OSError) as err:
         fail(str(err).splitlines()[0] if str(err) else type(err).__name__)
     if outcome.records:
-        from expattn.verify import record_table
+        from expattn.commands.tables import record_table
 
         console.print(record_table(outcome.records, f"expattn probe --model {model}"))
         seconds = f"{outcome.seconds:.1f} s (forward passes {outcome.forward_seconds:.1f} s)"
@@ -200,7 +186,7 @@ def simulate(
     dim: Annotated[int | None, typer.Option(help="custom: dimension of a generated cloud [16].")] = None,
 ) -> None:
     """Run the dynamics presets (B2-B7, sphere clusters) or a custom run; writes results.json and PNGs."""
-    from expattn.simulate import CUSTOM, CustomRun, SimulateConfig, run_simulate
+    from expattn.commands.simulate import CUSTOM, CustomRun, SimulateConfig, run_simulate
 
     names = [p.strip() for p in preset.split(",") if p.strip()]
     if not names:

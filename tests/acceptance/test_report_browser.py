@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from expattn.report.html import render_html
-from expattn.report.schema import Record, load_records, results_document
+from expattn.results.record import Record, load_records, results_document
 
 pytest.importorskip("selenium")
 ROOT = Path(__file__).resolve().parents[2]

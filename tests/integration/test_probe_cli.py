@@ -13,7 +13,7 @@ def test_probe_minilm_end_to_end(tmp_path):
     from typer.testing import CliRunner
 
     from expattn.cli import app
-    from expattn.report.schema import load_records
+    from expattn.results.record import load_records
 
     out = tmp_path / "minilm"
     result = CliRunner().invoke(

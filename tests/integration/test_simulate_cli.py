@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from expattn.cli import app
-from expattn.report.schema import KINDS, SCHEMA_VERSION, VERDICTS, load_records
+from expattn.results.record import KINDS, SCHEMA_VERSION, VERDICTS, load_records
 
 PRESETS = ("b2-collapse", "b3-expansion", "b4-normalization", "sphere-clusters", "b5-theorem1",
            "b6-continuous-carrier", "b7-tied-block")

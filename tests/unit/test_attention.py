@@ -197,8 +197,8 @@ def test_bad_input_raises_naming_the_argument(gen):
 
 
 def test_verify_check_b1_passes():
+    from expattn.catalogue.registry import RunContext
     from expattn.checks.b1_d1 import check_b1
-    from expattn.claims import RunContext
 
     record = check_b1(RunContext(seed=5, quick=True))
     assert record.verdict == "pass" and record.metrics["max_error"] <= record.metrics["tolerance"]

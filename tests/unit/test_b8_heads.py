@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from expattn.claims import RunContext, run_claim, select
+from expattn.catalogue.registry import RunContext, run_claim, select
 from expattn.presets.b8_heads import alignment, head_updates
 
 

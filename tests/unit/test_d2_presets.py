@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from expattn.claims import RunContext
+from expattn.catalogue.registry import RunContext
 from expattn.presets import d2_retrieval as d2
 
 

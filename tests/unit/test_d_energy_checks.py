@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from expattn.catalogue.registry import RunContext
 from expattn.checks import d_energy
-from expattn.claims import RunContext
 
 
 @pytest.mark.slow

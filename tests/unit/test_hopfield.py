@@ -198,8 +198,8 @@ def test_energy_matches_printed_sign_only_when_corrected(gen):
 
 
 def test_verify_check_d1_passes_and_flags_the_printed_sign(tmp_path):
+    from expattn.catalogue.registry import RunContext
     from expattn.checks.b1_d1 import check_d1
-    from expattn.claims import RunContext
 
     record = check_d1(RunContext(seed=3, out_dir=tmp_path, quick=True))
     assert record.verdict == "pass" and record.as_printed == "fail"

@@ -13,13 +13,13 @@ import torch
 from typer.testing import CliRunner
 
 from expattn.cli import app
+from expattn.nn.export import MODEL_TYPE, export_model
 from expattn.nn.lm import LM, LMConfig
-from expattn.probe import ProbeConfig, probe
 from expattn.probes.adapters import Capture, adapter_for
 from expattn.probes.corpus import TokenSample, load_text, sequence
 from expattn.probes.lm_adapter import CharTokenizer, load_lm
 from expattn.probes.loading import read_config
-from expattn.train.export import MODEL_TYPE, export_model
+from expattn.probes.runner import ProbeConfig, probe
 
 VOCAB = "\n abcdefgh"
 

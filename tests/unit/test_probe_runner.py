@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from expattn.probe import ProbeConfig, probe
+from expattn.probes.runner import ProbeConfig, probe
 
 
 def tiny_bert_dir(root: Path, max_positions: int = 64) -> Path:

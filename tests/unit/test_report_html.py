@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from expattn.report.document import CLAIM_TITLES, build_view
 from expattn.report.html import render_html
 from expattn.report.markdown import render_markdown
-from expattn.report.schema import Record, results_document
+from expattn.results.record import Record, results_document
 
 EVIL = "<script>alert(1)</script>"
 # Independent statement of the severity order the summary must use (worst first).

@@ -16,11 +16,12 @@ import torch
 from rich.console import Console
 from typer.testing import CliRunner
 
-import expattn.report.run as run_module
-from expattn.claims import Claim, RunContext
+import expattn.commands.report as run_module
+from expattn.catalogue.registry import Claim, RunContext
 from expattn.cli import app
-from expattn.report.run import PROBE_IDS, ReportConfig, prepare_out_dir, run_report
-from expattn.report.schema import Record, load_records
+from expattn.commands.report import PROBE_IDS, ReportConfig, run_report
+from expattn.results.files import staging_dir
+from expattn.results.record import Record, load_records
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -82,9 +83,9 @@ def stages(monkeypatch, gen):
         write_png(out_dir / "e1.png", gen)
         return [Record(id="E1", kind="empirical", verdict="supported", plots=["e1.png"])]
 
-    probe = types.ModuleType("expattn.probe")
+    probe = types.ModuleType("expattn.probes.runner")
     probe.ProbeConfig, probe.run_probe = ProbeConfig, run_probe
-    monkeypatch.setitem(sys.modules, "expattn.probe", probe)
+    monkeypatch.setitem(sys.modules, "expattn.probes.runner", probe)
 
     def train_stage(runner):
         seen["train"] = runner.config
@@ -195,9 +196,9 @@ def test_unwritable_out_is_refused_before_any_work(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
     with pytest.raises(ValueError, match="exists and is not a folder"):
-        prepare_out_dir(blocker)
+        staging_dir(blocker)
     with pytest.raises(OSError, match="cannot be written"):
-        prepare_out_dir(blocker / "sub" / "report")
+        staging_dir(blocker / "sub" / "report")
     result = CliRunner().invoke(app, ["report", "--out", str(blocker / "report")])
     assert result.exit_code == 2
     assert "cannot be written" in result.output and "Traceback" not in result.output

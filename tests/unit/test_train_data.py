@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from expattn.train.data import CharCorpus, decode, encode
+from expattn.nn.vocab import decode, encode
+from expattn.train.data import CharCorpus
 
 
 def _write(tmp_path, texts):

@@ -10,9 +10,9 @@ import torch
 
 from expattn.nn.carriers import carrier_names
 from expattn.nn.lm import LMConfig
-from expattn.report.schema import load_records
+from expattn.results.record import load_records
+from expattn.sweeps.run import run_sweep, sweep_values
 from expattn.train.loop import TrainConfig
-from expattn.train.sweep import run_sweep, sweep_values
 
 
 @pytest.mark.slow
@@ -65,7 +65,7 @@ def _layers(e1: list[float], e2: float) -> list[dict]:
 
 
 def test_failed_run_is_reported_not_fatal(tmp_path):
-    from expattn.train.sweep import write_summary
+    from expattn.sweeps.run import write_summary
 
     losses = {"train_loss": 2.6, "tokens_per_s": 100.0, "metrics": [{"iter": 4, "val_loss": 2.5}]}
     verdicts = {"E1": "supported", "E2": "supported", "E3": "inconclusive"}

@@ -6,8 +6,8 @@ import math
 
 import torch
 
+from expattn.catalogue.registry import RunContext, register_claim
 from expattn.checks.tools import compare, generator, max_abs, randn
-from expattn.claims import RunContext, register_claim
 from expattn.core.empirical import Empirical
 
 DRAWS = 50

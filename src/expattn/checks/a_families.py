@@ -13,6 +13,7 @@ import numpy as np
 import torch
 from scipy import special
 
+from expattn.catalogue.registry import RunContext, register_claim
 from expattn.checks.references import (
     discrete_family,
     gamma_log_pdf,
@@ -22,7 +23,6 @@ from expattn.checks.references import (
     normal_log_pdf,
 )
 from expattn.checks.tools import compare, generator, randn
-from expattn.claims import RunContext, register_claim
 from expattn.core.empirical import Empirical
 from expattn.core.gaussian import Gaussian
 from expattn.core.measure import Measure

@@ -15,10 +15,10 @@ import torch
 from scipy import special
 from torch.distributions import Gamma, MultivariateNormal, kl_divergence
 
+from expattn.catalogue.registry import RunContext, register_claim
 from expattn.checks.a_families import LATTICE, random_spd, uniform
 from expattn.checks.references import conjugate_by_optimiser, kl_1d, mixture_log_pdf
 from expattn.checks.tools import compare, generator, randn
-from expattn.claims import RunContext, register_claim
 from expattn.core.empirical import Empirical
 from expattn.core.gaussian import Gaussian
 from expattn.core.measure import Measure

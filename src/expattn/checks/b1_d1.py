@@ -5,11 +5,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from expattn.catalogue.registry import RunContext, register_claim
 from expattn.checks.tools import compare, generator, max_abs, randn
-from expattn.claims import RunContext, register_claim
 from expattn.nn.attention import ExpFamAttention, ExpFamAttentionConfig
 from expattn.nn.hopfield import Hopfield, HopfieldConfig, hopfield_energy, hopfield_update
-from expattn.report.figures import pyplot, save_figure
+from expattn.results.plotting import pyplot, save_figure
 
 F64 = torch.float64
 B1_TOL = 1e-10  # float64 round-off of softmax/matmul on O(1)-O(10) numbers is ~1e-14; 1e-10 leaves room.

@@ -14,8 +14,8 @@ import torch
 from scipy.optimize import linprog
 from scipy.special import logsumexp
 
+from expattn.catalogue.registry import RunContext, register_claim
 from expattn.checks.tools import compare, generator, max_abs, randn
-from expattn.claims import RunContext, register_claim
 from expattn.dynamics.operators import AttentionConfig, AttentionUpdate
 from expattn.nn.norms import sym_power
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from expattn.catalogue.registry import RunContext, register_claim
 from expattn.checks.tools import compare, generator, max_abs, randn
-from expattn.claims import RunContext, register_claim
 from expattn.core.contrastive import in_batch_info_nce, info_nce, project_to_sphere
 from expattn.core.empirical import Empirical
 

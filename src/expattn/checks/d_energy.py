@@ -8,8 +8,8 @@ import numpy as np
 import torch
 from scipy import integrate, stats
 
+from expattn.catalogue.registry import RunContext, register_claim
 from expattn.checks.tools import compare, generator, max_abs, randn
-from expattn.claims import RunContext, register_claim
 from expattn.core.energy import PRIORS, make_prior
 from expattn.core.hopfield_mixture import HopfieldMixture
 from expattn.core.rbm import (
@@ -19,7 +19,7 @@ from expattn.core.rbm import (
     exponential_interaction_energy,
     marginal_energy_numeric,
 )
-from expattn.report.figures import pyplot, save_figure
+from expattn.results.plotting import pyplot, save_figure
 
 # Parameters of each prior in the checks; fields stay below 1.5 in absolute value, inside every domain.
 PARAMS = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from expattn.report.schema import Record
+from expattn.results.record import Record
 
 
 def generator(seed: int) -> torch.Generator:

@@ -19,10 +19,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from expattn.catalogue.registry import RunContext, register_claim
 from expattn.checks.tools import generator
-from expattn.claims import RunContext, register_claim
-from expattn.report.figures import pyplot, save_figure
-from expattn.report.schema import Record
+from expattn.results.plotting import pyplot, save_figure
+from expattn.results.record import Record
 
 COSINE_BAND = 0.05  # no alignment: about 20 standard errors of the null mean (~0.002 here), 1/20 of the control
 

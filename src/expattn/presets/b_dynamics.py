@@ -14,15 +14,15 @@ from itertools import pairwise
 import numpy as np
 import torch
 
+from expattn.catalogue.registry import RunContext, register_claim
 from expattn.checks.tools import generator
-from expattn.claims import RunContext, register_claim
 from expattn.dynamics.clouds import count_clusters, make_cloud
 from expattn.dynamics.metrics import gaussian_entropy, mean_distance_to_centroid, trace_cov
 from expattn.dynamics.operators import AttentionConfig, AttentionUpdate, Compose
 from expattn.dynamics.run import run
 from expattn.nn.norms import NormConfig, build_norm
-from expattn.report.figures import pyplot, save_figure
-from expattn.report.schema import Record
+from expattn.results.plotting import pyplot, save_figure
+from expattn.results.record import Record
 
 ROUNDING = 1e-12  # relative float64 rounding allowance of a distance or a variance
 FLOOR = 1e-13  # a diameter this small relative to its start is a point in float64

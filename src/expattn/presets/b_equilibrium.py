@@ -11,8 +11,8 @@ import math
 
 import torch
 
+from expattn.catalogue.registry import RunContext, register_claim
 from expattn.checks.tools import generator
-from expattn.claims import RunContext, register_claim
 from expattn.core.solvers import solve
 from expattn.dynamics.clouds import make_cloud
 from expattn.dynamics.metrics import covariance, mardia, sliced_wasserstein_gaussian
@@ -20,8 +20,8 @@ from expattn.dynamics.operators import AttentionConfig, AttentionUpdate, Compose
 from expattn.dynamics.run import run
 from expattn.nn.norms import NormConfig, Whitening, build_norm, sym_power
 from expattn.presets.b_dynamics import single_thread
-from expattn.report.figures import pyplot, save_figure
-from expattn.report.schema import Record
+from expattn.results.plotting import pyplot, save_figure
+from expattn.results.record import Record
 
 ALPHA = 1e-3  # level of each Gaussianity test (Mardia skewness, kurtosis; SW z-score)
 Z_SW = 3.09  # one-sided normal quantile of ALPHA for the sliced Wasserstein z-score

@@ -25,11 +25,11 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from expattn.catalogue.registry import RunContext, register_claim
 from expattn.checks.tools import generator
-from expattn.claims import RunContext, register_claim
 from expattn.core.empirical import Empirical
-from expattn.report.figures import pyplot, save_figure
-from expattn.report.schema import Record
+from expattn.results.plotting import pyplot, save_figure
+from expattn.results.record import Record
 
 STATEMENT = (
     "Retrieval with fixed stored patterns converges, often in one step for well-separated patterns, "

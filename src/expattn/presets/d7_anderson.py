@@ -25,13 +25,13 @@ import scipy.sparse.linalg
 import torch
 from torch import Tensor, nn
 
+from expattn.catalogue.registry import RunContext, register_claim
 from expattn.checks.tools import generator
-from expattn.claims import RunContext, register_claim
 from expattn.core.solvers import solve
 from expattn.nn.implicit import InjectedAttention, spectral_radius
 from expattn.presets.d7_implicit import D7_SOURCE, D7_STATEMENT
-from expattn.report.figures import pyplot, save_figure
-from expattn.report.schema import Record
+from expattn.results.plotting import pyplot, save_figure
+from expattn.results.record import Record
 
 TOL, GOAL, SLOW_RADIUS, BUDGET = 1e-5, 3.0, 0.9, 3000
 METHODS = {"fixed_point_iter": {}, "anderson": {"memory": 10}, "broyden": {}}

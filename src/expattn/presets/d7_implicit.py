@@ -17,12 +17,12 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from expattn.catalogue.registry import RunContext, register_claim
 from expattn.checks.tools import generator
-from expattn.claims import RunContext, register_claim
 from expattn.core.empirical import Empirical
 from expattn.nn.implicit import ImplicitAttention, ImplicitConfig, InjectedAttention, spectral_radius, unrolled
-from expattn.report.figures import pyplot, save_figure
-from expattn.report.schema import Record
+from expattn.results.plotting import pyplot, save_figure
+from expattn.results.record import Record
 
 D7_STATEMENT = (
     "One explicit softmax attention step vs the fixed point of the attention map found by a differentiable "

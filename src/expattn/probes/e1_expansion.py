@@ -41,7 +41,7 @@ from expattn.probes.common import (
     shared_spread,
 )
 from expattn.probes.stats import BootstrapMeans
-from expattn.report.schema import Record
+from expattn.results.record import Record
 
 _F = 5  # spread before, spread after, msn before, msn after, expected spread with a shuffled update
 

@@ -38,7 +38,7 @@ from expattn.probes.common import (
     shared_spread,
 )
 from expattn.probes.stats import BootstrapMeans
-from expattn.report.schema import Record
+from expattn.results.record import Record
 
 NORMS = ("norm1", "norm2")
 _F = 4  # spread in, spread out, msn in, msn out

@@ -43,7 +43,7 @@ from expattn.probes.common import (
     squared_norms,
 )
 from expattn.probes.stats import BootstrapMeans, Moments
-from expattn.report.schema import Record
+from expattn.results.record import Record
 
 DIRECTIONS = 32
 KURTOSIS_LIMIT, SKEW_LIMIT = 1.0, 0.5

@@ -33,7 +33,7 @@ from expattn.probes.attention import attention_probs
 from expattn.probes.common import Batch, Estimator, ProbeContext, as_list, figure, kept_weights, save, shared
 from expattn.probes.e3_gaussianity import kept_moments
 from expattn.probes.stats import Moments, gram
-from expattn.report.schema import Record
+from expattn.results.record import Record
 
 RIDGE = 1e-2
 RANDOM_DRAWS = 16

@@ -24,7 +24,7 @@ from torch import Tensor
 
 from expattn.probes.attention import attention_logits, queries_keys_values
 from expattn.probes.common import Batch, Estimator, ProbeContext, as_list, figure, save
-from expattn.report.schema import Record
+from expattn.results.record import Record
 
 EPS32 = float(torch.finfo(torch.float32).eps)
 

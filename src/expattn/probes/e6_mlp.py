@@ -37,7 +37,7 @@ from expattn.probes.common import (
     squared_norms,
 )
 from expattn.probes.stats import BootstrapMeans, CrossMoments
-from expattn.report.schema import Record
+from expattn.results.record import Record
 
 RIDGE = 1e-3
 RHO_LIMIT, R2_LIMIT = 0.1, 0.9

@@ -29,7 +29,7 @@ from expattn.nn.lm import BatchCloudNorm
 from expattn.nn.norms import Norm
 from expattn.probes.attention import attention_branch
 from expattn.probes.common import Batch, Estimator, ProbeContext, as_list, figure, save
-from expattn.report.schema import Record
+from expattn.results.record import Record
 
 COLLAPSED, KEPT = -2.0, -1.0
 

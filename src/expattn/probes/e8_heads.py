@@ -36,7 +36,7 @@ from expattn.probes.common import (
     save,
 )
 from expattn.probes.stats import BootstrapMeans
-from expattn.report.schema import Record
+from expattn.results.record import Record
 
 MARGIN = 0.1
 _F = 3  # mean pairwise cosine, null cosine, energy ratio gamma

@@ -24,35 +24,13 @@ from types import SimpleNamespace
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 
+from expattn.nn.export import MODEL_TYPE, load_exported
 from expattn.nn.lm import LM
+from expattn.nn.vocab import CharTokenizer
 from expattn.probes.adapters import Adapter, _linear, register_adapter
 from expattn.probes.attention import AttnWeights
-from expattn.train.data import encode
-from expattn.train.export import MODEL_TYPE, load_exported
 
 SOFTMAX_ONLY = ("E4", "E5", "E7", "E8")
-
-
-class CharTokenizer:
-    """Characters to token ids of a sorted vocabulary (token ``i`` is ``vocab[i]``); no special tokens.
-
-    Called like a HuggingFace tokenizer: ``tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"]``
-    (``verbose`` is accepted for that reason: a character tokenizer has no length limit to warn about).
-    A character outside the vocabulary is a ``ValueError`` naming it.
-    """
-
-    def __init__(self, vocab: str):
-        if not isinstance(vocab, str) or not vocab or "".join(sorted(set(vocab))) != vocab:
-            raise ValueError(f"vocab must be a non-empty string of distinct sorted characters, got {vocab!r:.60}")
-        self.vocab = vocab
-
-    def __call__(self, text: str, add_special_tokens: bool = False, verbose: bool = True) -> dict[str, list[int]]:
-        if not isinstance(text, str):
-            raise TypeError(f"text must be a str, got {type(text).__name__}")
-        try:
-            return {"input_ids": encode(text, self.vocab).tolist()}
-        except ValueError as err:
-            raise ValueError(f"{err} of this model (it knows {len(self.vocab)} characters)") from err
 
 
 class ProbedLM(nn.Module):
@@ -83,7 +61,7 @@ class ProbedLM(nn.Module):
 
 
 def load_lm(path: Path, config: dict) -> tuple[ProbedLM, CharTokenizer]:
-    """A folder written by ``expattn.train.export.export_model``: the wrapped model and its tokenizer."""
+    """A folder written by ``expattn.nn.export.export_model``: the wrapped model and its tokenizer."""
     lm, vocab = load_exported(Path(path), config)
     return ProbedLM(lm).eval(), CharTokenizer(vocab)
 

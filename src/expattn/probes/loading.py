@@ -13,13 +13,13 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import shutil
-import tempfile
 import warnings
 from pathlib import Path
 
 import torch
 from torch import nn
+
+from expattn.results.files import staged
 
 BUILTIN_MODELS = ("minilm", "smollm2")
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -74,16 +74,9 @@ def smollm2_dir() -> Path:
     model.hf_quantizer = None  # the weights are plain float32 tensors once dequantised
     model.is_quantized = False
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".smollm2-", dir=target.parent))
-    try:
+    with staged(target) as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return target
 
 

@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from expattn.report.schema import Record
+from expattn.results.record import Record
 
 GROUPS = {
     "A": "Exponential families from an intrinsic measure",

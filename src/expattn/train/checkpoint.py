@@ -15,7 +15,6 @@ import hashlib
 import json
 import os
 import struct
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,8 @@ import torch
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 from torch import Tensor, nn
+
+from expattn.results.files import write_bytes_atomic
 
 FORMAT = "expattn.checkpoint/1"
 
@@ -98,16 +99,7 @@ def save_checkpoint(
     }
     data = st_save(tensors, metadata=header)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_bytes_atomic(path, data, durable=True)
     return path
 
 

@@ -12,10 +12,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 from jaxtyping import Int
 from torch import Tensor
+
+from expattn.nn.vocab import encode
 
 SHAKESPEARE = "shakespeare"
 
@@ -65,24 +66,6 @@ def read_texts(files: list[Path]) -> list[str]:
             raise FileNotFoundError(f"corpus file {str(f)!r} is empty")
         texts.append(text)
     return texts
-
-
-def encode(text: str, vocab: str) -> Int[Tensor, " token"]:
-    """Map each character to its position in the sorted string ``vocab``; unknown characters raise."""
-    codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
-    table = np.frombuffer(vocab.encode("utf-32-le"), dtype=np.uint32)
-    ids = np.searchsorted(table, codes)
-    ok = ids < len(table)
-    ok[ok] = table[ids[ok]] == codes[ok]
-    if not ok.all():
-        bad = chr(int(codes[~ok][0]))
-        raise ValueError(f"text holds character {bad!r} that is not in the vocabulary")
-    return torch.from_numpy(ids.astype(np.int64))
-
-
-def decode(ids: Int[Tensor, " token"], vocab: str) -> str:
-    """Inverse of ``encode``."""
-    return "".join(vocab[i] for i in ids.tolist())
 
 
 @dataclass

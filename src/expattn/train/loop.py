@@ -8,7 +8,7 @@ DistributedDataParallel. Files in ``cfg.out`` (written by the main process only)
 - ``checkpoint.safetensors``: model, optimizer and RNG states, written atomically every
   ``ckpt_every`` steps and at the end;
 - ``config.json``: the model and training configs;
-- ``model/``: a loadable copy of the weights and vocabulary (``expattn.train.export``), replaced
+- ``model/``: a loadable copy of the weights and vocabulary (``expattn.nn.export``), replaced
   with every checkpoint: ``expattn probe --model OUT/model`` measures E1-E8 on it.
 
 Exact resume: every random draw of a step comes from generators whose states the checkpoint
@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,11 +30,12 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from torch.nn.parallel import DistributedDataParallel
 
+from expattn.nn.export import MODEL_DIR, export_model
 from expattn.nn.lm import LM, LMConfig
+from expattn.results.files import write_text_atomic
 from expattn.train import distributed
 from expattn.train.checkpoint import CheckpointError, read_checkpoint, restore, save_checkpoint
 from expattn.train.data import SHAKESPEARE, CharCorpus
-from expattn.train.export import MODEL_DIR, export_model
 from expattn.train.optim import adamw, learning_rate
 
 CHECKPOINT = "checkpoint.safetensors"
@@ -193,9 +193,7 @@ def _metrics_until(path: Path, step: int) -> list[dict[str, float]]:
             if i < len(lines) - 1:
                 raise ValueError(f"{str(path)!r} line {i + 1} is not JSON: {err}") from err
     kept = [m for m in kept if m["iter"] <= step]
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text("".join(json.dumps(m) + "\n" for m in kept))
-    os.replace(tmp, path)
+    write_text_atomic(path, "".join(json.dumps(m) + "\n" for m in kept))
     return kept
 
 

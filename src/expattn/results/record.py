@@ -12,7 +12,6 @@ import json
 import math
 import os
 import platform
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -103,24 +102,6 @@ def results_document(records: list[Record], command: str, **extra: Any) -> dict[
     }
     doc.update(extra)
     return _clean(doc)
-
-
-def write_json_atomic(path: str | os.PathLike, document: dict[str, Any]) -> Path:
-    """Write JSON to ``path`` through a temporary file and a rename: never a partial file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(document, fh, indent=1, allow_nan=False)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file the usual permissions
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
 
 
 def load_records(path: str | os.PathLike) -> list[Record]:

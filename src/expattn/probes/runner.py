@@ -18,8 +18,6 @@ import ctypes
 import ctypes.util
 import math
 import os
-import shutil
-import tempfile
 import time
 import traceback
 from collections.abc import Callable
@@ -42,7 +40,7 @@ from expattn.probes.e7_collapse import E7Collapse
 from expattn.probes.e8_heads import E8Heads
 from expattn.probes.loading import load_pretrained, read_config, resolve_model_dir
 from expattn.probes.stats import poisson_weights
-from expattn.report.schema import Record, results_document, write_json_atomic
+from expattn.results.record import Record
 
 ESTIMATORS = (E1Expansion, E2Normalization, E3Gaussianity, E4Alignment, E5Gradient, E6Mlp, E7Collapse, E8Heads)
 HYPOTHESES = tuple(cls.claim for cls in ESTIMATORS)
@@ -337,48 +335,3 @@ def run_probe(
 ) -> list[Record]:
     """Records of E1-E8 for ``config`` (plots written into ``out_dir``); see ``probe`` for the details."""
     return probe(config, out_dir, progress).records
-
-
-def probe_to_dir(config: ProbeConfig, out: Path, progress: Callable[[int, int], None] | None = None) -> ProbeOutcome:
-    """Run the probe and write ``out/results.json`` plus the PNG plots, all or nothing.
-
-    Everything is written into a temporary sibling folder renamed to ``out`` at the end, so a
-    failure leaves no partial folder. Under ``torchrun`` only rank 0 writes.
-
-    Raises:
-        ValueError: as ``probe``, or when ``out`` exists and is not an empty folder.
-    """
-    out = Path(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise ValueError(f"output folder {str(out)!r} already exists and is not empty")
-    config.validate()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    rank = int(os.environ.get("RANK", "0"))
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent)) if rank == 0 else None
-    try:
-        outcome = probe(config, tmp, progress)
-        if tmp is not None:
-            doc = results_document(
-                outcome.records,
-                "probe",
-                seeds={"seed": config.seed},
-                tokens=outcome.tokens,
-                sequences=outcome.sequences,
-                seconds=outcome.seconds,
-                forward_seconds=outcome.forward_seconds,
-                stats_seconds=outcome.stats_seconds,
-                forward_cpu_seconds=outcome.forward_cpu_seconds,
-                stats_cpu_seconds=outcome.stats_cpu_seconds,
-                world_size=int(os.environ.get("WORLD_SIZE", "1")),
-                model=outcome.model,
-                config=outcome.config,
-            )
-            write_json_atomic(tmp / "results.json", doc)
-            if out.exists():
-                out.rmdir()
-            os.replace(tmp, out)
-    except BaseException:
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return outcome

@@ -3,7 +3,7 @@
 Every run of a sweep shares the base config except the swept field, so each sees the same
 batches (same seed) and the same number of tokens. ``OUT/<value>/`` holds each run's files
 (its exported model in ``OUT/<value>/model``). Each trained model is then measured by
-``expattn probe`` (E1-E3, ``expattn.train.dynamics``). ``OUT/sweep.json`` (the shared results
+``expattn probe`` (E1-E3, ``expattn.sweeps.layer_dynamics``). ``OUT/sweep.json`` (the shared results
 schema, one record per hypothesis E1-E3 plus the losses), ``OUT/sweep.md`` (the table) and
 ``OUT/sweep.png`` (validation curves, per-layer E1/E2 ratios with their intervals, E3 per depth)
 summarise them.
@@ -23,10 +23,11 @@ from rich.console import Console
 from rich.table import Table
 
 from expattn.nn.carriers import carrier_names
+from expattn.nn.export import MODEL_DIR
 from expattn.nn.norms import norm_names
-from expattn.report.schema import Record, results_document, write_json_atomic
-from expattn.train.dynamics import probe_dynamics
-from expattn.train.export import MODEL_DIR
+from expattn.results.files import write_json_atomic
+from expattn.results.record import Record, results_document
+from expattn.sweeps.layer_dynamics import probe_dynamics
 from expattn.train.loop import TrainConfig, train
 
 SWEEP_BUDGET = {"layers": 2, "dim": 64, "iters": 400, "eval_every": 100}
@@ -186,7 +187,7 @@ def run_sweep(kind: str, base: TrainConfig, console: Console | None = None) -> l
     Returns:
         One dict per value: ``value``, ``val_loss``, ``train_loss``, ``tokens_per_s``,
         ``metrics`` (all evaluations), and the probe's E1-E3 (``layers``, ``e3_output_kurtosis``,
-        ``verdicts``, ``tokens``, ``seconds``; see ``expattn.train.dynamics.probe_dynamics``), or
+        ``verdicts``, ``tokens``, ``seconds``; see ``expattn.sweeps.layer_dynamics.probe_dynamics``), or
         ``error`` (training failed) / ``probe_error`` (the probe failed).
     """
     values = sweep_values(kind)

@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 from safetensors.torch import load_model, save_model
 
 from expattn.nn.lm import LM, LMConfig
+from expattn.results.files import staged
 
 MODEL_TYPE = "expattn-lm"
 MODEL_DIR = "model"
@@ -53,20 +51,9 @@ def export_model(model: LM, vocab: str, out: Path) -> Path:
         "hidden_size": model.cfg.dim,
         "vocab": vocab,
     }
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with staged(out) as tmp:
         save_model(model, str(tmp / WEIGHTS))
         (tmp / CONFIG).write_text(json.dumps(config, indent=1))
-        if out.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
-            os.replace(out, old / out.name)
-            os.replace(tmp, out)
-            shutil.rmtree(old)
-        else:
-            os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from expattn.probe import ProbeConfig, probe
+from expattn.probes.runner import ProbeConfig, probe
 from expattn.train.data import SHAKESPEARE
 
 HYPOTHESES = ("E1", "E2", "E3")
@@ -35,7 +35,7 @@ def probe_config(model_dir: Path, corpus: str, context: int, seed: int = 0) -> P
 
 
 def probe_dynamics(model_dir: Path, corpus: str, context: int, seed: int = 0) -> dict:
-    """E1-E3 per layer of the model in ``model_dir`` (a folder of ``expattn.train.export``).
+    """E1-E3 per layer of the model in ``model_dir`` (a folder of ``expattn.nn.export``).
 
     Args:
         model_dir: the exported model.
@@ -51,7 +51,7 @@ def probe_dynamics(model_dir: Path, corpus: str, context: int, seed: int = 0) ->
         (hypothesis -> the probe's verdict); ``tokens`` and ``seconds`` of the probe.
 
     Raises:
-        ValueError: as ``expattn.probe.probe`` (e.g. non-finite states of a diverged model).
+        ValueError: as ``expattn.probes.runner.probe`` (e.g. non-finite states of a diverged model).
     """
     outcome = probe(probe_config(model_dir, corpus, context, seed), None)
     rec = {r.id: r for r in outcome.records}

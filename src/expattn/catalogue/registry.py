@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from expattn.report.schema import Record
+from expattn.results.record import Record
 
 COMMANDS = ("verify", "simulate", "probe")
 

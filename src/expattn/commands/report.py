@@ -11,7 +11,6 @@ so an interrupted run leaves no partial files.
 from __future__ import annotations
 
 import dataclasses
-import os
 import platform
 import re
 import shutil
@@ -28,11 +27,12 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from expattn.claims import RunContext, claims, run_claim
+from expattn.catalogue.registry import RunContext, claims, run_claim
 from expattn.report.document import Stage, cpu
 from expattn.report.html import render_html
 from expattn.report.markdown import render_markdown
-from expattn.report.schema import Record, load_records, results_document, write_json_atomic
+from expattn.results.files import staged, write_json_atomic
+from expattn.results.record import Record, load_records, results_document
 
 KNOWN_MODELS = ("minilm", "smollm2")
 PROBE_IDS = tuple(f"E{i}" for i in range(1, 9))
@@ -88,25 +88,6 @@ class ReportResult:
 def unknown_models(models: tuple[str, ...]) -> list[str]:
     """The entries of ``models`` that are neither a known name nor an existing folder."""
     return [m for m in models if m not in KNOWN_MODELS and not Path(m).expanduser().is_dir()]
-
-
-def prepare_out_dir(out_dir: Path) -> Path:
-    """Check that ``out_dir`` can be written and return a fresh staging folder beside it.
-
-    Raises:
-        ValueError: ``out_dir`` exists and is not a folder.
-        OSError: its parent cannot be created or written (message names the path).
-    """
-    out_dir = out_dir.expanduser()
-    if out_dir.exists() and not out_dir.is_dir():
-        raise ValueError(f"--out {out_dir} exists and is not a folder")
-    if out_dir.is_dir() and not os.access(out_dir, os.W_OK | os.X_OK):
-        raise OSError(f"--out {out_dir} is not writable")
-    try:
-        out_dir.parent.mkdir(parents=True, exist_ok=True)
-        return Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
-    except OSError as err:
-        raise OSError(f"--out {out_dir} cannot be written: {err.strerror or err}") from err
 
 
 def git_revision() -> str:
@@ -190,7 +171,7 @@ class _Runner:
 
     def _probe(self, model: str) -> tuple[list[Record], str, str]:
         try:
-            from expattn.probe import ProbeConfig, run_probe
+            from expattn.probes.runner import ProbeConfig, run_probe
         except ImportError as err:
             reason = f"the probe stage is not available ({err})"
             return _placeholder(model, "skipped", reason), "skipped", reason
@@ -229,8 +210,8 @@ class _Runner:
         self.progress.update(self.task, description="train: one small LM per normalization")
         try:
             from expattn.nn.lm import LMConfig
+            from expattn.sweeps.run import SWEEP_BUDGET, run_sweep
             from expattn.train.loop import TrainConfig
-            from expattn.train.sweep import SWEEP_BUDGET, run_sweep
         except ImportError as err:
             return [], "skipped", f"the training stage is not available ({err})"
         budget = dict(SWEEP_BUDGET, iters=100, eval_every=50) if self.config.quick else SWEEP_BUDGET
@@ -273,25 +254,6 @@ def summary_table(result: ReportResult) -> Table:
     return table
 
 
-def _publish(staging: Path, out_dir: Path) -> None:
-    """Move the staged outputs into ``out_dir``: each file by an atomic rename, plots/ swapped whole.
-
-    The files get the permissions of an ordinary new file (the temporary results file is private).
-    """
-    out_dir.mkdir(parents=True, exist_ok=True)
-    umask = os.umask(0)
-    os.umask(umask)
-    for name in OUTPUT_FILES:
-        os.chmod(staging / name, 0o666 & ~umask)
-    old = out_dir / f".plots.old-{os.getpid()}"
-    if (out_dir / "plots").exists():
-        os.replace(out_dir / "plots", old)
-    os.replace(staging / "plots", out_dir / "plots")
-    for name in OUTPUT_FILES:
-        os.replace(staging / name, out_dir / name)
-    shutil.rmtree(old, ignore_errors=True)
-
-
 def run_report(config: ReportConfig, console: Console) -> ReportResult:
     """Run verify, simulate and probe, then write results.json, report.html, report.md and plots/.
 
@@ -302,19 +264,18 @@ def run_report(config: ReportConfig, console: Console) -> ReportResult:
     Returns:
         The ``ReportResult`` (records, per-stage timings, output folder, problems such as
         unknown models). Raises ``ValueError``/``OSError`` before any work if ``--out`` cannot
-        be written. Issue 9.
+        be written.
     """
-    staging = prepare_out_dir(config.out_dir)
-    problems = [
-        f"unknown model {m!r}: expected one of {', '.join(KNOWN_MODELS)} or a model folder; its probe is skipped"
-        for m in unknown_models(config.models)
-    ]
-    for problem in problems:
-        console.print(f"[bold yellow]warning:[/] {problem}", highlight=False)
-    started = datetime.now(timezone.utc)
-    start = time.perf_counter()
-    columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
-    try:
+    with staged(config.out_dir, merge=True) as staging:
+        problems = [
+            f"unknown model {m!r}: expected one of {', '.join(KNOWN_MODELS)} or a model folder; its probe is skipped"
+            for m in unknown_models(config.models)
+        ]
+        for problem in problems:
+            console.print(f"[bold yellow]warning:[/] {problem}", highlight=False)
+        started = datetime.now(timezone.utc)
+        start = time.perf_counter()
+        columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
         with Progress(*columns, TimeElapsedColumn(), console=console) as progress:
             runner = _Runner(config, staging, progress)
             models = len(set(config.models))
@@ -341,7 +302,4 @@ def run_report(config: ReportConfig, console: Console) -> ReportResult:
         write_json_atomic(staging / "results.json", document)
         (staging / "report.html").write_text(render_html(document, staging), encoding="utf-8")
         (staging / "report.md").write_text(render_markdown(document), encoding="utf-8")
-        _publish(staging, config.out_dir.expanduser())
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     return ReportResult(runner.records, runner.stages, config.out_dir, problems)

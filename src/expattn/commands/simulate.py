@@ -6,9 +6,6 @@ Every output goes to a staging folder beside ``--out`` first; finished files are
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,15 +16,16 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from expattn.claims import Claim, RunContext, run_claim, select
+from expattn.catalogue.registry import Claim, RunContext, run_claim, select
+from expattn.commands.tables import STYLE
 from expattn.dynamics.clouds import CLOUD_KINDS, make_cloud
 from expattn.dynamics.metrics import METRICS
 from expattn.dynamics.operators import AttentionConfig, AttentionUpdate, Compose
 from expattn.dynamics.run import run
 from expattn.nn.norms import NormConfig, build_norm
-from expattn.report.schema import Record, results_document, write_json_atomic
+from expattn.results.files import staged, write_json_atomic
+from expattn.results.record import Record, results_document
 
-STYLE = {"pass": "green", "fail": "red", "supported": "green", "not_supported": "red"}
 CUSTOM = "custom"
 
 
@@ -130,7 +128,7 @@ def custom_record(run_config: CustomRun, seed: int, out_dir: Path | None) -> Rec
         notes="A custom run records metrics per step; it checks no claim, hence 'inconclusive'.",
     )
     if out_dir is not None:
-        from expattn.report.figures import pyplot, save_figure
+        from expattn.results.plotting import pyplot, save_figure
 
         plt = pyplot()
         fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
@@ -140,28 +138,6 @@ def custom_record(run_config: CustomRun, seed: int, out_dir: Path | None) -> Rec
             ax.set_xlabel("step")
         record.plots = save_figure(fig, out_dir, "custom.png")
     return record
-
-
-def _staging(out_dir: Path) -> Path:
-    out_dir = out_dir.expanduser()
-    if out_dir.exists() and not out_dir.is_dir():
-        raise ValueError(f"--out {out_dir} exists and is not a folder")
-    try:
-        out_dir.parent.mkdir(parents=True, exist_ok=True)
-        return Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
-    except OSError as err:
-        raise OSError(f"--out {out_dir} cannot be written: {err.strerror or err}") from err
-
-
-def _publish(staging: Path, out_dir: Path) -> None:
-    """Move the finished files into ``out_dir`` (the whole folder at once if it does not exist yet)."""
-    out_dir = out_dir.expanduser()
-    if not out_dir.exists():
-        os.replace(staging, out_dir)
-        return
-    for file in sorted(staging.iterdir(), key=lambda f: f.name == "results.json"):  # results.json last
-        os.replace(file, out_dir / file.name)
-    staging.rmdir()
 
 
 def _record_for(claim: Claim, ctx: RunContext) -> Record:
@@ -176,9 +152,8 @@ def run_simulate(config: SimulateConfig, console: Console) -> list[Record]:
     Returns the records; raises ``ValueError`` for unknown presets or bad options (nothing is written then).
     """
     chosen = [] if config.custom is not None else select("simulate", list(config.presets) if config.presets else None)
-    staging = _staging(config.out_dir)
     start = time.perf_counter()
-    try:
+    with staged(config.out_dir, merge=True) as staging:
         records = []
         if config.custom is not None:
             records.append(custom_record(config.custom, config.seed, staging))
@@ -194,10 +169,6 @@ def run_simulate(config: SimulateConfig, console: Console) -> list[Record]:
         names = [CUSTOM] if config.custom is not None else [c.name for c in chosen]
         doc = results_document(records, "simulate", seeds={"seed": config.seed}, quick=config.quick, presets=names)
         write_json_atomic(staging / "results.json", doc)
-        _publish(staging, config.out_dir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     console.print(simulate_table(records, names))
     console.print(f"{len(records)} preset(s) in {time.perf_counter() - start:.1f} s (seed {config.seed}); "
                   f"results in {config.out_dir / 'results.json'}", highlight=False)

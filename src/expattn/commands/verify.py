@@ -1,0 +1,31 @@
+"""``expattn verify``: run the exact checks and show them as a table."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from rich.console import Console
+
+from expattn.catalogue.registry import RunContext, run_claim, select
+from expattn.commands.tables import record_table
+from expattn.results.files import write_json_atomic
+from expattn.results.record import results_document
+
+
+def run_verify(only: list[str] | None, json_path: Path | None, seed: int, console: Console) -> bool:
+    """Run the selected checks, print the table, write JSON; True iff every check passed."""
+    chosen = select("verify", only)
+    start = time.perf_counter()
+    records = []
+    with console.status("verifying") as status:
+        for claim in chosen:
+            status.update(f"verifying {claim.id}")
+            records.append(run_claim(claim, RunContext(seed=seed)))
+    console.print(record_table(records, "expattn verify"))
+    passed = sum(r.verdict == "pass" for r in records)
+    console.print(f"{passed}/{len(records)} passed in {time.perf_counter() - start:.1f} s (seed {seed})")
+    if json_path is not None:
+        doc = results_document(records, "verify", seeds={"seed": seed})
+        write_json_atomic(json_path, doc)
+    return all(r.verdict == "pass" for r in records)
