@@ -19,7 +19,7 @@ from pathlib import Path
 
 from expattn.results.record import Record
 
-COMMANDS = ("verify", "simulate", "probe")
+COMMANDS = ("verify", "simulate")
 
 
 @dataclass(frozen=True)

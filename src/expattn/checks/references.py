@@ -92,14 +92,6 @@ def gaussian_log_partition_2d(mean: np.ndarray, cov: np.ndarray, eta: np.ndarray
     return math.log(value) + shift
 
 
-def gaussian_log_pdf(x: np.ndarray, mean: np.ndarray, cov: np.ndarray) -> float:
-    r"""$\log\mathcal{N}(x; \mu, \Sigma)$ written out with numpy."""
-    d = np.atleast_1d(x - mean)
-    cov = np.atleast_2d(cov)
-    _, log_det = np.linalg.slogdet(cov)
-    return float(-0.5 * (d @ np.linalg.solve(cov, d) + log_det + d.size * math.log(2 * math.pi)))
-
-
 def discrete_family(log_w: np.ndarray, atoms: np.ndarray, eta: np.ndarray) -> tuple[float, np.ndarray]:
     r"""$(G(\eta), p)$ of the discrete family $\sum_n w_n \delta_{x_n}$: logsumexp and softmax."""
     logits = log_w + atoms @ eta

@@ -132,7 +132,7 @@ def make_prior(name: str, **params: float) -> HiddenPrior:
 
 
 @register_prior("gaussian")
-class Gaussian(HiddenPrior):
+class GaussianPrior(HiddenPrior):
     r"""$h \sim N(m, s^2)$: $K(t) = m t + s^2 t^2 / 2$; $\kappa_1 = m$, $\kappa_2 = s^2$, rest 0 (D4)."""
 
     def __init__(self, mean: float = 0.0, var: float = 1.0) -> None:
@@ -153,7 +153,7 @@ class Gaussian(HiddenPrior):
 
 
 @register_prior("poisson")
-class Poisson(HiddenPrior):
+class PoissonPrior(HiddenPrior):
     r"""$h \sim \mathrm{Poisson}(\lambda)$: $K(t) = \lambda(e^t - 1)$; $\kappa_n = \lambda$ for all n (D5)."""
 
     support = (0.0, math.inf)
@@ -196,7 +196,7 @@ def bernoulli_cumulant(n: int, p: float) -> float:
 
 
 @register_prior("bernoulli")
-class Bernoulli(HiddenPrior):
+class BernoulliPrior(HiddenPrior):
     r"""$h \in \{0,1\}$, $P(h=1) = p$: $K(t) = \log(1 - p + p e^t)$; cumulants of all orders."""
 
     support = (0.0, 1.0)
@@ -223,7 +223,7 @@ class Bernoulli(HiddenPrior):
 
 
 @register_prior("spin")
-class Spin(HiddenPrior):
+class SpinPrior(HiddenPrior):
     r"""$h \in \{-1, 1\}$, $P(h=1) = p$ ($h = 2b - 1$, $b$ Bernoulli): $K(t) = -t + \log(1 - p + p e^{2t})$.
 
     Cumulants: $\kappa_1 = 2p - 1$, $\kappa_n = 2^n \kappa_n^{\mathrm{Bernoulli}(p)}$ for $n \ge 2$.
@@ -253,7 +253,7 @@ class Spin(HiddenPrior):
 
 
 @register_prior("exponential")
-class Exponential(HiddenPrior):
+class ExponentialPrior(HiddenPrior):
     r"""$h \sim \mathrm{Exp}(\lambda)$: $K(t) = -\log(1 - t/\lambda)$ for $t < \lambda$.
 
     Cumulants $\kappa_n = (n-1)!/\lambda^n$ (logarithmic interactions, D5).
@@ -281,7 +281,7 @@ class Exponential(HiddenPrior):
 
 
 @register_prior("laplace")
-class Laplace(HiddenPrior):
+class LaplacePrior(HiddenPrior):
     r"""$h \sim \mathrm{Laplace}(0, b)$: $K(t) = -\log(1 - b^2 t^2)$ for $|t| < 1/b$.
 
     $\kappa_n = 0$ for odd n and $\kappa_{2k} = 2 (2k-1)!\, b^{2k}$.
@@ -306,7 +306,7 @@ class Laplace(HiddenPrior):
 
 
 @register_prior("constant")
-class Constant(HiddenPrior):
+class ConstantPrior(HiddenPrior):
     r"""$h = c$ with probability one: $K(t) = c t$; $\kappa_1 = c$ is the only non-zero cumulant (D6)."""
 
     discrete = True

@@ -38,14 +38,6 @@ def check_ndim(name: str, value: Tensor, at_least: int, shape_hint: str) -> Tens
     return value
 
 
-def check_last_dim(name: str, value: Tensor, dim: int, other: str) -> Tensor:
-    if value.shape[-1] != dim:
-        raise ValueError(
-            f"{name} has last dimension {value.shape[-1]}, expected {dim} to match {other}"
-        )
-    return value
-
-
 def check_positive_definite(name: str, cov: Tensor) -> Tensor:
     """Check a (..., D, D) covariance is symmetric positive definite; return its Cholesky factor."""
     check_finite(name, cov)
