@@ -1,7 +1,7 @@
 """``expattn report``: verify -> simulate (all presets) -> probe (each model) -> a short training comparison.
 
-Every stage runs inside one rich progress display; a stage whose module is missing is
-``skipped`` and one that raises is ``fail``, each with its reason, and the other stages still
+Every stage runs inside one rich progress display; a stage that raises is ``fail`` with its
+reason, and the other stages still
 run. A model that cannot be probed here (unknown name, missing optional package, a folder the
 probe refuses with ``ValueError``) gives ``skipped`` records E1-E8 that carry the reason.
 Everything is written into a staging folder beside ``--out`` and moved into place at the end,
@@ -28,13 +28,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from rich.table import Table
 
 from expattn.catalogue.registry import RunContext, claims, run_claim
+from expattn.probes.loading import BUILTIN_MODELS
 from expattn.report.document import Stage, cpu
 from expattn.report.html import render_html
 from expattn.report.markdown import render_markdown
 from expattn.results.files import staged, write_json_atomic
 from expattn.results.record import Record, load_records, results_document
 
-KNOWN_MODELS = ("minilm", "smollm2")
 PROBE_IDS = tuple(f"E{i}" for i in range(1, 9))
 OUTPUT_FILES = ("results.json", "report.html", "report.md")
 
@@ -51,7 +51,7 @@ class ReportConfig:
     """
 
     out_dir: Path = Path("report")
-    models: tuple[str, ...] = KNOWN_MODELS
+    models: tuple[str, ...] = BUILTIN_MODELS
     quick: bool = False
     seed: int = 0
 
@@ -87,7 +87,7 @@ class ReportResult:
 
 def unknown_models(models: tuple[str, ...]) -> list[str]:
     """The entries of ``models`` that are neither a known name nor an existing folder."""
-    return [m for m in models if m not in KNOWN_MODELS and not Path(m).expanduser().is_dir()]
+    return [m for m in models if m not in BUILTIN_MODELS and not Path(m).expanduser().is_dir()]
 
 
 def git_revision() -> str:
@@ -170,13 +170,10 @@ class _Runner:
             self.progress.advance(self.task)
 
     def _probe(self, model: str) -> tuple[list[Record], str, str]:
-        try:
-            from expattn.probes.runner import ProbeConfig, run_probe
-        except ImportError as err:
-            reason = f"the probe stage is not available ({err})"
-            return _placeholder(model, "skipped", reason), "skipped", reason
+        from expattn.probes.runner import ProbeConfig, run_probe
+
         if model in unknown_models((model,)):
-            reason = f"unknown model {model!r}: expected one of {', '.join(KNOWN_MODELS)} or a model folder"
+            reason = f"unknown model {model!r}: expected one of {', '.join(BUILTIN_MODELS)} or a model folder"
             return _placeholder(model, "skipped", reason), "skipped", reason
         base = "probe-" + (re.sub(r"[^A-Za-z0-9_.-]", "_", Path(model).name) or "model")
         slug, n = base, 1
@@ -208,12 +205,10 @@ class _Runner:
         the probe on each trained model's exported folder) go into the report.
         """
         self.progress.update(self.task, description="train: one small LM per normalization")
-        try:
-            from expattn.nn.lm import LMConfig
-            from expattn.sweeps.run import SWEEP_BUDGET, run_sweep
-            from expattn.train.loop import TrainConfig
-        except ImportError as err:
-            return [], "skipped", f"the training stage is not available ({err})"
+        from expattn.nn.lm import LMConfig
+        from expattn.sweeps.run import SWEEP_BUDGET, run_sweep
+        from expattn.train.loop import TrainConfig
+
         budget = dict(SWEEP_BUDGET, iters=100, eval_every=50) if self.config.quick else SWEEP_BUDGET
         plot_dir = self.staging / "plots" / "train"
         plot_dir.mkdir(parents=True, exist_ok=True)
@@ -268,7 +263,7 @@ def run_report(config: ReportConfig, console: Console) -> ReportResult:
     """
     with staged(config.out_dir, merge=True) as staging:
         problems = [
-            f"unknown model {m!r}: expected one of {', '.join(KNOWN_MODELS)} or a model folder; its probe is skipped"
+            f"unknown model {m!r}: expected one of {', '.join(BUILTIN_MODELS)} or a model folder; its probe is skipped"
             for m in unknown_models(config.models)
         ]
         for problem in problems:
