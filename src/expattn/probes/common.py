@@ -18,6 +18,7 @@ from torch import Tensor, nn
 
 from expattn.probes.adapters import Adapter
 from expattn.probes.attention import AttnWeights
+from expattn.results.plotting import pyplot, save_figure
 
 
 @dataclass(frozen=True)
@@ -203,29 +204,19 @@ def as_list(t: Tensor | np.ndarray | list) -> list:
     return [float(f"{v:.6g}") for v in np.asarray(t, dtype=float).ravel()]
 
 
-def figure(out_dir: Path | None, name: str, ncols: int = 2, width: float = 5.0):
-    """A matplotlib figure and axes (Agg backend) or (None, None) when no plot is wanted."""
+def figure(out_dir: Path | None, ncols: int = 2, width: float = 5.0):
+    """A figure with ``ncols`` panels side by side and its axes, or ``(None, None)`` when no plot is wanted."""
     if out_dir is None:
         return None, None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, ncols, figsize=(width * ncols, 3.8), squeeze=False)
+    fig, axes = pyplot().subplots(1, ncols, figsize=(width * ncols, 3.8), squeeze=False)
     return fig, axes[0]
 
 
 def save(fig, out_dir: Path | None, name: str) -> list[str]:
-    """Save ``fig`` as ``out_dir/name`` and return ``[name]`` (``[]`` without a figure)."""
+    """Save ``fig`` as ``out_dir/name`` and return ``[name]`` for ``Record.plots`` (``[]`` without a figure)."""
     if fig is None or out_dir is None:
         return []
-    import matplotlib.pyplot as plt
-
-    fig.tight_layout()
-    fig.savefig(Path(out_dir) / name, dpi=110)
-    plt.close(fig)
-    return [name]
+    return save_figure(fig, out_dir, name)
 
 
 def band(ax, x, est, lo, hi, label: str, **kw) -> None:

@@ -112,7 +112,7 @@ class E2Normalization(Estimator):
             "median_raw_ratio_excl": float(np.median(est[:, :, v, 0])),
             "sequences": self.stats_.n_,
         }
-        fig, axes = figure(out_dir, f"{self.ctx.slug}_e2_normalization.png")
+        fig, axes = figure(out_dir)
         if fig is not None:
             x = np.arange(self.ctx.layers)
             for ax, k, title in ((axes[0], 0, "raw spread ratio"), (axes[1], 1, "scale-normalised ratio")):

@@ -205,7 +205,7 @@ class E3Gaussianity(Estimator):
             "tokens_excl": n,
             "massive_tokens_left_out_max": max(self.massive_),
         }
-        fig, axes = figure(out_dir, f"{self.ctx.slug}_e3_gaussianity.png", ncols=3, width=4.2)
+        fig, axes = figure(out_dir, ncols=3, width=4.2)
         if fig is not None:
             x = np.arange(self.depths)
             for vi, variant in enumerate(VARIANTS):

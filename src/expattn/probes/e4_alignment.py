@@ -195,7 +195,7 @@ class E4Alignment(Estimator):
             if self.ctx.attention[0].rope
             else "no rotary embedding"
         )
-        fig, axes = figure(out_dir, f"{self.ctx.slug}_e4_alignment.png")
+        fig, axes = figure(out_dir)
         if fig is not None:
             for ax, key, rand_key, title in (
                 (axes[0], "cos_sigma_inv", "random_q95_analytic", "vs Sigma^-1"),

@@ -114,7 +114,7 @@ class E5Gradient(Estimator):
         details = {kind: [as_list(row) for row in worst[k]] for k, kind in enumerate(self.KINDS)}
         w = self.ctx.attention[0]
         details["features"] = {"rope": w.rope is not None, "gqa": w.kv_heads < w.heads, "causal": w.causal}
-        fig, axes = figure(out_dir, f"{self.ctx.slug}_e5_gradient.png", ncols=1, width=7.0)
+        fig, axes = figure(out_dir, ncols=1, width=7.0)
         if fig is not None:
             ax = axes[0]
             x = np.arange(self.ctx.layers)

@@ -127,7 +127,7 @@ class E6Mlp(Estimator):
             "min_heldout_r2": float(r2.min()),
             "max_heldout_r2": float(r2.max()),
         }
-        fig, axes = figure(out_dir, f"{self.ctx.slug}_e6_mlp.png")
+        fig, axes = figure(out_dir)
         if fig is not None:
             x = np.arange(self.ctx.layers)
             for vi, variant in enumerate(VARIANTS):

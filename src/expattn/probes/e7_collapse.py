@@ -134,7 +134,7 @@ class E7Collapse(Estimator):
             else "attention only (post-LN)",
             "dtype": "float64",
         }
-        fig, axes = figure(out_dir, f"{self.ctx.slug}_e7_collapse.png", ncols=1, width=7.0)
+        fig, axes = figure(out_dir, ncols=1, width=7.0)
         if fig is not None:
             ax, depth = axes[0], np.arange(self.ctx.layers + 1)
             for curves, label in (

@@ -139,7 +139,7 @@ class E8Heads(Estimator):
             "heads": self.ctx.attention[0].heads,
             "sequences": self.stats_.n_,
         }
-        fig, axes = figure(out_dir, f"{self.ctx.slug}_e8_heads.png")
+        fig, axes = figure(out_dir)
         if fig is not None:
             x = np.arange(self.ctx.layers)
             band(axes[0], x, est[:, 0], lo[:, 0], hi[:, 0], "same token")
