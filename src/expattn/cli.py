@@ -12,6 +12,8 @@ from typing import Annotated, NoReturn
 import typer
 from rich.console import Console
 
+from expattn.terminal import error, plain, say
+
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
@@ -27,9 +29,8 @@ def _root() -> None:
 
 
 def fail(message: str) -> NoReturn:
-    """Print a one-line error and exit with code 2."""
-    Console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
-    raise typer.Exit(code=2)
+    """Print a one-line error (user strings escaped) and exit with code 2."""
+    error(message)
 
 
 def parse_ids(only: str | None) -> list[str] | None:
@@ -77,7 +78,7 @@ def report(
     except (ValueError, TypeError, OSError) as err:
         fail(str(err))
     console.print(summary_table(result))
-    console.print(f"wrote {out / 'report.html'}, {out / 'report.md'} and {out / 'results.json'}", highlight=False)
+    say(console, f"wrote {out / 'report.html'}, {out / 'report.md'} and {out / 'results.json'}")
     if result.problems:
         fail("; ".join(result.problems))
     raise typer.Exit(code=0 if result.ok else 1)
@@ -153,7 +154,7 @@ def probe(
                TextColumn("{task.fields[rate]} tokens/s"), TimeElapsedColumn())
     try:
         with Progress(*columns, console=console, transient=True) as bar:
-            task = bar.add_task(model, total=tokens, rate="-")
+            task = bar.add_task(plain(model), total=tokens, rate="-")
 
             def progress(done: int, total: int) -> None:
                 elapsed = bar.tasks[task].elapsed or 0.0
@@ -165,9 +166,9 @@ def probe(
     if outcome.records:
         from expattn.commands.tables import record_table
 
-        console.print(record_table(outcome.records, f"expattn probe --model {model}"))
+        console.print(record_table(outcome.records, f"expattn probe --model {plain(model)}"))
         seconds = f"{outcome.seconds:.1f} s (forward passes {outcome.forward_seconds:.1f} s)"
-        console.print(f"{outcome.tokens} tokens in {seconds}; results in {out}/results.json")
+        say(console, f"{outcome.tokens} tokens in {seconds}; results in {out}/results.json")
 
 
 @app.command()

@@ -162,7 +162,7 @@ class _Runner:
         return out, "ok", f"{failed} of {len(out)} failed" if failed else ""
 
     def probe_stage(self, model: str) -> tuple[list[Record], str, str]:
-        self.progress.update(self.task, description=f"probe {model}")
+        self.progress.update(self.task, description=f"probe {escape(model)}")
         try:
             return self._probe(model)
         finally:
@@ -183,7 +183,7 @@ class _Runner:
         plot_dir.mkdir(parents=True)
 
         def progress(done: int, total: int) -> None:
-            self.progress.update(self.task, description=f"probe {model}: {done}/{total} tokens")
+            self.progress.update(self.task, description=f"probe {escape(model)}: {done}/{total} tokens")
 
         try:
             config = ProbeConfig.preset(model, quick=self.config.quick, seed=self.config.seed)
@@ -236,7 +236,7 @@ def _count(command: str) -> int:
 
 def summary_table(result: ReportResult) -> Table:
     """Terminal summary: one row per stage with status, wall and CPU seconds, records and reason."""
-    table = Table(title=f"expattn report -> {result.out_dir}")
+    table = Table(title=f"expattn report -> {escape(str(result.out_dir))}")
     for name in ("stage", "status", "seconds", "CPU seconds", "records", "reason"):
         table.add_column(name, overflow="fold")
     colour = {"ok": "green", "fail": "red", "skipped": "yellow"}
@@ -266,7 +266,7 @@ def run_report(config: ReportConfig, console: Console) -> ReportResult:
             for m in unknown_models(config.models)
         ]
         for problem in problems:
-            console.print(f"[bold yellow]warning:[/] {problem}", highlight=False)
+            console.print(f"[bold yellow]warning:[/] {escape(problem)}", highlight=False)
         started = datetime.now(timezone.utc)
         start = time.perf_counter()
         columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())

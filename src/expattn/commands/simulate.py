@@ -25,6 +25,7 @@ from expattn.dynamics.run import run
 from expattn.nn.norms import NormConfig, build_norm
 from expattn.results.files import staged, write_json_atomic
 from expattn.results.record import Record, results_document
+from expattn.terminal import plain, say
 
 CUSTOM = "custom"
 
@@ -170,8 +171,8 @@ def run_simulate(config: SimulateConfig, console: Console) -> list[Record]:
         doc = results_document(records, "simulate", seeds={"seed": config.seed}, quick=config.quick, presets=names)
         write_json_atomic(staging / "results.json", doc)
     console.print(simulate_table(records, names))
-    console.print(f"{len(records)} preset(s) in {time.perf_counter() - start:.1f} s (seed {config.seed}); "
-                  f"results in {config.out_dir / 'results.json'}", highlight=False)
+    say(console, f"{len(records)} preset(s) in {time.perf_counter() - start:.1f} s (seed {config.seed}); "
+                 f"results in {config.out_dir / 'results.json'}")
     return records
 
 
@@ -184,6 +185,6 @@ def simulate_table(records: list[Record], names: list[str]) -> Table:
         style = STYLE.get(r.verdict, "yellow")
         summary = r.notes if len(r.notes) <= 160 else r.notes[:157] + "..."
         seconds = r.metrics.get("seconds")
-        table.add_row(name, r.id, f"[{style}]{r.verdict}[/]", "-" if seconds is None else f"{seconds:.1f}",
-                      ", ".join(r.plots) or "-", summary)
+        table.add_row(plain(name), plain(r.id), f"[{style}]{r.verdict}[/]",
+                      "-" if seconds is None else f"{seconds:.1f}", plain(", ".join(r.plots) or "-"), plain(summary))
     return table

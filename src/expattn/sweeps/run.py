@@ -28,6 +28,7 @@ from expattn.nn.norms import norm_names
 from expattn.results.files import write_json_atomic
 from expattn.results.record import Record, results_document
 from expattn.sweeps.layer_dynamics import probe_dynamics
+from expattn.terminal import plain
 from expattn.train.loop import TrainConfig, train
 
 SWEEP_BUDGET = {"layers": 2, "dim": 64, "iters": 400, "eval_every": 100}
@@ -198,13 +199,13 @@ def run_sweep(kind: str, base: TrainConfig, console: Console | None = None) -> l
         model = dataclasses.replace(base.model, **change)
         cfg = dataclasses.replace(base, model=model, out=base.out / value)
         if console is not None:
-            console.print(f"[bold]{kind}[/]: training {value} -> {cfg.out}")
+            console.print(f"[bold]{kind}[/]: training {plain(value)} -> {plain(cfg.out)}")
         try:
             result = train(cfg)
         except ValueError as err:  # e.g. whitening of a cloud that became singular: record, go on
             rows.append({"value": value, "error": str(err), "metrics": _logged(cfg.out)})
             if console is not None:
-                console.print(f"[bold red]{kind}: {value} failed:[/] {err}")
+                console.print(f"[bold red]{kind}: {plain(value)} failed:[/] {plain(err)}")
             continue
         last = result.metrics[-1]
         row = {"value": value, "val_loss": last["val_loss"], "train_loss": last["train_loss"],
@@ -214,7 +215,7 @@ def run_sweep(kind: str, base: TrainConfig, console: Console | None = None) -> l
         except ValueError as err:  # e.g. a diverged model with non-finite states: keep its losses
             row["probe_error"] = str(err)
             if console is not None:
-                console.print(f"[bold red]{kind}: probing {value} failed:[/] {err}")
+                console.print(f"[bold red]{kind}: probing {plain(value)} failed:[/] {plain(err)}")
         rows.append(row)
     budget = {"iters": base.iters, "batch": base.batch, "context": base.model.context,
               "tokens_per_model": base.iters * base.batch * base.model.context}

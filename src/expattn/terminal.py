@@ -1,0 +1,39 @@
+"""Terminal output through rich with every user string taken literally, so brackets in a path never read as markup.
+
+``error(message)`` prints ``error: message`` in one line on stderr and exits with code 2;
+``say(console, message)`` prints an informational line as plain text; ``plain(text)`` escapes
+one user string for use inside a markup string (table titles, progress descriptions).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NoReturn
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+# What rich's markup parser reads as a tag, with the backslashes before it (rich.markup's own pattern).
+_TAG = re.compile(r"(\\*)(\[[a-z#/@][^[]*?])")
+
+
+def plain(text: object) -> str:
+    """``str(text)`` with every would-be tag escaped: rendered as markup it prints exactly as written.
+
+    Unlike ``rich.markup.escape`` a trailing backslash stays single, so the result must not be
+    followed directly by a tag of the surrounding markup.
+    """
+    return _TAG.sub(lambda m: f"{m[1]}{m[1]}\\{m[2]}", str(text))
+
+
+def say(console: Console, message: str) -> None:
+    """Print ``message`` verbatim (no markup, emoji codes or highlighting) on ``console``."""
+    console.print(Text(message), highlight=False, soft_wrap=True)
+
+
+def error(message: str) -> NoReturn:
+    """Print a one-line red ``error:`` followed by ``message`` verbatim on stderr, then exit with code 2."""
+    line = " ".join(str(message).splitlines()) or "failed"
+    Console(stderr=True).print(Text.assemble(("error:", "bold red"), " ", line), highlight=False, soft_wrap=True)
+    raise typer.Exit(code=2)
