@@ -108,6 +108,11 @@ def train(
     eval_every: Annotated[int | None, typer.Option(help="Evaluate every N steps [250; sweeps 100].")] = None,
     ckpt_every: Annotated[int, typer.Option(help="Checkpoint every N steps.")] = 250,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
+    dtype: Annotated[str, typer.Option(help="float32, or bfloat16 / float16 mixed precision (autocast).")] = (
+        "float32"
+    ),
+    compile: Annotated[bool, typer.Option("--compile", help="Compile the model with torch.compile.")] = False,
+    grad_accum: Annotated[int, typer.Option(help="Micro-batches per step (gradient accumulation).")] = 1,
     resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --out from its checkpoint.")] = False,
     sweep: Annotated[str | None, typer.Option(help="One model per 'norms' or per 'carriers' (+ implicit).")] = None,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
@@ -129,7 +134,8 @@ def train(
         cfg = TrainConfig(
             out=out, model=model, corpus=corpus, batch=batch, iters=budget["iters"] if iters is None else iters,
             lr=lr, seed=seed, eval_every=budget["eval_every"] if eval_every is None else eval_every,
-            ckpt_every=ckpt_every, device=device, resume=resume, progress=progress,
+            ckpt_every=ckpt_every, device=device, dtype=dtype, compile=compile, grad_accum=grad_accum,
+            resume=resume, progress=progress,
         )
         if sweep is None:
             result = run_train(cfg)
