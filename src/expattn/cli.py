@@ -109,6 +109,11 @@ def train(
     eval_every: Annotated[int | None, typer.Option(help="Evaluate every N steps [250; sweeps 100].")] = None,
     ckpt_every: Annotated[int, typer.Option(help="Checkpoint every N steps.")] = 250,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
+    dtype: Annotated[str, typer.Option(help="float32, or bfloat16 / float16 mixed precision (autocast).")] = (
+        "float32"
+    ),
+    compile: Annotated[bool, typer.Option("--compile", help="Compile the model with torch.compile.")] = False,
+    grad_accum: Annotated[int, typer.Option(help="Micro-batches per step (gradient accumulation).")] = 1,
     resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --out from its checkpoint.")] = False,
     sweep: Annotated[str | None, typer.Option(help="One model per 'norms' or per 'carriers' (+ implicit).")] = None,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
@@ -123,7 +128,8 @@ def train(
                            "tied_layers": tied_layers, "dropout": dropout, "implicit": implicit,
                            "jacobian_reg": jacobian_reg},
             train_options={"corpus": corpus, "batch": batch, "lr": lr, "seed": seed, "ckpt_every": ckpt_every,
-                           "device": device, "resume": resume, "progress": progress},
+                           "device": device, "dtype": dtype, "compile": compile, "grad_accum": grad_accum,
+                           "resume": resume, "progress": progress},
         )
     except (ValueError, OSError) as err:
         fail(str(err))

@@ -84,6 +84,7 @@ def test_unknown_sweep(corpus, tmp_path):
 
 
 def test_divergence_stops_with_one_line(corpus, tmp_path):
-    """A learning rate of 1e30 turns the loss non-finite within a few steps: the trainer's per-step check
-    (the LM's norms skip theirs) stops the run with a one-line error instead of training on NaN."""
+    """A learning rate of 1e30 turns the loss non-finite within a few steps: the trainer's check of every
+    step's loss (read at the next evaluation or checkpoint; the LM's norms skip theirs) stops the run with a
+    one-line error naming the step, before anything trained on NaN is written."""
     _one_line_error(_run("--out", tmp_path / "run", "--corpus", corpus, *TINY, "--lr", "1e30"), "training diverged")

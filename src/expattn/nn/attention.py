@@ -13,7 +13,6 @@ A query whose keys are all masked gets output zero, weights zero and log-normali
 
 from __future__ import annotations
 
-import contextvars
 import itertools
 import math
 from collections.abc import Callable, Iterator, Mapping
@@ -120,19 +119,23 @@ def _attend(
     return carrier(q, k, v, None if mask is None else mask.to(q.device), scale, need_weights)
 
 
-_EXPLICIT = contextvars.ContextVar("expattn_explicit_attention", default=False)
+# Open ``explicit_attention`` blocks. A plain module global rather than a ContextVar: torch.compile
+# traces a global read (and guards on its value) but breaks the graph at ``ContextVar.get``.
+_explicit_depth = 0
 
 
 @contextmanager
 def explicit_attention() -> Iterator[None]:
     """Inside this block ``ExpFamAttention`` computes its heads explicitly (logits, softmax, products)
     instead of calling the fused kernel: slower, but twice differentiable, which torch's CPU flash
-    kernel is not (needed for gradients of Jacobian penalties, see ``ImplicitAttention.jacobian_penalty``)."""
-    token = _EXPLICIT.set(True)
+    kernel is not (needed for gradients of Jacobian penalties, see ``ImplicitAttention.jacobian_penalty``).
+    The switch is process-wide (not per thread)."""
+    global _explicit_depth
+    _explicit_depth += 1
     try:
         yield
     finally:
-        _EXPLICIT.reset(token)
+        _explicit_depth -= 1
 
 
 def _check_input(name: str, x: object, width: int) -> None:
@@ -323,7 +326,7 @@ class ExpFamAttention(nn.Module):
         stats = need_weights or hooked
         out = _attend(
             q, k, v, self.carrier, key_padding_mask, attn_mask, c.causal if is_causal is None else is_causal,
-            self._scale, stats or _EXPLICIT.get(),
+            self._scale, stats or _explicit_depth > 0,
         )
         if stats or self.last_weights is not None or self.last_log_normalizer is not None:  # no Module.__setattr__
             self.last_weights = self.hook_weights(out.weights) if stats else None

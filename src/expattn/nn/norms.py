@@ -190,23 +190,33 @@ class Whitening(Norm):
         self.register_buffer("target_cov_sqrt", sym_power(cov, 0.5))
 
     def normalize(self, x: Float[Tensor, "*batch token dim"]) -> Float[Tensor, "*batch token dim"]:
+        """The map; half precision (and autocast) is computed in float32 (``eigh`` has no half kernel).
+
+        Under ``torch.compile`` the data-dependent cloud checks are left out (a non-finite result
+        then shows in the caller's loss) so that the map traces as one graph.
+        """
         tokens, d = x.shape[-2], x.shape[-1]
         if tokens <= d and self.config.ridge == 0:
             raise ValueError(f"whitening needs more tokens than features (or ridge > 0), got token={tokens}, dim={d}")
-        mean = x.mean(-2, keepdim=True)
-        centred = x - mean
-        cov = centred.mT @ centred / tokens  # (*B, D, D)
-        if self.config.ridge > 0:  # then the condition number is at most 1 + D / ridge by construction
-            level = torch.diagonal(cov, dim1=-2, dim2=-1).mean(-1)  # (*B,) tr(S) / D
-            if (level <= 0).any():
-                raise ValueError("x holds a cloud of identical tokens; whitening is undefined")
-            cov = cov + (self.config.ridge * level)[..., None, None] * torch.eye(d, dtype=x.dtype, device=x.device)
-        else:
-            evals = torch.linalg.eigvalsh(cov)
-            if (evals[..., 0] <= 1e3 * torch.finfo(x.dtype).eps * evals[..., -1]).any():
-                raise ValueError("x holds a cloud with singular covariance; whitening is undefined (set ridge > 0)")
-        gain = self.target_cov_sqrt.to(x.dtype) @ sym_power(cov, -0.5)  # (*B, D, D)
-        return self.target_mean.to(x.dtype) + centred @ gain.mT
+        half = x.dtype in (torch.float16, torch.bfloat16)
+        with torch.autocast(x.device.type, enabled=False):
+            work = x.float() if half else x
+            centred = work - work.mean(-2, keepdim=True)
+            cov = centred.mT @ centred / tokens  # (*B, D, D)
+            checked = not torch.compiler.is_compiling()
+            if self.config.ridge > 0:  # then the condition number is at most 1 + D / ridge by construction
+                level = torch.diagonal(cov, dim1=-2, dim2=-1).mean(-1)  # (*B,) tr(S) / D
+                if checked and (level <= 0).any():
+                    raise ValueError("x holds a cloud of identical tokens; whitening is undefined")
+                eye = torch.eye(d, dtype=cov.dtype, device=cov.device)
+                cov = cov + (self.config.ridge * level)[..., None, None] * eye
+            elif checked:
+                evals = torch.linalg.eigvalsh(cov)
+                if (evals[..., 0] <= 1e3 * torch.finfo(cov.dtype).eps * evals[..., -1]).any():
+                    raise ValueError("x holds a cloud with singular covariance; whitening is undefined (set ridge > 0)")
+            gain = self.target_cov_sqrt.to(cov.dtype) @ sym_power(cov, -0.5)  # (*B, D, D)
+            out = self.target_mean.to(cov.dtype) + centred @ gain.mT
+        return out.to(x.dtype)
 
 
 NormFactory = Callable[[NormConfig], Norm]

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,11 +36,13 @@ from expattn.train import distributed
 from expattn.train.checkpoint import CheckpointError, read_checkpoint, restore, save_checkpoint
 from expattn.train.data import SHAKESPEARE, CharCorpus
 from expattn.train.optim import adamw, learning_rate
+from expattn.train.step import DTYPES, LossTracker, autocast, grad_scaler, optimizer_step
 
 CHECKPOINT = "checkpoint.safetensors"
 METRICS = "metrics.jsonl"
 # Fields that may differ between a run and its resumption (they do not change any number).
 RESUMABLE = ("resume", "progress")
+ADDED_FIELDS = {"dtype": "float32", "compile": False, "grad_accum": 1}  # absent from older checkpoints' configs
 # Carriers whose output does not depend on the keys (DDP must expect parameters without gradient).
 KEYLESS_CARRIERS = ("mixture_lower_bound",)
 
@@ -65,6 +66,11 @@ class TrainConfig:
         ckpt_every: write a checkpoint every this many steps (and at the end).
         seed: seed of initialisation, batches and evaluation batches.
         device: ``auto``, ``cpu`` or ``cuda``.
+        dtype: ``float32``, or ``bfloat16``/``float16`` for mixed precision (``torch.autocast``;
+            float16 adds a gradient scaler); weights and optimizer state stay float32.
+        compile: run the model through ``torch.compile``.
+        grad_accum: split each process's share of the batch into this many micro-batches
+            (gradient accumulation: less memory, the same update up to float rounding).
         resume: continue from ``out/checkpoint.safetensors``.
         progress: draw a progress bar.
     """
@@ -85,11 +91,14 @@ class TrainConfig:
     ckpt_every: int = 250
     seed: int = 0
     device: str = "auto"
+    dtype: str = "float32"
+    compile: bool = False
+    grad_accum: int = 1
     resume: bool = False
     progress: bool = True
 
     def __post_init__(self) -> None:
-        for name in ("batch", "iters", "eval_every", "eval_batches", "ckpt_every"):
+        for name in ("batch", "iters", "eval_every", "eval_batches", "ckpt_every", "grad_accum"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
@@ -103,6 +112,10 @@ class TrainConfig:
             raise ValueError(f"grad_clip must be >= 0, got {self.grad_clip}")
         if not 0 <= self.beta2 < 1:
             raise ValueError(f"beta2 must lie in [0, 1), got {self.beta2}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        if self.batch % self.grad_accum:
+            raise ValueError(f"grad_accum must divide batch={self.batch}, got {self.grad_accum}")
 
     def to_json(self) -> dict[str, Any]:
         """The config as JSON-safe values (paths as strings)."""
@@ -136,26 +149,34 @@ def _rng_states(data_gen: torch.Generator) -> dict[str, torch.Tensor]:
 
 
 @torch.no_grad()
-def evaluate(model: LM, corpus: CharCorpus, cfg: TrainConfig, d: distributed.Dist) -> dict[str, float]:
-    """Mean loss on ``eval_batches`` fixed batches of each split (the same batches every time)."""
+def evaluate(
+    model: LM, corpus: CharCorpus, cfg: TrainConfig, d: distributed.Dist, net: torch.nn.Module | None = None
+) -> dict[str, float]:
+    """Mean loss on ``eval_batches`` fixed batches of each split (the same batches every time).
+
+    ``net`` (default ``model``) computes the losses, e.g. the compiled model; they are summed on
+    the device in float64 (the sums of Python floats) and read once per split.
+    """
+    net = model if net is None else net
     was_training = model.training
     model.eval()
     out = {}
     for split in ("train", "val"):
         gen = torch.Generator().manual_seed(cfg.seed + 1_000_003)
-        total = 0.0
+        total = torch.zeros((), dtype=torch.float64, device=d.device)
         for _ in range(cfg.eval_batches):
             x, y = corpus.batch(split, cfg.batch, model.cfg.context, gen)
-            _, loss = model(d.shard(x).to(d.device), d.shard(y).to(d.device))
-            total += loss.item()
-        out[f"{split}_loss"] = d.mean(total / cfg.eval_batches)
+            with autocast(d.device, cfg.dtype):
+                _, loss = net(d.shard(x).to(d.device), d.shard(y).to(d.device))
+            total += loss.double()
+        out[f"{split}_loss"] = d.mean(total.item() / cfg.eval_batches)
     model.train(was_training)
     return out
 
 
 def _check_resume(cfg: TrainConfig, stored: dict[str, Any]) -> None:
     now = cfg.to_json()
-    diff = sorted(k for k in now if k not in RESUMABLE and now[k] != stored.get(k))
+    diff = sorted(k for k in now if k not in RESUMABLE and now[k] != stored.get(k, ADDED_FIELDS.get(k)))
     if diff:
         raise ValueError(
             f"--resume needs the run's own settings; these differ from the checkpoint: {', '.join(diff)}"
@@ -220,11 +241,13 @@ def train(cfg: TrainConfig) -> TrainResult:
 
 
 def _run(cfg: TrainConfig, corpus: CharCorpus, model_cfg: LMConfig, d: distributed.Dist) -> TrainResult:
-    if cfg.batch % d.world:
-        raise ValueError(f"batch must be a multiple of the number of processes ({d.world}), got {cfg.batch}")
+    if cfg.batch % (d.world * cfg.grad_accum):
+        raise ValueError(f"batch must be a multiple of the number of processes ({d.world}) times grad_accum "
+                         f"({cfg.grad_accum}), got {cfg.batch}")
     torch.manual_seed(cfg.seed)
     model = LM(model_cfg).to(d.device)
     optimizer = adamw(model, cfg.lr, cfg.weight_decay, (0.9, cfg.beta2))
+    scaler = grad_scaler(d.device, cfg.dtype)
     data_gen = torch.Generator().manual_seed(cfg.seed)
     min_lr = cfg.lr / 10 if cfg.min_lr is None else cfg.min_lr
     warmup = min(100, cfg.iters // 20) if cfg.warmup is None else cfg.warmup
@@ -237,6 +260,8 @@ def _run(cfg: TrainConfig, corpus: CharCorpus, model_cfg: LMConfig, d: distribut
         if ckpt.meta.get("model") != meta["model"]:
             raise CheckpointError(f"checkpoint {str(ckpt_path)!r} holds a different model config")
         restore(ckpt, model, optimizer)
+        if scaler is not None and "grad_scaler" in ckpt.meta:
+            scaler.load_state_dict(ckpt.meta["grad_scaler"])
         data_gen.set_state(ckpt.rng["data"])
         torch.set_rng_state(ckpt.rng["torch"])
         if "cuda" in ckpt.rng and d.device.type == "cuda":
@@ -252,30 +277,32 @@ def _run(cfg: TrainConfig, corpus: CharCorpus, model_cfg: LMConfig, d: distribut
     if d.active:  # Jensen's bound ignores the keys: k_proj then gets no gradient
         net = DistributedDataParallel(model, device_ids=[d.device] if d.device.type == "cuda" else None,
                                       find_unused_parameters=model_cfg.carrier in KEYLESS_CARRIERS)
+    if cfg.compile:
+        net = torch.compile(net)
     tokens_per_step = cfg.batch * model_cfg.context
-    busy, steps_timed, loss_value = 0.0, 0, float("nan")
+    tracker = LossTracker(d.device)  # step losses stay on the device until an evaluation or checkpoint
+    busy, steps_timed, window = 0.0, 0, time.perf_counter()
     with _progress(cfg.progress and d.main) as bar:
         task = bar.add_task("train", total=cfg.iters, completed=start_step, tok_s=0.0, loss=float("nan"))
         for step in range(start_step + 1, cfg.iters + 1):
-            t0 = time.perf_counter()
             lr = learning_rate(step, cfg.lr, min_lr, warmup, cfg.iters)
             for group in optimizer.param_groups:
                 group["lr"] = lr
             x, y = corpus.batch("train", cfg.batch, model_cfg.context, data_gen)
-            _, loss = net(d.shard(x).to(d.device), d.shard(y).to(d.device))
-            optimizer.zero_grad(set_to_none=True)
-            (loss if model.regularizer is None else loss + model.regularizer).backward()  # penalty: implicit LMs
-            if cfg.grad_clip > 0:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            loss_value = loss.item()
-            if not math.isfinite(loss_value):  # the one finiteness check of a step (the LM's norms skip theirs)
-                raise ValueError(f"training diverged at step {step}: the loss is {loss_value}")
-            optimizer.step()
-            busy += time.perf_counter() - t0
+            loss = optimizer_step(net, model, optimizer, d.shard(x).to(d.device), d.shard(y).to(d.device),
+                                  grad_accum=cfg.grad_accum, grad_clip=cfg.grad_clip, dtype=cfg.dtype, scaler=scaler)
+            tracker.update(step, loss)  # finiteness checked at the next read (the LM's norms skip theirs)
             steps_timed += 1
+            evaluating = step % cfg.eval_every == 0 or step == cfg.iters
+            saving = d.main and (step % cfg.ckpt_every == 0 or step == cfg.iters)
+            if not (evaluating or saving):
+                bar.update(task, advance=1)
+                continue
+            loss_value = tracker.read()  # the one host sync between evaluations; raises on divergence
+            busy += time.perf_counter() - window
             bar.update(task, advance=1, tok_s=steps_timed * tokens_per_step / busy, loss=loss_value)
-            if step % cfg.eval_every == 0 or step == cfg.iters:
-                losses = evaluate(model, corpus, cfg, d)
+            if evaluating:
+                losses = evaluate(model, corpus, cfg, d, net if not d.active else None)
                 row = {"iter": step, **losses, "tokens_per_s": steps_timed * tokens_per_step / busy,
                        "lr": lr, "step_loss": d.mean(loss_value), "seconds": busy}
                 metrics.append(row)
@@ -283,7 +310,9 @@ def _run(cfg: TrainConfig, corpus: CharCorpus, model_cfg: LMConfig, d: distribut
                     with metrics_path.open("a") as fh:
                         fh.write(json.dumps(row) + "\n")
                 busy, steps_timed = 0.0, 0
-            if d.main and (step % cfg.ckpt_every == 0 or step == cfg.iters):
-                save_checkpoint(ckpt_path, step, model, optimizer, _rng_states(data_gen), meta)
+            if saving:
+                state = meta if scaler is None else {**meta, "grad_scaler": scaler.state_dict()}
+                save_checkpoint(ckpt_path, step, model, optimizer, _rng_states(data_gen), state)
                 export_model(model, corpus.vocab, cfg.out / MODEL_DIR)
+            window = time.perf_counter()
     return TrainResult(metrics, ckpt_path, model, corpus)
