@@ -105,6 +105,10 @@ def train(
     lr: Annotated[float, typer.Option(help="Peak learning rate.")] = 1e-3,
     seed: Annotated[int, typer.Option(help="Seed of initialisation and batches.")] = 0,
     corpus: Annotated[str, typer.Option(help="'shakespeare', a text file or a folder of *.txt.")] = "shakespeare",
+    split: Annotated[str, typer.Option(help="Validation split: 'per-text' (each text 90/10) or 'contiguous' "
+                                            "(the concatenated corpus 90/10, as nanoGPT).")] = "per-text",
+    bias: Annotated[bool, typer.Option(help="Biases in projections and layernorm shifts (GPT-2); "
+                                            "--no-bias as nanoGPT's recipe.")] = True,
     eval_every: Annotated[int | None, typer.Option(help="Evaluate every N steps [250; sweeps 100].")] = None,
     ckpt_every: Annotated[int, typer.Option(help="Checkpoint every N steps.")] = 250,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
@@ -124,11 +128,12 @@ def train(
             context=context, layers=budget["layers"] if layers is None else layers, heads=heads,
             dim=budget["dim"] if dim is None else dim,
             carrier=carrier, norm=norm, tied_layers=tied_layers, dropout=dropout, implicit=implicit,
-            jacobian_reg=jacobian_reg,
+            jacobian_reg=jacobian_reg, bias=bias,
         )
         cfg = TrainConfig(
-            out=out, model=model, corpus=corpus, batch=batch, iters=budget["iters"] if iters is None else iters,
-            lr=lr, seed=seed, eval_every=budget["eval_every"] if eval_every is None else eval_every,
+            out=out, model=model, corpus=corpus, split=split, batch=batch,
+            iters=budget["iters"] if iters is None else iters, lr=lr, seed=seed,
+            eval_every=budget["eval_every"] if eval_every is None else eval_every,
             ckpt_every=ckpt_every, device=device, resume=resume, progress=progress,
         )
         if sweep is None:
