@@ -106,6 +106,10 @@ def train(
     lr: Annotated[float, typer.Option(help="Peak learning rate.")] = 1e-3,
     seed: Annotated[int, typer.Option(help="Seed of initialisation and batches.")] = 0,
     corpus: Annotated[str, typer.Option(help="'shakespeare', a text file or a folder of *.txt.")] = "shakespeare",
+    split: Annotated[str, typer.Option(help="Validation split: 'per-text' (each text 90/10) or 'contiguous' "
+                                            "(the concatenated corpus 90/10, as nanoGPT).")] = "per-text",
+    bias: Annotated[bool, typer.Option(help="Biases in projections and layernorm shifts (GPT-2); "
+                                            "--no-bias as nanoGPT's recipe.")] = True,
     eval_every: Annotated[int | None, typer.Option(help="Evaluate every N steps [250; sweeps 100].")] = None,
     ckpt_every: Annotated[int, typer.Option(help="Checkpoint every N steps.")] = 250,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
@@ -126,10 +130,10 @@ def train(
             out=out, sweep=sweep, console=console, layers=layers, dim=dim, iters=iters, eval_every=eval_every,
             model_options={"context": context, "heads": heads, "carrier": carrier, "norm": norm,
                            "tied_layers": tied_layers, "dropout": dropout, "implicit": implicit,
-                           "jacobian_reg": jacobian_reg},
-            train_options={"corpus": corpus, "batch": batch, "lr": lr, "seed": seed, "ckpt_every": ckpt_every,
-                           "device": device, "dtype": dtype, "compile": compile, "grad_accum": grad_accum,
-                           "resume": resume, "progress": progress},
+                           "jacobian_reg": jacobian_reg, "bias": bias},
+            train_options={"corpus": corpus, "split": split, "batch": batch, "lr": lr, "seed": seed,
+                           "ckpt_every": ckpt_every, "device": device, "dtype": dtype, "compile": compile,
+                           "grad_accum": grad_accum, "resume": resume, "progress": progress},
         )
     except (ValueError, OSError) as err:
         fail(str(err))

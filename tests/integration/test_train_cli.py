@@ -9,6 +9,7 @@ import torch
 from typer.testing import CliRunner
 
 from expattn.cli import app
+from expattn.nn.lm import LMConfig
 
 TINY = ["--layers", "1", "--dim", "8", "--heads", "2", "--context", "8", "--batch", "4", "--iters", "6",
         "--eval-every", "3", "--ckpt-every", "3", "--no-progress", "--device", "cpu"]
@@ -44,6 +45,16 @@ def test_tiny_run_writes_metrics(corpus, tmp_path):
     assert config["model"]["vocab_size"] == 8 and config["train"]["iters"] == 6
 
 
+def test_bias_free_contiguous_run_records_its_options(corpus, tmp_path):
+    out = tmp_path / "run"
+    result = _run("--out", out, "--corpus", corpus, *TINY, "--no-bias", "--split", "contiguous")
+    assert result.exit_code == 0, result.output
+    config = json.loads((out / "config.json").read_text())
+    assert config["model"]["bias"] is False and config["train"]["split"] == "contiguous"
+    _one_line_error(_run("--out", out, "--corpus", corpus, *TINY, "--split", "contiguous", "--resume"), "model")
+    _one_line_error(_run("--out", out, "--corpus", corpus, *TINY, "--no-bias", "--resume"), "split")
+
+
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [
@@ -52,6 +63,7 @@ def test_tiny_run_writes_metrics(corpus, tmp_path):
         (["--context", "400"], "context must lie in"),
         (["--heads", "3"], "heads must divide dim"),
         (["--iters", "0"], "iters"),
+        (["--split", "random"], "split must be one of per-text, contiguous"),
     ],
 )
 def test_bad_options(corpus, tmp_path, args, fragment):
@@ -88,3 +100,15 @@ def test_divergence_stops_with_one_line(corpus, tmp_path):
     step's loss (read at the next evaluation or checkpoint; the LM's norms skip theirs) stops the run with a
     one-line error naming the step, before anything trained on NaN is written."""
     _one_line_error(_run("--out", tmp_path / "run", "--corpus", corpus, *TINY, "--lr", "1e30"), "training diverged")
+
+
+def test_checkpoint_written_before_split_and_bias_existed_still_resumes(tmp_path):
+    """Settings added later are compared with their defaults, which is what such a run used."""
+    from expattn.train.loop import TrainConfig, _check_resume
+
+    cfg = TrainConfig(out=tmp_path)
+    old = cfg.to_json()
+    del old["split"], old["model"]["bias"]
+    _check_resume(cfg, old)  # no error
+    with pytest.raises(ValueError, match="differ from the checkpoint: model, split"):
+        _check_resume(TrainConfig(out=tmp_path, split="contiguous", model=LMConfig(bias=False)), old)

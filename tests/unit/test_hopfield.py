@@ -120,6 +120,22 @@ def test_defaults_retrieve_without_projection_and_until_converged(gen):
     torch.testing.assert_close(one(r, y), hopfield_update(r, y, 3.0), rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("steps", [1, 3])
+def test_forward_without_energy_equals_plain_update_and_retrieve_bitwise(gen, dtype, steps):
+    """forward skips the log-normalizer; its output is bit for bit the plain update's and retrieve's."""
+    y, r = randn(gen, 2, 40, 8).to(dtype), randn(gen, 2, 5, 8).to(dtype)
+    hop = Hopfield(HopfieldConfig(input_size=8, beta=0.5, update_steps_max=steps))
+    plain = r
+    for _ in range(steps):  # the reference in plain torch (half precision reduced in float32)
+        plain = torch.softmax((0.5 * plain @ y.mT).float(), dim=-1).to(dtype) @ y
+    torch.testing.assert_close(hop(r, y), plain, rtol=0, atol=0)
+    torch.testing.assert_close(hop(r, y), hop.retrieve(r, y).output, rtol=0, atol=0)
+    keep = torch.tensor([[True] * 40, [True, False] * 20])
+    masked = hop.retrieve(r, y, stored_padding_mask=keep)
+    torch.testing.assert_close(hop(r, y, stored_padding_mask=keep), masked.output, rtol=0, atol=0)
+
+
 def test_padding_mask_removes_stored_patterns(gen):
     hop = Hopfield(HopfieldConfig(input_size=4, update_steps_max=2)).double()
     y, r = randn(gen, 2, 6, 4), randn(gen, 2, 3, 4)

@@ -20,15 +20,15 @@ def reference_logits(model: LM, idx: torch.Tensor) -> torch.Tensor:
     causal = torch.ones(T, T, dtype=torch.bool).tril()
 
     def ln(x, prefix):
-        return F.layer_norm(x, (cfg.dim,), sd[f"{prefix}.norm.weight"], sd[f"{prefix}.norm.bias"], eps=1e-5)
+        return F.layer_norm(x, (cfg.dim,), sd[f"{prefix}.norm.weight"], sd.get(f"{prefix}.norm.bias"), eps=1e-5)
 
     def lin(x, prefix):
-        return x @ sd[f"{prefix}.weight"].T + sd[f"{prefix}.bias"]
+        return x @ sd[f"{prefix}.weight"].T + sd.get(f"{prefix}.bias", 0.0)
 
     for layer in range(cfg.layers):
         b = f"blocks.{0 if cfg.tied_layers else layer}"
         h = ln(x, f"{b}.norm1")
-        w, bias = sd[f"{b}.attn.in_proj_weight"], sd[f"{b}.attn.in_proj_bias"]
+        w, bias = sd[f"{b}.attn.in_proj_weight"], sd.get(f"{b}.attn.in_proj_bias", 0.0)
         q, k, v = (h @ w.T + bias).split(cfg.dim, dim=-1)  # packed [W_q; W_k; W_v], as in nn.MultiheadAttention
         q, k, v = (t.unflatten(-1, (cfg.heads, -1)).transpose(1, 2) for t in (q, k, v))
         scores = (q @ k.mT / math.sqrt(cfg.dim // cfg.heads)).masked_fill(~causal, -torch.inf)
@@ -47,15 +47,26 @@ def _perturbed(model: LM, gen: torch.Generator) -> LM:
     return model
 
 
-@pytest.mark.parametrize("tied", [False, True])
-def test_matches_reference_forward(gen, tied):
+@pytest.mark.parametrize(("tied", "bias"), [(False, True), (True, True), (False, False)])
+def test_matches_reference_forward(gen, tied, bias):
     torch.manual_seed(int(torch.randint(0, 2**31, (1,), generator=gen)))
-    cfg = LMConfig(vocab_size=11, context=9, layers=3, heads=2, dim=8, tied_layers=tied)
+    cfg = LMConfig(vocab_size=11, context=9, layers=3, heads=2, dim=8, tied_layers=tied, bias=bias)
     model = _perturbed(LM(cfg).double(), gen)
     idx = torch.randint(0, 11, (4, 9), generator=gen)
     logits, _ = model(idx)
     # float64 throughout; only summation order differs from the reference
     torch.testing.assert_close(logits, reference_logits(model, idx), rtol=1e-10, atol=1e-10)
+
+
+def test_bias_free_model_counts_as_nanogpt_recipe():
+    """bias=False: no bias anywhere; the count is nanoGPT's bias-free GPT (806,528 at its CPU recipe size)."""
+    V, T, L, C = 84, 64, 4, 128
+    model = LM(LMConfig(vocab_size=V, context=T, layers=L, heads=4, dim=C, bias=False))
+    assert not [n for n, _ in model.named_parameters() if n.endswith("bias")]
+    # embeddings (head tied) + per layer two LayerNorm gains, W_qkv, W_o, MLP 4C wide + final gain
+    assert model.num_params() == V * C + T * C + L * (2 * C + 3 * C * C + C * C + 8 * C * C) + C == 806_528
+    with_bias = LM(LMConfig(vocab_size=V, context=T, layers=L, heads=4, dim=C))
+    assert with_bias.num_params() - model.num_params() == L * (2 * C + 3 * C + C + 4 * C + C) + C  # 5,760
 
 
 def test_tied_layers_share_one_block(gen):
@@ -122,6 +133,7 @@ def test_trace_names_the_states(gen):
         ({"dim": 10, "heads": 4}, "heads must divide dim"),
         ({"layers": 0}, "layers"),
         ({"dropout": 1.0}, "dropout"),
+        ({"bias": "no"}, "bias must be a bool"),
     ],
 )
 def test_bad_config_raises(kwargs, match):

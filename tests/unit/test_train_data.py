@@ -30,6 +30,18 @@ def test_split_keeps_each_texts_head_for_training_and_tail_for_validation(gen, t
     assert corpus.vocab == "".join(sorted(set("".join(texts))))
 
 
+def test_contiguous_split_cuts_the_concatenated_corpus_once(gen, tmp_path):
+    """As nanoGPT's prepare.py: data[:int(n * 0.9)] for training, the rest for validation."""
+    texts = [_random_text(gen, 200), _random_text(gen, 57)]
+    corpus = CharCorpus.load(_write(tmp_path, texts), split="contiguous")
+    whole = texts[0] + texts[1]
+    assert decode(corpus.train, corpus.vocab) == whole[:231]  # int(257 * 0.9)
+    assert decode(corpus.val, corpus.vocab) == whole[231:]  # 26 characters, all from the second text
+    (tmp_path / "b").mkdir()
+    per_text = CharCorpus.load(_write(tmp_path / "b", texts))
+    assert per_text.vocab == corpus.vocab and len(per_text.val) == 20 + 6
+
+
 def test_encode_decode_round_trip_and_unknown_character(gen):
     text = _random_text(gen, 300)
     vocab = "".join(sorted(set(text)))
@@ -78,5 +90,7 @@ def test_bad_input(tmp_path, gen):
     corpus.check_context(9)
     with pytest.raises(ValueError, match="val_fraction"):
         CharCorpus.load(tmp_path / "e.txt", val_fraction=1.0)
+    with pytest.raises(ValueError, match="split must be one of per-text, contiguous"):
+        CharCorpus.load(tmp_path / "e.txt", split="random")
     with pytest.raises(ValueError, match="split"):
         corpus.batch("test", 2, 4, torch.Generator())

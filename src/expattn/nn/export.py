@@ -68,6 +68,7 @@ def load_exported(path: Path, config: dict) -> tuple[LM, str]:
         ValueError: a config that is not a valid ``LMConfig`` or whose vocabulary does not match,
             missing weights, or weights that do not fit the config.
     """
+    config = {"bias": True, **config}  # exports written before the option have biases
     fields = {f.name for f in dataclasses.fields(LMConfig)}
     missing = sorted(fields - set(config))
     if missing:

@@ -60,6 +60,13 @@ def _logits(xi: Tensor, patterns: Tensor, beta: Tensor | float, mask: Tensor | N
     return logits
 
 
+def _softmax(logits: Tensor) -> Tensor:
+    """``softmax_with_log_normalizer(logits)[0]`` without the log-normalizer: the same weights."""
+    if logits.dtype in (torch.float16, torch.bfloat16):  # reduce in float32, as the fused version does
+        return torch.softmax(logits.float(), dim=-1).to(logits.dtype)
+    return torch.softmax(logits, dim=-1)
+
+
 def hopfield_energy(
     xi: Float[Tensor, "*batch query dim"],
     patterns: Float[Tensor, "*batch pattern dim"],
@@ -290,9 +297,11 @@ class Hopfield(nn.Module):
         converged, at_last = eps is None, False
         logits = _logits(xi, keys, beta, mask)  # (B, H, Q, N)
         for step in range(1, steps_max + 1):
-            weights, lse = softmax_with_log_normalizer(logits)  # (B, H, Q, N), (B, H, Q)
             if need_energy:
+                weights, lse = softmax_with_log_normalizer(logits)  # (B, H, Q, N), (B, H, Q)
                 energies.append(0.5 * (xi * xi).sum(-1) - lse / beta.squeeze(-1))
+            else:
+                weights = _softmax(logits)  # (B, H, Q, N); no log-normalizer nobody reads
             at_last = step == steps_max
             if at_last and not (same or need_energy or eps is not None):
                 break  # the readout below is all that is left

@@ -38,6 +38,8 @@ class LMConfig:
         norm: normalization by name (``expattn.nn.norms.norm_names()``).
         tied_layers: one block shared by every layer (an iterated operator).
         dropout: dropout probability on embeddings, attention output and MLP output.
+        bias: biases in the attention and MLP projections and shifts in the layernorms, as in
+            GPT-2; ``False`` is nanoGPT's Shakespeare recipe (``bias=False``).
         implicit: solve each layer to its fixed point $z^\star = f(z^\star, x)$ (``ImplicitBlock``)
             instead of applying it once; needs ``dropout == 0``.
         jacobian_reg: implicit layers only: weight $\gamma$ of the Jacobian penalty
@@ -55,6 +57,7 @@ class LMConfig:
     norm: str = "layernorm"
     tied_layers: bool = False
     dropout: float = 0.0
+    bias: bool = True
     implicit: bool = False
     jacobian_reg: float = 30.0
 
@@ -71,6 +74,8 @@ class LMConfig:
             raise ValueError(f"carrier must be one of {', '.join(carrier_names())}, got {self.carrier!r}")
         if self.norm not in norm_names():
             raise ValueError(f"norm must be one of {', '.join(norm_names())}, got {self.norm!r}")
+        if not isinstance(self.bias, bool):
+            raise ValueError(f"bias must be a bool, got {self.bias!r}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must lie in [0, 1), got {self.dropout}")
         reg = self.jacobian_reg
@@ -99,7 +104,7 @@ class BatchCloudNorm(nn.Module):
         super().__init__()
         affine = cfg.norm in ("layernorm", "rmsnorm")
         radius = math.sqrt(cfg.dim)  # per-coordinate scale ~1, as after layernorm
-        config = NormConfig(cfg.dim, radius=radius, elementwise_affine=affine, ridge=WHITENING_RIDGE)
+        config = NormConfig(cfg.dim, radius=radius, elementwise_affine=affine, bias=cfg.bias, ridge=WHITENING_RIDGE)
         self.norm = build_norm(cfg.norm, config)
         self.per_token = cfg.norm in PER_TOKEN_NORMS
 
@@ -124,17 +129,17 @@ def build_attention(cfg: LMConfig) -> ExpFamAttention:
     $\Sigma_h \eta$ (A6), ``mixture_lower_bound`` uses Jensen's bound (A7).
     """
     return ExpFamAttention(
-        ExpFamAttentionConfig(embed_dim=cfg.dim, num_heads=cfg.heads, causal=True, carrier=cfg.carrier)
+        ExpFamAttentionConfig(embed_dim=cfg.dim, num_heads=cfg.heads, causal=True, carrier=cfg.carrier, bias=cfg.bias)
     )
 
 
 class MLP(nn.Module):
-    """$W_2\\,\\mathrm{GELU}(W_1 x)$ with a 4x hidden width."""
+    """$W_2\\,\\mathrm{GELU}(W_1 x + b_1) + b_2$ with a 4x hidden width (no $b$ without ``cfg.bias``)."""
 
     def __init__(self, cfg: LMConfig) -> None:
         super().__init__()
-        self.fc = nn.Linear(cfg.dim, 4 * cfg.dim)
-        self.out_proj = nn.Linear(4 * cfg.dim, cfg.dim)
+        self.fc = nn.Linear(cfg.dim, 4 * cfg.dim, bias=cfg.bias)
+        self.out_proj = nn.Linear(4 * cfg.dim, cfg.dim, bias=cfg.bias)
 
     def forward(self, x: Float[Tensor, "batch token dim"]) -> Float[Tensor, "batch token dim"]:
         return self.out_proj(F.gelu(self.fc(x)))

@@ -39,6 +39,8 @@ class NormConfig:
         eps: added to the variance (layernorm, rmsnorm) or floor of the norm (sphere).
         radius: radius $r$ of the sphere projection.
         elementwise_affine: learnable per-feature scale (and shift for layernorm), as in torch.
+        bias: layernorm with ``elementwise_affine`` only: the learnable shift (torch's ``bias``);
+            ``False`` keeps the scale alone, as nanoGPT's bias-free recipe does.
         target_mean: ``(dim,)`` $\eta_0$ of whitening (``None``: zero).
         target_cov: ``(dim, dim)`` $\Lambda_0$ of whitening, positive definite (``None``: identity).
         ridge: whitening only: $\bar S + \lambda I$ with $\lambda$ = ``ridge`` $\cdot \operatorname{tr}\bar S / D$
@@ -50,6 +52,7 @@ class NormConfig:
     eps: float = 1e-5
     radius: float = 1.0
     elementwise_affine: bool = False
+    bias: bool = True
     target_mean: Tensor | None = None
     target_cov: Tensor | None = None
     ridge: float = 0.0
@@ -122,7 +125,8 @@ class _PerToken(Norm):
     def __init__(self, config: NormConfig, shift: bool) -> None:
         super().__init__(config)
         self.weight = nn.Parameter(torch.ones(config.dim)) if config.elementwise_affine else None
-        self.bias = nn.Parameter(torch.zeros(config.dim)) if config.elementwise_affine and shift else None
+        shifted = config.elementwise_affine and shift and config.bias
+        self.bias = nn.Parameter(torch.zeros(config.dim)) if shifted else None
 
 
 class LayerNorm(_PerToken):

@@ -1,7 +1,9 @@
 r"""Character-level text data: a vocabulary, a deterministic train/validation split, batches.
 
-Each text is split at the same fraction of its length: the head goes to training, the tail to
-validation, so every play contributes to both splits and the split never depends on a seed.
+By default (``per-text``) each text is split at the same fraction of its length: the head goes
+to training, the tail to validation, so every play contributes to both splits. ``contiguous``
+splits the concatenated corpus once, as nanoGPT's ``prepare.py`` does (its validation set is the
+last 10% of the corpus: the last plays). Neither depends on a seed.
 A batch is ``B`` random windows of ``T + 1`` characters; inputs are the first ``T``, targets
 the last ``T`` (next-character prediction).
 """
@@ -19,6 +21,7 @@ from torch import Tensor
 from expattn.nn.vocab import encode
 
 SHAKESPEARE = "shakespeare"
+SPLITS = ("per-text", "contiguous")
 
 
 def shakespeare_files() -> list[Path]:
@@ -82,17 +85,28 @@ class CharCorpus:
     val: Tensor
 
     @classmethod
-    def load(cls, corpus: str | os.PathLike = SHAKESPEARE, val_fraction: float = 0.1) -> CharCorpus:
-        """Read ``corpus`` and split every text at ``1 - val_fraction`` of its length.
+    def load(
+        cls, corpus: str | os.PathLike = SHAKESPEARE, val_fraction: float = 0.1, split: str = "per-text"
+    ) -> CharCorpus:
+        """Read ``corpus`` and split it at ``1 - val_fraction`` of its length.
+
+        ``split="per-text"`` cuts every text there; ``"contiguous"`` cuts the concatenation of the
+        texts (in file order) there once: ``train = s[:int(n (1 - f))]``, as nanoGPT's ``prepare.py``.
 
         Raises:
             FileNotFoundError: missing, empty or unreadable corpus.
-            ValueError: ``val_fraction`` outside (0, 1).
+            ValueError: ``val_fraction`` outside (0, 1), or an unknown ``split``.
         """
         if not 0.0 < val_fraction < 1.0:
             raise ValueError(f"val_fraction must lie in (0, 1), got {val_fraction}")
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
         texts = read_texts(corpus_files(corpus))
         vocab = "".join(sorted(set().union(*map(set, texts))))
+        if split == "contiguous":
+            whole = "".join(texts)
+            cut = int(len(whole) * (1.0 - val_fraction))
+            return cls(vocab, encode(whole[:cut], vocab), encode(whole[cut:], vocab))
         cut = [int(len(t) * (1.0 - val_fraction)) for t in texts]
         train = "".join(t[:c] for t, c in zip(texts, cut, strict=True))
         val = "".join(t[c:] for t, c in zip(texts, cut, strict=True))

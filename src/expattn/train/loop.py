@@ -34,7 +34,7 @@ from expattn.nn.lm import LM, LMConfig
 from expattn.results.files import write_text_atomic
 from expattn.train import distributed
 from expattn.train.checkpoint import CheckpointError, read_checkpoint, restore, save_checkpoint
-from expattn.train.data import SHAKESPEARE, CharCorpus
+from expattn.train.data import SHAKESPEARE, SPLITS, CharCorpus
 from expattn.train.optim import adamw, learning_rate
 from expattn.train.step import DTYPES, LossTracker, autocast, grad_scaler, optimizer_step
 
@@ -42,7 +42,6 @@ CHECKPOINT = "checkpoint.safetensors"
 METRICS = "metrics.jsonl"
 # Fields that may differ between a run and its resumption (they do not change any number).
 RESUMABLE = ("resume", "progress")
-ADDED_FIELDS = {"dtype": "float32", "compile": False, "grad_accum": 1}  # absent from older checkpoints' configs
 # Carriers whose output does not depend on the keys (DDP must expect parameters without gradient).
 KEYLESS_CARRIERS = ("mixture_lower_bound",)
 
@@ -55,6 +54,8 @@ class TrainConfig:
         out: folder for metrics, checkpoint and config.
         model: the LM; its ``vocab_size`` is taken from the corpus.
         corpus: ``"shakespeare"``, a text file, or a folder of ``*.txt`` files.
+        split: ``"per-text"`` (every text split 90/10) or ``"contiguous"`` (the concatenated corpus
+            split 90/10 once, as nanoGPT's ``prepare.py``); see ``CharCorpus.load``.
         batch: global batch (sequences per step, split over processes).
         iters: optimizer steps.
         lr, min_lr, warmup: peak rate, final rate (``None``: lr / 10), warm-up steps
@@ -78,6 +79,7 @@ class TrainConfig:
     out: Path
     model: LMConfig = field(default_factory=LMConfig)
     corpus: str = SHAKESPEARE
+    split: str = "per-text"
     batch: int = 12
     iters: int = 2000
     lr: float = 1e-3
@@ -102,6 +104,8 @@ class TrainConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.split not in SPLITS:
+            raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {self.split!r}")
         if self.warmup is not None and not 0 <= self.warmup <= self.iters:
             raise ValueError(f"warmup must lie in [0, iters={self.iters}], got {self.warmup}")
         if not self.lr > 0:
@@ -176,7 +180,10 @@ def evaluate(
 
 def _check_resume(cfg: TrainConfig, stored: dict[str, Any]) -> None:
     now = cfg.to_json()
-    diff = sorted(k for k in now if k not in RESUMABLE and now[k] != stored.get(k, ADDED_FIELDS.get(k)))
+    # a setting added after the checkpoint was written had its default value then
+    defaults = TrainConfig(out=cfg.out).to_json()
+    stored = {**defaults, **stored, "model": {**defaults["model"], **stored.get("model", {})}}
+    diff = sorted(k for k in now if k not in RESUMABLE and now[k] != stored.get(k))
     if diff:
         raise ValueError(
             f"--resume needs the run's own settings; these differ from the checkpoint: {', '.join(diff)}"
@@ -190,7 +197,7 @@ def prepare(cfg: TrainConfig) -> tuple[CharCorpus, LMConfig]:
         FileNotFoundError: missing corpus; ``ValueError``: context too long for the data, an
         existing run without ``resume``, or ``resume`` without a checkpoint.
     """
-    corpus = CharCorpus.load(cfg.corpus)
+    corpus = CharCorpus.load(cfg.corpus, split=cfg.split)
     corpus.check_context(cfg.model.context)
     model_cfg = dataclasses.replace(cfg.model, vocab_size=corpus.vocab_size)
     ckpt = cfg.out / CHECKPOINT
