@@ -16,6 +16,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from expattn.core import draws
 from expattn.core.measure import Measure
 from expattn.core.validate import as_tensor, check_finite, check_ndim, check_positive_definite
 
@@ -108,7 +109,7 @@ class Gaussian(Measure):
         if num_samples < 1:
             raise ValueError(f"num_samples must be >= 1, got {num_samples}")
         loc = self.mean(eta)  # (*B, Q, D)
-        z = torch.randn((num_samples, *loc.shape), generator=generator, dtype=loc.dtype, device=loc.device)
+        z = draws.randn((num_samples, *loc.shape), loc, generator)
         return loc + (self.chol.unsqueeze(-3) @ z.unsqueeze(-1)).squeeze(-1)
 
     def _log_det(self) -> Tensor:

@@ -20,6 +20,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from expattn.core import draws
 from expattn.core.validate import as_tensor, check_finite, check_ndim
 
 
@@ -90,7 +91,7 @@ class HopfieldMixture:
         r"""$\operatorname{Cov}_p[v] = \beta^{-1} I + \sum_\mu w_\mu (W_\mu - \bar W)(W_\mu - \bar W)^\top$."""
         w = self.log_weights().exp()
         centred = self.patterns - self.mean()
-        eye = torch.eye(self.dim, dtype=self.patterns.dtype)
+        eye = torch.eye(self.dim, dtype=self.patterns.dtype, device=self.patterns.device)
         return eye / self.beta + (w.unsqueeze(-1) * centred).T @ centred
 
     def sample(
@@ -99,6 +100,6 @@ class HopfieldMixture:
         r"""Draw $\mu \sim w$, then $v = W_\mu + \beta^{-1/2}\varepsilon$; returns ``(components, points)``."""
         if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
             raise ValueError(f"num_samples must be an integer >= 1, got {num_samples!r}")
-        mu = torch.multinomial(self.log_weights().exp(), num_samples, replacement=True, generator=generator)
-        noise = torch.randn(num_samples, self.dim, generator=generator, dtype=self.patterns.dtype)
+        mu = draws.multinomial(self.log_weights().exp(), num_samples, generator)
+        noise = draws.randn((num_samples, self.dim), self.patterns, generator)
         return mu, self.patterns[mu] + noise / math.sqrt(self.beta)

@@ -19,6 +19,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from expattn.core import draws
 from expattn.core.empirical import Empirical
 from expattn.core.gaussian import gaussian_log_density
 from expattn.core.measure import Measure
@@ -169,12 +170,10 @@ class GaussianMixture(Measure):
         if num_samples < 1:
             raise ValueError(f"num_samples must be >= 1, got {num_samples}")
         r = self.responsibilities(eta)  # (*B, Q, C)
-        comp = torch.multinomial(r.reshape(-1, r.shape[-1]), num_samples, replacement=True, generator=generator)
+        comp = draws.multinomial(r.reshape(-1, r.shape[-1]), num_samples, generator)
         comp = comp.T.reshape(num_samples, *r.shape[:-1])  # (S, *B, Q)
         means = self.component_means(eta)  # (*B, Q, C, D)
-        z = torch.randn(
-            (num_samples, *means.shape[:-2], self.dim), generator=generator, dtype=means.dtype, device=means.device
-        )
+        z = draws.randn((num_samples, *means.shape[:-2], self.dim), means, generator)
         points = means + (self.component_chol.unsqueeze(-4) @ z[..., None, :, None]).squeeze(-1)  # (S, *B, Q, C, D)
         index = comp[..., None, None].expand(*comp.shape, 1, self.dim)
         return torch.gather(points, -2, index).squeeze(-2)

@@ -136,9 +136,9 @@ def mardia(x: Float[Tensor, "batch token dim"]) -> dict[str, Tensor]:
     b1 = b1 / tokens**2
     b2 = z.square().sum(-1).square().mean(-1)
     dof = d * (d + 1) * (d + 2) / 6
-    skew_p = torch.as_tensor(stats.chi2.sf((tokens * b1 / 6).cpu().numpy(), dof), dtype=x.dtype)
+    skew_p = torch.as_tensor(stats.chi2.sf((tokens * b1 / 6).cpu().numpy(), dof), dtype=x.dtype, device=x.device)
     kurt_z = (b2 - d * (d + 2)) / math.sqrt(8 * d * (d + 2) / tokens)
-    kurt_p = torch.as_tensor(2 * stats.norm.sf(kurt_z.abs().cpu().numpy()), dtype=x.dtype)
+    kurt_p = torch.as_tensor(2 * stats.norm.sf(kurt_z.abs().cpu().numpy()), dtype=x.dtype, device=x.device)
     return {"skewness": b1, "kurtosis": b2, "skewness_p": skew_p, "kurtosis_p": kurt_p}
 
 
@@ -146,7 +146,7 @@ def _sliced_w2(z: Tensor, directions: Tensor) -> Tensor:
     """RMS over directions of the 1-D Wasserstein-2 distance to N(0, 1) quantiles."""
     tokens = z.shape[-2]
     levels = (torch.arange(tokens, dtype=torch.float64) + 0.5) / tokens
-    quantiles = torch.as_tensor(stats.norm.ppf(levels.numpy()), dtype=z.dtype)  # (T,)
+    quantiles = torch.as_tensor(stats.norm.ppf(levels.numpy()), dtype=z.dtype, device=z.device)  # (T,)
     proj = torch.sort(z @ directions.T, dim=-2).values  # (B, T, K)
     return (proj - quantiles[:, None]).square().mean(-2).mean(-1).sqrt()
 
@@ -173,13 +173,13 @@ def sliced_wasserstein_gaussian(
         raise ValueError(f"directions must be >= 1 and null_draws >= 2, got {directions}, {null_draws}")
     z = _standardised(x)
     batch, tokens, d = z.shape
-    u = torch.randn(directions, d, generator=generator, dtype=torch.float64).to(z.dtype)
+    u = torch.randn(directions, d, generator=generator, dtype=torch.float64).to(z.device, z.dtype)
     u = u / u.norm(dim=-1, keepdim=True)
     sw = _sliced_w2(z, u)
-    null_clouds = torch.randn(null_draws, tokens, d, generator=generator, dtype=torch.float64).to(z.dtype)
+    null_clouds = torch.randn(null_draws, tokens, d, generator=generator, dtype=torch.float64).to(z.device, z.dtype)
     null = _sliced_w2(_standardised(null_clouds), u)  # (null_draws,)
     p_value = (1 + (null[None, :] >= sw[:, None]).sum(-1)) / (1 + null_draws)
-    ones = torch.ones(batch, dtype=z.dtype)
+    ones = torch.ones(batch, dtype=z.dtype, device=z.device)
     return {
         "sw": sw,
         "null_mean": null.mean() * ones,

@@ -144,14 +144,14 @@ class AttentionUpdate(nn.Module):
         for name, m in named.items():
             if m is not None and m.shape[-1] != eta.shape[-1]:
                 raise ValueError(f"{name} has last dimension {m.shape[-1]}, expected {eta.shape[-1]} (the cloud's dim)")
-        atoms = atoms.to(eta.dtype)
+        atoms = atoms.to(eta.device, eta.dtype)
         if self.carrier_map is not None:
-            atoms = atoms @ self.carrier_map.to(eta.dtype).mT
+            atoms = atoms @ self.carrier_map.to(eta.device, eta.dtype).mT
         if self.config.carrier == "empirical" or (self.covariance is None and self.config.bandwidth == 0):
             return Empirical(atoms)
         d = eta.shape[-1]
-        cov = (self.config.bandwidth**2 * torch.eye(d, dtype=eta.dtype) if self.covariance is None
-               else self.covariance.to(eta.dtype))
+        cov = (self.config.bandwidth**2 * torch.eye(d, dtype=eta.dtype, device=eta.device) if self.covariance is None
+               else self.covariance.to(eta.device, eta.dtype))
         return GaussianMixture(atoms, cov.expand(*atoms.shape[:-2], d, d))
 
     def forward(self, eta: Float[Tensor, "batch token dim"]) -> Float[Tensor, "batch token dim"]:

@@ -114,7 +114,7 @@ def _attend(
     batch, heads, queries, _ = q.shape
     mask = attention_mask(
         batch, heads, queries, k.shape[2], key_padding_mask=key_padding_mask, attn_mask=attn_mask, causal=causal,
-        dtype=q.dtype,
+        dtype=q.dtype, device=q.device,
     )
     return carrier(q, k, v, None if mask is None else mask.to(q.device), scale, need_weights)
 

@@ -128,12 +128,9 @@ def softmax_attention(
             return CarrierOutput(out, None, None)
         mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
     dead = None
-    if mask is not None:
+    if mask is not None:  # revived unconditionally: testing dead.any() would read it back to the host
         dead = _dead_rows(mask)
-        if dead.any():
-            mask = _revive(mask, dead)
-        else:
-            dead = None
+        mask = _revive(mask, dead)
     if not need_stats:
         out = F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, scale=scale, enable_gqa=heads != k.shape[1]

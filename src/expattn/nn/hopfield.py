@@ -186,13 +186,13 @@ class HopfieldConfig:
     def value_width(self) -> int:
         return self.value_size or self.projection_size
 
-    def betas(self) -> Tensor:
-        """``(head,)`` inverse temperatures."""
+    def betas(self, device: torch.device | str | None = None, dtype: torch.dtype = torch.float64) -> Tensor:
+        """``(head,)`` inverse temperatures, built on ``device`` in ``dtype``."""
         if isinstance(self.beta, tuple):
-            return torch.tensor(self.beta, dtype=torch.float64)
+            return torch.tensor(self.beta, dtype=dtype, device=device)
         head = self.association_size // self.num_heads
         default = 1.0 / math.sqrt(head) if self.hidden_size is not None else 1.0
-        return torch.full((self.num_heads,), float(self.beta or default), dtype=torch.float64)
+        return torch.full((self.num_heads,), float(self.beta or default), dtype=dtype, device=device)
 
 
 @dataclass
@@ -290,7 +290,7 @@ class Hopfield(nn.Module):
         values_in = stored if pattern_projection is None else pattern_projection
         same = pattern_projection is None and self.value_proj is None and self.stored_proj is None
         values = keys if same else self._heads(values_in if self.value_proj is None else self.value_proj(values_in))
-        beta = c.betas().to(xi.device, xi.dtype).view(-1, 1, 1)  # (H, 1, 1)
+        beta = c.betas(xi.device, xi.dtype).view(-1, 1, 1)  # (H, 1, 1)
         steps_max = c.update_steps_max or MAX_STEPS
         eps = c.update_steps_eps if c.update_steps_eps is not None else (1e-6 if c.update_steps_max is None else None)
         energies: list[Tensor] = []

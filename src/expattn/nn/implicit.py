@@ -22,6 +22,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor, nn
 
+from expattn.core import draws
 from expattn.core.solvers import SOLVERS, SolverStats, check_options, solve
 from expattn.core.validate import as_tensor, check_finite, check_ndim
 from expattn.nn.attention import ExpFamAttention, ExpFamAttentionConfig, explicit_attention
@@ -168,7 +169,7 @@ def spectral_radius(
     z = z.detach().requires_grad_(True)
     with torch.enable_grad():
         fz = f(z)
-    v = torch.randn(z.shape, generator=generator, dtype=z.dtype).to(z.device)
+    v = draws.randn(z.shape, z, generator)
     v = v / v.flatten(1).norm(dim=1).view(-1, *[1] * (z.ndim - 1))
     logs = []
     for _ in range(iters):
@@ -294,7 +295,7 @@ class ImplicitAttention(nn.Module):
         z_in = z.detach().requires_grad_(True)
         with torch.enable_grad(), explicit_attention():
             fz = self.block(z_in, x)
-            eps = torch.randn(fz.shape, generator=generator, dtype=fz.dtype).to(fz.device)
+            eps = draws.randn(fz.shape, fz, generator)
             (vjp,) = torch.autograd.grad(fz, z_in, eps, create_graph=True)
         return vjp.pow(2).sum() / eps.numel()
 

@@ -16,7 +16,9 @@ def _check_mask_tensor(name: str, mask: object, allow_float: bool) -> Tensor:
     if mask.dtype != torch.bool and not (allow_float and mask.is_floating_point()):
         expected = "bool (True = keep) or a floating additive bias" if allow_float else "bool (True = keep)"
         raise TypeError(f"{name} must be {expected}, got dtype {mask.dtype}")
-    if mask.is_floating_point() and (torch.isnan(mask) | (mask == torch.inf)).any():
+    # a value check reads the mask back to the host: eager only (torch.compile would break its graph here)
+    checked = mask.is_floating_point() and not torch.compiler.is_compiling()
+    if checked and (torch.isnan(mask) | (mask == torch.inf)).any():
         raise ValueError(f"{name} must hold finite values or -inf, got NaN or +inf")
     return mask
 
@@ -31,6 +33,7 @@ def attention_mask(
     attn_mask: Tensor | None = None,
     causal: bool = False,
     dtype: torch.dtype = torch.float32,
+    device: torch.device | str | None = None,
 ) -> Tensor | None:
     r"""Combine padding, explicit and causal masks into one mask for the carriers.
 
@@ -41,6 +44,8 @@ def attention_mask(
         causal: query $i$ sees key $j$ iff $j \le i + (\mathrm{key} - \mathrm{query})$ (the last
             query is the last token; equal lengths give the usual lower triangle).
         dtype: dtype of a float result.
+        device: where the causal mask is built (``None``: the CPU); give the queries' device so
+            that no mask is copied from the host on every call.
 
     Returns:
         ``None``, a bool keep-mask, or a float bias of ``dtype``, broadcasting to
@@ -64,7 +69,7 @@ def attention_mask(
             )
         parts.append(mask4)
     if causal:
-        parts.append(torch.ones(queries, keys, dtype=torch.bool).tril(keys - queries)[None, None])
+        parts.append(torch.ones(queries, keys, dtype=torch.bool, device=device).tril(keys - queries)[None, None])
     if not parts:
         return None
     if all(p.dtype == torch.bool for p in parts):

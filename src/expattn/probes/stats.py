@@ -9,6 +9,9 @@ $$\delta = \mu_b - \mu_a,\quad M_2 = M_{2a} + M_{2b} + \delta\delta^\top \tfrac{
 ``BootstrapMeans`` is a Poisson bootstrap (Hanley & MacGibbon 2006): each sequence gets, per
 replicate, a weight drawn from Poisson(1) seeded by ``(seed, sequence index)``; weighted sums
 are kept per replicate, so intervals need no stored data and do not depend on the sharding.
+
+Devices: accumulators start on the CPU and move, once, to the device of the first data they
+receive; half-precision data is reduced in float32, the accumulators are float64.
 """
 
 from __future__ import annotations
@@ -55,13 +58,16 @@ def centre(x: Float[Tensor, "*token dim"]) -> tuple[Tensor, Tensor, Tensor]:
     are corrected exactly, $\\sum_t (x_t-\\mu)(y_t-\\nu)^\\top = x_c^\\top y_c - n\\, r_x r_y^\\top$, and stay
     accurate in float32 because $x_c$ is small. (A float64 reduction of a float32 tensor is ~15x slower.)
 
-    ``x`` may have several token axes (a strided view such as ``h[:, 1:]`` is read in place); the
-    centred copy is flattened to ``(token, dim)``. Returns ``(x_c, mu, r)``: ``(token, dim)``, ``(dim,)``, ``(dim,)``.
+    Half-precision ``x`` is centred in float32. ``x`` may have several token axes (a strided view such as
+    ``h[:, 1:]`` is read in place); the centred copy is flattened to ``(token, dim)``. Returns ``(x_c, mu, r)``:
+    ``(token, dim)``, ``(dim,)``, ``(dim,)``.
 
     Speed (torch 2.13 on CPU, a ``(16, 126, 384)`` view): the token axes are summed one at a time (one
     reduction over two strided axes takes 12x longer), and ``m`` is subtracted with the same number of
     axes as ``x`` (a ``(D,)`` operand against a strided view takes 4x longer).
     """
+    if x.dtype in (torch.float16, torch.bfloat16):
+        x = x.float()
     m = x
     for _ in range(x.ndim - 1):
         m = m.sum(-2)
@@ -125,7 +131,8 @@ class Moments:
         if covariance:
             batch.scatter_ = gram(xc).double().addr_(r, r, alpha=-n)
         if batch.directions is not None:
-            y = x @ batch.directions.to(x.dtype) if projections is None else projections
+            xf = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+            y = xf @ batch.directions.to(x.device, xf.dtype) if projections is None else projections
             y = y.reshape(-1, y.shape[-1]).double()  # (N, K); float32 projections, float64 moments
             batch.proj_mean_ = y.mean(0)
             c = y - batch.proj_mean_
@@ -145,6 +152,7 @@ class Moments:
         if nb == 0:
             return self
         if na == 0:
+            self.directions = None if self.directions is None else self.directions.to(other.mean_.device)
             self.n_, self.mean_ = nb, other.mean_.clone()
             self.scatter_ = None if self.scatter_ is None else other.scatter_.clone()
             if self.directions is not None:
@@ -154,14 +162,15 @@ class Moments:
                 )
             return self
         n = na + nb
-        delta = other.mean_ - self.mean_
+        delta = other.mean_.to(self.mean_.device) - self.mean_
         self.mean_ = self.mean_ + delta * (nb / n)
         if self.scatter_ is not None:  # in place: the accumulator is this object's own tensor
-            self.scatter_.add_(other.scatter_).addr_(delta, delta, alpha=na * nb / n)
+            self.scatter_.add_(other.scatter_.to(self.scatter_.device)).addr_(delta, delta, alpha=na * nb / n)
         if self.directions is not None:
-            d = other.proj_mean_ - self.proj_mean_
+            dev = self.proj_mean_.device
+            d = other.proj_mean_.to(dev) - self.proj_mean_
             a2, a3, a4 = self.proj_m2_, self.proj_m3_, self.proj_m4_
-            b2, b3, b4 = other.proj_m2_, other.proj_m3_, other.proj_m4_
+            b2, b3, b4 = (t.to(dev) for t in (other.proj_m2_, other.proj_m3_, other.proj_m4_))
             self.proj_m4_ = (
                 a4
                 + b4
@@ -217,7 +226,12 @@ class BootstrapMeans:
 
     def update(self, values: Float[Tensor, "seq feature"], weights: Float[Tensor, "seq replicate"]) -> BootstrapMeans:
         """Add sequences' values with their bootstrap weights (from ``poisson_weights``)."""
-        values = values.double()
+        if self.n_ == 0:  # the accumulators move to the data's device
+            self.sum_, self.rep_sum_, self.rep_weight_ = (
+                t.to(values.device) for t in (self.sum_, self.rep_sum_, self.rep_weight_)
+            )
+        values = values.double().to(self.sum_.device)
+        weights = weights.to(self.sum_.device, torch.float64)
         if (
             values.ndim != 2
             or values.shape[1] != self.sum_.shape[0]
@@ -237,9 +251,9 @@ class BootstrapMeans:
 
     def merge(self, other: BootstrapMeans) -> BootstrapMeans:
         self.n_ += other.n_
-        self.sum_ += other.sum_
-        self.rep_sum_ += other.rep_sum_
-        self.rep_weight_ += other.rep_weight_
+        self.sum_ += other.sum_.to(self.sum_.device)
+        self.rep_sum_ += other.rep_sum_.to(self.sum_.device)
+        self.rep_weight_ += other.rep_weight_.to(self.sum_.device)
         return self
 
     def mean_(self) -> Tensor:
@@ -257,7 +271,7 @@ class BootstrapMeans:
         keep = self.rep_weight_ > 0
         reps = statistic(self.rep_sum_[keep] / self.rep_weight_[keep, None])
         alpha = (1 - level) / 2
-        low, high = torch.quantile(reps, torch.tensor([alpha, 1 - alpha], dtype=reps.dtype), dim=0)
+        low, high = torch.quantile(reps, torch.tensor([alpha, 1 - alpha], dtype=reps.dtype, device=reps.device), dim=0)
         return estimate, low, high
 
 
@@ -298,11 +312,15 @@ class CrossMoments:
         if nb == 0:
             return self
         n = na + nb
-        dx, dy = other.mean_x_ - self.mean_x_, other.mean_y_ - self.mean_y_
+        if na == 0:  # the accumulators move to the data's device
+            for name in ("mean_x_", "mean_y_", "sxx_", "sxy_", "syy_"):
+                setattr(self, name, getattr(self, name).to(other.sxx_.device))
+        dx, dy = other.mean_x_.to(self.sxx_.device) - self.mean_x_, other.mean_y_.to(self.sxx_.device) - self.mean_y_
         f = na * nb / n
-        self.sxx_.add_(other.sxx_).addr_(dx, dx, alpha=f)  # in place: the accumulators are this object's own
-        self.sxy_.add_(other.sxy_).addr_(dx, dy, alpha=f)
-        self.syy_ = self.syy_ + other.syy_ + dy.pow(2).sum() * f
+        dev = self.sxx_.device
+        self.sxx_.add_(other.sxx_.to(dev)).addr_(dx, dx, alpha=f)  # in place: the accumulators are this object's own
+        self.sxy_.add_(other.sxy_.to(dev)).addr_(dx, dy, alpha=f)
+        self.syy_ = self.syy_ + other.syy_.to(dev) + dy.pow(2).sum() * f
         self.mean_x_ = self.mean_x_ + dx * (nb / n)
         self.mean_y_ = self.mean_y_ + dy * (nb / n)
         self.n_ = n
@@ -312,7 +330,7 @@ class CrossMoments:
         """Ridge fit on these statistics: $W = (S_{xx} + \\lambda I)^{-1} S_{xy}$, $b = \\bar y - W^\\top \\bar x$,
         $\\lambda = $ ``relative`` $\\cdot \\operatorname{tr} S_{xx} / D$. Returns (W, b, lambda)."""
         lam = relative * float(torch.diagonal(self.sxx_).mean())
-        eye = torch.eye(self.sxx_.shape[0], dtype=torch.float64)
+        eye = torch.eye(self.sxx_.shape[0], dtype=torch.float64, device=self.sxx_.device)
         w = torch.linalg.solve(self.sxx_ + lam * eye, self.sxy_)
         return w, self.mean_y_ - w.T @ self.mean_x_, lam
 
