@@ -43,3 +43,26 @@ def test_quick_preset_supports_incoherence_and_detects_the_control(tmp_path, see
     assert record.verdict == "supported", record.notes
     assert record.metrics["control_energy_ratio"] == pytest.approx(record.metrics["heads"], rel=1e-6)
     assert (tmp_path / record.plots[0]).stat().st_size > 0
+
+
+def test_negative_controls_are_judged_not_supported_by_the_same_rule():
+    (claim,) = select("simulate", ["b8-heads"])
+    record = run_claim(claim, RunContext(seed=0, quick=True))
+    verdicts = {c.name: (c.kind, c.verdict) for c in record.controls}
+    assert verdicts == {
+        "one distortion shared by every head": ("negative", "not_supported"),
+        "x W_v W_o without attention": ("negative", "not_supported"),
+        "uniform averaging": ("negative", "not_supported"),
+    }
+    assert record.verdict == "supported" and record.criterion.startswith("supported iff")
+
+
+def test_gradient_error_separates_attention_from_linear_maps_and_uniform_averaging(gen):
+    from expattn.presets.b8_heads import _weights, gradient_error, linear_updates, uniform_updates
+
+    x = torch.randn(32, 16, generator=gen, dtype=torch.float64)
+    w = _weights(gen, 4, 16, shared=False)
+    assert gradient_error(x, w, head_updates(x, w)) < 1e-13  # float64 round-off of the same sums
+    # Without attention the update is not the softmax-weighted mean: off by order one.
+    assert gradient_error(x, w, linear_updates(x, w)) > 0.1
+    assert gradient_error(x, w, uniform_updates(x, w)) > 0.1

@@ -3,8 +3,9 @@
 Check modules live in ``expattn.checks`` (and ``expattn.dynamics`` presets register the same
 way); each decorates its functions with ``register_claim``. A check takes a ``RunContext``
 (seed, output folder for plots, quick flag) and returns a ``Record``; the runner fills in the
-claim's statement, source and method, times it, and turns an exception into a ``fail``
-record (a crashing check is a failing check, never a silent one).
+claim's statement, source, method and criterion, times it, turns an exception into a ``fail``
+record (a crashing check is a failing check, never a silent one) and demotes a record whose
+controls misbehave (``enforce_controls``: a negative control that passes is a failure).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from expattn.results.record import Record
+from expattn.results.record import Record, enforce_controls
 
 COMMANDS = ("verify", "simulate")
 
@@ -53,6 +54,7 @@ class Claim:
     method: str
     command: str
     check: Callable[[RunContext], Record]
+    criterion: str = ""
 
 
 _REGISTRY: dict[str, Claim] = {}
@@ -67,8 +69,10 @@ def register_claim(
     method: str,
     command: str = "verify",
     name: str | None = None,
+    criterion: str = "",
 ) -> Callable[[Callable[[RunContext], Record]], Callable[[RunContext], Record]]:
-    """Decorator: register ``fn(ctx) -> Record`` as a ``command`` check of ``claim_id``."""
+    """Decorator: register ``fn(ctx) -> Record`` as a ``command`` check of ``claim_id``; ``criterion`` is
+    its decision rule, used where the record states none."""
     if command not in COMMANDS:
         raise ValueError(f"command must be one of {COMMANDS}, got {command!r}")
     name = name or claim_id
@@ -77,7 +81,7 @@ def register_claim(
         key = f"{command}:{name}"
         if key in _REGISTRY:
             raise ValueError(f"{command} already has a check named {name}")
-        _REGISTRY[key] = Claim(claim_id, name, kind, statement, source, method, command, fn)
+        _REGISTRY[key] = Claim(claim_id, name, kind, statement, source, method, command, fn, criterion)
         return fn
 
     return decorate
@@ -122,7 +126,8 @@ def select(command: str, only: list[str] | None) -> list[Claim]:
 
 
 def run_claim(claim: Claim, ctx: RunContext) -> Record:
-    """Run one check; fill in context; a raised exception becomes a ``fail`` record."""
+    """Run one check; fill in context; a raised exception becomes a ``fail`` record; misbehaving
+    controls demote the verdict (``enforce_controls``)."""
     start = time.perf_counter()
     try:
         record = claim.check(ctx)
@@ -137,5 +142,6 @@ def run_claim(claim: Claim, ctx: RunContext) -> Record:
     record.statement = record.statement or claim.statement
     record.source = record.source or claim.source
     record.method = record.method or claim.method
+    record.criterion = record.criterion or claim.criterion
     record.metrics.setdefault("seconds", time.perf_counter() - start)
-    return record
+    return enforce_controls(record)

@@ -22,7 +22,7 @@ DRAWS = 50
 )
 def check_a1(ctx: RunContext):
     gen = generator(ctx.seed)
-    errors, uniform = [], []
+    errors, uniform, unweighted = [], [], []
     for _ in range(DRAWS):
         n, d, q = torch.randint(1, 20, (3,), generator=gen).tolist()
         atoms, eta = randn(gen, n, d), randn(gen, q, d)
@@ -30,10 +30,15 @@ def check_a1(ctx: RunContext):
         unnorm = w * torch.exp(eta @ atoms.T)
         direct = unnorm / unnorm.sum(-1, keepdim=True)
         errors.append(max_abs(Empirical.from_weights(atoms, w).probs(eta), direct))
+        plain = torch.exp(eta @ atoms.T)  # negative control: the weights left out of the formula
+        unweighted.append(max_abs(Empirical.from_weights(atoms, w).probs(eta), plain / plain.sum(-1, keepdim=True)))
         ones = Empirical(atoms).probs(eta)
         inv_n = Empirical(atoms, torch.full((n,), -math.log(n), dtype=torch.float64)).probs(eta)
         uniform.append(max_abs(ones, inv_n))
-    return compare("A1", "identity", max(errors), 1e-12, draws=DRAWS, uniform_weight_gap=max(uniform))
+    return compare(
+        "A1", "identity", max(errors), 1e-12, draws=DRAWS, uniform_weight_gap=max(uniform),
+        negatives={"weights left out: softmax(x.eta)": max(unweighted)},
+    )
 
 
 @register_claim(
@@ -46,7 +51,7 @@ def check_a1(ctx: RunContext):
 )
 def check_a3(ctx: RunContext):
     gen = generator(ctx.seed)
-    errors, scaled, nw = [], [], []
+    errors, scaled, nw, unscaled = [], [], [], []
     for _ in range(DRAWS):
         b, n, q, d = torch.randint(1, 12, (4,), generator=gen).tolist()
         keys, queries = randn(gen, b, n, d), randn(gen, b, q, d)
@@ -57,6 +62,7 @@ def check_a3(ctx: RunContext):
         attn = torch.softmax(queries @ keys.mT / math.sqrt(d), -1) @ keys
         (g2,) = torch.autograd.grad(torch.logsumexp(eta @ keys.mT / math.sqrt(d), -1).sum(), eta)
         scaled.append(max_abs(attn, math.sqrt(d) * g2))
+        unscaled.append(max_abs(attn, g2))  # negative control: the factor sqrt(d) left out
         # Nadaraya-Watson estimate with kernel exp(x.eta) of the regression x -> x.
         kernel = torch.exp(queries @ keys.mT)
         nw.append(max_abs((kernel @ keys) / kernel.sum(-1, keepdim=True), grad))
@@ -64,4 +70,5 @@ def check_a3(ctx: RunContext):
     return compare(
         "A3", "identity", error, 1e-10, draws=DRAWS,
         kernel_error=max(errors), scaled_error=max(scaled), nadaraya_watson_error=max(nw),
+        negatives={"learned-weight form without the factor sqrt(d)": max(unscaled)},
     )

@@ -91,7 +91,7 @@ def one_d_carriers(gen: torch.Generator):
 def check_a2(ctx: RunContext):
     gen = generator(ctx.seed)
     draws = 3 if ctx.quick else 8
-    errors = []
+    errors, untilted = [], []
     for _ in range(draws):
         eta = uniform(gen, -1.0, 1.0, 1, 1)
         for _, measure, log_h, lo, hi in one_d_carriers(gen):
@@ -101,12 +101,17 @@ def check_a2(ctx: RunContext):
         atoms, log_w, eta_d = randn(gen, n, d), randn(gen, n), randn(gen, 1, d)
         _, p = discrete_family(log_w.numpy(), atoms.numpy(), eta_d[0].numpy())
         errors.append(np.abs(autograd_mean(Empirical(atoms, log_w), eta_d)[0].numpy() - p @ atoms.numpy()).max())
+        p0 = special.softmax(log_w.numpy())  # negative control: the mean under the untilted carrier
+        untilted.append(np.abs(autograd_mean(Empirical(atoms, log_w), eta_d)[0].numpy() - p0 @ atoms.numpy()).max())
         eta1, eta2 = randn(gen, 1), uniform(gen, -0.5, 0.2, 1)
         lattice = TiltedLattice(LATTICE, eta1, eta2)
         s = LATTICE.numpy()
         _, p = discrete_family(s * scalar(eta1) + s**2 * scalar(eta2), s[:, None], eta.numpy()[0])
         errors.append(abs(scalar(autograd_mean(lattice, eta)) - p @ s))
-    return compare("A2", "identity", float(max(errors)), 1e-8, draws=draws * 5)
+    return compare(
+        "A2", "identity", float(max(errors)), 1e-8, draws=draws * 5,
+        negatives={"mean under the untilted carrier h (eta = 0)": float(max(untilted))},
+    )
 
 
 def gamma_log_z0(theta1: float, theta2: float) -> float:
@@ -188,7 +193,7 @@ def check_a4(ctx: RunContext):
 )
 def check_a5(ctx: RunContext):
     gen = generator(ctx.seed)
-    errors = []
+    errors, inverse = [], []
     for _ in range(3 if ctx.quick else 8):
         mu, var, eta = scalar(randn(gen, 1)), scalar(uniform(gen, 0.3, 2.0, 1)), scalar(uniform(gen, -1, 1, 1))
         carrier = Gaussian(torch.tensor([mu], dtype=F64), torch.tensor([[var]], dtype=F64))
@@ -206,7 +211,12 @@ def check_a5(ctx: RunContext):
         explicit = mu.numpy()[:, None, :] + np.einsum("bij,bqj->bqi", cov.numpy(), eta.numpy())
         errors.append(np.abs(autograd_mean(carrier, eta).numpy() - explicit).max())
         errors.append(np.abs(carrier.mean(eta).numpy() - explicit).max())
-    return compare("A5", "identity", float(max(errors)), 1e-8, draws=len(errors))
+        wrong = mu.numpy()[:, None, :] + np.linalg.solve(cov.numpy()[:, None], eta.numpy()[..., None])[..., 0]
+        inverse.append(np.abs(carrier.mean(eta).numpy() - wrong).max())
+    return compare(
+        "A5", "identity", float(max(errors)), 1e-8, draws=len(errors),
+        negatives={"grad G = mu + Sigma^-1 eta": float(max(inverse))},
+    )
 
 
 @register_claim(
@@ -301,6 +311,7 @@ def check_a7(ctx: RunContext):
             errors.append(abs(scalar(mixture.log_normalizer(eta[:1])) - g))
     gaps = np.concatenate(gaps)
     violation = max(0.0, -float(gaps.min()))
+    reversed_violation = max(0.0, float(gaps.max()))  # negative control: G <= G_LB, the bound reversed
     return compare(
         "A7",
         "inequality",
@@ -310,4 +321,6 @@ def check_a7(ctx: RunContext):
         min_gap=float(gaps.min()),
         mean_gap=float(gaps.mean()),
         max_gap=float(gaps.max()),
+        negatives={"reversed bound G <= G_LB": reversed_violation},
+        measure="largest gradient error or violation of G_LB <= G",
     )

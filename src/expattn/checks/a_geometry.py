@@ -176,7 +176,7 @@ def objective(measure: Measure):
 )
 def check_a10(ctx: RunContext):
     gen = generator(ctx.seed)
-    errors, shannon = [], []
+    errors, shannon, flipped = [], [], []
     for _ in range(1 if ctx.quick else 2):
         for name, measure, eta in carriers(gen):
             m, _ = reference_moments(name, measure, eta[0].numpy())
@@ -195,8 +195,12 @@ def check_a10(ctx: RunContext):
         p = special.softmax(atoms.numpy() @ eta[0].numpy())
         value, _ = conjugate_by_optimiser(objective(unit), p @ atoms.numpy(), np.zeros(DIM))
         shannon.append(abs(value - float(p @ np.log(p))))
+        flipped.append(abs(value + float(p @ np.log(p))))  # negative control: plus the Shannon entropy
     error = max(max(errors), max(shannon))
-    return compare("A10", "identity", float(error), 1e-7, draws=len(errors), shannon_error=float(max(shannon)))
+    return compare(
+        "A10", "identity", float(error), 1e-7, draws=len(errors), shannon_error=float(max(shannon)),
+        negatives={"G* = +H(attention weights) for unit atoms": float(max(flipped))},
+    )
 
 
 @register_claim(
@@ -210,7 +214,7 @@ def check_a10(ctx: RunContext):
 )
 def check_a11(ctx: RunContext):
     gen = generator(ctx.seed)
-    errors, orders = [], []
+    errors, orders, unmatched = [], [], []
     for _ in range(2 if ctx.quick else 6):
         for _, measure, eta in carriers(gen):
             jac = torch.autograd.functional.jacobian(lambda e, m=measure: m.mean(e.unsqueeze(0))[0], eta[0])
@@ -228,6 +232,7 @@ def check_a11(ctx: RunContext):
         _, keys = gaussian.conjugate(states)
         keys_ref = np.linalg.solve(sigma.numpy(), states.numpy().T).T
         errors.append(np.abs(keys.numpy() - keys_ref).max())
+        unmatched.append(np.abs(keys.numpy() - states.numpy() @ sigma.numpy()).max())  # Sigma h_j, not Sigma^-1 h_j
         weights = Empirical(keys).probs(states).numpy()
         errors.append(np.abs(weights - special.softmax(states.numpy() @ keys_ref.T, axis=-1)).max())
         step = randn(gen, 6, DIM)
@@ -242,4 +247,5 @@ def check_a11(ctx: RunContext):
         min_linearisation_order=min(orders),
         max_linearisation_order=max(orders),
         notes="the empirical part (W_q^T W_k vs Sigma^-1 on trained models) is E4",
+        negatives={"matched key Sigma h_j": float(max(unmatched))},
     )

@@ -40,6 +40,7 @@ def check_b1(ctx: RunContext):
     gen = generator(ctx.seed)
     draws = 10 if ctx.quick else 50
     errors = {"empirical": 0.0, "gaussian_mixture": 0.0}
+    unscaled = 0.0  # negative control: the gradient taken at x instead of at eta = beta x
     for _ in range(draws):
         n, d = torch.randint(2, 16, (2,), generator=gen).tolist()
         x = randn(gen, 2, n, d)
@@ -54,12 +55,17 @@ def check_b1(ctx: RunContext):
             eta = (beta * x).requires_grad_(True)  # natural parameter of each point
             g = 0.5 * (eta * (eta @ sigma)).sum(-1) + torch.logsumexp(eta @ x.mT, -1)  # carrier x fixed
             (grad,) = torch.autograd.grad(g.sum(), eta)
+            at_x = x.clone().requires_grad_(True)
+            g_x = 0.5 * (at_x * (at_x @ sigma)).sum(-1) + torch.logsumexp(at_x @ x.mT, -1)
+            (grad_x,) = torch.autograd.grad(g_x.sum(), at_x)
             with torch.no_grad():
                 step = layer.residual_step(x, 1.0)
             errors[carrier] = max(errors[carrier], max_abs(step, x + grad))
+            unscaled = max(unscaled, max_abs(step, x + grad_x))
     return compare(
         "B1", "identity", max(errors.values()), B1_TOL, draws=draws,
         empirical_error=errors["empirical"], gaussian_mixture_error=errors["gaussian_mixture"],
+        negatives={"gradient at x instead of at beta x": unscaled},
     )
 
 

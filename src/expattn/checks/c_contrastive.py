@@ -23,7 +23,7 @@ DRAWS = 24
 )
 def check_c1(ctx: RunContext):
     gen = generator(ctx.seed)
-    errors, grads = [], []
+    errors, grads, untempered = [], [], []
     for i in range(DRAWS // 4 if ctx.quick else DRAWS):
         b, q, k, d = torch.randint(1, 9, (4,), generator=gen).tolist()
         tau = 0.05 + torch.rand((), generator=gen, dtype=torch.float64).item()
@@ -36,6 +36,8 @@ def check_c1(ctx: RunContext):
         logits = a @ c.mT / tau  # (B, Q, K)
         reference = F.cross_entropy(logits.reshape(-1, k), targets.reshape(-1))
         errors.append(abs(loss.item() - reference.item()))
+        plain = F.cross_entropy((a @ c.mT).reshape(-1, k), targets.reshape(-1))  # the temperature left out
+        untempered.append(abs(loss.item() - plain.item()))
         g_lib = torch.autograd.grad(loss, (anchors, candidates))
         g_ref = torch.autograd.grad(reference, (anchors, candidates))
         grads.append(max(max_abs(x, y) for x, y in zip(g_lib, g_ref, strict=True)))
@@ -44,7 +46,10 @@ def check_c1(ctx: RunContext):
         sim = x @ y.T / tau
         errors.append(abs(in_batch_info_nce(x, y, tau).item() - F.cross_entropy(sim, torch.arange(k)).item()))
     error = max(max(errors), max(grads))
-    return compare("C1", "identity", error, 1e-12, draws=len(errors), loss_error=max(errors), gradient_error=max(grads))
+    return compare(
+        "C1", "identity", error, 1e-12, draws=len(errors), loss_error=max(errors), gradient_error=max(grads),
+        negatives={"logits without the temperature tau": max(untempered)},
+    )
 
 
 @register_claim(
@@ -66,9 +71,10 @@ def check_c2(ctx: RunContext):
         errors.append(max_abs(project_to_sphere(a) @ project_to_sphere(b).T, cosine))
     steps = 10 if ctx.quick else 30
     free = sphere = project_to_sphere(randn(gen, 64, 8))
-    step_norms = []
+    step_norms, free_norms = [], []
     for _ in range(steps):
         free = free + Empirical(free).mean(free)
+        free_norms.append(free.norm(dim=-1).max().item())
         stepped = sphere + Empirical(sphere).mean(sphere)  # each term has norm <= 1
         step_norms.append(stepped.norm(dim=-1).max().item())
         sphere = project_to_sphere(stepped)
@@ -84,7 +90,9 @@ def check_c2(ctx: RunContext):
         steps=steps,
         max_step_norm_on_sphere=max(step_norms),
         final_max_norm_unprojected=growth,
+        negatives={"the same bound |step| <= 2 without the projection": max(0.0, max(free_norms) - 2.0)},
     )
+    record.criterion += "; and the unprojected ascent must grow the largest norm above 10 (from 1)"
     if growth <= 10.0:  # the unprojected cloud started on the unit sphere and must have expanded
         record.verdict = "fail"
         record.notes = f"the unprojected ascent did not expand the cloud (max norm {growth:.3g} after {steps} steps)"

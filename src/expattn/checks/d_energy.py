@@ -18,6 +18,7 @@ from expattn.core.rbm import (
     effective_energy,
     exponential_interaction_energy,
     marginal_energy_numeric,
+    visible_term,
 )
 from expattn.results.plotting import pyplot, save_figure
 
@@ -70,12 +71,15 @@ def _series_plot(out_dir, errors: dict[str, list[float]]) -> str:
 def check_d3(ctx: RunContext):
     gen = generator(ctx.seed)
     draws = 2 if ctx.quick else 6
-    errors, series = [], {}
+    errors, series, flipped = [], {}, []
     for name in sorted(PRIORS):
         prior = make_prior(name, **PARAMS[name])
         for _ in range(draws):
             w, a, lam, binary, gaussian = _rbm_draw(gen, 5, 3, 0.3)
-            errors.append(max_abs(effective_energy(binary, w, prior, a), marginal_energy_numeric(binary, w, prior, a)))
+            energy = effective_energy(binary, w, prior, a)
+            errors.append(max_abs(energy, marginal_energy_numeric(binary, w, prior, a)))
+            # Negative control: + sum_mu K_mu (the sign of the cumulant term flipped).
+            flipped.append(max_abs(-2 * visible_term(binary, a) - energy, marginal_energy_numeric(binary, w, prior, a)))
             errors.append(
                 max_abs(
                     effective_energy(gaussian, w, prior, a, lam), marginal_energy_numeric(gaussian, w, prior, a, lam)
@@ -93,6 +97,7 @@ def check_d3(ctx: RunContext):
         QUAD_TOL,
         draws=len(errors),
         worst_series_error_at_order_12=max(s[-1] for s in series.values()),
+        negatives={"cumulant term with the opposite sign": max(flipped)},
     )
     record.details["series_error_by_order"] = series
     if ctx.out_dir is not None:
@@ -111,7 +116,7 @@ def check_d3(ctx: RunContext):
 )
 def check_d4(ctx: RunContext):
     gen = generator(ctx.seed)
-    errors = []
+    errors, doubled = [], []
     for _ in range(3 if ctx.quick else 10):
         w, a, _, binary, _ = _rbm_draw(gen, 6, 4, 0.4)
         for v in (binary, 2 * binary - 1):
@@ -119,7 +124,12 @@ def check_d4(ctx: RunContext):
             cgf = effective_energy(v, w, make_prior("gaussian"), a)
             errors += [max_abs(cgf, explicit), max_abs(classical_hopfield_energy(v, w, a), explicit)]
             errors.append(max_abs(marginal_energy_numeric(v, w, make_prior("gaussian"), a), explicit))
-    return compare("D4", "identity", max(errors), QUAD_TOL, draws=len(errors))
+            no_half = -(v @ a) - torch.einsum("bi,ij,bj->b", v, w @ w.T, v)
+            doubled.append(max_abs(cgf, no_half))
+    return compare(
+        "D4", "identity", max(errors), QUAD_TOL, draws=len(errors),
+        negatives={"coupling W W^T without the factor 1/2": max(doubled)},
+    )
 
 
 @register_claim(
@@ -133,12 +143,13 @@ def check_d4(ctx: RunContext):
 )
 def check_d5(ctx: RunContext):
     gen = generator(ctx.seed)
-    errors, log_errors = [], []
+    errors, log_errors, flipped = [], [], []
     for _ in range(2 if ctx.quick else 6):
         w, a, _, v, _ = _rbm_draw(gen, 5, 3, 0.3)
         hidden = w.shape[1]
         numeric = marginal_energy_numeric(v, w, make_prior("poisson", rate=1.0), a)
         errors.append(max_abs(numeric, exponential_interaction_energy(v, w, a) + hidden))
+        flipped.append(max_abs(numeric, -(v @ a) + torch.exp(v @ w).sum(-1) + hidden))  # + sum exp(W.v)
         t = v @ w
         for name, closed in (
             ("exponential", -(v @ a) + torch.log1p(-t / PARAMS["exponential"]["rate"]).sum(-1)),
@@ -156,7 +167,9 @@ def check_d5(ctx: RunContext):
         exponential_interaction_error=max(errors),
         logarithmic_interaction_error=max(log_errors),
         bernoulli_min_abs_cumulant_order_1_to_8=smallest,
+        negatives={"Poisson energy with + sum_mu exp(W_mu.v)": max(flipped)},
     )
+    record.criterion += "; and no Bernoulli cumulant of order 1-8 may vanish"
     if smallest == 0.0:
         record.verdict = "fail"
         record.notes = "a Bernoulli cumulant of order <= 8 vanished: not all orders couple"
@@ -178,6 +191,13 @@ def _log_z_quadrature(model: HopfieldMixture) -> float:
     xx, yy = np.meshgrid(grid, grid, indexing="ij")
     values = f(np.stack([xx.ravel(), yy.ravel()], -1)).reshape(xx.shape)
     return math.log(np.trapezoid(np.trapezoid(values, grid, axis=1), grid))
+
+
+def _uniform_mixture_log_density(model: HopfieldMixture, v: torch.Tensor) -> torch.Tensor:
+    r"""$\log \frac1M \sum_\mu N(v; W_\mu, \beta^{-1} I)$: the mixture with the weights $w_\mu$ dropped."""
+    sq = ((v.unsqueeze(-2) - model.patterns) ** 2).sum(-1)
+    log_gauss = -0.5 * model.beta * sq + 0.5 * model.dim * math.log(model.beta / (2 * math.pi))
+    return torch.logsumexp(log_gauss, -1) - math.log(len(model.patterns))
 
 
 def _ks_pvalue(model: HopfieldMixture, samples: torch.Tensor) -> float:
@@ -216,12 +236,13 @@ def _moment_z(model: HopfieldMixture, samples: torch.Tensor, gen: torch.Generato
 def check_d6(ctx: RunContext):
     gen = generator(ctx.seed)
     n = 5_000 if ctx.quick else 20_000
-    density_err, z_err, comp_err = [], [], []
+    density_err, z_err, comp_err, uniform_err = [], [], [], []
     for beta in (0.5, 1.0, 2.0):
         for dim in (1, 2, 5):
             model = HopfieldMixture(randn(gen, 4, dim, scale=1.5), beta)
             v = randn(gen, 64, dim, scale=2.0)
             density_err.append(max_abs(model.log_density(v), model.mixture_log_density(v)))
+            uniform_err.append(max_abs(model.log_density(v), _uniform_mixture_log_density(model, v)))
             if dim <= 2:
                 z_err.append(abs(_log_z_quadrature(model) - model.log_normalizer().item()))
     model = HopfieldMixture(randn(gen, 4, 3, scale=1.5))
@@ -246,7 +267,9 @@ def check_d6(ctx: RunContext):
         ks_pvalue_1d=pvalue,
         moment_max_abs_z_6d=z,
         samples=n,
+        negatives={"mixture with equal weights 1/M instead of Z_mu / sum Z": max(uniform_err)},
     )
+    record.criterion += "; and samples must match the energy (1-D KS p > 1e-3, 6-D moments |z| < 5)"
     if pvalue <= 1e-3 or z >= 5:
         record.verdict = "fail"
         record.notes = f"samples do not match the energy: KS p = {pvalue:.2g}, max |z| = {z:.2f}"

@@ -4,10 +4,15 @@ Head $h$ takes a gradient step of its own log-normalizer in its own linear disto
 
 $$u_h(x_t) = W_o^h \sum_s \operatorname{softmax}_s\big((W_q^h x_t)^\top W_k^h x_s / \sqrt{d}\big)\, W_v^h x_s,$$
 
-and the sublayer adds $\sum_h u_h$. When the distortions are unrelated the steps point in unrelated
-directions: the cosine between two heads' updates of the same token is no larger than between
-updates of different tokens (a null), and $\lVert\sum_h u_h\rVert^2 \approx \sum_h \lVert u_h\rVert^2$.
-A control with one distortion shared by every head gives cosine 1 and energy ratio $H$.
+and the sublayer adds $\sum_h u_h$. The claim has two parts, both judged: (i) each head's update is
+the gradient step of its own log-normalizer in its own distortion,
+$u_h(x_t) = W_o^h W_v^{h\top} \nabla G(\eta_t)$ with $G(\eta) = \log\sum_s e^{\eta^\top x_s}$ and
+$\eta_t = W_k^h W_q^{h\top} x_t / \sqrt d$ (autograd, relative error $\le 10^{-10}$ in float64); (ii)
+those steps are incoherent: the cosine between two heads' updates of the same token is no larger
+than between updates of different tokens (a null), and $\lVert\sum_h u_h\rVert^2 \approx \sum_h
+\lVert u_h\rVert^2$. Negative controls run the same rule on heads whose claim is false: one
+distortion shared by every head (coherent: cosine 1, energy ratio $H$), $x W_v W_o$ without
+attention, and uniform averaging (incoherent too, but no gradient step of the head's log-normalizer).
 E8 measures the same quantities on trained models.
 """
 
@@ -22,7 +27,7 @@ from torch import Tensor
 from expattn.catalogue.registry import RunContext, register_claim
 from expattn.checks.tools import generator
 from expattn.results.plotting import pyplot, save_figure
-from expattn.results.record import Record
+from expattn.results.record import Control, Record
 
 COSINE_BAND = 0.05  # no alignment: about 20 standard errors of the null mean (~0.002 here), 1/20 of the control
 
@@ -62,6 +67,61 @@ def _weights(gen: torch.Generator, heads: int, dim: int, shared: bool) -> Tensor
     return w.expand(heads, 4, dim, d) if shared else w
 
 
+GRADIENT_TOL = 1e-10  # float64 softmax/matmul of O(1) numbers: round-off ~1e-15 relative; 1e-10 leaves room
+ENERGY_BAND = (0.75, 1.33)  # |sum u_h|^2 / sum |u_h|^2 of 8 random unit directions: sd ~0.1 around 1; H = 8 if aligned
+
+
+def linear_updates(x: Tensor, weights: Tensor) -> Tensor:
+    """Negative control: ``x W_v W_o`` per head, the same maps without attention; ``(head, token, dim)``."""
+    _, _, wv, wo = weights.unbind(1)
+    return (x @ wv) @ wo.mT
+
+
+def uniform_updates(x: Tensor, weights: Tensor) -> Tensor:
+    """Negative control: uniform averaging, every token's update ``mean_s(x_s) W_v W_o``; ``(head, token, dim)``."""
+    return linear_updates(x.mean(0, keepdim=True), weights).expand(-1, x.shape[0], -1)
+
+
+def gradient_error(x: Tensor, weights: Tensor, u: Tensor) -> float:
+    r"""Largest relative distance of ``u`` ``(head, token, dim)`` from the heads' gradient steps
+    $W_o^h W_v^{h\top}\nabla G(\eta_t)$, $\eta_t = W_k^h W_q^{h\top} x_t / \sqrt d$,
+    $G(\eta) = \operatorname{logsumexp}_s(\eta^\top x_s)$."""
+    wq, wk, wv, wo = weights.unbind(1)
+    eta = (x @ wq @ wk.mT / math.sqrt(wq.shape[-1])).detach().requires_grad_(True)  # (H, T, D)
+    with torch.enable_grad():
+        (grad,) = torch.autograd.grad(torch.logsumexp(eta @ x.T, -1).sum(), eta)
+    reference = (grad @ wv) @ wo.mT
+    return ((u - reference).abs().max() / reference.abs().max()).item()
+
+
+def judge(runs: list[dict[str, float]]) -> str:
+    """The decision rule: ``supported`` iff every draw's updates are the heads' gradient steps (relative
+    error <= ``GRADIENT_TOL``), no more aligned than the token-permuted null (``|cos - null| <=
+    COSINE_BAND``) and of energy ratio inside ``ENERGY_BAND``; else ``not_supported``."""
+    steps = all(r["gradient_error"] <= GRADIENT_TOL for r in runs)
+    gaps = [abs(r["cos"] - r["null_cos"]) for r in runs]
+    energy = [r["energy_ratio"] for r in runs]
+    incoherent = max(gaps) <= COSINE_BAND and all(ENERGY_BAND[0] < e < ENERGY_BAND[1] for e in energy)
+    return "supported" if steps and incoherent else "not_supported"
+
+
+def _summary(runs: list[dict[str, float]]) -> dict[str, float]:
+    return {
+        "max_gradient_error": max(r["gradient_error"] for r in runs),
+        "mean_cos": float(np.mean([r["cos"] for r in runs])),
+        "max_abs_cos_minus_null": float(max(abs(r["cos"] - r["null_cos"]) for r in runs)),
+        "energy_ratio_mean": float(np.mean([r["energy_ratio"] for r in runs])),
+    }
+
+
+CASES = {  # name: (shared distortion, update map); the first is the claim's own case
+    "independent heads": (False, head_updates),
+    "one distortion shared by every head": (True, head_updates),
+    "x W_v W_o without attention": (False, linear_updates),
+    "uniform averaging": (False, uniform_updates),
+}
+
+
 @register_claim(
     "B8",
     kind="dynamics",
@@ -69,31 +129,38 @@ def _weights(gen: torch.Generator, heads: int, dim: int, shared: bool) -> Tensor
     "incoherent: no more aligned than updates of unrelated tokens",
     source="seed 000 §5",
     method="random multi-head attention (8 heads, d=64, 128 tokens of a Gaussian cloud, float64) over seeds: "
-    "mean cosine between heads' updates of the same token vs a token-permuted null, energy ratio "
-    "|sum u_h|^2 / sum |u_h|^2; control: one distortion shared by all heads",
+    "each head's update vs autograd of its log-normalizer in its distortion; mean cosine between heads' "
+    "updates of the same token vs a token-permuted null, energy ratio |sum u_h|^2 / sum |u_h|^2; negative "
+    "controls: one shared distortion, x W_v W_o, uniform averaging",
     command="simulate",
     name="b8-heads",
+    criterion=f"supported iff in every draw each head's update is its gradient step (relative error <= "
+    f"{GRADIENT_TOL:g}), |cosine - null| <= {COSINE_BAND} and the energy ratio lies in {ENERGY_BAND}; "
+    "each negative control, judged by the same rule, must come out not_supported",
 )
 def heads_incoherent(ctx: RunContext) -> Record:
     gen = generator(ctx.seed)
     heads, dim, tokens, draws = 8, 64, 128, 4 if ctx.quick else 16
-    runs, controls = [], []
+    results: dict[str, list[dict]] = {name: [] for name in CASES}
     for _ in range(draws):
         x = torch.randn(tokens, dim, generator=gen, dtype=torch.float64)
-        runs.append(alignment(head_updates(x, _weights(gen, heads, dim, shared=False)), gen))
-        controls.append(alignment(head_updates(x, _weights(gen, heads, dim, shared=True)), gen))
+        for name, (shared, update) in CASES.items():
+            w = _weights(gen, heads, dim, shared=shared)
+            u = update(x, w)
+            results[name].append({**alignment(u, gen), "gradient_error": gradient_error(x, w, u)})
+    runs = results["independent heads"]
     gap = np.array([r["cos"] - r["null_cos"] for r in runs])
     energy = np.array([r["energy_ratio"] for r in runs])
-    control_cos = float(np.mean([c["cos"] for c in controls]))
-    control_energy = float(np.mean([c["energy_ratio"] for c in controls]))
-    incoherent = bool(np.abs(gap).max() <= COSINE_BAND and np.all((energy > 0.75) & (energy < 1.33)))
-    detects = control_cos > 1 - 1e-9 and abs(control_energy - heads) < 1e-6 * heads
-    verdict = "supported" if incoherent and detects else ("not_supported" if detects else "inconclusive")
+    shared_runs = results["one distortion shared by every head"]
+    control_cos = float(np.mean([c["cos"] for c in shared_runs]))
+    control_energy = float(np.mean([c["energy_ratio"] for c in shared_runs]))
+    controls = [Control(name, "negative", judge(r), _summary(r)) for name, r in results.items() if r is not runs]
     record = Record(
         id="B8",
         kind="dynamics",
-        verdict=verdict,
+        verdict=judge(runs),
         metrics={
+            "max_gradient_error": _summary(runs)["max_gradient_error"],
             "mean_cos": float(np.mean([r["cos"] for r in runs])),
             "mean_null_cos": float(np.mean([r["null_cos"] for r in runs])),
             "max_abs_cos_minus_null": float(np.abs(gap).max()),
@@ -106,10 +173,12 @@ def heads_incoherent(ctx: RunContext) -> Record:
             "heads": heads,
             "draws": draws,
         },
+        controls=controls,
         notes=f"independent heads: mean cosine {np.mean([r['cos'] for r in runs]):.3f} vs null "
         f"{np.mean([r['null_cos'] for r in runs]):.3f} (largest gap {np.abs(gap).max():.3f}, band {COSINE_BAND}); "
         f"energy ratio {energy.min():.2f}-{energy.max():.2f} (1 = orthogonal, {heads} = aligned); shared-distortion "
-        f"control: cosine {control_cos:.3f}, energy ratio {control_energy:.2f}",
+        f"control: cosine {control_cos:.3f}, energy ratio {control_energy:.2f}; x W_v W_o and uniform averaging are "
+        "as incoherent but are not gradient steps of the heads' log-normalizers",
     )
     if ctx.out_dir is not None:
         plt = pyplot()

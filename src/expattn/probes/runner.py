@@ -40,7 +40,7 @@ from expattn.probes.e7_collapse import E7Collapse
 from expattn.probes.e8_heads import E8Heads
 from expattn.probes.loading import load_pretrained, read_config, resolve_model_dir
 from expattn.probes.stats import poisson_weights
-from expattn.results.record import Record
+from expattn.results.record import Record, enforce_controls
 
 ESTIMATORS = (E1Expansion, E2Normalization, E3Gaussianity, E4Alignment, E5Gradient, E6Mlp, E7Collapse, E8Heads)
 HYPOTHESES = tuple(cls.claim for cls in ESTIMATORS)
@@ -298,7 +298,7 @@ def probe(
             record.metrics["result_seconds"] = time.perf_counter() - t0
             record.statement, record.source = STATEMENTS[record.id]
             record.details["model"] = config.model
-            records.append(record)
+            records.append(enforce_controls(record))
         for claim, why in inapplicable.items():
             statement, source = STATEMENTS[claim]
             records.append(Record(claim, "empirical", "skipped", notes=f"does not apply to this model: {why}",

@@ -175,6 +175,16 @@ def details_text(record: Record, limit: int = 6000) -> str:
     return text if len(text) <= limit else text[:limit] + f"\n... ({len(text) - limit} more characters)"
 
 
+def control_rows(record: Record) -> list[tuple[str, str, str, str, str]]:
+    """Per control: name, kind, the verdict it gave, the verdicts its kind demands, and its metrics as text."""
+    rows = []
+    for c in record.controls:
+        expected = "fail / not_supported" if c.kind == "negative" else "pass / supported"
+        numbers = ", ".join(f"{k} = {format_value(v)}" for k, v in c.metrics.items())
+        rows.append((c.name, c.kind, c.verdict, expected, numbers))
+    return rows
+
+
 def as_printed_evidence(record: Record) -> list[tuple[str, str]]:
     """The metrics that measure the statement as printed (``as_printed*``) and the tolerance."""
     keys = [k for k in record.metrics if k.startswith("as_printed")] + ["tolerance"]

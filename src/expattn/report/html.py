@@ -17,6 +17,7 @@ from expattn.report.document import (
     ReportView,
     as_printed_evidence,
     build_view,
+    control_rows,
     cpu,
     details_text,
     format_value,
@@ -129,7 +130,8 @@ def _as_printed(view: ReportView) -> str:
 
 def _card(card: Card, plot_root: Path | None) -> str:
     r = card.record
-    fields = [("statement", r.statement), ("source", r.source), ("method", r.method), ("kind", r.kind)]
+    fields = [("statement", r.statement), ("source", r.source), ("method", r.method), ("kind", r.kind),
+              ("criterion", r.criterion)]
     if r.as_printed is not None:
         fields.append(("as printed", r.as_printed))
     dl = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in fields if v)
@@ -143,6 +145,14 @@ def _card(card: Card, plot_root: Path | None) -> str:
     ]
     if metrics:
         parts.append(f'<table class="metrics"><tr><th>metric</th><th>value</th></tr>{metrics}</table>')
+    controls = "".join(
+        f"<tr><td>{esc(name)}</td><td>{esc(kind)}</td><td>{badge(verdict)}</td><td>{esc(expected)}</td>"
+        f'<td class="num">{esc(numbers)}</td></tr>'
+        for name, kind, verdict, expected, numbers in control_rows(r)
+    )
+    if controls:
+        parts.append('<table class="controls"><tr><th>control</th><th>kind</th><th>verdict</th>'
+                     f"<th>must be</th><th>numbers</th></tr>{controls}</table>")
     if r.notes:
         parts.append(f'<p class="notes">{esc(r.notes)}</p>')
     for plot in r.plots:

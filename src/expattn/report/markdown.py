@@ -17,6 +17,7 @@ from expattn.report.document import (
     ReportView,
     as_printed_evidence,
     build_view,
+    control_rows,
     cpu,
     details_text,
     format_value,
@@ -63,13 +64,17 @@ def _as_printed(view: ReportView) -> list[str]:
 def _card(card: Card) -> list[str]:
     r = card.record
     lines = [f'<a id="{card.anchor}"></a>', "", f"### {md(r.id)}: {md(card.label)} ({md(r.verdict)})", ""]
-    fields = [("statement", r.statement), ("source", r.source), ("method", r.method), ("kind", r.kind)]
+    fields = [("statement", r.statement), ("source", r.source), ("method", r.method), ("kind", r.kind),
+              ("criterion", r.criterion)]
     if r.as_printed is not None:
         fields.append(("as printed", r.as_printed))
     lines += [f"- **{name}**: {md(value)}" for name, value in fields if value]
     lines.append("")
     if r.metrics:
         lines += _table(["metric", "value"], [[md(k), md(format_value(v))] for k, v in r.metrics.items()])
+    controls = [[md(cell) for cell in row] for row in control_rows(r)]
+    if controls:
+        lines += _table(["control", "kind", "verdict", "must be", "numbers"], controls)
     if r.notes:
         lines += [f"*Notes*: {md(r.notes)}", ""]
     for plot in r.plots:

@@ -2,7 +2,8 @@
 
 A results file is a JSON object ``{"schema": ..., "command": ..., "records": [...], "seeds": ...,
 "versions": ..., ...}``. Each record names its claim ID, its kind, a verdict, the numbers behind
-the verdict, and whether the statement as printed in the seeds holds.
+the verdict, whether the statement as printed in the seeds holds, the decision rule it applied
+(``criterion``) and the controls that show the rule can fail (``controls``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,41 @@ SCHEMA_VERSION = "expattn.results/1"
 Verdict = Literal["pass", "fail", "supported", "not_supported", "inconclusive", "skipped"]
 VERDICTS = ("pass", "fail", "supported", "not_supported", "inconclusive", "skipped")
 KINDS = ("identity", "inequality", "dynamics", "empirical", "identity+dynamics", "identity+empirical")
+CONTROL_KINDS = ("negative", "positive")
+PASSING = ("pass", "supported")  # verdicts that accept a claim
+FAILING = ("fail", "not_supported")  # verdicts that reject it
+
+
+@dataclass
+class Control:
+    """A run of a record's own decision rule on an input whose answer is known.
+
+    A ``negative`` control feeds the rule an input for which the claim is false (a wrong formula,
+    shuffled keys, coherent heads); its verdict must reject the claim (``fail``/``not_supported``).
+    A ``positive`` control feeds it an input for which the claim holds; its verdict must accept it.
+
+    Attributes:
+        name: what was fed in (``"as printed"``, ``"uniform averaging"``).
+        kind: ``negative`` or ``positive``.
+        verdict: the verdict the rule gave (one of ``VERDICTS``).
+        metrics: the numbers the rule read.
+    """
+
+    name: str
+    kind: str
+    verdict: Verdict
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.kind not in CONTROL_KINDS:
+            raise ValueError(f"control kind must be one of {CONTROL_KINDS}, got {self.kind!r}")
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"control verdict must be one of {VERDICTS}, got {self.verdict!r}")
+
+    @property
+    def behaved(self) -> bool:
+        """True when the verdict is the one the control's kind demands."""
+        return self.verdict in (FAILING if self.kind == "negative" else PASSING)
 
 
 @dataclass
@@ -38,6 +74,9 @@ class Record:
         notes: free text (why skipped, which tokens were excluded...).
         details: nested, JSON-serialisable numbers too long for ``metrics`` (per-layer tables).
         plots: paths of PNG files, relative to the results file.
+        criterion: the decision rule, fixed before the data (measure, threshold, interval rule).
+        controls: runs of the same rule on inputs with known answers (``Control``); see
+            ``enforce_controls``.
     """
 
     id: str
@@ -51,8 +90,11 @@ class Record:
     notes: str = ""
     details: dict[str, Any] = field(default_factory=dict)
     plots: list[str] = field(default_factory=list)
+    criterion: str = ""
+    controls: list[Control] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        self.controls = [c if isinstance(c, Control) else Control(**c) for c in self.controls]
         if self.verdict not in VERDICTS:
             raise ValueError(f"verdict must be one of {VERDICTS}, got {self.verdict!r}")
         if self.kind not in KINDS:
@@ -64,6 +106,23 @@ class Record:
     def ok(self) -> bool:
         """True unless the verdict is a failure of an exact claim."""
         return self.verdict != "fail"
+
+
+def enforce_controls(record: Record) -> Record:
+    """Demote ``record`` when a control misbehaves: a rule that accepts a false claim (a negative
+    control passing) or rejects a true one (a positive control failing) cannot vouch for its verdict.
+
+    An exact claim (``pass``/``fail``) becomes ``fail``, a hypothesis ``inconclusive``; the note
+    names the controls. Skipped records and records without controls are returned unchanged.
+    """
+    bad = [c for c in record.controls if not c.behaved]
+    if not bad or record.verdict == "skipped":
+        return record
+    exact = record.verdict in ("pass", "fail")
+    names = ", ".join(f"{c.kind} control '{c.name}' gave {c.verdict}" for c in bad)
+    record.notes = (f"verdict demoted from {record.verdict}: {names}. " + record.notes).strip()
+    record.verdict = "fail" if exact else "inconclusive"
+    return record
 
 
 def _clean(value: Any) -> Any:
