@@ -68,13 +68,18 @@ def report(
     ),
     quick: Annotated[bool, typer.Option("--quick", help="Small sizes everywhere (< 3 min).")] = False,
     seed: Annotated[int, typer.Option(help="Seed of every stage.")] = 0,
+    stages: Annotated[str, typer.Option(help="Comma-separated stages to run: verify, simulate, probe, train.")] = (
+        "verify,simulate,probe,train"
+    ),
 ) -> None:
-    """Run verify, simulate and probe and write one shareable report; exit 0 iff nothing failed."""
+    """Run verify, simulate, probe and train and write one shareable report; exit 0 iff nothing failed."""
     from expattn.commands.report import ReportConfig, run_report, summary_table
 
     names = tuple(m.strip() for m in models.split(",") if m.strip())
+    chosen = tuple(s.strip().lower() for s in stages.split(",") if s.strip())
     try:
-        result = run_report(ReportConfig(out_dir=out, models=names, quick=quick, seed=seed), console)
+        config = ReportConfig(out_dir=out, models=names, quick=quick, seed=seed, stages=chosen)
+        result = run_report(config, console)
     except (ValueError, TypeError, OSError) as err:
         fail(str(err))
     console.print(summary_table(result))

@@ -132,6 +132,48 @@ def test_all_stages_run_and_are_reported(tmp_path, stages):
     assert {(out / n).stat().st_mode & 0o777 for n in ("results.json", "report.html")} == {0o666 & ~umask}
 
 
+@pytest.mark.parametrize(
+    ("chosen", "expected"),
+    [
+        (("verify",), ["verify"]),
+        (("train", "simulate"), ["simulate", "train"]),  # run order, not the order given
+        (("probe",), ["probe minilm", "probe smollm2"]),
+    ],
+)
+def test_only_the_chosen_stages_run(tmp_path, stages, chosen, expected):
+    _, seen = stages
+    result = run(tmp_path, stages=chosen)
+    assert [s.name for s in result.stages] == expected
+    ran = {key.split()[0] for key in seen}
+    assert ran == {name.split()[0] for name in expected}
+    doc = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert {r["details"]["stage"] for r in doc["records"]} <= set(chosen)
+    assert f"--stages {','.join(s for s in ('verify', 'simulate', 'probe', 'train') if s in chosen)}" in doc["command"]
+
+
+def test_unknown_models_are_not_a_problem_without_the_probe(tmp_path, stages):
+    result = run(tmp_path, models=("no-such-model",), stages=("verify",))
+    assert result.problems == []
+
+
+def test_cli_names_an_unknown_stage_in_one_line(tmp_path, stages):
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["report", "--out", str(out), "--stages", "verify,prob"])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and "stages" in lines[0] and "'prob'" in lines[0]
+    assert "verify, simulate, probe, train" in lines[0]
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_cli_runs_the_chosen_stages(tmp_path, stages):
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["report", "--out", str(out), "--stages", " Simulate ,verify", "--quick"])
+    doc = json.loads((out / "results.json").read_text())
+    assert [s["name"] for s in doc["stages"]] == ["verify", "simulate"]
+    assert result.exit_code == 1  # the fake A3 check crashes
+
+
 def test_a_broken_stage_does_not_stop_the_others(tmp_path, stages, monkeypatch):
     registry, _ = stages
 
@@ -206,7 +248,8 @@ def test_unwritable_out_is_refused_before_any_work(tmp_path):
 
 @pytest.mark.parametrize(
     ("options", "error"),
-    [({"seed": -1}, ValueError), ({"models": ["minilm"]}, TypeError), ({"out_dir": "report"}, TypeError)],
+    [({"seed": -1}, ValueError), ({"models": ["minilm"]}, TypeError), ({"out_dir": "report"}, TypeError),
+     ({"stages": ("verify", "plot")}, ValueError), ({"stages": ()}, ValueError), ({"stages": ["verify"]}, TypeError)],
 )
 def test_config_rejects_bad_values(options, error):
     with pytest.raises(error, match=next(iter(options))):

@@ -1,9 +1,10 @@
 """``expattn report``: verify -> simulate (all presets) -> probe (each model) -> a short training comparison.
 
-Every stage runs inside one rich progress display; a stage that raises is ``fail`` with its
-reason, and the other stages still run. A model that cannot be probed here (unknown name,
-missing optional package, a folder the probe refuses with ``ValueError``) gives ``skipped``
-records E1-E8 that carry the reason. Everything is written into a staging folder beside
+``--stages`` picks a subset (always run in that order). Every stage runs inside one rich
+progress display; a stage that raises is ``fail`` with its reason, and the other stages
+still run. A model that cannot be probed here (unknown name, missing optional package, a
+folder the probe refuses with ``ValueError``) gives ``skipped`` records E1-E8 that carry the
+reason. Everything is written into a staging folder beside
 ``--out`` and moved into place at the end, so an interrupted run leaves no partial files.
 """
 
@@ -35,6 +36,7 @@ from expattn.results.files import staged, write_json_atomic
 from expattn.results.record import Record, load_records, results_document
 
 PROBE_IDS = tuple(f"E{i}" for i in range(1, 9))
+STAGES = ("verify", "simulate", "probe", "train")
 OUTPUT_FILES = ("results.json", "report.html", "report.md")
 
 
@@ -47,12 +49,15 @@ class ReportConfig:
         models: models to probe: ``minilm``, ``smollm2`` or paths of local HF model folders.
         quick: small sizes everywhere (smoke run, < 3 min).
         seed: seed of every stage.
+        stages: the stages to run, a non-empty subset of ``STAGES``; they always run in the
+            order of ``STAGES``.
     """
 
     out_dir: Path = Path("report")
     models: tuple[str, ...] = BUILTIN_MODELS
     quick: bool = False
     seed: int = 0
+    stages: tuple[str, ...] = STAGES
 
     def __post_init__(self) -> None:
         if not isinstance(self.out_dir, Path):
@@ -61,12 +66,25 @@ class ReportConfig:
             raise TypeError(f"models must be a tuple of non-empty strings, got {self.models!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"seed must be a non-negative integer, got {self.seed!r}")
+        if not isinstance(self.stages, tuple) or not all(isinstance(s, str) for s in self.stages):
+            raise TypeError(f"stages must be a tuple of stage names, got {self.stages!r}")
+        unknown = [s for s in self.stages if s not in STAGES]
+        if unknown or not self.stages:
+            got = ", ".join(repr(s) for s in unknown) or "none"
+            raise ValueError(f"stages must be a non-empty subset of {', '.join(STAGES)}, got {got}")
 
     @property
     def command(self) -> str:
         """The command line that reproduces this run."""
         quick = " --quick" if self.quick else ""
-        return f"expattn report --out {self.out_dir} --models {','.join(self.models)} --seed {self.seed}{quick}"
+        stages = "" if set(self.stages) == set(STAGES) else f" --stages {','.join(self.chosen)}"
+        return (f"expattn report --out {self.out_dir} --models {','.join(self.models)} --seed {self.seed}"
+                f"{stages}{quick}")
+
+    @property
+    def chosen(self) -> tuple[str, ...]:
+        """The selected stages in run order (each once)."""
+        return tuple(s for s in STAGES if s in self.stages)
 
 
 @dataclass
@@ -249,7 +267,8 @@ def summary_table(result: ReportResult) -> Table:
 
 
 def run_report(config: ReportConfig, console: Console) -> ReportResult:
-    """Run verify, simulate and probe, then write results.json, report.html, report.md and plots/.
+    """Run the chosen stages (verify, simulate, probe, train), then write results.json, report.html, report.md
+    and plots/.
 
     Args:
         config: the run's options (``ReportConfig``).
@@ -263,7 +282,7 @@ def run_report(config: ReportConfig, console: Console) -> ReportResult:
     with staged(config.out_dir, merge=True) as staging:
         problems = [
             f"unknown model {m!r}: expected one of {', '.join(BUILTIN_MODELS)} or a model folder; its probe is skipped"
-            for m in unknown_models(config.models)
+            for m in (unknown_models(config.models) if "probe" in config.chosen else [])
         ]
         for problem in problems:
             console.print(f"[bold yellow]warning:[/] {escape(problem)}", highlight=False)
@@ -272,13 +291,20 @@ def run_report(config: ReportConfig, console: Console) -> ReportResult:
         columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
         with Progress(*columns, TimeElapsedColumn(), console=console) as progress:
             runner = _Runner(config, staging, progress)
-            models = len(set(config.models))
-            progress.update(runner.task, total=models + 1 + _count("verify") + _count("simulate"))
-            runner.stage("verify", lambda: runner.claims_stage("verify"))
-            runner.stage("simulate", lambda: runner.claims_stage("simulate"))
-            for model in dict.fromkeys(config.models):  # each model once, in the given order
-                runner.stage(f"probe {model}", lambda m=model: runner.probe_stage(m))
-            runner.stage("train", runner.train_stage)
+            chosen = config.chosen
+            steps = {"verify": _count("verify") if "verify" in chosen else 0,
+                     "simulate": _count("simulate") if "simulate" in chosen else 0,
+                     "probe": len(set(config.models)) if "probe" in chosen else 0,
+                     "train": int("train" in chosen)}
+            progress.update(runner.task, total=sum(steps.values()))
+            for command in ("verify", "simulate"):
+                if command in chosen:
+                    runner.stage(command, lambda c=command: runner.claims_stage(c))
+            if "probe" in chosen:
+                for model in dict.fromkeys(config.models):  # each model once, in the given order
+                    runner.stage(f"probe {model}", lambda m=model: runner.probe_stage(m))
+            if "train" in chosen:
+                runner.stage("train", runner.train_stage)
             progress.update(runner.task, description="writing report")
         (staging / "plots").mkdir(exist_ok=True)
         document = results_document(
