@@ -38,6 +38,12 @@ def test_a_misprinted_claim_shows_what_the_seed_prints_and_how_it_is_wrong():
     assert "(convention:" in out and "expattn verify --only A9" in out
 
 
+def test_brackets_in_catalogue_text_print_literally():
+    result = CliRunner().invoke(app, ["claims", "A8"])  # rich would read "[u u^T]" as a style tag
+    assert result.exit_code == 0, result.output
+    assert "Hess G(eta) = E[u u^T], the uncentred second moment" in flat(result.output)
+
+
 def test_without_id_every_claim_is_a_row():
     result = CliRunner().invoke(app, ["claims"])
     assert result.exit_code == 0, result.output
