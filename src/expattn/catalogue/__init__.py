@@ -18,9 +18,10 @@ ENTRIES: tuple[Entry, ...] = tuple(e for m in _MODULES for e in m.ENTRIES)
 
 _BY_ID = {e.id: e for e in ENTRIES}
 if len(_BY_ID) != len(ENTRIES):
-    raise ValueError("the catalogue lists a claim ID twice")
-if any(e.group not in {g.letter for g in GROUPS} for e in ENTRIES):
-    raise ValueError("a catalogue entry's ID starts with no group's letter")
+    raise ValueError(f"the catalogue lists {sorted(i for i in _BY_ID if sum(e.id == i for e in ENTRIES) > 1)} twice")
+_MISPLACED = [e.id for m in _MODULES for e in m.ENTRIES if e.group != m.GROUP.letter]
+if _MISPLACED:
+    raise ValueError(f"entries {_MISPLACED} sit in another group's module")
 
 
 def ids() -> tuple[str, ...]:
@@ -40,12 +41,4 @@ def entry(claim_id: str) -> Entry:
     return found
 
 
-def group(letter: str) -> Group:
-    """The group whose IDs start with ``letter``; ``ValueError`` if there is none."""
-    for g in GROUPS:
-        if g.letter == letter:
-            return g
-    raise ValueError(f"unknown claim group {letter!r}; groups: {', '.join(g.letter for g in GROUPS)}")
-
-
-__all__ = ["AS_PRINTED_KINDS", "ENTRIES", "GROUPS", "Entry", "Group", "entry", "group", "ids"]
+__all__ = ["AS_PRINTED_KINDS", "ENTRIES", "GROUPS", "Entry", "Group", "entry", "ids"]

@@ -83,7 +83,7 @@ def register_claim(
     if command not in COMMANDS:
         raise ValueError(f"command must be one of {COMMANDS}, got {command!r}")
     known = entry(claim_id)
-    name = name or claim_id
+    claim_id, name = known.id, name or known.id
     kind, statement, source = kind or known.kind, statement or known.statement, source or known.seeds
 
     def decorate(fn: Callable[[RunContext], Record]) -> Callable[[RunContext], Record]:
