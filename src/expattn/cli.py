@@ -224,6 +224,22 @@ def simulate(
     raise typer.Exit(code=0 if all(r.ok for r in records) else 1)
 
 
+@app.command()
+def claims(
+    claim_id: Annotated[str | None, typer.Argument(metavar="ID", help="A claim ID such as E4 (all if omitted).")] = (
+        None
+    ),
+    markdown: Annotated[bool, typer.Option("--markdown", help="Print Markdown (all claims: docs/CLAIMS.md).")] = False,
+) -> None:
+    """The claim catalogue: every ID, or one claim's statement, seeds, code, tests and reproducing command."""
+    from expattn.commands.claims import show_claims
+
+    try:
+        show_claims(claim_id, markdown, console)
+    except (ValueError, TypeError) as err:
+        fail(str(err))
+
+
 def main() -> None:  # pragma: no cover - the console script calls app() directly
     app(prog_name="expattn")
 

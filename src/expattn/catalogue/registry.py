@@ -1,11 +1,12 @@
-"""Registry of the claims in shared/CLAIMS.md: claim ID -> check function -> ``Record``.
+"""Registry of the checks of the catalogue's claims: claim ID -> check function -> ``Record``.
 
-Check modules live in ``expattn.checks`` (and ``expattn.dynamics`` presets register the same
-way); each decorates its functions with ``register_claim``. A check takes a ``RunContext``
-(seed, output folder for plots, quick flag) and returns a ``Record``; the runner fills in the
-claim's statement, source, method and criterion, times it, turns an exception into a ``fail``
-record (a crashing check is a failing check, never a silent one) and demotes a record whose
-controls misbehave (``enforce_controls``: a negative control that passes is a failure).
+Check modules live in ``expattn.checks`` (and ``expattn.presets`` register the same way); each
+decorates its functions with ``register_claim``, naming a claim ID of ``expattn.catalogue``. A
+check takes a ``RunContext`` (seed, output folder for plots, quick flag) and returns a
+``Record``; the runner fills in the statement, source, method and criterion (statement and source
+by default from the catalogue entry), times it, turns an exception into a ``fail`` record (a
+crashing check is a failing check, never a silent one) and demotes a record whose controls
+misbehave (``enforce_controls``: a negative control that passes is a failure).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from expattn.catalogue import entry
 from expattn.results.record import Record, enforce_controls
 
 COMMANDS = ("verify", "simulate")
@@ -63,19 +65,26 @@ _REGISTRY: dict[str, Claim] = {}
 def register_claim(
     claim_id: str,
     *,
-    kind: str,
-    statement: str,
-    source: str,
     method: str,
+    kind: str | None = None,
+    statement: str | None = None,
+    source: str | None = None,
     command: str = "verify",
     name: str | None = None,
     criterion: str = "",
 ) -> Callable[[Callable[[RunContext], Record]], Callable[[RunContext], Record]]:
-    """Decorator: register ``fn(ctx) -> Record`` as a ``command`` check of ``claim_id``; ``criterion`` is
-    its decision rule, used where the record states none."""
+    """Decorator: register ``fn(ctx) -> Record`` as a ``command`` check of ``claim_id``.
+
+    ``claim_id`` must be in the catalogue. ``kind``, ``statement`` and ``source`` default to the
+    catalogue entry's kind, statement and seed location; a check gives its own where it covers a
+    narrower part of the claim (a verify check of one inequality of a dynamics claim).
+    ``criterion`` is its decision rule, used where the record states none.
+    """
     if command not in COMMANDS:
         raise ValueError(f"command must be one of {COMMANDS}, got {command!r}")
-    name = name or claim_id
+    known = entry(claim_id)
+    claim_id, name = known.id, name or known.id
+    kind, statement, source = kind or known.kind, statement or known.statement, source or known.seeds
 
     def decorate(fn: Callable[[RunContext], Record]) -> Callable[[RunContext], Record]:
         key = f"{command}:{name}"

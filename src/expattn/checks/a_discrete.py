@@ -15,9 +15,6 @@ DRAWS = 50
 
 @register_claim(
     "A1",
-    kind="identity",
-    statement="A weighted discrete carrier gives softmax(log w + x.eta); weights 1 and 1/N agree",
-    source="seed 000 eq. 3; 002 eqs. 4-5",
     method="explicit exp/sum formula in float64 vs Empirical.probs, 50 random draws",
 )
 def check_a1(ctx: RunContext):
@@ -43,10 +40,6 @@ def check_a1(ctx: RunContext):
 
 @register_claim(
     "A3",
-    kind="identity",
-    statement="grad_eta logsumexp(x.eta) = sum_n softmax_n(x_n.eta) x_n (attention with V=K); "
-    "equals sqrt(d) grad_q logsumexp(q.K^T/sqrt(d)) and Nadaraya-Watson regression",
-    source="seed 000 Prop. 1a; 002 eq. 7",
     method="autograd of logsumexp vs the fused attention kernel, float64, 50 draws",
 )
 def check_a3(ctx: RunContext):

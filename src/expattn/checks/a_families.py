@@ -82,9 +82,6 @@ def one_d_carriers(gen: torch.Generator):
 
 @register_claim(
     "A2",
-    kind="identity",
-    statement="grad G(eta) = E_p(u(x)), the expected sufficient statistic, for every carrier",
-    source="seed 000 eq. 4; 002 eq. 6",
     method="autograd of G vs E_p(x) by scipy quadrature (1-D Gaussian, mixture, Gamma) and numpy sums "
     "(atoms, lattice), float64",
 )
@@ -130,10 +127,6 @@ def gaussian_log_z0(theta1: float, theta2: float) -> float:
 
 @register_claim(
     "A4",
-    kind="identity",
-    statement="h = p0(x|eta1, eta2) (exponential family): grad_eta log int h e^{x.eta} = E_p0(x|eta1+eta, eta2)(x); "
-    "Gaussian, Gamma (u2 = log x, x > 0) and a lattice (u2 = x^2)",
-    source="seed 000 Prop. 1b",
     method="quadrature / grid sums of h e^{x.eta} vs the closed-form tilted mean and the library; "
     "as printed: eq. (1) with eta1 + eta2 in place of eta1 + eta",
 )
@@ -186,9 +179,6 @@ def check_a4(ctx: RunContext):
 
 @register_claim(
     "A5",
-    kind="identity",
-    statement="h = N(mu, Sigma): G(eta) = mu.eta + eta^T Sigma eta / 2, grad G = mu + Sigma eta",
-    source="seed 000 Cor. 1",
     method="scipy quad (1-D) and dblquad (2-D) of N(x; mu, Sigma) e^{x.eta}; autograd of G in 5-D",
 )
 def check_a5(ctx: RunContext):
@@ -221,9 +211,6 @@ def check_a5(ctx: RunContext):
 
 @register_claim(
     "A6",
-    kind="identity",
-    statement="h = sum_n pi_n N(mu_n, Sigma): grad G = Sigma eta + sum_n softmax_n(log pi_n + mu_n.eta) mu_n",
-    source="seed 000 Prop. 2",
     method="quadrature of G in 1-D; explicit numpy formula and autograd in 3-D; as printed: eq. (4) with "
     "grad log inside the sum (1-D, positive means)",
 )
@@ -270,10 +257,6 @@ def check_a6(ctx: RunContext):
 
 @register_claim(
     "A7",
-    kind="inequality",
-    statement="h = sum_n pi_n N(mu_n, Sigma_n), sum pi = 1: G_LB = sum_n pi_n (eta^T Sigma_n eta / 2 + mu_n.eta) <= G, "
-    "grad G_LB = sum_n pi_n (mu_n + Sigma_n eta); the gap G - G_LB is reported",
-    source="seed 000 Prop. 3",
     method="exact G (log-sum-exp, checked by 1-D quadrature) minus G_LB over random draws; "
     "gradient vs numpy and autograd",
 )

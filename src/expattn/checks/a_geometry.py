@@ -82,9 +82,6 @@ def single_hessian(measure: Measure, eta: torch.Tensor) -> torch.Tensor:
 
 @register_claim(
     "A8",
-    kind="identity",
-    statement="Hess G(eta) = Cov_p(u(x)), the Fisher information (not the uncentred E_p(u u^T))",
-    source="seed 000 §3.2",
     method="torch.autograd.functional.hessian of G vs the library's fisher and numpy covariances, six carriers; "
     "as printed: E_p(u u^T)",
 )
@@ -125,9 +122,6 @@ def reference_kl(name: str, measure, a: np.ndarray, b: np.ndarray) -> float:
 
 @register_claim(
     "A9",
-    kind="identity",
-    statement="B_G(a, b) = G(a) - G(b) - grad G(b).(a - b) = KL(p(.|b) || p(.|a))",
-    source="seed 000 §3.2",
     method="library Bregman vs torch.distributions KL (Gaussian, Gamma), direct sums (atoms, lattice) and "
     "1-D quadrature (mixture); as printed: KL(p(.|a) || p(.|b))",
 )
@@ -167,10 +161,6 @@ def objective(measure: Measure):
 
 @register_claim(
     "A10",
-    kind="identity",
-    statement="G*(m) = sup_eta eta.m - G(eta) is attained where grad G(eta*) = m and equals "
-    "-H(p(.|eta*)) - E_p(log h); for unit-weight atoms, minus the Shannon entropy of the attention weights",
-    source="seed 000 eq. 6",
     method="scipy.optimize (BFGS; L-BFGS-B inside the Gamma domain) vs the library's conjugate (Newton or "
     "closed form) and its entropy and E log h, five carriers",
 )
@@ -205,10 +195,6 @@ def check_a10(ctx: RunContext):
 
 @register_claim(
     "A11",
-    kind="identity+empirical",
-    statement="the Jacobian of eta -> grad G(eta) is the Fisher matrix; for a Gaussian carrier N(0, Sigma) the map "
-    "is affine, the matched key of h_j is Sigma^-1 h_j and attention weights are softmax_j(h_i^T Sigma^-1 h_j)",
-    source="seed 000 §3.2, §6",
     method="torch.autograd.functional.jacobian of the library mean vs its fisher (six carriers); Gaussian "
     "conjugate vs numpy solve; atoms Sigma^-1 h_j vs numpy softmax",
 )

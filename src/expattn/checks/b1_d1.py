@@ -29,10 +29,6 @@ def _identity_layer(dim: int, beta: float, carrier: str) -> ExpFamAttention:
 
 @register_claim(
     "B1",
-    kind="identity",
-    statement="A residual attention sublayer is one unit gradient-ascent step on the log-normalizer: "
-    "eta' = eta + grad G(eta), the carrier being the cloud itself (self-attention)",
-    source="seed 000 §3.3, §4; 002 §3.1",
     method="ExpFamAttention.residual_step (identity projections, empirical and gaussian_mixture carriers) "
     "vs eta + autograd of G with the carrier held fixed, float64, 50 random clouds",
 )
@@ -87,10 +83,6 @@ def _trace_plot(ctx: RunContext, traces: list[tuple[list[float], list[float]]]) 
 
 @register_claim(
     "D1",
-    kind="identity",
-    statement="E(xi) = 1/2 xi.xi - (1/beta) logsumexp(beta X^T xi); the update xi <- X softmax(beta X^T xi) "
-    "never increases E and converges to a fixed point (grad E = 0 there)",
-    source="seed 001; 004 §2 (modern Hopfield networks)",
     method="energy along 30 updates of random states, 50 draws of patterns and beta in [0.05, 10], float64; "
     "Hopfield(update_steps_max=None) fixed point: one more update and autograd grad E",
 )

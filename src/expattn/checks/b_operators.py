@@ -41,7 +41,6 @@ def hull_distance(points: np.ndarray, target: np.ndarray) -> float:
     kind="inequality",
     statement="Without the residual every attention output is a convex combination of the inputs: it lies in "
     "their convex hull, so the diameter cannot grow",
-    source="seed 000 §3.3",
     method="LP distance to the convex hull of the cloud for every output, 30 random clouds (3-12 tokens, "
     "D 1-4, beta 0.1-5), float64; residual outputs as the contrast",
 )
@@ -85,9 +84,6 @@ def _tilted_mean_by_quadrature(mu: np.ndarray, sigma: np.ndarray, eta: np.ndarra
 @register_claim(
     "B5",
     kind="identity",
-    statement="Theorem 1: for carrier N(mu, Sigma), A(eta) = mu + (I + Sigma) eta, and RN with eta0 = Sigma^-1 mu, "
-    "Lambda0 = Sigma^-1 maps the law of A(eta), eta ~ p_eq, back to p_eq exactly",
-    source="seed 000 Theorem 1 and eq. (8)",
     method="A (Gaussian carrier) vs quadrature of the tilted mean in D=2 (10 draws); population mean and "
     "covariance after RN o A in float64 for D = 1..6 (20 draws); as printed: RN scaled by E[eta eta^T]",
 )

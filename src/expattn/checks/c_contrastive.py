@@ -15,9 +15,6 @@ DRAWS = 24
 
 @register_claim(
     "C1",
-    kind="identity",
-    statement="InfoNCE / N-pair loss = -log p(x_target | anchor / tau) of the discrete family over the candidates",
-    source="seed 000 §2.2; 002 §3.1",
     method="library loss and its gradients vs F.cross_entropy of the similarity logits (autograd), float64, "
     "random temperatures, dot and cosine",
 )
@@ -54,10 +51,6 @@ def check_c1(ctx: RunContext):
 
 @register_claim(
     "C2",
-    kind="identity+dynamics",
-    statement="cosine similarity = dot product after projection to the unit sphere; the projection keeps the "
-    "ascent eta + grad G(eta) bounded (|step| <= 2) while the unprojected ascent grows",
-    source="seed 000 §2.2, §3.3; 002 §3.1",
     method="F.cosine_similarity vs projected dot products (float64); 30 steps of self-attention ascent on a "
     "cloud of 64 points in 8-D with and without projection",
 )

@@ -61,10 +61,6 @@ def _series_plot(out_dir, errors: dict[str, list[float]]) -> str:
 
 @register_claim(
     "D3",
-    kind="identity",
-    statement="Integrating out hidden units with prior q_mu gives E(v) = -sum_i a_i(v_i) - sum_mu K_mu(W_mu.v); "
-    "the Taylor series of K gives n-th order couplings weighted by the n-th cumulant",
-    source="seed 004 §2 (effective energies and correlations)",
     method="CGF formula vs quadrature/summation over each hidden unit, 7 priors, binary and Gaussian visible "
     "units; truncated cumulant series error vs order (fields |t| <= 0.4)",
 )
@@ -107,10 +103,6 @@ def check_d3(ctx: RunContext):
 
 @register_claim(
     "D4",
-    kind="identity",
-    statement="Standard Gaussian hidden units (kappa1 = 0, kappa2 = 1) give the classical Hopfield energy "
-    "E(v) = -a.v - 1/2 sum_ij (sum_mu W_i,mu W_j,mu) v_i v_j",
-    source="seed 004 §2 (classical discrete Hopfield networks)",
     method="explicit quadratic form with W W^T and numerical integration over the hidden units vs the CGF "
     "energy, +-1 and {0,1} visible states",
 )
@@ -134,10 +126,6 @@ def check_d4(ctx: RunContext):
 
 @register_claim(
     "D5",
-    kind="identity",
-    statement="Poisson(1) hidden units give E(v) = -a.v - sum_mu exp(W_mu.v) + const; Bernoulli units couple "
-    "at all orders; exponential and Laplace units give logarithmic interactions",
-    source="seed 004 §2 (modern discrete Hopfield networks)",
     method="numerical summation/integration over the hidden units vs the closed forms -sum exp(t) + M, "
     "sum log(1 - t/rate), sum log(1 - b^2 t^2); Bernoulli cumulants up to order 8",
 )
@@ -226,10 +214,6 @@ def _moment_z(model: HopfieldMixture, samples: torch.Tensor, gen: torch.Generato
 
 @register_claim(
     "D6",
-    kind="identity",
-    statement="p(v) ~ sum_mu exp(-|v|^2/2 + W_mu.v) is the mixture sum_mu w_mu N(v; W_mu, I), "
-    "w_mu = Z_mu / sum Z, Z_mu = exp(|W_mu|^2/2); each component is a one-hidden-unit EBM with a constant prior",
-    source="seed 004 §2 (modern Hopfield networks as mixtures of effective RBMs)",
     method="energy vs mixture log-density; exact log Z vs quadrature (1-2 D); mixture samples vs the energy: "
     "KS test (1 D, p > 1e-3) and moments vs importance sampling (6 D, |z| < 5); constant-prior RBM components",
 )

@@ -27,6 +27,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from expattn.catalogue import ENTRIES
 from expattn.catalogue.registry import RunContext, claims, run_claim
 from expattn.probes.loading import BUILTIN_MODELS
 from expattn.report.document import Stage, cpu
@@ -35,7 +36,7 @@ from expattn.report.markdown import render_markdown
 from expattn.results.files import staged, write_json_atomic
 from expattn.results.record import Record, load_records, results_document
 
-PROBE_IDS = tuple(f"E{i}" for i in range(1, 9))
+PROBE_IDS = tuple(e.id for e in ENTRIES if e.probe)
 STAGES = ("verify", "simulate", "probe", "train")
 OUTPUT_FILES = ("results.json", "report.html", "report.md")
 

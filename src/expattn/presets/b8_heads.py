@@ -124,10 +124,6 @@ CASES = {  # name: (shared distortion, update map); the first is the claim's own
 
 @register_claim(
     "B8",
-    kind="dynamics",
-    statement="Heads take gradient steps in different linear distortions of space, so their updates are "
-    "incoherent: no more aligned than updates of unrelated tokens",
-    source="seed 000 §5",
     method="random multi-head attention (8 heads, d=64, 128 tokens of a Gaussian cloud, float64) over seeds: "
     "each head's update vs autograd of its log-normalizer in its distortion; mean cosine between heads' "
     "updates of the same token vs a token-permuted null, energy ratio |sum u_h|^2 / sum |u_h|^2; negative "

@@ -49,10 +49,6 @@ def single_thread(fn: Callable[[RunContext], Record]) -> Callable[[RunContext], 
 
 @register_claim(
     "B2",
-    kind="dynamics",
-    statement="Without the residual every output is a convex combination of the inputs: the diameter never "
-    "grows and repeated attention collapses the cloud to a point",
-    source="seed 000 §3.3",
     method="Gaussian clouds (64 tokens, D=8), pure self-attention at beta in {0.1, 0.3, 1, 4}, 200 steps; diameter "
     "at every step (exact monotonicity) and its per-step collapse rate",
     command="simulate",
@@ -126,9 +122,6 @@ def _summary(values: torch.Tensor) -> dict[str, float]:
 
 @register_claim(
     "B3",
-    kind="dynamics",
-    statement="With the residual, a centred roughly radially symmetric cloud expands: its spread grows",
-    source="seed 000 §3.3 and abstract",
     method="one residual self-attention step on 100 clouds of 64 tokens per setting, D in {2, 16}, "
     "beta in {0.01, 0.1, 1, 10}; ratio of trace of covariance with a 95% interval over clouds, also "
     "mean distance to the centroid and fitted-Gaussian entropy; contrasted with non-symmetric clouds",
@@ -227,10 +220,6 @@ def settling(traj, operator, start_diameter: torch.Tensor) -> list[str]:
 
 @register_claim(
     "B4",
-    kind="dynamics",
-    statement="LayerNorm, RMSNorm, projection to the sphere and Theorem 1's RN contract the cloud that "
-    "attention expanded; composed with attention they can settle",
-    source="seed 000 §3.3; seed 002 §3.1",
     method="Gaussian clouds (64 tokens, D=16), beta in {0.1, 1}: contraction factor (spread after/before) of "
     "each normalization on the expanded cloud A(x), then 150 steps of N∘A and where they settle",
     command="simulate",
@@ -303,7 +292,6 @@ def b4_normalization(ctx: RunContext) -> Record:
 
 @register_claim(
     "B4",
-    kind="dynamics",
     statement="Tokens projected to the sphere after every residual self-attention step gather in clusters; "
     "the larger beta, the more clusters at a given time (Geshkovski et al. 2023)",
     source="seed 000 §3.3 (normalization as the contraction, C2); Geshkovski, Letrouit, Polyanskiy, Rigollet, "

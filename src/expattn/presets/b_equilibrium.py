@@ -59,7 +59,6 @@ def _moment_z(x: torch.Tensor, mean: torch.Tensor, cov: torch.Tensor) -> tuple[f
 
 @register_claim(
     "B5",
-    kind="identity+dynamics",
     statement="Theorem 1: with eta ~ N(Sigma^-1 mu, Sigma^-1) and carrier x = Sigma eta, A(eta) = mu + (I + Sigma) "
     "eta and RN o A maps p_eq to itself",
     source="seed 000 Theorem 1 and its proof (appendix)",
@@ -163,10 +162,6 @@ def b5_theorem1(ctx: RunContext) -> Record:
 
 @register_claim(
     "B6",
-    kind="dynamics",
-    statement="Open question: with a continuous carrier (Gaussian mixture or kernel-smoothed cloud), does "
-    "attention + renormalization drive a non-Gaussian cloud to a Gaussian?",
-    source="seed 002 §3.1 (closing questions)",
     method="600 samples in D = 2, 8; carriers: the cloud smoothed by N(0, I) kernels (self, A6) and a fixed "
     "4-component mixture with Sigma = I; RN = whitening to N(0, I); starts: gaussian, cube, lognormal, two "
     "clusters; 25 iterations; sliced-W2 excess per iteration, Mardia and SW tests at the end",
@@ -252,10 +247,6 @@ def tied_block(dim: int, gain: float, gen: torch.Generator, seed: int) -> Compos
 
 @register_claim(
     "B7",
-    kind="dynamics",
-    statement="A block with tied weights applied repeatedly is one operator iterated; its fixed point can be "
-    "solved for directly (implicit / DEQ layer)",
-    source="seed 000 §4",
     method="post-LN block (attention with a random W, MLP, LayerNorm), D=16, 32 tokens, weight gain in "
     "{0.1, 0.25, 0.5, 1, 2, 4}: 300 plain iterations vs Broyden's method (expattn.core.solvers) from the same start",
     command="simulate",

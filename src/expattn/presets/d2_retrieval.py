@@ -31,12 +31,6 @@ from expattn.core.empirical import Empirical
 from expattn.results.plotting import pyplot, save_figure
 from expattn.results.record import Record
 
-STATEMENT = (
-    "Retrieval with fixed stored patterns converges, often in one step for well-separated patterns, "
-    "with a one-step error exponentially small in the separation"
-)
-SOURCE = "seed 001 (appendix A); Ramsauer et al. 2020, Theorem 5"
-
 
 def unit_rows(x: Tensor) -> Tensor:
     """Rows scaled to unit Euclidean norm."""
@@ -68,9 +62,6 @@ def separation(
 
 @register_claim(
     "D2",
-    kind="dynamics",
-    statement=STATEMENT,
-    source=SOURCE,
     method="N=16 random patterns of norm r in d=32, queries x_i + 5% noise, one update, beta in {0.5,1,2,4}, "
     "8 radii; every error vs the Theorem 5 bound, and the slope of log error against beta * (query's gap)",
     command="simulate",
@@ -147,9 +138,6 @@ def one_step_error(ctx: RunContext) -> Record:
 
 @register_claim(
     "D2",
-    kind="dynamics",
-    statement=STATEMENT,
-    source=SOURCE,
     method="N = 2..2^13 unit-norm random patterns, d in {32, 64}, beta in {16,32,64,128}; queries at cosine 0.5 "
     "to a pattern; retrieved if one update lands within 0.1 of it; >= 128 queries per point",
     command="simulate",
@@ -239,9 +227,6 @@ def iterate_to_fixed_point(
 
 @register_claim(
     "D2",
-    kind="dynamics",
-    statement=STATEMENT,
-    source=SOURCE,
     method="4 clusters of 8 patterns (unit centres, spread 0.15) in d=32; iterate from every pattern to a fixed "
     "point for beta from 0.1 to 1000; effective number of averaged patterns 1/sum p^2; energy never rises",
     command="simulate",
@@ -307,9 +292,6 @@ def metastable(ctx: RunContext) -> Record:
 
 @register_claim(
     "D2",
-    kind="dynamics",
-    statement=STATEMENT,
-    source=SOURCE,
     method="16 patterns of norm 3 in d=32, beta=1, queries = patterns + noise of norm 0.3; 60 iterations with the "
     "patterns fixed (Hopfield retrieval) vs self-attention whose patterns are the moving states (no residual)",
     command="simulate",

@@ -31,7 +31,6 @@ from expattn.catalogue.registry import RunContext, register_claim
 from expattn.checks.tools import generator
 from expattn.core.solvers import solve
 from expattn.nn.implicit import InjectedAttention, spectral_radius
-from expattn.presets.d7_implicit import D7_SOURCE, D7_STATEMENT
 from expattn.results.plotting import pyplot, save_figure
 from expattn.results.record import Record
 
@@ -138,9 +137,6 @@ def _plot(rows: list[dict[str, float]], out_dir) -> list[str]:
 
 @register_claim(
     "D7",
-    kind="dynamics",
-    statement=D7_STATEMENT,
-    source=D7_SOURCE,
     method="random attention blocks (InjectedAttention with layernorm, 4 heads, float64) whose gain is set by "
     "bisection to spectral radii 0.5-0.98 at the fixed point; evaluations of f to relative residual 1e-5 for plain "
     "iteration, Anderson (memory 10) and Broyden, and full-memory GMRES + 1 on the linearisation (the Krylov bound); "

@@ -24,15 +24,9 @@ from expattn.nn.implicit import ImplicitAttention, ImplicitConfig, InjectedAtten
 from expattn.results.plotting import pyplot, save_figure
 from expattn.results.record import Record
 
-D7_STATEMENT = (
-    "One explicit softmax attention step vs the fixed point of the attention map found by a differentiable "
-    "solver (DEQ): outputs, solver iterations and gradients (implicit vs unrolled)"
-)
-D7_SOURCE = "seed 004 §3; seed 002"
 B7_STATEMENT = (
     "A block with tied weights applied repeatedly is one operator iterated; its fixed point can be solved for"
 )
-B7_SOURCE = "seed 000 §4"
 
 
 class HopfieldBlock(nn.Module):
@@ -69,9 +63,6 @@ def _relative(a: Tensor, b: Tensor) -> float:
 
 @register_claim(
     "D7",
-    kind="dynamics",
-    statement=D7_STATEMENT,
-    source=D7_SOURCE,
     method="16 unit-norm patterns in d=32, queries = patterns + noise of norm 0.2, beta from 1 to 64; one update vs "
     "the Anderson fixed point (tol 1e-10, float64): gap, iterations, evaluations, CPU time, retrieved pattern",
     command="simulate",
@@ -149,9 +140,6 @@ def hopfield(ctx: RunContext) -> Record:
 
 @register_claim(
     "D7",
-    kind="dynamics",
-    statement=D7_STATEMENT,
-    source=D7_SOURCE,
     method="random attention block f(z,x) = LayerNorm(x + W_o attn(z)), d=32, 4 heads, 16 tokens, float64; one "
     "step f(x,x) vs the fixed point (tol 1e-10) with each solver; implicit vs unrolled and phantom gradients",
     command="simulate",
@@ -241,9 +229,7 @@ def _stack(block: nn.Module, x: Tensor, depth: int, gen: torch.Generator) -> dic
 
 @register_claim(
     "B7",
-    kind="dynamics",
     statement=B7_STATEMENT,
-    source=B7_SOURCE,
     method="random attention blocks (d=32, 4 heads, 16 tokens, float64) with gains 1 and 4, each stacked 80 times "
     "with tied weights; distance of layer l to the Anderson fixed point vs rho^l, rho by power iteration",
     command="simulate",

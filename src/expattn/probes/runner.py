@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 
 import expattn.probes.lm_adapter  # noqa: F401  (registers the adapter of expattn's own LMs)
+from expattn.catalogue import entry
 from expattn.probes.adapters import Capture, adapter_for
 from expattn.probes.common import Batch, ProbeContext
 from expattn.probes.corpus import TokenSample, excluded_positions, load_text, sequence
@@ -44,26 +45,6 @@ from expattn.results.record import Record, enforce_controls
 
 ESTIMATORS = (E1Expansion, E2Normalization, E3Gaussianity, E4Alignment, E5Gradient, E6Mlp, E7Collapse, E8Heads)
 HYPOTHESES = tuple(cls.claim for cls in ESTIMATORS)
-
-STATEMENTS = {
-    "E1": ("the residual attention update expands the spread of token states within a sequence", "seed 000 §3.3"),
-    "E2": ("the normalization sublayer contracts the spread of token states", "seed 000 §3.3; 002"),
-    "E3": ("hidden states per layer: distance from Gaussian and isotropic", "seed 000 §6"),
-    "E4": (
-        "sym(W_q^T W_k) of each head aligns with Sigma^-1 (or the inverse Fisher) of its input",
-        "seed 000 §3.2, §6 (A11)",
-    ),
-    "E5": (
-        "attention with V = K equals sqrt(d) grad_q logsumexp(q K^T / sqrt(d)) on every head",
-        "seed 000 Prop. 1a (A3)",
-    ),
-    "E6": ("the FC sublayer is close to the identity or to a linear map", "seed 000 §4, §6"),
-    "E7": (
-        "the pure-attention path collapses to rank one without skips, not with them",
-        "seed 000 §3.3 (B2); Dong et al. 2021",
-    ),
-    "E8": ("the heads' updates are incoherent (not aligned)", "seed 000 §5 (B8)"),
-}
 
 TRIM_SLACK = 0.10  # relative growth of the resident size that triggers a heap trim (see _heap_trimmer)
 DEFAULT_TOKENS = {"minilm": 20_000, "smollm2": 8_192}
@@ -296,13 +277,13 @@ def probe(
                 )
             record.metrics["update_seconds"] = per_estimator[est.claim]
             record.metrics["result_seconds"] = time.perf_counter() - t0
-            record.statement, record.source = STATEMENTS[record.id]
+            record.statement, record.source = entry(record.id).statement, entry(record.id).seeds
             record.details["model"] = config.model
             records.append(enforce_controls(record))
         for claim, why in inapplicable.items():
-            statement, source = STATEMENTS[claim]
             records.append(Record(claim, "empirical", "skipped", notes=f"does not apply to this model: {why}",
-                                  statement=statement, source=source, details={"model": config.model}))
+                                  statement=entry(claim).statement, source=entry(claim).seeds,
+                                  details={"model": config.model}))
         records.sort(key=lambda r: HYPOTHESES.index(r.id))
     model_info = {
         "name": config.model,

@@ -1,7 +1,7 @@
 """The content of a report, independent of its format: what ``report.html`` and ``report.md`` show.
 
 A report is a view of one results document (the JSON object of ``results.json``, see
-``report/schema.py``): a summary row per claim ID of the catalogue (shared/CLAIMS.md), the
+``results/record.py``): a summary row per claim ID of the catalogue (``expattn.catalogue``), the
 statements the seeds print wrongly, one card per record grouped by claim group (A..E), and the
 environment (versions, seeds, git revision, run time per stage). Both renderers read this view
 only, so the two formats always agree.
@@ -15,74 +15,16 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from expattn import catalogue
 from expattn.results.record import Record
 
-GROUPS = {
-    "A": "Exponential families from an intrinsic measure",
-    "B": "Operators and their dynamics",
-    "C": "Contrastive learning",
-    "D": "Energy-based view and Hopfield networks",
-    "E": "Hypotheses about trained transformers",
-}
-
-# Short names of every claim in the catalogue: a claim with no record is shown as "not run".
-CLAIM_TITLES = {
-    "A1": "discrete carrier gives softmax",
-    "A2": "gradient = expected statistic",
-    "A3": "attention = gradient of log-sum-exp",
-    "A4": "tilted exponential-family carrier",
-    "A5": "Gaussian carrier",
-    "A6": "Gaussian mixture, shared covariance",
-    "A7": "Jensen lower bound, separate covariances",
-    "A8": "Hessian = covariance (Fisher)",
-    "A9": "Bregman divergence = KL",
-    "A10": "conjugate = negative entropy offset",
-    "A11": "affine approximation and Fisher",
-    "B1": "attention update operator",
-    "B2": "no residual: contraction",
-    "B3": "residual + recentering: expansion",
-    "B4": "renormalization contracts",
-    "B5": "Theorem 1: Gaussian equilibrium",
-    "B6": "Gaussian fixed point from a continuous carrier",
-    "B7": "FC layer and tied weights",
-    "B8": "multi-head incoherence",
-    "C1": "InfoNCE = negative log-likelihood of A1",
-    "C2": "cosine similarity = projection to the sphere",
-    "D1": "modern Hopfield energy and update",
-    "D2": "fixed vs changing patterns",
-    "D3": "RBM effective energy",
-    "D4": "Gaussian hidden units: classical Hopfield",
-    "D5": "Poisson hidden units: exponential interaction",
-    "D6": "modern Hopfield = mixture of effective EBMs",
-    "D7": "attention as implicit energy minimisation",
-    "E1": "attention sublayer expands",
-    "E2": "normalization contracts",
-    "E3": "distribution of hidden states per layer",
-    "E4": "W_q^T W_k vs Sigma^-1",
-    "E5": "attention = grad log Z on real weights",
-    "E6": "FC layer near identity or linear",
-    "E7": "rank collapse on the pure-attention path",
-    "E8": "multi-head coherence",
-}
-
-# What the seeds print where they are wrong (paraphrased from the catalogue's notes); the
-# correction shown beside it is the record's own statement. A record may override the text
-# with ``details["as_printed_statement"]``; without either, its notes are shown.
-AS_PRINTED = {
-    "A4": "p0 is defined with exp(x.eta) where exp(x.eta1) is meant, and the proof's eq. (1) "
-    "shifts by eta1 + eta2 where eta1 + eta is meant (seed 000, Prop. 1b)",
-    "A6": "the final formula of grad G carries a stray gradient of a logarithm inside the sum "
-    "over components (seed 000, Prop. 2)",
-    "A8": "Hess G(eta) = E[u u^T], the uncentred second moment; it is the covariance only when "
-    "the mean is zero (seed 000, section 3.2)",
-    "A9": "B_G(a, b) = KL(p(.|a) || p(.|b)): the arguments of the KL divergence are swapped "
-    "(seed 000, section 3.2)",
-    "B5": "the renormalization RN whitens with Sbar = E[eta eta^T], the raw second moment of the "
-    "cloud, where its covariance is meant, so RN o A does not return the covariance Sigma^-1 "
-    "(seed 000, Theorem 1)",
-    "D1": "the energy is written without the minus sign in front of the log-sum-exp term "
-    "(seed 004)",
-}
+GROUPS = {g.letter: g.title for g in catalogue.GROUPS}
+# Every claim of the catalogue gets a summary row: a claim with no record is shown as "not run".
+CLAIM_TITLES = {e.id: e.title for e in catalogue.ENTRIES}
+# What the seeds print where they are wrong; the correction shown beside it is the record's own
+# statement. A record may override the text with ``details["as_printed_statement"]``; without
+# either, its notes are shown.
+AS_PRINTED = {e.id: e.as_printed for e in catalogue.ENTRIES if e.as_printed is not None}
 
 VERDICT_ORDER = ("fail", "not_supported", "inconclusive", "skipped", "supported", "pass")
 

@@ -63,7 +63,7 @@ class Record:
     """One checked claim.
 
     Attributes:
-        id: claim ID from shared/CLAIMS.md (``"A3"``).
+        id: claim ID of the catalogue (``expattn.catalogue``, docs/CLAIMS.md), e.g. ``"A3"``.
         kind: identity, inequality, dynamics or empirical (see ``KINDS``).
         verdict: ``pass``/``fail`` for exact claims, ``supported``/``not_supported``/
             ``inconclusive`` for hypotheses, ``skipped`` with a reason in ``notes``.

@@ -1,0 +1,106 @@
+"""Claims E1-E8: hypotheses measured on trained transformers by ``expattn probe``."""
+
+from __future__ import annotations
+
+from expattn.catalogue.entry import Entry, Group
+
+GROUP = Group(
+    "E",
+    "Hypotheses about trained transformers",
+    "seed 000 §3.3, §5, §6",
+    "Measured per layer on real pretrained models (MiniLM, SmolLM2, any local BERT-, GPT-2- or "
+    "Llama-family folder, or a model written by expattn train) and real text, against null "
+    "baselines, with bootstrap intervals; the verdict is supported, not supported or inconclusive. "
+    "Spread ratios are reported raw and divided by the tokens' mean squared norm, with and without "
+    "the first/special tokens and massive-activation tokens; each names the tensors it compares "
+    "(post-LN and pre-norm models normalize different tensors). E4 regularises Sigma and builds its "
+    "random baselines the way the compared matrix is built; E5 must hold to float32 rounding on "
+    "every head; E7 computes in float64.",
+)
+
+RUNNER_TEST = "tests/integration/test_probe_runner.py"
+SWEEP = "src/expattn/sweeps/layer_dynamics.py"
+SWEEP_TEST = "tests/integration/test_train_sweep.py"
+
+ENTRIES = (
+    Entry(
+        "E1",
+        "attention sublayer expands",
+        "empirical",
+        "the residual attention update expands the spread of token states within a sequence",
+        "seed 000 §3.3",
+        modules=("src/expattn/probes/e1_expansion.py", "src/expattn/probes/stats.py", SWEEP),
+        tests=("tests/unit/test_probe_lm.py", "tests/unit/test_probe_stats.py", RUNNER_TEST, SWEEP_TEST),
+        probe=True,
+    ),
+    Entry(
+        "E2",
+        "normalization contracts",
+        "empirical",
+        "the normalization sublayer contracts the spread of token states",
+        "seed 000 §3.3; 002",
+        modules=("src/expattn/probes/e2_normalization.py", "src/expattn/probes/stats.py", SWEEP),
+        tests=("tests/unit/test_probe_lm.py", RUNNER_TEST, SWEEP_TEST),
+        probe=True,
+    ),
+    Entry(
+        "E3",
+        "distribution of hidden states per layer",
+        "empirical",
+        "hidden states per layer: distance from Gaussian and isotropic",
+        "seed 000 §6",
+        modules=("src/expattn/probes/e3_gaussianity.py", "src/expattn/probes/stats.py", SWEEP),
+        tests=("tests/unit/test_probe_stats.py", RUNNER_TEST, SWEEP_TEST),
+        probe=True,
+    ),
+    Entry(
+        "E4",
+        "W_q^T W_k vs Sigma^-1",
+        "empirical",
+        "sym(W_q^T W_k) of each head aligns with Sigma^-1 (or the inverse Fisher) of its input",
+        "seed 000 §3.2, §6 (A11)",
+        modules=("src/expattn/probes/e4_alignment.py", "src/expattn/probes/attention.py"),
+        tests=("tests/unit/test_probe_e4.py", "tests/unit/test_probe_adapters.py", RUNNER_TEST),
+        probe=True,
+    ),
+    Entry(
+        "E5",
+        "attention = grad log Z on real weights",
+        "empirical",
+        "attention with V = K equals sqrt(d) grad_q logsumexp(q K^T / sqrt(d)) on every head",
+        "seed 000 Prop. 1a (A3)",
+        modules=("src/expattn/probes/e5_gradient.py", "src/expattn/probes/attention.py"),
+        tests=("tests/unit/test_probe_adapters.py", "tests/unit/test_probe_lm.py", RUNNER_TEST),
+        probe=True,
+    ),
+    Entry(
+        "E6",
+        "FC layer near identity or linear",
+        "empirical",
+        "the FC sublayer is close to the identity or to a linear map",
+        "seed 000 §4, §6",
+        modules=("src/expattn/probes/e6_mlp.py", "src/expattn/probes/stats.py"),
+        tests=("tests/unit/test_probe_stats.py", RUNNER_TEST),
+        probe=True,
+    ),
+    Entry(
+        "E7",
+        "rank collapse on the pure-attention path",
+        "empirical",
+        "the pure-attention path collapses to rank one without skips, not with them",
+        "seed 000 §3.3 (B2); Dong et al. 2021",
+        modules=("src/expattn/probes/e7_collapse.py", "src/expattn/probes/attention.py"),
+        tests=("tests/unit/test_probe_lm.py", RUNNER_TEST),
+        probe=True,
+    ),
+    Entry(
+        "E8",
+        "multi-head coherence",
+        "empirical",
+        "the heads' updates are incoherent (not aligned)",
+        "seed 000 §5 (B8)",
+        modules=("src/expattn/probes/e8_heads.py", "src/expattn/probes/attention.py"),
+        tests=("tests/unit/test_probe_adapters.py", RUNNER_TEST),
+        probe=True,
+    ),
+)
