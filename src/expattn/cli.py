@@ -154,7 +154,8 @@ def probe(
     tokens: Annotated[int, typer.Option(help="Number of tokens to read.")] = 20_000,
     seq_len: Annotated[int, typer.Option(help="Tokens per sequence, special tokens included.")] = 128,
     seed: Annotated[int, typer.Option(help="Seed of the sample, bootstrap and baselines.")] = 0,
-    hypotheses: Annotated[str, typer.Option(help="Comma-separated hypotheses to measure, e.g. E1,E2,E3.")] = (
+    hypotheses: Annotated[str, typer.Option("--only", "--hypotheses",
+                                            help="Comma-separated hypotheses to measure, e.g. E1,E2,E3.")] = (
         "E1,E2,E3,E4,E5,E6,E7,E8"
     ),
 ) -> None:
@@ -188,7 +189,8 @@ def probe(
 
 @app.command()
 def simulate(
-    preset: Annotated[str, typer.Option(help="Preset name or claim ID (comma-separated), 'all' or 'custom'.")] = "all",
+    preset: Annotated[str, typer.Option(
+        "--only", "--preset", help="Preset names or claim IDs (comma-separated), 'all' or 'custom'.")] = "all",
     out: Annotated[Path, typer.Option(help="Folder for results.json and the PNG plots.")] = Path("simulate"),
     seed: Annotated[int, typer.Option(help="Seed of every random draw.")] = 0,
     quick: Annotated[bool, typer.Option("--quick", help="Small smoke sizes.")] = False,

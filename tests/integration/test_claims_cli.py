@@ -25,7 +25,7 @@ def test_one_claim_prints_every_field():
         "seed 000 §3.2, §6 (A11)",
         "src/expattn/probes/e4_alignment.py",
         "tests/unit/test_probe_e4.py",
-        "expattn probe --model minilm --hypotheses E4 --out probe-e4",
+        "expattn probe --model minilm --only E4 --out probe-e4",
     ):
         assert text in out, text
 

@@ -84,8 +84,8 @@ def test_entry_rejects_bad_fields():
 def test_reproducing_commands():
     assert entry("A4").reproduce == ("expattn verify --only A4",)
     assert entry("B5").reproduce == ("expattn verify --only B5",
-                                     "expattn simulate --preset b5-theorem1 --out simulate-b5")
-    assert entry("E4").reproduce == ("expattn probe --model minilm --hypotheses E4 --out probe-e4",)
+                                     "expattn simulate --only b5-theorem1 --out simulate-b5")
+    assert entry("E4").reproduce == ("expattn probe --model minilm --only E4 --out probe-e4",)
 
 
 def test_docs_claims_md_is_the_generated_catalogue():

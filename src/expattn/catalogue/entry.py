@@ -107,9 +107,9 @@ class Entry:
         if self.verify:
             lines.append(f"expattn verify --only {self.id}")
         if self.presets:
-            lines.append(f"expattn simulate --preset {','.join(self.presets)} --out simulate-{self.id.lower()}")
+            lines.append(f"expattn simulate --only {','.join(self.presets)} --out simulate-{self.id.lower()}")
         if self.probe:
             lines.append(
-                f"expattn probe --model {PROBE_MODEL} --hypotheses {self.id} --out probe-{self.id.lower()}"
+                f"expattn probe --model {PROBE_MODEL} --only {self.id} --out probe-{self.id.lower()}"
             )
         return tuple(lines)
