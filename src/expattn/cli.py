@@ -83,7 +83,7 @@ def report(
     except (ValueError, TypeError, OSError) as err:
         fail(str(err))
     console.print(summary_table(result))
-    say(console, f"wrote {out / 'report.html'}, {out / 'report.md'} and {out / 'results.json'}")
+    say(console, f"wrote {out / 'report.html'}, {out / 'report.md'}, {out / 'results.json'} and {out / 'results.csv'}")
     if result.problems:
         fail("; ".join(result.problems))
     raise typer.Exit(code=0 if result.ok else 1)

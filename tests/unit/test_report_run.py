@@ -104,7 +104,7 @@ def test_all_stages_run_and_are_reported(tmp_path, stages):
     _, seen = stages
     result = run(tmp_path, quick=True, seed=7)
     out = tmp_path / "out"
-    assert sorted(p.name for p in out.iterdir()) == ["plots", "report.html", "report.md", "results.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["plots", "report.html", "report.md", "results.csv", "results.json"]
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.tmp-")]
     status = {s.name: (s.status, s.records) for s in result.stages}
     assert status == {

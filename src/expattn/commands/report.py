@@ -33,12 +33,13 @@ from expattn.probes.loading import BUILTIN_MODELS
 from expattn.report.document import Stage, cpu
 from expattn.report.html import render_html
 from expattn.report.markdown import render_markdown
+from expattn.report.table import records_frame
 from expattn.results.files import staged, write_json_atomic
 from expattn.results.record import Record, load_records, results_document
 
 PROBE_IDS = tuple(e.id for e in ENTRIES if e.probe)
 STAGES = ("verify", "simulate", "probe", "train")
-OUTPUT_FILES = ("results.json", "report.html", "report.md")
+OUTPUT_FILES = ("results.json", "results.csv", "report.html", "report.md")
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ class ReportConfig:
     """Options of one report run.
 
     Attributes:
-        out_dir: folder that receives results.json, report.html, report.md and plots/.
+        out_dir: folder that receives results.json, results.csv, report.html, report.md and plots/.
         models: models to probe: ``minilm``, ``smollm2`` or paths of local HF model folders.
         quick: small sizes everywhere (smoke run, < 3 min).
         seed: seed of every stage.
@@ -268,8 +269,8 @@ def summary_table(result: ReportResult) -> Table:
 
 
 def run_report(config: ReportConfig, console: Console) -> ReportResult:
-    """Run the chosen stages (verify, simulate, probe, train), then write results.json, report.html, report.md
-    and plots/.
+    """Run the chosen stages (verify, simulate, probe, train), then write results.json, results.csv,
+    report.html, report.md and plots/.
 
     Args:
         config: the run's options (``ReportConfig``).
@@ -323,4 +324,5 @@ def run_report(config: ReportConfig, console: Console) -> ReportResult:
         write_json_atomic(staging / "results.json", document)
         (staging / "report.html").write_text(render_html(document, staging), encoding="utf-8")
         (staging / "report.md").write_text(render_markdown(document), encoding="utf-8")
+        records_frame(runner.records).to_csv(staging / "results.csv", index=False)
     return ReportResult(runner.records, runner.stages, config.out_dir, problems)
