@@ -5,6 +5,7 @@ Every user error ends in a one-line ``error: ...`` message and exit code 2, with
 
 from __future__ import annotations
 
+import logging
 import sys
 from pathlib import Path
 from typing import Annotated, NoReturn
@@ -31,6 +32,12 @@ def _root() -> None:
 def fail(message: str) -> NoReturn:
     """Print a one-line error (user strings escaped) and exit with code 2."""
     error(message)
+
+
+def verbose_loading(verbose: bool) -> None:
+    """``--verbose``: let library loaders (transformers) print their reports while a model loads."""
+    if verbose:
+        logging.getLogger("expattn").setLevel(logging.INFO)
 
 
 def parse_ids(only: str | None) -> list[str] | None:
@@ -71,6 +78,8 @@ def report(
     stages: Annotated[str, typer.Option(help="Comma-separated stages to run: verify, simulate, probe, train.")] = (
         "verify,simulate,probe,train"
     ),
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace a previous report in --out.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", help="Show the model loaders' own reports.")] = False,
 ) -> None:
     """Run verify, simulate, probe and train and write one shareable report; exit 0 iff nothing failed."""
     from expattn.commands.report import ReportConfig, run_report, summary_table
@@ -78,12 +87,13 @@ def report(
     names = tuple(m.strip() for m in models.split(",") if m.strip())
     chosen = tuple(s.strip().lower() for s in stages.split(",") if s.strip())
     try:
-        config = ReportConfig(out_dir=out, models=names, quick=quick, seed=seed, stages=chosen)
+        config = ReportConfig(out_dir=out, models=names, quick=quick, seed=seed, stages=chosen, overwrite=overwrite)
+        verbose_loading(verbose)
         result = run_report(config, console)
     except (ValueError, TypeError, OSError) as err:
         fail(str(err))
     console.print(summary_table(result))
-    say(console, f"wrote {out / 'report.html'}, {out / 'report.md'} and {out / 'results.json'}")
+    say(console, f"wrote {out / 'report.html'}, {out / 'report.md'}, {out / 'results.json'} and {out / 'results.csv'}")
     if result.problems:
         fail("; ".join(result.problems))
     raise typer.Exit(code=0 if result.ok else 1)
@@ -158,12 +168,14 @@ def probe(
                                             help="Comma-separated hypotheses to measure, e.g. E1,E2,E3.")] = (
         "E1,E2,E3,E4,E5,E6,E7,E8"
     ),
+    verbose: Annotated[bool, typer.Option("--verbose", help="Show the model loader's own report.")] = False,
 ) -> None:
     """Measure hypotheses E1-E8 on a pretrained transformer and real text; writes results.json and plots."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from expattn.commands.probe import ProbeConfig, probe_to_dir
 
+    verbose_loading(verbose)
     config = ProbeConfig(model=model, corpus=corpus, text=None if text is None else str(text), tokens=tokens,
                          seq_len=seq_len, seed=seed, hypotheses=tuple(h.strip().upper() for h in hypotheses.split(",")))
     columns = (TextColumn("probe {task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} tokens"),

@@ -104,7 +104,7 @@ def test_all_stages_run_and_are_reported(tmp_path, stages):
     _, seen = stages
     result = run(tmp_path, quick=True, seed=7)
     out = tmp_path / "out"
-    assert sorted(p.name for p in out.iterdir()) == ["plots", "report.html", "report.md", "results.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["plots", "report.html", "report.md", "results.csv", "results.json"]
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.tmp-")]
     status = {s.name: (s.status, s.records) for s in result.stages}
     assert status == {
@@ -209,13 +209,35 @@ def test_unknown_model_is_skipped_with_a_message(tmp_path, stages):
     assert not result.ok
 
 
+def test_a_previous_report_is_kept_without_overwrite(tmp_path, stages):
+    _, seen = stages
+    out = tmp_path / "out"
+    (out / "plots").mkdir(parents=True)
+    (out / "results.json").write_text("old")
+    with pytest.raises(ValueError, match=r"holds a previous report \(results.json, plots\); pass --overwrite"):
+        run(tmp_path, models=("minilm",))
+    assert not seen  # refused before any stage ran
+    result = CliRunner().invoke(app, ["report", "--out", str(out), "--stages", "verify"])
+    assert result.exit_code == 2 and "--overwrite" in result.output and "Traceback" not in result.output
+    assert len([line for line in result.output.splitlines() if line.strip()]) == 1
+    assert (out / "results.json").read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_a_folder_without_a_report_is_written_without_overwrite(tmp_path, stages):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    run(tmp_path, stages=("verify",))
+    assert (out / "results.json").is_file() and (out / "notes.txt").read_text() == "mine"
+
+
 def test_existing_outputs_are_replaced_and_other_files_kept(tmp_path, stages):
     out = tmp_path / "out"
     (out / "plots").mkdir(parents=True)
     (out / "plots" / "stale.png").write_bytes(PNG)
     (out / "report.html").write_text("old")
     (out / "notes.txt").write_text("mine")
-    run(tmp_path, models=("minilm",))
+    run(tmp_path, models=("minilm",), overwrite=True)
     assert not (out / "plots" / "stale.png").exists()
     assert (out / "report.html").read_text().startswith("<!DOCTYPE html>")
     assert (out / "notes.txt").read_text() == "mine"

@@ -33,12 +33,13 @@ from expattn.probes.loading import BUILTIN_MODELS
 from expattn.report.document import Stage, cpu
 from expattn.report.html import render_html
 from expattn.report.markdown import render_markdown
+from expattn.report.table import records_frame
 from expattn.results.files import staged, write_json_atomic
 from expattn.results.record import Record, load_records, results_document
 
 PROBE_IDS = tuple(e.id for e in ENTRIES if e.probe)
 STAGES = ("verify", "simulate", "probe", "train")
-OUTPUT_FILES = ("results.json", "report.html", "report.md")
+OUTPUT_FILES = ("results.json", "results.csv", "report.html", "report.md")
 
 
 @dataclass(frozen=True)
@@ -46,12 +47,14 @@ class ReportConfig:
     """Options of one report run.
 
     Attributes:
-        out_dir: folder that receives results.json, report.html, report.md and plots/.
+        out_dir: folder that receives results.json, results.csv, report.html, report.md and plots/.
         models: models to probe: ``minilm``, ``smollm2`` or paths of local HF model folders.
         quick: small sizes everywhere (smoke run, < 3 min).
         seed: seed of every stage.
         stages: the stages to run, a non-empty subset of ``STAGES``; they always run in the
             order of ``STAGES``.
+        overwrite: replace a previous report in ``out_dir`` (without it such a folder is refused;
+            an empty, missing or report-free folder is written either way).
     """
 
     out_dir: Path = Path("report")
@@ -59,6 +62,7 @@ class ReportConfig:
     quick: bool = False
     seed: int = 0
     stages: tuple[str, ...] = STAGES
+    overwrite: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.out_dir, Path):
@@ -106,6 +110,12 @@ class ReportResult:
 def unknown_models(models: tuple[str, ...]) -> list[str]:
     """The entries of ``models`` that are neither a known name nor an existing folder."""
     return [m for m in models if m not in BUILTIN_MODELS and not Path(m).expanduser().is_dir()]
+
+
+def previous_report(out_dir: Path) -> list[str]:
+    """The report outputs (``OUTPUT_FILES`` and ``plots``) that ``out_dir`` already holds."""
+    out = out_dir.expanduser()
+    return [name for name in (*OUTPUT_FILES, "plots") if (out / name).exists()] if out.is_dir() else []
 
 
 def git_revision() -> str:
@@ -181,7 +191,7 @@ class _Runner:
         return out, "ok", f"{failed} of {len(out)} failed" if failed else ""
 
     def probe_stage(self, model: str) -> tuple[list[Record], str, str]:
-        self.progress.update(self.task, description=f"probe {escape(model)}")
+        self.progress.update(self.task, description=f"probe {escape(model)}: loading and tokenising")
         try:
             return self._probe(model)
         finally:
@@ -202,7 +212,8 @@ class _Runner:
         plot_dir.mkdir(parents=True)
 
         def progress(done: int, total: int) -> None:
-            self.progress.update(self.task, description=f"probe {escape(model)}: {done}/{total} tokens")
+            step = f"forward passes {done}/{total} tokens" if done < total else "analyses"
+            self.progress.update(self.task, description=f"probe {escape(model)}: {step}")
 
         try:
             config = ProbeConfig.preset(model, quick=self.config.quick, seed=self.config.seed)
@@ -268,8 +279,8 @@ def summary_table(result: ReportResult) -> Table:
 
 
 def run_report(config: ReportConfig, console: Console) -> ReportResult:
-    """Run the chosen stages (verify, simulate, probe, train), then write results.json, report.html, report.md
-    and plots/.
+    """Run the chosen stages (verify, simulate, probe, train), then write results.json, results.csv,
+    report.html, report.md and plots/.
 
     Args:
         config: the run's options (``ReportConfig``).
@@ -278,8 +289,14 @@ def run_report(config: ReportConfig, console: Console) -> ReportResult:
     Returns:
         The ``ReportResult`` (records, per-stage timings, output folder, problems such as
         unknown models). Raises ``ValueError``/``OSError`` before any work if ``--out`` cannot
-        be written.
+        be written, or holds a previous report and ``config.overwrite`` is not set.
     """
+    found = previous_report(config.out_dir)
+    if found and not config.overwrite:
+        raise ValueError(
+            f"output folder {str(config.out_dir)!r} holds a previous report ({', '.join(found)}); "
+            "pass --overwrite to replace it"
+        )
     with staged(config.out_dir, merge=True) as staging:
         problems = [
             f"unknown model {m!r}: expected one of {', '.join(BUILTIN_MODELS)} or a model folder; its probe is skipped"
@@ -323,4 +340,5 @@ def run_report(config: ReportConfig, console: Console) -> ReportResult:
         write_json_atomic(staging / "results.json", document)
         (staging / "report.html").write_text(render_html(document, staging), encoding="utf-8")
         (staging / "report.md").write_text(render_markdown(document), encoding="utf-8")
+        records_frame(runner.records).to_csv(staging / "results.csv", index=False)
     return ReportResult(runner.records, runner.stages, config.out_dir, problems)

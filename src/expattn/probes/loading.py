@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import os
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -23,6 +26,27 @@ from expattn.results.files import staged
 
 BUILTIN_MODELS = ("minilm", "smollm2")
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@contextmanager
+def quiet_loading() -> Iterator[None]:
+    """transformers' log at ERROR level while a model loads, unless the ``expattn`` logger is enabled
+    for INFO (``--verbose``).
+
+    Its load report lists weights the loaded class does not use (a decoder's ``lm_head.weight``
+    when only the backbone is loaded), which is expected here and never read by the probe.
+    """
+    from transformers.utils import logging as hf_logging
+
+    if logging.getLogger("expattn").isEnabledFor(logging.INFO):
+        yield
+        return
+    previous = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(previous)
 
 
 def _offline() -> None:
@@ -65,7 +89,7 @@ def smollm2_dir() -> Path:
 
     _offline()
     hf_logging.disable_progress_bar()
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), quiet_loading():
         warnings.simplefilter("ignore")
         model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
         tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
@@ -132,7 +156,7 @@ def load_pretrained(path: Path, model_type: str) -> tuple[nn.Module, object]:
     _offline()
     hf_logging.disable_progress_bar()
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), quiet_loading():
             warnings.simplefilter("ignore")
             model = AutoModel.from_pretrained(
                 str(path), dtype=torch.float32, attn_implementation="sdpa", trust_remote_code=False

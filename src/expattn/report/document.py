@@ -13,10 +13,13 @@ import dataclasses
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from expattn import catalogue
 from expattn.results.record import Record
+
+if TYPE_CHECKING:
+    from expattn.report.matrix import Matrix
 
 GROUPS = {g.letter: g.title for g in catalogue.GROUPS}
 # Every claim of the catalogue gets a summary row: a claim with no record is shown as "not run".
@@ -74,6 +77,7 @@ class ReportView:
     stages: tuple[Stage, ...]
     environment: tuple[tuple[str, str], ...]
     counts: dict[str, int] = field(default_factory=dict)
+    matrix: Matrix | None = None
 
 
 def claim_key(claim_id: str) -> tuple[str, int, str]:
@@ -171,7 +175,8 @@ def build_view(document: dict[str, Any], title: str = "expattn report") -> Repor
 
     Returns:
         The ``ReportView``: summary rows for every catalogue ID plus any other ID seen, the
-        as-printed failures, cards grouped A..E, stage timings and the environment.
+        claim x model matrix (``report.matrix``), the as-printed failures, cards grouped A..E,
+        stage timings and the environment.
     """
     if not isinstance(document, dict):
         raise TypeError(f"document must be a results dict, got {type(document).__name__}")
@@ -199,4 +204,7 @@ def build_view(document: dict[str, Any], title: str = "expattn report") -> Repor
     counts: dict[str, int] = {}
     for r in records:
         counts[r.verdict] = counts.get(r.verdict, 0) + 1
-    return ReportView(title, summary, as_printed, tuple(groups), stages, _environment(document), counts)
+    from expattn.report.matrix import build_matrix  # the matrix module builds on this one's cards
+
+    matrix = build_matrix(cards, CLAIM_TITLES)
+    return ReportView(title, summary, as_printed, tuple(groups), stages, _environment(document), counts, matrix)

@@ -22,8 +22,8 @@ from expattn.report.document import (
     details_text,
     format_value,
     source_label,
-    worst,
 )
+from expattn.report.matrix import PER_MODEL, check_verdict
 
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
 
@@ -56,6 +56,8 @@ figure { margin: 10px 0; } figure img { max-width: 100%; height: auto; border: 1
 figcaption, .missing { color: var(--muted); font-size: 13px; }
 pre { background: #f0f2f5; padding: 8px; overflow-x: auto; font-size: 12px; max-height: 400px; }
 .muted { color: var(--muted); }
+.matrix td.cell { white-space: nowrap; } .matrix .value { font-variant-numeric: tabular-nums; }
+.per-model { background: #2457a6; } .scroll { overflow-x: auto; }
 """
 
 IMAGE_TYPES = {b"\x89PNG\r\n\x1a\n": "image/png", b"\xff\xd8\xff": "image/jpeg", b"GIF8": "image/gif"}
@@ -99,14 +101,43 @@ def badge(verdict: str, href: str | None = None, text: str | None = None) -> str
 def _summary(view: ReportView) -> str:
     rows = []
     for row in view.summary:
-        verdicts = [c.record.verdict for c in row.cards]
+        verdict = check_verdict(row.cards)
+        verdict_badge = badge(verdict, "models" if verdict == PER_MODEL else None)
         links = " ".join(badge(c.record.verdict, c.anchor, f"{c.label}: {c.record.verdict}") for c in row.cards)
         rows.append(
             f"<tr><td><b>{esc(row.claim_id)}</b></td><td>{esc(row.title)}</td>"
-            f"<td>{badge(worst(verdicts))}</td><td>{links or '<span class=muted>no record</span>'}</td></tr>"
+            f"<td>{verdict_badge}</td><td>{links or '<span class=muted>no record</span>'}</td></tr>"
         )
     head = "<tr><th>ID</th><th>claim</th><th>worst verdict</th><th>records</th></tr>"
     return f'<section id="summary"><h2>Summary</h2><table>{head}{"".join(rows)}</table></section>'
+
+
+def _matrix(view: ReportView) -> str:
+    """The claim x (model or run) table: each cell a verdict badge linking to its card, and the headline number."""
+    matrix = view.matrix
+    if matrix is None or not matrix.rows:
+        return ""
+    head = "".join(f"<th>{esc(c)}</th>" for c in matrix.columns)
+    rows = []
+    for row in matrix.rows:
+        cells = []
+        for found in row.cells:
+            shown = " ".join(
+                badge(c.verdict, c.anchor) + (f' <span class="value">{esc(c.value)}</span>' if c.value else "")
+                for c in found
+            )
+            cells.append(f'<td class="cell">{shown or "<span class=muted>-</span>"}</td>')
+        rows.append(
+            f"<tr><td><b>{esc(row.claim_id)}</b></td><td>{esc(row.title)}<br>"
+            f'<span class="label">{esc(row.headline)}</span></td>{"".join(cells)}</tr>'
+        )
+    return (
+        '<section id="models"><h2>Per model</h2><p class="muted">Each model or trained run has its own verdict; '
+        "the number is the claim's headline measure. Verdicts are never pooled across models.</p>"
+        f'<div class="scroll"><table class="matrix"><tr><th>ID</th><th>claim (headline number)</th>{head}</tr>'
+        f'{"".join(rows)}</table></div></section>'
+
+    )
 
 
 def _as_printed(view: ReportView) -> str:
@@ -198,12 +229,14 @@ def render_html(document: dict[str, Any], plot_root: Path | None, title: str = "
         title: page heading.
 
     Returns:
-        The complete HTML text: summary table, as-printed failures, one section per claim
-        group with one card per record, and the environment. Issue 9.
+        The complete HTML text: the per-model matrix, summary table, as-printed failures, one
+        section per claim group with one card per record, and the environment.
     """
     view = build_view(document, title)
     counts = " ".join(badge(v, text=f"{n} {v}") for v, n in sorted(view.counts.items()))
-    nav = ['<a href="#summary">Summary</a>', '<a href="#as-printed">As printed</a>']
+    models = _matrix(view)
+    nav = ['<a href="#models">Per model</a>'] if models else []
+    nav += ['<a href="#summary">Summary</a>', '<a href="#as-printed">As printed</a>']
     nav += [f'<a href="#group-{esc(letter)}">{esc(letter)}. {esc(name)}</a>' for letter, name, _ in view.groups]
     nav.append('<a href="#environment">Environment</a>')
     sections = "".join(
@@ -219,5 +252,5 @@ def render_html(document: dict[str, Any], plot_root: Path | None, title: str = "
         f"<title>{esc(view.title)}</title><style>{CSS}</style></head>\n<body><main>"
         f'<header><h1>{esc(view.title)}</h1><p>{counts or "<span class=muted>no records</span>"}</p>'
         f"<nav>{' '.join(nav)}</nav></header>\n"
-        f"{_summary(view)}\n{_as_printed(view)}\n{sections}\n{_environment(view)}\n</main></body></html>\n"
+        f"{models}\n{_summary(view)}\n{_as_printed(view)}\n{sections}\n{_environment(view)}\n</main></body></html>\n"
     )

@@ -22,8 +22,8 @@ from expattn.report.document import (
     details_text,
     format_value,
     source_label,
-    worst,
 )
+from expattn.report.matrix import PER_MODEL, check_verdict
 
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
 
@@ -44,9 +44,29 @@ def _summary(view: ReportView) -> list[str]:
     rows = []
     for row in view.summary:
         links = ", ".join(f"[{md(c.label)}: {md(c.record.verdict)}](#{c.anchor})" for c in row.cards)
-        verdict = worst([c.record.verdict for c in row.cards])
-        rows.append([f"**{md(row.claim_id)}**", md(row.title), md(verdict), links or "no record"])
+        verdict = check_verdict(row.cards)
+        shown = f"[{PER_MODEL}](#models)" if verdict == PER_MODEL else md(verdict)
+        rows.append([f"**{md(row.claim_id)}**", md(row.title), shown, links or "no record"])
     return ["## Summary", "", *_table(["ID", "claim", "worst verdict", "records"], rows)]
+
+
+def _matrix(view: ReportView) -> list[str]:
+    """The claim x (model or run) table: verdict (linked to its card) and headline number per cell."""
+    matrix = view.matrix
+    if matrix is None or not matrix.rows:
+        return []
+    rows = []
+    for row in matrix.rows:
+        cells = [
+            "<br>".join(f"[{md(c.verdict)}](#{c.anchor})" + (f" {md(c.value)}" if c.value else "") for c in found)
+            or "-"
+            for found in row.cells
+        ]
+        rows.append([f"**{md(row.claim_id)}**", f"{md(row.title)} ({md(row.headline)})", *cells])
+    intro = ("Each model or trained run has its own verdict; the number is the claim's headline measure. "
+             "Verdicts are never pooled across models.")
+    header = ["ID", "claim (headline number)", *(md(c) for c in matrix.columns)]
+    return ['<a id="models"></a>', "", "## Per model", "", intro, "", *_table(header, rows)]
 
 
 def _as_printed(view: ReportView) -> list[str]:
@@ -95,13 +115,14 @@ def render_markdown(document: dict[str, Any], title: str = "expattn report") -> 
         title: top heading.
 
     Returns:
-        Markdown text with the summary table, the as-printed failures, one section per claim
+        Markdown text with the per-model matrix, the summary table, the as-printed failures, one section per claim
         group (one subsection per record, plots linked relative to the results file) and the
         environment. Issue 9.
     """
     view = build_view(document, title)
     counts = ", ".join(f"{n} {md(v)}" for v, n in sorted(view.counts.items())) or "no records"
-    lines = [f"# {md(view.title)}", "", f"Records: {counts}.", "", *_summary(view), *_as_printed(view)]
+    lines = [f"# {md(view.title)}", "", f"Records: {counts}.", "", *_matrix(view), *_summary(view),
+             *_as_printed(view)]
     for letter, name, cards in view.groups:
         lines += [f"## {md(letter)}. {md(name)}", ""]
         for card in cards:
