@@ -14,9 +14,13 @@ the (used) tokens of the sequence, so that sizes stay and any alignment with the
 expectation over all shuffles, which is exact and needs no random draw: with $\Delta = \mathrm{Attn}(H)$
 (``layers.i.attn.output``, the update that ``attn.residual`` adds to ``input``)
 and $\pi$ uniform, $E_\pi\,\text{spread}(H + P_\pi\Delta) = \text{spread}(H) + \text{spread}(\Delta)$
-(the cross term averages to $\bar h\cdot\bar\Delta$, which the centroid removes). The verdict uses
-the raw ratio without the first/special tokens: supported when, in most layers, the 95% bootstrap
-interval of r lies above 1 and that of r minus the null ratio above 0.
+(the cross term averages to $\bar h\cdot\bar\Delta$, which the centroid removes). Criterion, fixed
+before the data: the raw ratio without the first/special and massive tokens decides; supported when,
+in most layers, the 95% bootstrap interval of r lies above 1 and that of r minus the null ratio
+above 0, not supported when in most it lies below 1. The scale-free reading gets its own verdict by
+the same rule without the null (``readings``). Controls, through the same rule and intervals: the
+update replaced by $\Delta = (f - 1)(h - \bar h)$, a shrinking one ($f = 1/2$, negative: must not be
+supported) and a growing one ($f = 3/2$, positive), whose spreads follow exactly from the measured ones.
 """
 
 from __future__ import annotations
@@ -36,12 +40,21 @@ from expattn.probes.common import (
     band,
     figure,
     kept_weights,
-    majority_verdict,
     save,
     shared_spread,
 )
+from expattn.probes.readings import GROW, SHRINK, growth_verdict, readings, scaled
 from expattn.probes.stats import BootstrapMeans
-from expattn.results.record import Record
+from expattn.results.record import Control, Record
+
+CRITERION = (
+    "raw spread ratio attn.residual/input without first/special and massive tokens: supported iff in most "
+    "layers its 95% bootstrap interval lies above 1 and the interval of (ratio - shuffled-update null) above 0; "
+    "not_supported iff in most it lies below 1; else inconclusive. The scale-free ratio gets its own verdict by "
+    "the same rule without the null. Negative control: a shrinking update (must not be supported); positive: "
+    "a growing one"
+)
+COLUMNS = ("raw_ratio", "normalized_ratio", "null_ratio", "raw_minus_null")
 
 _F = 5  # spread before, spread after, msn before, msn after, expected spread with a shuffled update
 
@@ -76,16 +89,26 @@ class E1Expansion(Estimator):
         return self
 
     def _ratios(self, m: Tensor) -> Tensor:
+        """``(..., L, V, 3, 4)``: the COLUMNS of the measured update, then of the shrinking and the growing
+        control update."""
         m = m.view(*m.shape[:-1], self.ctx.layers, len(VARIANTS), _F)
         sb, sa, nb, na, sn = m.unbind(-1)
-        raw = sa / sb
-        return torch.stack([raw, (sa / na) / (sb / nb), sn / sb, raw - sn / sb], dim=-1)  # (..., L, V, 4)
+        cases = [(sa, na, sn)]
+        for factor in (SHRINK, GROW):
+            s_after, n_after = scaled(sb, nb, factor)
+            cases.append((s_after, n_after, sb + (factor - 1) ** 2 * sb))
+        out = []
+        for s_after, n_after, s_null in cases:
+            raw, free = readings(sb, s_after, nb, n_after)
+            out.append(torch.stack([raw, free, s_null / sb, raw - s_null / sb], dim=-1))
+        return torch.stack(out, dim=-2)
 
     def result(self, out_dir: Path | None) -> Record:
-        est, lo, hi = (t.numpy() for t in self.stats_.interval(self._ratios))
+        est_all, lo_all, hi_all = (t.numpy() for t in self.stats_.interval(self._ratios))
+        est, lo, hi = est_all[..., 0, :], lo_all[..., 0, :], hi_all[..., 0, :]
         details: dict = {"tensors": {"before": "layers.i.input", "after": "layers.i.attn.residual"}}
         for v, variant in enumerate(VARIANTS):
-            for k, name in enumerate(("raw_ratio", "normalized_ratio", "null_ratio", "raw_minus_null")):
+            for k, name in enumerate(COLUMNS):
                 details[f"{name}_{variant}"] = {
                     "estimate": as_list(est[:, v, k]),
                     "low": as_list(lo[:, v, k]),
@@ -94,10 +117,23 @@ class E1Expansion(Estimator):
         v = VARIANTS.index("excl")
         expands = (lo[:, v, 0] > 1) & (lo[:, v, 3] > 0)
         contracts = hi[:, v, 0] < 1
-        verdict = majority_verdict(expands, contracts)
+        verdict = growth_verdict(lo[:, v, 0], hi[:, v, 0], lo[:, v, 3])
+        scale_free = growth_verdict(lo[:, v, 1], hi[:, v, 1])
+        details["verdicts"] = {"raw": verdict, "scale_free": scale_free}
+        controls = []
+        for c, (name, kind) in enumerate((("shrinking update", "negative"), ("growing update", "positive")), start=1):
+            lo_c, hi_c = lo_all[:, v, c], hi_all[:, v, c]
+            controls.append(Control(
+                f"{name}: attention update replaced by ({(SHRINK, GROW)[c - 1]:g} - 1)(h - mean h)", kind,
+                growth_verdict(lo_c[:, 0], hi_c[:, 0], lo_c[:, 3]),
+                {"median_raw_ratio": float(np.median(est_all[:, v, c, 0])),
+                 "median_scale_free_ratio": float(np.median(est_all[:, v, c, 1]))},
+            ))
         metrics = {
             "layers_expanding": int(expands.sum()),
             "layers_contracting": int(contracts.sum()),
+            "layers_expanding_scale_free": int((lo[:, v, 1] > 1).sum()),
+            "layers_contracting_scale_free": int((hi[:, v, 1] < 1).sum()),
             "layers": self.ctx.layers,
             "median_raw_ratio_excl": float(np.median(est[:, v, 0])),
             "median_raw_ratio_all": float(np.median(est[:, 0, 0])),
@@ -124,7 +160,9 @@ class E1Expansion(Estimator):
             method=(
                 "spread(attn.residual)/spread(input) per layer, Poisson bootstrap over sequences, shuffled-update null"
             ),
-            notes="verdict: raw ratio without first/special tokens; interval above 1 and above the null in most layers",
+            notes=f"raw reading (the verdict): {verdict}; scale-free reading: {scale_free}",
+            criterion=CRITERION,
+            controls=controls,
             details=details,
             plots=save(fig, out_dir, f"{self.ctx.slug}_e1_expansion.png"),
         )

@@ -9,11 +9,14 @@ are measured, ``layers.i.norm1`` and ``layers.i.norm2``, comparing each one's in
 output. Where they sit differs: BERT (post-LN) normalizes the residual stream itself
 (``attn.residual`` -> block's next stream); GPT-2/Llama (pre-LN) normalize only the branch input,
 so their output is read by attention/MLP and the residual stream is never normalized inside a
-block. The raw ratio is dominated by the overall rescaling; the scale-normalised ratio tests a
-change of shape. Null baseline: a uniform rescaling of all tokens, whose scale-normalised ratio
-is exactly 1. The verdict uses the scale-normalised ratio without the first/special tokens (and
-without the block's massive-activation tokens, ``common.kept_weights``):
-supported when most norm sublayers have its 95% interval below 1.
+block: each norm is read on the tensors it maps (post-LN: the residual stream; pre-LN: the branch
+input). The raw ratio includes the overall rescaling; the scale-normalised ratio tests a change of
+shape (a uniform rescaling of all tokens gives exactly 1). Criterion, fixed before the data and the
+same as E1's (``readings``): the raw ratio without the first/special tokens and the block's
+massive-activation tokens (``common.kept_weights``) decides; supported when most norm sublayers have
+its 95% interval below 1, not supported when most have it above 1. The scale-free reading gets its
+own verdict by the same rule. Controls through the same rule: the norm replaced by a map that
+scales the cloud about its centroid by 3/2 (negative: must not be supported) or by 1/2 (positive).
 """
 
 from __future__ import annotations
@@ -33,12 +36,19 @@ from expattn.probes.common import (
     band,
     figure,
     kept_weights,
-    majority_verdict,
     save,
     shared_spread,
 )
+from expattn.probes.readings import GROW, SHRINK, contraction_verdict, readings, scaled
 from expattn.probes.stats import BootstrapMeans
-from expattn.results.record import Record
+from expattn.results.record import Control, Record
+
+CRITERION = (
+    "raw spread ratio norm.output/norm.input without first/special and massive tokens: supported iff in most "
+    "norm sublayers its 95% bootstrap interval lies below 1; not_supported iff in most it lies above 1; else "
+    "inconclusive. The scale-free ratio gets its own verdict by the same rule. Negative control: the norm "
+    "replaced by a growing map (must not be supported); positive: a shrinking one"
+)
 
 NORMS = ("norm1", "norm2")
 _F = 4  # spread in, spread out, msn in, msn out
@@ -76,10 +86,12 @@ class E2Normalization(Estimator):
     def _ratios(self, m: Tensor) -> Tensor:
         m = m.view(*m.shape[:-1], self.ctx.layers, len(NORMS), len(VARIANTS), _F)
         sx, sy, nx, ny = m.unbind(-1)
-        return torch.stack([sy / sx, (sy / ny) / (sx / nx)], dim=-1)  # (..., L, N, V, 2)
+        cases = [(sy, ny), scaled(sx, nx, GROW), scaled(sx, nx, SHRINK)]  # measured, negative, positive control
+        return torch.stack([torch.stack(readings(sx, s, nx, n), dim=-1) for s, n in cases], dim=-2)  # (..., 3, 2)
 
     def result(self, out_dir: Path | None) -> Record:
-        est, lo, hi = (t.numpy() for t in self.stats_.interval(self._ratios))
+        est_all, lo_all, hi_all = (t.numpy() for t in self.stats_.interval(self._ratios))
+        est, lo, hi = est_all[..., 0, :], lo_all[..., 0, :], hi_all[..., 0, :]
         pos = self.ctx.adapter.norm_position
         where = {
             "post": {
@@ -101,12 +113,21 @@ class E2Normalization(Estimator):
                         "high": as_list(hi[:, n, v, k]),
                     }
         v = VARIANTS.index("excl")
-        contracts = (hi[:, :, v, 1] < 1).ravel()
-        expands = (lo[:, :, v, 1] > 1).ravel()
+        verdict = contraction_verdict(lo[:, :, v, 0].ravel(), hi[:, :, v, 0].ravel())
+        scale_free = contraction_verdict(lo[:, :, v, 1].ravel(), hi[:, :, v, 1].ravel())
+        details["verdicts"] = {"raw": verdict, "scale_free": scale_free}
+        controls = [
+            Control(f"norm replaced by x -> mean x + {factor:g} (x - mean x)", kind,
+                    contraction_verdict(lo_all[:, :, v, c, 0].ravel(), hi_all[:, :, v, c, 0].ravel()),
+                    {"median_raw_ratio": float(np.median(est_all[:, :, v, c, 0]))})
+            for c, (factor, kind) in enumerate(((GROW, "negative"), (SHRINK, "positive")), start=1)
+        ]
         metrics = {
-            "norms_contracting_shape": int(contracts.sum()),
-            "norms_expanding_shape": int(expands.sum()),
-            "norms": int(contracts.size),
+            "norms_contracting": int((hi[:, :, v, 0] < 1).sum()),
+            "norms_expanding": int((lo[:, :, v, 0] > 1).sum()),
+            "norms_contracting_shape": int((hi[:, :, v, 1] < 1).sum()),
+            "norms_expanding_shape": int((lo[:, :, v, 1] > 1).sum()),
+            "norms": int(hi[:, :, v, 0].size),
             "median_normalized_ratio_excl": float(np.median(est[:, :, v, 1])),
             "median_normalized_ratio_all": float(np.median(est[:, :, 0, 1])),
             "median_raw_ratio_excl": float(np.median(est[:, :, v, 0])),
@@ -127,12 +148,12 @@ class E2Normalization(Estimator):
         return Record(
             id="E2",
             kind="empirical",
-            verdict=majority_verdict(contracts, expands),
+            verdict=verdict,
             metrics=metrics,
             method="spread(norm output)/spread(norm input) for both norms per block, Poisson bootstrap over sequences",
-            notes=(
-                "verdict: scale-normalised ratio without first/special tokens; interval below 1 in most norm sublayers"
-            ),
+            notes=f"raw reading (the verdict): {verdict}; scale-free reading (shape): {scale_free}",
+            criterion=CRITERION,
+            controls=controls,
             details=details,
             plots=save(fig, out_dir, f"{self.ctx.slug}_e2_normalization.png"),
         )

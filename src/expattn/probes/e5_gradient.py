@@ -1,4 +1,4 @@
-r"""E5: on the model's own weights, attention with values = keys is the gradient of log Z.
+r"""E5, the probe's self-check: on the model's own weights, attention with values = keys is the gradient of log Z.
 
 $$\operatorname{softmax}(s\,q K^\top + M)\,K = \frac1s \nabla_q \operatorname{logsumexp}(s\,q K^\top + M),
 \qquad s = 1/\sqrt{d_{head}}$$
@@ -9,8 +9,13 @@ repeated key heads (GQA) and the causal mask where the model has them. That thes
 real $q, K$ is checked too: with the model's $V$ the same recomputation must reproduce
 ``layers.i.attn.heads``, the head outputs the model produced (reconstruction error). Both sides
 are float32; the tolerance is float32 rounding of a length-$T$ weighted sum, $T\varepsilon_{32}$.
-A float64 evaluation shows the rounding floor. Null baseline: the same comparison with the
-temperature dropped ($s \to 1$ inside the gradient), which must fail by orders of magnitude.
+A float64 evaluation shows the rounding floor. This is an identity, so on real weights it can
+fail only through the probe itself: a failure means the probe's recomputation of attention
+(projections, rotary embedding, GQA, mask, scale) is wrong for that model, and the other
+hypotheses' attention-based numbers cannot be trusted. Negative controls, judged by the same rule:
+the temperature dropped ($s \to 1$ inside the gradient), and values that are the keys shuffled
+across positions (the logits keep the true keys; shuffling the keys themselves would change
+nothing, the gradient being a function of the set of keys), both of which must fail.
 Interval: 95% bootstrap over the detail sequences of the mean per-sequence max error.
 """
 
@@ -24,7 +29,7 @@ from torch import Tensor
 
 from expattn.probes.attention import attention_logits, queries_keys_values
 from expattn.probes.common import Batch, Estimator, ProbeContext, as_list, figure, save
-from expattn.results.record import Record
+from expattn.results.record import Control, Record
 
 EPS32 = float(torch.finfo(torch.float32).eps)
 
@@ -48,7 +53,7 @@ class E5Gradient(Estimator):
     """E5 on the detail sequences. Fitted: ``errors_`` (index -> (L, H) arrays of four error kinds)."""
 
     claim = "E5"
-    KINDS = ("identity_f32", "f32_vs_f64", "reconstruction", "null_wrong_temperature")
+    KINDS = ("identity_f32", "f32_vs_f64", "reconstruction", "null_wrong_temperature", "null_shuffled_values")
 
     def __init__(self, ctx: ProbeContext):
         self.ctx = ctx
@@ -73,11 +78,13 @@ class E5Gradient(Estimator):
             out64 = attention_logits(q64, k64, w64).softmax(-1) @ k64
         grad = gradient_of_log_normalizer(q, k, w, w.scale)
         wrong = gradient_of_log_normalizer(q, k, w, 1.0)
+        perm = torch.randperm(t, generator=torch.Generator().manual_seed(self.ctx.seed + i))
         errs = [
             relative_error(grad, out),
             relative_error(out, out64),
             relative_error(p @ v, model_z),
             relative_error(wrong, out),
+            relative_error(grad, p @ k[:, :, perm]),
         ]
         per_head = torch.stack([e.amax(-1) for e in errs], dim=1).numpy()  # (B, kinds, H): max over tokens
         for row, index in enumerate(batch.index[rows].tolist()):
@@ -106,6 +113,7 @@ class E5Gradient(Estimator):
             "max_reconstruction_error": float(worst[2].max()),
             "max_f32_vs_f64_error": float(worst[1].max()),
             "min_null_error": float(worst[3].min()),
+            "min_shuffled_values_error": float(worst[4].min()),
             "mean_seq_max_error_low": float(lo),
             "mean_seq_max_error_high": float(hi),
             "heads_checked": int(worst[0].size),
@@ -129,18 +137,26 @@ class E5Gradient(Estimator):
                 title=f"E5 {self.ctx.model_name}: softmax(qK)K vs grad_q log Z",
             )
             ax.legend(fontsize=7)
+        controls = [
+            Control(name, "negative", "pass" if worst[k].max() <= tol else "fail",
+                    {"max_error": float(worst[k].max()), "min_error_over_heads": float(worst[k].min())})
+            for k, name in ((3, "temperature dropped (s = 1)"), (4, "values = keys shuffled across positions"))
+        ]
         return Record(
             id="E5",
-            kind="empirical",
-            verdict="supported" if ok else "not_supported",
+            kind="identity",
+            verdict="pass" if ok else "fail",
             metrics=metrics,
             method=(
                 "float32 attention with V=K vs autograd gradient of logsumexp on the model's q, K (rotary, GQA, causal)"
             ),
             notes=(
-                "supported iff identity and reconstruction errors are within T*eps32 on every head; null drops "
-                "the temperature"
+                "self-check of the probe, not a hypothesis about trained models: a fail means the probe's attention "
+                "recomputation is wrong for this model"
             ),
+            criterion="pass iff on every head of every layer the identity error and the reconstruction error "
+            "(the model's own head outputs) are <= T*eps32; each negative control must exceed it",
+            controls=controls,
             details=details,
             plots=save(fig, out_dir, f"{self.ctx.slug}_e5_gradient.png"),
         )

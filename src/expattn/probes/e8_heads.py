@@ -11,12 +11,15 @@ $H$ for identical ones. Null baseline: the same cosine between head $h$ at token
 $h'$ at another token $s \ne t$ of the sequence, averaged over every such pair (shared directions
 that are not specific to the token). Verdict (without first/special tokens): the heads are
 incoherent (supported) when in most layers the 95% interval of $C - C_{null}$ lies within $\pm 0.1$;
-not supported when it lies outside.
+not supported when it lies outside. Negative control, through the same code and rule on the detail
+sequences: coherent heads, every head replaced by a copy of head 0 (its $z$ and its columns of
+$W_o$), so the heads' updates of a token coincide; it must not come out incoherent.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 from typing import NamedTuple
 
 import numpy as np
@@ -36,7 +39,7 @@ from expattn.probes.common import (
     save,
 )
 from expattn.probes.stats import BootstrapMeans
-from expattn.results.record import Record
+from expattn.results.record import Control, Record
 
 MARGIN = 0.1
 _F = 3  # mean pairwise cosine, null cosine, energy ratio gamma
@@ -58,6 +61,12 @@ def head_gram(w: AttnWeights) -> HeadGram:
     off = gram.clone()
     off.view(heads, dh, heads, dh).diagonal(dim1=0, dim2=2).zero_()
     return HeadGram(blocks, off)
+
+
+def copied_head(w: AttnWeights) -> HeadGram:
+    """``HeadGram`` of the coherent control: every head's columns of ``W_o`` replaced by head 0's."""
+    wo = w.wo[:, : w.head_dim].repeat(1, w.heads)
+    return head_gram(SimpleNamespace(wo=wo, heads=w.heads, head_dim=w.head_dim))
 
 
 def head_cosines(z: Tensor, gram: HeadGram, heads: int, update: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -89,6 +98,11 @@ def head_cosines(z: Tensor, gram: HeadGram, heads: int, update: Tensor) -> tuple
     return same / (t * pairs), across / (t * (t - 1) * pairs), energy.double().mean(1)
 
 
+def _judge(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per layer: incoherent (interval of cos - null inside +-MARGIN) and coherent (outside it)."""
+    return (lo[:, 3] > -MARGIN) & (hi[:, 3] < MARGIN), (lo[:, 3] > MARGIN) | (hi[:, 3] < -MARGIN)
+
+
 class E8Heads(Estimator):
     """Streaming E8 estimator. Fitted: ``stats_`` (BootstrapMeans)."""
 
@@ -99,6 +113,8 @@ class E8Heads(Estimator):
         self.stats_ = BootstrapMeans(ctx.layers * _F, ctx.replicates)
         self.grams = [head_gram(w) for w in ctx.attention]
         self._rows: dict[int, list[Tensor]] = {}
+        self.control_ = BootstrapMeans(ctx.layers * _F, ctx.replicates)  # coherent heads, detail sequences
+        self._control_rows: dict[int, list[Tensor]] = {}
 
     def update(self, i: int, tensors: dict[str, Tensor], batch: Batch) -> None:
         w, kept = self.ctx.attention[i], self.ctx.kept
@@ -107,12 +123,21 @@ class E8Heads(Estimator):
         update = update if w.bo is None else update - w.bo.to(update.dtype).view(1, 1, -1)  # 3-D: 4x faster
         same, null, energy = head_cosines(z, self.grams[i], w.heads, update)
         self._rows[i] = [same, null, energy]
+        rows = batch.index < self.ctx.detail_sequences
+        if rows.any():
+            z0 = z[rows][..., : w.head_dim]
+            copied = z0 @ w.wo[:, : w.head_dim].T.to(z0.dtype) * w.heads
+            self._control_rows[i] = list(head_cosines(z0.repeat(1, 1, w.heads), copied_head(w), w.heads, copied))
         if i == self.ctx.layers - 1:
             values = torch.stack([c for j in range(self.ctx.layers) for c in self._rows.pop(j)], dim=1)
             self.stats_.update(values, batch.weights)
+            if rows.any():
+                values = torch.stack([c for j in range(self.ctx.layers) for c in self._control_rows.pop(j)], dim=1)
+                self.control_.update(values, batch.weights[rows])
 
     def merge(self, other: E8Heads) -> E8Heads:
         self.stats_.merge(other.stats_)
+        self.control_.merge(other.control_)
         return self
 
     def _stats(self, m: Tensor) -> Tensor:
@@ -121,8 +146,13 @@ class E8Heads(Estimator):
 
     def result(self, out_dir: Path | None) -> Record:
         est, lo, hi = (t.numpy() for t in self.stats_.interval(self._stats))
-        incoherent = (lo[:, 3] > -MARGIN) & (hi[:, 3] < MARGIN)
-        coherent = (lo[:, 3] > MARGIN) | (hi[:, 3] < -MARGIN)
+        incoherent, coherent = _judge(lo, hi)
+        c_est, c_lo, c_hi = (t.numpy() for t in self.control_.interval(self._stats))
+        control = Control(
+            "coherent heads: every head a copy of head 0", "negative", majority_verdict(*_judge(c_lo, c_hi)),
+            {"median_cos_minus_null": float(np.median(c_est[:, 3])),
+             "median_energy_ratio": float(np.median(c_est[:, 2])), "sequences": self.control_.n_},
+        )
         details: dict = {
             "tensors": "layers.i.attn.heads through per-head columns of the output projection",
             "tokens": "first/special tokens excluded",
@@ -172,6 +202,10 @@ class E8Heads(Estimator):
                 f"supported = incoherent: interval of (cos - null) within +-{MARGIN} in most layers "
                 f"(first/special tokens excluded)"
             ),
+            criterion=f"supported (incoherent) iff in most layers the 95% bootstrap interval of (mean pairwise cosine "
+            f"- other-token null) lies within +-{MARGIN}; not_supported iff in most it lies outside; the coherent "
+            "control must not come out supported",
+            controls=[control],
             details=details,
             plots=save(fig, out_dir, f"{self.ctx.slug}_e8_heads.png"),
         )

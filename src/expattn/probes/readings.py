@@ -1,0 +1,48 @@
+r"""The two readings of a spread ratio (E1, E2) and the known-answer maps that control them.
+
+A map $x_t \mapsto y_t$ of a sequence's token states is read two ways:
+
+$$\text{raw} = \frac{\operatorname{spread}(Y)}{\operatorname{spread}(X)},\qquad
+\text{scale-free} = \frac{\operatorname{spread}(Y) / \overline{\lVert y\rVert^2}}
+{\operatorname{spread}(X) / \overline{\lVert x\rVert^2}}$$
+
+(``common.spread``). The raw reading is the seed's (the cloud's diameter, as in B3/B4) and decides
+the verdict; the scale-free one asks whether the shape changes beyond an overall rescaling and gets
+its own verdict beside it. Controls with known answers use the same rule: the map
+$y_t = \bar x + f\,(x_t - \bar x)$ scales the cloud about its centroid, so from the measured spread
+$s$ and mean squared norm $n$ of $X$ alone, exactly, $\operatorname{spread}(Y) = f^2 s$ and
+$\overline{\lVert y\rVert^2} = n - s + f^2 s$: it contracts for $f < 1$ and expands for $f > 1$.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from torch import Tensor
+
+from expattn.probes.common import majority_verdict
+
+SHRINK, GROW = 0.5, 1.5  # factors of the control maps about the centroid
+
+
+def scaled(spread: Tensor, msn: Tensor, factor: float) -> tuple[Tensor, Tensor]:
+    r"""Spread and mean squared norm of $\bar x + f(x - \bar x)$ from those of $x$ (exact, see module)."""
+    return factor**2 * spread, msn - spread + factor**2 * spread
+
+
+def readings(sb: Tensor, sa: Tensor, nb: Tensor, na: Tensor) -> tuple[Tensor, Tensor]:
+    """Raw and scale-free ratios of a map from the spreads ``sb, sa`` and mean squared norms ``nb, na``
+    before and after it."""
+    return sa / sb, (sa / na) / (sb / nb)
+
+
+def growth_verdict(lo: np.ndarray, hi: np.ndarray, lo_margin: np.ndarray | None = None) -> str:
+    """``supported`` (the map expands) when in most units the ratio's 95% interval lies above 1 (and the
+    margin over a null above 0, where given); ``not_supported`` when in most it lies below 1."""
+    above = lo > 1 if lo_margin is None else (lo > 1) & (lo_margin > 0)
+    return majority_verdict(above, hi < 1)
+
+
+def contraction_verdict(lo: np.ndarray, hi: np.ndarray) -> str:
+    """``supported`` (the map contracts) when in most units the 95% interval lies below 1;
+    ``not_supported`` when in most it lies above 1."""
+    return majority_verdict(hi < 1, lo > 1)
