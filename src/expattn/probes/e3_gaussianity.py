@@ -7,17 +7,24 @@ $$\text{skew}_k = \frac{E(y-\bar y)^3}{\sigma^3},\quad \kappa_k = \frac{E(y-\bar
 \text{aniso} = E\cos(x_t, x'_{t'})$$
 
 (seed 000 §6: the "useful experiment" of watching the distribution change layer by layer;
-Thm. 1 predicts a Gaussian equilibrium; anisotropy as in Ethayarajh 2019: mean cosine of
-randomly paired tokens, here averaged over every pair of distinct tokens within a sequence, so
-that it does not depend on how sequences are batched or sharded). Tensors: ``layers.i.input`` for
-every block (depth 0 = embeddings) and the last block's ``output``. Null baseline: a Gaussian with
-the same number of tokens has $E|\kappa| = \sqrt{24/n}\sqrt{2/\pi}$, $\text{PR} \approx 1/(1 + D/n)$
+Thm. 1 predicts a Gaussian equilibrium). Random directions alone cannot tell a sphere from a
+Gaussian in high dimension, so the verdict also reads the radius ratio of ``e3_shape`` (the
+distribution of token norms in the cloud's own metric) on up to ``BUFFER`` tokens per depth, with
+per-coordinate and principal-direction kurtosis beside it. Anisotropy as Ethayarajh (2019) defines
+it: the mean cosine between tokens of different sequences (contexts); the mean cosine over pairs
+of distinct tokens within a sequence is kept under its own name, ``within_sequence_cosine``.
+Tensors: ``layers.i.input`` for every block (depth 0 = embeddings) and the last block's ``output``.
+Null baseline: a Gaussian with the same number of tokens has $E|\kappa| = \sqrt{24/n}\sqrt{2/\pi}$,
+$\text{PR} \approx 1/(1 + D/n)$
 if isotropic, and cosine 0.
 Reported with all tokens and without the first/special tokens and the massive-activation tokens
 (``common.kept_weights``: a token whose state is over 20 times the sequence's median norm; in
-SmolLM2 a word right after the first token now and then). Verdict (without them): the
-hidden states are "close to Gaussian" when mean $|\kappa| < 1$ and mean $|\text{skew}| < 0.5$ at
-most depths (supported); not supported when the interval of mean $|\kappa|$ lies above 1 at most depths.
+SmolLM2 a word right after the first token now and then). Criterion (without them, per depth,
+``e3_shape.close_and_far``): close to Gaussian when mean $|\kappa| < 1$, mean $|\text{skew}| < 0.5$ and
+the radius ratio lies in ``RADIUS_BAND``; far when the interval of mean $|\kappa|$ lies above 1 or the
+radius ratio outside the band; supported when most depths are close, not supported when most are far.
+Controls through the same rule, on synthetic clouds of the same size and width: a Gaussian
+(positive), points on a sphere and a Student t (negative).
 """
 
 from __future__ import annotations
@@ -42,11 +49,21 @@ from expattn.probes.common import (
     shared,
     squared_norms,
 )
+from expattn.probes.e3_shape import (
+    BUFFER,
+    KURTOSIS_LIMIT,
+    RADIUS_BAND,
+    SKEW_LIMIT,
+    close_and_far,
+    control_clouds,
+    coordinate_kurtosis,
+    direction_moments,
+    radius_ratio,
+)
 from expattn.probes.stats import BootstrapMeans, Moments
-from expattn.results.record import Record
+from expattn.results.record import Control, Record
 
 DIRECTIONS = 32
-KURTOSIS_LIMIT, SKEW_LIMIT = 1.0, 0.5
 
 
 def _token_mean(v: Tensor, w: Tensor | None) -> Tensor:
@@ -102,6 +119,10 @@ class E3Gaussianity(Estimator):
         self._f = len(VARIANTS) * (1 + 4 * DIRECTIONS)
         self.boot_ = BootstrapMeans(self.depths * self._f, ctx.replicates)
         self._rows: list[Tensor] = []
+        self.buffer_: list[list[Tensor]] = [[] for _ in range(self.depths)]  # up to BUFFER kept tokens per depth
+        # per depth, over kept tokens of all sequences: sum of unit vectors, sum over sequences of |their sum|^2,
+        # token count, sum over sequences of count^2 (cross-context cosine, Ethayarajh 2019)
+        self.context_ = torch.zeros(self.depths, ctx.dim + 3, dtype=torch.float64)
 
     def _depth(self, d: int, x: Tensor, batch: Batch, w: Tensor) -> None:
         """Statistics of depth ``d`` from ``x`` ``(B, T, D)``; ``w`` ``(B, kept)`` the block's token weights."""
@@ -113,6 +134,13 @@ class E3Gaussianity(Estimator):
         self.special_[d].update(torch.cat([x[:, self.ctx.excluded].flatten(0, 1), xk[~keep]]))
         self.massive_[d] += int((~keep).sum())
         norm_all = shared(batch, "squared norms", x, squared_norms).sqrt().float()  # (B, T), computed once
+        room = BUFFER - sum(len(b) for b in self.buffer_[d])
+        if room > 0:
+            self.buffer_[d].append(xk[keep][:room].float().clone())
+        unit = torch.bmm((w / norm_all[:, kept].clamp_min(1e-8)).unsqueeze(1), xk).squeeze(1).double()  # (B, D)
+        counts = w.double().sum(1)
+        self.context_[d, :-3] += unit.sum(0)
+        self.context_[d, -3:] += torch.stack([unit.pow(2).sum(), counts.sum(), counts.pow(2).sum()])
         cols = []
         for variant in VARIANTS:
             if variant == "all":
@@ -137,6 +165,8 @@ class E3Gaussianity(Estimator):
         for mine, theirs in zip(self.kept_ + self.special_, other.kept_ + other.special_, strict=True):
             mine.merge(theirs)
         self.massive_ = [a + b for a, b in zip(self.massive_, other.massive_, strict=True)]
+        self.buffer_ = [[torch.cat(a + b)[:BUFFER]] for a, b in zip(self.buffer_, other.buffer_, strict=True)]
+        self.context_ += other.context_
         self.boot_.merge(other.boot_)
         return self
 
@@ -157,8 +187,29 @@ class E3Gaussianity(Estimator):
         pr = float(eig.sum() ** 2 / (eig.pow(2).sum() * eig.numel()))
         return pr, float(eig[-1] / eig.sum())
 
+    def _cross_context_cosine(self) -> np.ndarray:
+        """Per depth: mean cosine over pairs of kept tokens from different sequences."""
+        c = self.context_
+        pairs = c[:, -2].pow(2) - c[:, -1]
+        return ((c[:, :-3].pow(2).sum(1) - c[:, -3]) / pairs.clamp_min(1)).numpy()
+
+    def _controls(self, n: int) -> list[Control]:
+        controls = []
+        for name, (kind, cloud) in control_clouds(n, self.ctx.dim, self.ctx.seed + 33).items():
+            kurt, skew = direction_moments(cloud, self.directions)
+            rho = radius_ratio(cloud)
+            close, far = close_and_far(*(torch.tensor([v]) for v in (kurt, skew, rho, kurt)))
+            verdict = "supported" if close.all() else "not_supported" if far.all() else "inconclusive"
+            controls.append(Control(f"{name}, {n} tokens", kind, verdict,
+                                    {"mean_abs_kurtosis": kurt, "mean_abs_skewness": skew, "radius_ratio": rho}))
+        return controls
+
     def result(self, out_dir: Path | None) -> Record:
         est, lo, hi = (t.numpy() for t in self.boot_.interval(self._shape_stats))
+        buffers = [torch.cat(b) if b else torch.zeros(0, self.ctx.dim) for b in self.buffer_]
+        rho = np.array([radius_ratio(b) if len(b) > 2 else np.nan for b in buffers])
+        coords = [coordinate_kurtosis(b) if len(b) > 3 else (np.nan, np.nan) for b in buffers]
+        cross = self._cross_context_cosine()
         v = VARIANTS.index("excl")
         alls = [
             Moments(self.ctx.dim, True, self.directions).merge(a).merge(b)
@@ -175,9 +226,14 @@ class E3Gaussianity(Estimator):
             "exact_mean_abs_kurtosis_all": as_list([m.excess_kurtosis_().abs().mean() for m in alls]),
             "null_mean_abs_kurtosis": float(np.sqrt(24 / n) * np.sqrt(2 / np.pi)),
             "null_participation_ratio_isotropic": float(1 / (1 + self.ctx.dim / n)),
+            "radius_ratio_excl": as_list(rho),
+            "radius_ratio_tokens": [len(b) for b in buffers],
+            "max_abs_coordinate_kurtosis_excl": as_list([c for c, _ in coords]),
+            "principal_direction_kurtosis_excl": as_list([p for _, p in coords]),
+            "anisotropy_cross_context_excl": as_list(cross),
         }
         for vi, variant in enumerate(VARIANTS):
-            for k, name in enumerate(("mean_abs_kurtosis", "mean_abs_skewness", "anisotropy")):
+            for k, name in enumerate(("mean_abs_kurtosis", "mean_abs_skewness", "within_sequence_cosine")):
                 details[f"{name}_{variant}"] = {
                     "estimate": as_list(est[:, vi, k]),
                     "low": as_list(lo[:, vi, k]),
@@ -185,8 +241,8 @@ class E3Gaussianity(Estimator):
                 }
             details[f"participation_ratio_{variant}"] = [round(p, 6) for p, _ in iso[variant]]
             details[f"top_eigen_share_{variant}"] = [round(t, 6) for _, t in iso[variant]]
-        close = (est[:, v, 0] < KURTOSIS_LIMIT) & (est[:, v, 1] < SKEW_LIMIT)
-        far = lo[:, v, 0] > KURTOSIS_LIMIT
+        close, far = (t.numpy() for t in close_and_far(*(torch.as_tensor(a) for a in (
+            est[:, v, 0], est[:, v, 1], rho, lo[:, v, 0]))))
         verdict = (
             "supported"
             if close.sum() > self.depths / 2
@@ -201,7 +257,10 @@ class E3Gaussianity(Estimator):
             "median_abs_kurtosis_excl": float(np.median(est[:, v, 0])),
             "median_abs_kurtosis_all": float(np.median(est[:, 0, 0])),
             "median_participation_ratio_excl": float(np.median([p for p, _ in iso["excl"]])),
-            "median_anisotropy_excl": float(np.median(est[:, v, 2])),
+            "median_radius_ratio_excl": float(np.nanmedian(rho)) if np.isfinite(rho).any() else float("nan"),
+            "max_abs_coordinate_kurtosis_excl": float(np.nanmax([c for c, _ in coords])),
+            "median_anisotropy_cross_context_excl": float(np.median(cross)),
+            "median_within_sequence_cosine_excl": float(np.median(est[:, v, 2])),
             "tokens_excl": n,
             "massive_tokens_left_out_max": max(self.massive_),
         }
@@ -212,13 +271,14 @@ class E3Gaussianity(Estimator):
                 band(axes[0], x, est[:, vi, 0], lo[:, vi, 0], hi[:, vi, 0], f"|excess kurtosis|, {variant}")
                 band(axes[0], x, est[:, vi, 1], lo[:, vi, 1], hi[:, vi, 1], f"|skewness|, {variant}", ls="--")
                 axes[1].plot(x, [p for p, _ in iso[variant]], marker="o", ms=3, label=f"participation ratio, {variant}")
-                band(axes[2], x, est[:, vi, 2], lo[:, vi, 2], hi[:, vi, 2], f"{variant} tokens")
+                band(axes[2], x, est[:, vi, 2], lo[:, vi, 2], hi[:, vi, 2], f"within sequence, {variant} tokens")
             axes[0].axhline(details["null_mean_abs_kurtosis"], color="k", lw=0.8, label="null: Gaussian")
             axes[0].set_yscale("log")
             axes[1].axhline(details["null_participation_ratio_isotropic"], color="k", lw=0.8, label="null: isotropic")
+            axes[2].plot(x, cross, marker="s", ms=3, label="across contexts (Ethayarajh), excl")
             axes[2].axhline(0, color="k", lw=0.8, label="null: isotropic")
             for ax, title in zip(
-                axes, ("Gaussianity (random projections)", "isotropy", "anisotropy (mean cosine)"), strict=True
+                axes, ("Gaussianity (random projections)", "isotropy", "mean cosine of token pairs"), strict=True
             ):
                 ax.set(xlabel="depth (0 = embeddings)", title=f"E3 {self.ctx.model_name}: {title}")
                 ax.legend(fontsize=6)
@@ -228,14 +288,20 @@ class E3Gaussianity(Estimator):
             verdict=verdict,
             metrics=metrics,
             method=(
-                f"moments along {DIRECTIONS} random directions, covariance spectrum, "
-                "mean cosine over token pairs within sequences; Poisson bootstrap"
+                f"moments along {DIRECTIONS} random directions, radius ratio of Mahalanobis norms, covariance "
+                "spectrum, mean cosine of tokens across and within sequences; Poisson bootstrap"
             ),
             notes=(
                 f"verdict without first/special tokens and massive-activation tokens (norm > {MASSIVE_FACTOR:g}x the "
                 f"sequence's median; up to {max(self.massive_)} per depth): close = mean|kurtosis| < {KURTOSIS_LIMIT} "
-                f"and mean|skew| < {SKEW_LIMIT}"
+                f"and mean|skew| < {SKEW_LIMIT} and radius ratio in {RADIUS_BAND}"
             ),
+            criterion=f"per depth, close iff mean|excess kurtosis| < {KURTOSIS_LIMIT} and mean|skewness| < "
+            f"{SKEW_LIMIT} along {DIRECTIONS} random directions and the radius ratio lies in {RADIUS_BAND}; far iff "
+            "the kurtosis interval lies above its limit or the radius ratio outside the band; supported iff most "
+            "depths are close, not_supported iff most are far. Synthetic sphere and Student-t clouds of the same "
+            "size must not be supported; a Gaussian one must",
+            controls=self._controls(max(len(buffers[0]), 8)),
             details=details,
             plots=save(fig, out_dir, f"{self.ctx.slug}_e3_gaussianity.png"),
         )

@@ -1,0 +1,91 @@
+r"""E3's shape statistics on a buffered sample of tokens, and the rule that calls a cloud close to Gaussian.
+
+Radius ratio (the distribution of token norms in the cloud's own metric, a Mardia-type statistic):
+with $S$ the sample covariance restricted to its range (rank $p$) and
+$d_i = (x_i - \bar x)^\top S^{+} (x_i - \bar x)$,
+
+$$\rho = \frac{\operatorname{Var}(d)}{\operatorname{Var}_{\mathcal N}(d)},\qquad
+\operatorname{Var}_{\mathcal N}(d) = \frac{(n-1)^4}{n^2}\,\frac{ab}{(a+b)^2(a+b+1)},$$
+$$a = \tfrac p2,\quad b = \tfrac{n-p-1}2,$$
+
+the exact variance for Gaussian samples ($d_i\,n/(n-1)^2 \sim \mathrm{Beta}(a, b)$). It is affine
+invariant: $\rho \approx 1$ for any Gaussian, well below 1 for points on a (linearly mapped) sphere,
+whose Mahalanobis radii are all equal, and far above 1 for heavy tails (Student t, Laplace). Along
+with it: the largest $|$excess kurtosis$|$ over single coordinates and the excess kurtosis along
+the top principal direction. A depth is close to Gaussian when the mean $|$excess kurtosis$|$ and
+$|$skewness$|$ along random directions are below ``KURTOSIS_LIMIT`` and ``SKEW_LIMIT`` and $\rho$ lies
+in ``RADIUS_BAND``; far when the kurtosis is above its limit or $\rho$ outside the band.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+KURTOSIS_LIMIT, SKEW_LIMIT = 1.0, 0.5
+RADIUS_BAND = (0.75, 1.33)  # Gaussian clouds of n=1024, p=384-576: rho 1.02-1.06; a sphere 0.4-0.6, Student t5 45+
+BUFFER = 1024  # tokens kept per depth for the radius ratio (float32)
+
+
+def radius_ratio(x: Tensor) -> float:
+    """$\\rho$ of ``x`` ``(n, D)`` (see module); NaN when $n < p + 3$ (too few tokens for the rank)."""
+    x = x.double()
+    n = x.shape[0]
+    xc = x - x.mean(0)
+    eig, vec = torch.linalg.eigh(xc.T @ xc / n)
+    keep = eig > eig.max() * 1e-6
+    p = int(keep.sum())
+    if n < p + 3:
+        return math.nan
+    z = xc @ (vec[:, keep] / eig[keep].sqrt())
+    d = (z * z).sum(1)
+    a, b = p / 2, (n - p - 1) / 2
+    gaussian = (n - 1) ** 4 / n**2 * a * b / ((a + b) ** 2 * (a + b + 1))
+    return float(d.var(unbiased=False) / gaussian)
+
+
+def _excess_kurtosis(y: Tensor) -> Tensor:
+    yc = y - y.mean(0)
+    return (yc**4).mean(0) / (yc**2).mean(0).clamp_min(1e-300) ** 2 - 3
+
+
+def coordinate_kurtosis(x: Tensor) -> tuple[float, float]:
+    """Largest |excess kurtosis| over the coordinates of ``x`` ``(n, D)``, and the excess kurtosis along its
+    top principal direction."""
+    x = x.double()
+    xc = x - x.mean(0)
+    top = torch.linalg.eigh(xc.T @ xc)[1][:, -1]
+    return float(_excess_kurtosis(x).abs().max()), float(_excess_kurtosis(xc @ top))
+
+
+def direction_moments(x: Tensor, directions: Tensor) -> tuple[float, float]:
+    """Mean |excess kurtosis| and mean |skewness| of ``x`` ``(n, D)`` along ``directions`` ``(D, K)``."""
+    y = x.double() @ directions
+    yc = y - y.mean(0)
+    var = (yc**2).mean(0)
+    return float(_excess_kurtosis(y).abs().mean()), float(((yc**3).mean(0) / var**1.5).abs().mean())
+
+
+def close_and_far(kurt: Tensor, skew: Tensor, rho: Tensor, kurt_low: Tensor) -> tuple[Tensor, Tensor]:
+    """Per depth: close to Gaussian, and far from it (see module); a NaN radius ratio is neither."""
+    inside = (rho >= RADIUS_BAND[0]) & (rho <= RADIUS_BAND[1])
+    outside = (rho < RADIUS_BAND[0]) | (rho > RADIUS_BAND[1])
+    return (kurt < KURTOSIS_LIMIT) & (skew < SKEW_LIMIT) & inside, (kurt_low > KURTOSIS_LIMIT) | outside
+
+
+def control_clouds(n: int, dim: int, seed: int) -> dict[str, tuple[str, Tensor]]:
+    """Synthetic clouds of ``n`` points in ``dim`` dimensions with known answers: name -> (control kind, cloud).
+
+    A Gaussian (positive), points on a sphere and a Student t with 5 degrees of freedom (negative), each
+    mapped by the same random linear map so that none is isotropic."""
+    gen = torch.Generator().manual_seed(seed)
+    g = torch.randn(n, dim, generator=gen, dtype=torch.float64)
+    chi2 = 2 * torch._standard_gamma(torch.full((n, 1), 2.5, dtype=torch.float64), generator=gen)  # chi^2_5
+    mix = torch.randn(dim, dim, generator=gen, dtype=torch.float64) / math.sqrt(dim)
+    return {
+        "Gaussian cloud": ("positive", g @ mix),
+        "points on a sphere": ("negative", (g / g.norm(dim=1, keepdim=True)) @ mix),
+        "Student t (5 degrees of freedom)": ("negative", (g / (chi2 / 5).sqrt()) @ mix),
+    }
