@@ -15,7 +15,9 @@ position-dependent rotation is ignored there. Baselines: $\operatorname{sym}(R_q
 Gaussian $R$ of the head's shape (same construction and rank; 95th percentile of the cosine in
 closed form, see ``random_q95``, checked per layer by Monte Carlo against $\Sigma^{-1}$),
 $\Sigma$ itself and the identity. A head is aligned when $\cos(A_h, \Sigma_\lambda^{-1})$ beats all
-three. Verdict: 95% bootstrap interval (over heads) of the mean margin above the best baseline.
+three. Verdict: 95% bootstrap interval (over heads) of the mean margin above the best baseline
+(supported above 0, not supported below 0). Negative control through the same margin and rule:
+random heads $\operatorname{sym}(R_q^\top R_k)$ of the layer's head count in place of the model's.
 Precision: the cosines are float32 (the weights are float32; a Frobenius inner product of $D^2$
 terms then has relative error about $10^{-7}\sqrt{D^2}/|\cos|$, ~1e-5 for a cosine of 0.003 at
 $D = 576$), the inverses go through a float32 Cholesky factor (~1e-4, see ``regularised_inverse``).
@@ -33,7 +35,7 @@ from expattn.probes.attention import attention_probs
 from expattn.probes.common import Batch, Estimator, ProbeContext, as_list, figure, kept_weights, save, shared
 from expattn.probes.e3_gaussianity import kept_moments
 from expattn.probes.stats import Moments, gram
-from expattn.results.record import Record
+from expattn.results.record import Control, Record
 
 RIDGE = 1e-2
 RANDOM_DRAWS = 16
@@ -51,6 +53,11 @@ def sym_cos(u: Tensor, v: Tensor, b: Tensor) -> Tensor:
     vu = v @ u.mT
     sym_sq = ((u @ u.mT) * (v @ v.mT)).sum((-1, -2)) + (vu * vu.mT).sum((-1, -2))
     return inner / ((sym_sq / 2).sqrt() * b_norm)
+
+
+def margin_verdict(low: float, high: float) -> str:
+    """``supported`` when the margin's interval lies above 0, ``not_supported`` when below, else ``inconclusive``."""
+    return "supported" if low > 0 else "not_supported" if high < 0 else "inconclusive"
 
 
 def random_q95(dim: int) -> float:
@@ -141,6 +148,10 @@ class E4Alignment(Estimator):
         out["random_rms_sigma"] = float(draws.pow(2).mean().sqrt())  # Monte Carlo check of the closed form
         out["random_rms_analytic"] = random_q95(self.ctx.dim) / 1.6449
         out["random_q95_analytic"] = random_q95(self.ctx.dim)
+        heads = w.heads  # negative control: random heads of the same shape through the same margin
+        control = [sym_cos(rq[:heads], rk[:heads], t).double().numpy() for t in (sigma_inv, sigma32, None)]
+        out["control_margin"] = control[0] - np.maximum.reduce([control[1], control[2],
+                                                                np.full_like(control[0], out["random_q95_analytic"])])
         wq, wk = w.head_matrices()  # (H, dh, D) each: all heads at once
         for key, target in (
             ("cos_sigma_inv", sigma_inv),
@@ -170,7 +181,12 @@ class E4Alignment(Estimator):
         boot_f = margin_f.ravel()[picks].mean(1)
         lo, hi = np.quantile(boot, [0.025, 0.975])
         lo_f, hi_f = np.quantile(boot_f, [0.025, 0.975])
-        verdict = "supported" if lo > 0 else "not_supported" if hi < 0 else "inconclusive"
+        verdict = margin_verdict(lo, hi)
+        margin_c = np.stack([lay["control_margin"] for lay in layers])
+        lo_c, hi_c = np.quantile(margin_c.ravel()[rng.integers(0, margin_c.size, (2000, margin_c.size))].mean(1),
+                                 [0.025, 0.975])
+        control = Control("random heads sym(R_q^T R_k) of the same shape", "negative", margin_verdict(lo_c, hi_c),
+                          {"mean_margin": float(margin_c.mean()), "low": float(lo_c), "high": float(hi_c)})
         metrics = {
             "heads_aligned_sigma_inv": int((margin > 0).sum()),
             "heads_aligned_fisher_inv": int((margin_f > 0).sum()),
@@ -237,4 +253,8 @@ class E4Alignment(Estimator):
             ),
             details=details,
             plots=save(fig, out_dir, f"{self.ctx.slug}_e4_alignment.png"),
+            criterion="supported iff the 95% bootstrap interval over heads of the mean margin of cos(A_h, "
+            "Sigma_lambda^-1) over the best of cos(A_h, Sigma), cos(A_h, I) and the random 95th percentile lies above "
+            "0; not_supported iff below 0; random heads judged by the same rule must not be supported",
+            controls=[control],
         )

@@ -10,9 +10,13 @@ is block $\ell$'s attention branch computed from its weights in float64 (float32
 after a few layers): for pre-LN models the branch includes its input normalization
 (``norm1``), for post-LN BERT it is attention alone; MLPs and post-norms are left out.
 Baseline: the full model's own residual stream (``layers.i.output``). Interval: bootstrap over
-sequences of $\log_{10}(\operatorname{res}_L / \operatorname{res}_0)$. Verdict: supported when the
-no-skip path collapses (interval below -2, i.e. a 100-fold drop) while the skip path does not
-(interval above -1).
+sequences of $\log_{10}(\operatorname{res}_L / \operatorname{res}_0)$. Criterion (the seed's claim,
+§3.3): supported when the no-skip path collapses (interval below -2, a 100-fold drop), not supported
+when its interval lies above -1, else inconclusive. Measured beside it, not judged: the skip path's
+drop (Dong et al.'s condition that skips prevent collapse) and the decay rate, decades lost per
+layer on the no-skip path (growing per-layer losses: doubly exponential, as Dong et al. find for
+encoders; constant ones: exponential, as masked attention gives). Negative control through the
+same rule: the full model's own residual stream, which keeps its rank and must not come out collapsed.
 """
 
 from __future__ import annotations
@@ -29,9 +33,10 @@ from expattn.nn.lm import BatchCloudNorm
 from expattn.nn.norms import Norm
 from expattn.probes.attention import attention_branch
 from expattn.probes.common import Batch, Estimator, ProbeContext, as_list, figure, save
-from expattn.results.record import Record
+from expattn.results.record import Control, Record
 
 COLLAPSED, KEPT = -2.0, -1.0
+FLOOR = 1e-13  # res below this is float64 round-off of the rank-one residual: no rate is read there
 
 
 def residual_norm(x: Tensor) -> Tensor:
@@ -53,6 +58,14 @@ def normalize64(x: Tensor, module: nn.Module) -> Tensor:
     if eps is None or not hasattr(module, "weight"):
         raise TypeError(f"unsupported normalization module {type(module).__name__}")
     return module.weight.double() * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+
+
+def collapse_verdict(interval) -> str:
+    """``supported`` (collapsed) when the interval of the log10 drop lies below ``COLLAPSED``, ``not_supported``
+    when above ``KEPT``, else ``inconclusive``."""
+    if interval[1] < COLLAPSED:
+        return "supported"
+    return "not_supported" if interval[0] > KEPT else "inconclusive"
 
 
 class E7Collapse(Estimator):
@@ -114,17 +127,20 @@ class E7Collapse(Estimator):
         rng = np.random.default_rng(self.ctx.seed + 7)
         picks = rng.integers(0, len(plain), (2000, len(plain)))
         ci = {name: np.quantile(d[picks].mean(1), [0.025, 0.975]) for name, d in drops.items()}
-        if ci["no_skip"][1] < COLLAPSED and ci["skip"][0] > KEPT:
-            verdict = "supported"
-        elif ci["no_skip"][0] > KEPT:
-            verdict = "not_supported"
-        else:
-            verdict = "inconclusive"
+        verdict = collapse_verdict(ci["no_skip"])
+        control = Control("the full model's residual stream", "negative", collapse_verdict(ci["model"]),
+                          {"log10_drop": float(drops["model"].mean()), "low": float(ci["model"][0]),
+                           "high": float(ci["model"][1])})
+        floor = np.median(plain, 0)
+        per_layer = -np.diff(np.log10(np.maximum(floor, 1e-300)))[floor[1:] > FLOOR]  # decades lost per layer
         metrics = {}
         for name, d in drops.items():
             metrics[f"log10_drop_{name}"] = float(d.mean())
             metrics[f"log10_drop_{name}_low"], metrics[f"log10_drop_{name}_high"] = (float(c) for c in ci[name])
         metrics["sequences"] = len(plain)
+        if len(per_layer):
+            metrics["decades_per_layer_no_skip_first"] = float(per_layer[0])
+            metrics["decades_per_layer_no_skip_last"] = float(per_layer[-1])
         details = {
             "res_no_skip": [as_list(np.median(plain, 0))],
             "res_skip": [as_list(np.median(skip, 0))],
@@ -133,6 +149,8 @@ class E7Collapse(Estimator):
             if self.ctx.adapter.norm_position == "pre"
             else "attention only (post-LN)",
             "dtype": "float64",
+            "decades_lost_per_layer_no_skip": as_list(per_layer),
+            "skip_path_keeps_rank": bool(ci["skip"][0] > KEPT),
         }
         fig, axes = figure(out_dir, ncols=1, width=7.0)
         if fig is not None:
@@ -160,7 +178,12 @@ class E7Collapse(Estimator):
                 "relative distance to rank one along the attention-only path, float64, with/without skips; "
                 "sequence bootstrap"
             ),
-            notes=f"supported if the no-skip log10 drop interval < {COLLAPSED} and the skip one > {KEPT}",
+            notes=f"skip path: log10 drop {drops['skip'].mean():.2f} (reported, not judged); no-skip decay "
+            f"{', '.join(f'{v:.2f}' for v in per_layer)} decades per layer above the float64 floor",
+            criterion=f"supported iff the 95% interval of the no-skip path's log10 drop lies below {COLLAPSED}; "
+            f"not_supported iff above {KEPT}; else inconclusive. The full model's residual stream, judged by the same "
+            "rule, must not be supported",
+            controls=[control],
             details=details,
             plots=save(fig, out_dir, f"{self.ctx.slug}_e7_collapse.png"),
         )
