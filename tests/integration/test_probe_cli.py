@@ -27,7 +27,16 @@ def test_probe_minilm_end_to_end(tmp_path):
     records = load_records(out / "results.json")
     assert [r.id for r in records] == [f"E{i}" for i in range(1, 9)]
     for r in records:
-        assert r.kind == "empirical" and r.verdict in ("supported", "not_supported", "inconclusive"), r
+        if r.id == "E5":  # the probe's self-check: an identity
+            assert r.kind == "identity" and r.verdict == "pass", r
+        else:
+            assert r.kind == "empirical" and r.verdict in ("supported", "not_supported", "inconclusive"), r
+        # every verdict states its rule and runs a negative control through it, which must reject the claim
+        assert r.criterion, r.id
+        negatives = [c for c in r.controls if c.kind == "negative"]
+        assert negatives, r.id
+        assert all(c.verdict in ("fail", "not_supported") for c in negatives), (r.id, r.controls)
+        assert all(c.verdict in ("pass", "supported") for c in r.controls if c.kind == "positive"), (r.id, r.controls)
         assert r.statement and r.source and r.method
         for name in r.plots:
             with Image.open(out / name) as img:  # a real, non-trivial PNG
@@ -35,7 +44,7 @@ def test_probe_minilm_end_to_end(tmp_path):
     by_id = {r.id: r for r in records}
     # E5 is an exact identity: it must hold on all 72 heads to float32 rounding
     e5 = by_id["E5"]
-    assert e5.verdict == "supported" and e5.metrics["heads_checked"] == 72
+    assert e5.verdict == "pass" and e5.metrics["heads_checked"] == 72
     assert e5.metrics["max_error"] <= e5.metrics["tolerance"] < e5.metrics["min_null_error"]
     # per-layer tables cover the 6 layers with intervals that contain their estimates
     e1 = by_id["E1"].details["raw_ratio_excl"]

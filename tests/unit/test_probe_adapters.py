@@ -127,7 +127,8 @@ def test_e5_identity_holds_on_every_head(gen, family):
     with torch.no_grad(), Capture(model, adapter, lambda i, t: est.update(i, t, batch)):
         model(input_ids=ids)
     record = est.result(None)
-    assert record.verdict == "supported"
+    assert record.verdict == "pass" and record.kind == "identity"
+    assert [c.verdict for c in record.controls] == ["fail", "fail"]  # dropped temperature, shuffled values
     assert record.metrics["heads_checked"] == layers * ctx.attention[0].heads
     assert 0 <= record.metrics["max_error"] <= record.metrics["tolerance"]
     assert record.metrics["max_reconstruction_error"] <= record.metrics["tolerance"]
