@@ -65,9 +65,10 @@ ENTRIES = (
     ),
     Entry(
         "E5",
-        "attention = grad log Z on real weights",
-        "empirical",
-        "attention with V = K equals sqrt(d) grad_q logsumexp(q K^T / sqrt(d)) on every head",
+        "attention = grad log Z on real weights (the probe's self-check)",
+        "identity",
+        "self-check of the probe (not a hypothesis): its recomputed attention with V = K equals "
+        "sqrt(d) grad_q logsumexp(q K^T / sqrt(d)) on every head",
         "seed 000 Prop. 1a (A3)",
         modules=("src/expattn/probes/e5_gradient.py", "src/expattn/probes/attention.py"),
         tests=("tests/unit/test_probe_adapters.py", "tests/unit/test_probe_lm.py", RUNNER_TEST),
@@ -87,7 +88,8 @@ ENTRIES = (
         "E7",
         "rank collapse on the pure-attention path",
         "empirical",
-        "the pure-attention path collapses to rank one without skips, not with them",
+        "the pure-attention path collapses to rank one without skips (the skip path and the decay rate are "
+        "measured beside it)",
         "seed 000 §3.3 (B2); Dong et al. 2021",
         modules=("src/expattn/probes/e7_collapse.py", "src/expattn/probes/attention.py"),
         tests=("tests/unit/test_probe_lm.py", RUNNER_TEST),
