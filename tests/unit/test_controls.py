@@ -73,3 +73,15 @@ def test_report_cards_show_the_criterion_and_each_control():
         assert "pass iff error &lt;= 1e-12" in text or "pass iff error <= 1e-12" in text
         assert "weights left out" in text
         assert "max_error = 0.44" in text.replace("\\_", "_")
+
+
+@pytest.mark.parametrize("name", ["b2-collapse", "b8-heads"])
+def test_simulate_presets_with_controls_reject_their_negative_controls(name):
+    from expattn.catalogue.registry import select
+
+    (claim,) = select("simulate", [name])
+    record = run_claim(claim, RunContext(seed=0, quick=True))
+    assert record.verdict in ("pass", "supported"), record.notes
+    assert record.criterion
+    negatives = [c for c in record.controls if c.kind == "negative"]
+    assert negatives and all(c.verdict in ("fail", "not_supported") for c in negatives), record.controls

@@ -22,7 +22,7 @@ from expattn.dynamics.operators import AttentionConfig, AttentionUpdate, Compose
 from expattn.dynamics.run import run
 from expattn.nn.norms import NormConfig, build_norm
 from expattn.results.plotting import pyplot, save_figure
-from expattn.results.record import Record
+from expattn.results.record import Control, Record
 
 ROUNDING = 1e-12  # relative float64 rounding allowance of a distance or a variance
 FLOOR = 1e-13  # a diameter this small relative to its start is a point in float64
@@ -75,6 +75,14 @@ def b2_collapse(ctx: RunContext) -> Record:
             "collapsed_to_float_floor": int((rel[-1] <= FLOOR).sum()),
             "clouds": batch,
         }
+    # Negative control through the same monotonicity rule: the same clouds and steps with the residual kept.
+    x = make_cloud("gaussian", batch, tokens, dim, gen)
+    grown = run(x, AttentionUpdate(AttentionConfig(beta=1.0, residual=True)), steps, metrics=["diameter"])
+    rel_res = grown.metrics["diameter"] / grown.metrics["diameter"][0]
+    worst_res = float((rel_res[1:] - rel_res[:-1]).max())
+    control = Control("with the residual (x + attention), beta = 1", "negative",
+                      "pass" if worst_res <= ROUNDING else "fail",
+                      {"max_diameter_increase_over_initial": worst_res, "tolerance": ROUNDING})
     first = table[f"beta={betas[0]:g}"]
     shrank = all(float(curves[b][-1].max()) < 1 for b in betas)
     ok = worst <= ROUNDING and first["collapsed_to_float_floor"] == batch and shrank
@@ -85,6 +93,10 @@ def b2_collapse(ctx: RunContext) -> Record:
         verdict="pass" if ok else "fail",
         metrics={"max_diameter_increase_over_initial": worst, "tolerance": ROUNDING, "steps": steps, "tokens": tokens},
         details={"per_beta": table},
+        criterion=f"pass iff no step grows the diameter by more than {ROUNDING:g} of its initial value, every "
+        f"cloud ends smaller than it started and at beta = {betas[0]:g} every cloud collapses below {FLOOR:g}; the "
+        "residual step, judged by the same monotonicity rule, must fail",
+        controls=[control],
         notes=f"The diameter never grew by more than {worst:.1e} of its initial value in one step; "
         f"{'every' if shrank else 'not every'} cloud shrank; at beta={betas[0]:g} "
         f"{first['collapsed_to_float_floor']}/{batch} clouds collapsed to a point (diameter below {FLOOR:g} of "
