@@ -208,7 +208,9 @@ def simulate(
     quick: Annotated[bool, typer.Option("--quick", help="Small smoke sizes.")] = False,
     steps: Annotated[int | None, typer.Option(help="custom: number of steps of norm o attention [50].")] = None,
     cloud: Annotated[str | None, typer.Option(help="custom: start cloud kind or a .npy (token, dim) file.")] = None,
-    carrier: Annotated[str | None, typer.Option(help="custom: .npy (key, dim) fixed atoms [self].")] = None,
+    carrier: Annotated[str | None, typer.Option(help="custom: empirical or gaussian_mixture [empirical].")] = None,
+    atoms: Annotated[str | None, typer.Option(help="custom: .npy (key, dim) fixed atoms [the cloud].")] = None,
+    bandwidth: Annotated[float | None, typer.Option(help="custom: gaussian_mixture Sigma = bandwidth^2 I [0].")] = None,
     norm: Annotated[str | None, typer.Option(help="custom: normalization name [layernorm].")] = None,
     beta: Annotated[float | None, typer.Option(help="custom: inverse temperature [1].")] = None,
     residual: Annotated[bool | None, typer.Option(help="custom: keep the residual [yes].")] = None,
@@ -221,8 +223,8 @@ def simulate(
     names = [p.strip() for p in preset.split(",") if p.strip()]
     if not names:
         fail("--preset must name a preset, a claim ID, 'all' or 'custom'")
-    options = {"steps": steps, "cloud": cloud, "carrier": carrier, "norm": norm, "beta": beta,
-               "residual": residual, "tokens": tokens, "dim": dim}
+    options = {"steps": steps, "cloud": cloud, "carrier": carrier, "atoms": atoms, "bandwidth": bandwidth, "norm": norm,
+               "beta": beta, "residual": residual, "tokens": tokens, "dim": dim}
     given = {k: v for k, v in options.items() if v is not None}
     if steps is not None and steps <= 0:
         fail(f"--steps must be a positive integer, got {steps}")

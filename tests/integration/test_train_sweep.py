@@ -11,7 +11,7 @@ import torch
 from expattn.nn.carriers import carrier_names
 from expattn.nn.lm import LMConfig
 from expattn.results.record import load_records
-from expattn.sweeps.run import run_sweep, sweep_values
+from expattn.sweeps.run import run_sweep, sweep_variants
 from expattn.train.loop import TrainConfig
 
 
@@ -53,7 +53,7 @@ def test_carrier_sweep(gen, tmp_path):
 
 def test_unknown_sweep():
     with pytest.raises(ValueError, match="sweep must be one of"):
-        sweep_values("widths")
+        sweep_variants("widths")
 
 
 def _layers(e1: list[float], e2: float) -> list[dict]:

@@ -11,6 +11,7 @@ from scipy import integrate, stats
 from expattn.nn.carriers import (
     Carrier,
     CarrierOutput,
+    EmpiricalCarrier,
     carrier_names,
     make_carrier,
     register_carrier,
@@ -37,7 +38,9 @@ def test_registry_names_and_errors():
     with pytest.raises(ValueError, match=r"carrier must be one of .*empirical"):
         make_carrier("gaussian", num_heads=1, head_dim=2)
     with pytest.raises(ValueError, match="already registered"):
-        register_carrier("empirical")(Carrier)
+        register_carrier("empirical")(EmpiricalCarrier)
+    with pytest.raises(TypeError, match="must declare uses_keys as a bool"):
+        register_carrier("unused_name")(Carrier)
     with pytest.raises(TypeError, match="carrier_options for 'gaussian_mixture'"):
         make_carrier("gaussian_mixture", num_heads=1, head_dim=2, bogus=1)
     with pytest.raises(ValueError, match="num_heads"):

@@ -41,7 +41,8 @@ def test_mixture_carrier_is_tilted_mean_by_quadrature(gen):
     """1-D kernel-smoothed cloud h = mean_n N(x_n, s^2): grad G(beta*eta) = E[x] under h(x) e^{x beta eta}."""
     atoms, s, beta = _x(gen, 6, 1), 0.8, 0.9
     eta = _x(gen, 1, 5, 1)
-    op = AttentionUpdate(AttentionConfig(beta=beta, residual=False, carrier="mixture", bandwidth=s), atoms=atoms)
+    config = AttentionConfig(beta=beta, residual=False, carrier="gaussian_mixture", bandwidth=s)
+    op = AttentionUpdate(config, atoms=atoms)
     grid = np.linspace(-40, 40, 400001)
     log_h = logsumexp(-((grid[:, None] - atoms[:, 0].numpy()) ** 2) / (2 * s**2), axis=1)
     for i, e in enumerate(eta[0, :, 0].numpy()):
@@ -56,7 +57,7 @@ def test_gaussian_carrier_is_affine(gen):
     d = 3
     mu, a = _x(gen, d), _x(gen, d, d)
     sigma = a @ a.T + torch.eye(d, dtype=torch.float64)
-    op = AttentionUpdate(AttentionConfig(carrier="mixture"), atoms=mu[None], covariance=sigma)
+    op = AttentionUpdate(AttentionConfig(carrier="gaussian_mixture"), atoms=mu[None], covariance=sigma)
     eta = _x(gen, 2, 8, d)
     torch.testing.assert_close(op(eta), mu + eta @ (torch.eye(d, dtype=torch.float64) + sigma).T, rtol=0, atol=1e-12)
 
@@ -68,7 +69,7 @@ def test_theorem1_rn_after_a_fixes_the_equilibrium_moments(gen):
     sigma = a @ a.T + 0.5 * torch.eye(d, dtype=torch.float64)
     eta0, lam0 = torch.linalg.solve(sigma, mu), torch.linalg.inv(sigma)
     rn = Whitening(NormConfig(dim=d, target_mean=eta0, target_cov=lam0))
-    attn = AttentionUpdate(AttentionConfig(carrier="mixture"), atoms=mu[None], covariance=sigma)
+    attn = AttentionUpdate(AttentionConfig(carrier="gaussian_mixture"), atoms=mu[None], covariance=sigma)
     cloud = rn(_x(gen, 1, n, d))  # a p_eq sample with moments made exact by one RN
     out = Compose(attn, rn)(cloud)
     torch.testing.assert_close(out, cloud, rtol=0, atol=1e-9)
@@ -127,7 +128,7 @@ def test_bad_input_raises(gen):
         AttentionConfig(beta=0.0)
     with pytest.raises(ValueError, match="carrier must be one of"):
         AttentionConfig(carrier="laplace")
-    with pytest.raises(ValueError, match="needs carrier='mixture'"):
+    with pytest.raises(ValueError, match="needs carrier='gaussian_mixture'"):
         AttentionUpdate(AttentionConfig(), covariance=torch.eye(3, dtype=torch.float64))
     with pytest.raises(ValueError, match="atoms has last dimension 4"):
         AttentionUpdate(AttentionConfig(), atoms=_x(gen, 5, 4))(x)
@@ -157,7 +158,7 @@ def test_registered_measure_as_fixed_carrier(gen):
     eta = _x(gen, 2, 6, d)
     op = AttentionUpdate(AttentionConfig(beta=0.5), measure=Gaussian(mu, sigma))
     torch.testing.assert_close(op(eta), eta + mu + 0.5 * eta @ sigma.T, rtol=0, atol=1e-12)
-    one_atom = AttentionUpdate(AttentionConfig(beta=0.5, carrier="mixture"), atoms=mu[None], covariance=sigma)
+    one_atom = AttentionUpdate(AttentionConfig(beta=0.5, carrier="gaussian_mixture"), atoms=mu[None], covariance=sigma)
     torch.testing.assert_close(one_atom(eta), op(eta), rtol=0, atol=1e-12)
     with pytest.raises(ValueError, match="measure replaces atoms"):
         AttentionUpdate(AttentionConfig(), atoms=mu[None], measure=Gaussian(mu, sigma))

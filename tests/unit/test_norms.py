@@ -78,7 +78,9 @@ def test_registry_and_bad_input(gen):
     with pytest.raises(ValueError, match="known: identity"):
         build_norm("batchnorm", NormConfig(dim=3))
     with pytest.raises(ValueError, match="already registered"):
-        register_norm("sphere", lambda c: None)
+        register_norm("sphere", lambda c: None, per_token=True, affine=False)
+    with pytest.raises(TypeError, match="per_token must be a bool"):
+        register_norm("unused_name", lambda c: None, per_token=1, affine=False)
     with pytest.raises(ValueError, match="dim must be"):
         NormConfig(dim=0)
     with pytest.raises(ValueError, match="radius"):

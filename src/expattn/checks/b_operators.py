@@ -93,7 +93,7 @@ def check_b5(ctx: RunContext):
     for _ in range(10):
         a = randn(gen, 2, 2, scale=0.6)
         sigma, mu, eta = a @ a.T + 0.3 * torch.eye(2, dtype=torch.float64), randn(gen, 2), randn(gen, 1, 1, 2)
-        out = AttentionUpdate(AttentionConfig(carrier="mixture"), atoms=mu[None], covariance=sigma)(eta)[0, 0]
+        out = AttentionUpdate(AttentionConfig(carrier="gaussian_mixture"), atoms=mu[None], covariance=sigma)(eta)[0, 0]
         tilted = _tilted_mean_by_quadrature(mu.numpy(), sigma.numpy(), eta[0, 0].numpy())
         expected = eta[0, 0] + torch.from_numpy(tilted)
         quad_err = max(quad_err, max_abs(out, expected))

@@ -20,7 +20,7 @@ from expattn.catalogue.registry import Claim, RunContext, run_claim, select
 from expattn.commands.tables import STYLE
 from expattn.dynamics.clouds import CLOUD_KINDS, make_cloud
 from expattn.dynamics.metrics import METRICS
-from expattn.dynamics.operators import AttentionConfig, AttentionUpdate, Compose
+from expattn.dynamics.operators import CARRIERS, AttentionConfig, AttentionUpdate, Compose
 from expattn.dynamics.run import run
 from expattn.nn.norms import NormConfig, build_norm
 from expattn.results.files import staged, write_json_atomic
@@ -38,18 +38,23 @@ class CustomRun:
         steps: number of applications (>= 1).
         cloud: a kind from ``CLOUD_KINDS`` or the path of a ``.npy`` array ``(token, dim)`` or
             ``(batch, token, dim)``.
-        carrier: ``None`` (self-attention) or the path of a ``.npy`` array ``(key, dim)`` of fixed atoms.
-        norm: a registered normalization name; beta, step, residual: of ``AttentionConfig``.
+        carrier: the attention carrier by name, one of ``expattn.dynamics.operators.CARRIERS``
+            (``empirical``, ``gaussian_mixture``: a Gaussian of covariance ``bandwidth**2 I`` on every atom).
+        atoms: ``None`` (self-attention: the cloud is the carrier's atoms) or the path of a ``.npy``
+            array ``(key, dim)`` of fixed atoms.
+        norm: a registered normalization name; beta, step, residual, bandwidth: of ``AttentionConfig``.
         tokens, dim, batch: size of a generated cloud (ignored for a file).
     """
 
     steps: int = 50
     cloud: str = "gaussian"
-    carrier: str | None = None
+    carrier: str = "empirical"
+    atoms: str | None = None
     norm: str = "layernorm"
     beta: float = 1.0
     step: float = 1.0
     residual: bool = True
+    bandwidth: float = 0.0
     tokens: int = 64
     dim: int = 16
     batch: int = 4
@@ -61,6 +66,8 @@ class CustomRun:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.carrier not in CARRIERS:
+            raise ValueError(f"carrier must be one of {', '.join(CARRIERS)}, got {self.carrier!r}")
 
 
 @dataclass(frozen=True)
@@ -85,10 +92,11 @@ class SimulateConfig:
             raise ValueError(f"seed must be a non-negative integer, got {self.seed!r}")
 
 
-def _load_array(path: str, name: str) -> torch.Tensor:
+def _load_array(path: str, name: str, kinds: tuple[str, ...] = ()) -> torch.Tensor:
     file = Path(path).expanduser()
     if file.suffix != ".npy" or not file.is_file():
-        raise ValueError(f"{name} must be one of {', '.join(CLOUD_KINDS)} or an existing .npy file, got {path!r}")
+        expected = f"one of {', '.join(kinds)} or an existing .npy file" if kinds else "an existing .npy file"
+        raise ValueError(f"{name} must be {expected}, got {path!r}")
     array = np.load(file, allow_pickle=False)
     if not np.issubdtype(array.dtype, np.floating):
         raise ValueError(f"{name} file {path} must hold floating numbers, got dtype {array.dtype}")
@@ -101,14 +109,15 @@ def custom_record(run_config: CustomRun, seed: int, out_dir: Path | None) -> Rec
     if run_config.cloud in CLOUD_KINDS:
         cloud = make_cloud(run_config.cloud, run_config.batch, run_config.tokens, run_config.dim, gen)
     else:
-        cloud = _load_array(run_config.cloud, "cloud")
+        cloud = _load_array(run_config.cloud, "cloud", CLOUD_KINDS)
         cloud = cloud[None] if cloud.ndim == 2 else cloud
     dim = cloud.shape[-1]
-    atoms = None if run_config.carrier is None else _load_array(run_config.carrier, "carrier")
+    atoms = None if run_config.atoms is None else _load_array(run_config.atoms, "atoms")
     if atoms is not None and (atoms.ndim != 2 or atoms.shape[-1] != dim):
-        raise ValueError(f"carrier has shape {tuple(atoms.shape)}, expected (key, {dim}) to match the cloud's dim")
+        raise ValueError(f"atoms has shape {tuple(atoms.shape)}, expected (key, {dim}) to match the cloud's dim")
     attention = AttentionUpdate(
-        AttentionConfig(beta=run_config.beta, step=run_config.step, residual=run_config.residual), atoms=atoms
+        AttentionConfig(beta=run_config.beta, step=run_config.step, residual=run_config.residual,
+                        carrier=run_config.carrier, bandwidth=run_config.bandwidth), atoms=atoms
     )
     operator = Compose(attention, build_norm(run_config.norm, NormConfig(dim=dim, radius=dim**0.5)))
     names = [m for m in METRICS if not m.startswith("mardia")]
@@ -123,8 +132,9 @@ def custom_record(run_config: CustomRun, seed: int, out_dir: Path | None) -> Rec
         details={"config": {k: getattr(run_config, k) for k in run_config.__dataclass_fields__},
                  "median_per_step": medians, "step_change_max": traj.step_change.amax(-1).tolist()},
         statement="custom iteration of normalization ∘ attention (numbers only, no verdict)",
-        method=f"{run_config.steps} steps of {run_config.norm} ∘ attention(beta={run_config.beta:g}) on "
-        f"{run_config.cloud}, {cloud.shape[0]} cloud(s) of {cloud.shape[1]} tokens in D={dim}",
+        method=f"{run_config.steps} steps of {run_config.norm} ∘ {run_config.carrier} attention"
+        f"(beta={run_config.beta:g}) on {run_config.cloud}, {cloud.shape[0]} cloud(s) of {cloud.shape[1]} tokens "
+        f"in D={dim}",
         source="seed 000 §3.3",
         notes="A custom run records metrics per step; it checks no claim, hence 'inconclusive'.",
     )

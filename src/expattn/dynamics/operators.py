@@ -21,7 +21,8 @@ from expattn.core.measure import Measure
 from expattn.core.mixture import GaussianMixture
 from expattn.core.validate import as_tensor, check_finite, check_ndim, check_positive_definite
 
-CARRIERS = ("empirical", "mixture")
+# Carriers by the names of expattn.nn.carriers (and of the core measures that compute them).
+CARRIERS = ("empirical", "gaussian_mixture")
 
 
 @dataclass(frozen=True)
@@ -33,9 +34,10 @@ class AttentionConfig:
         step: step size $s > 0$ of the residual (gradient-ascent) form.
         residual: ``True``: $\eta + s\nabla G$; ``False``: $\nabla G$ alone (a convex combination
             of the atoms for the empirical carrier, claim B2).
-        carrier: ``"empirical"`` (Dirac atoms: softmax attention) or ``"mixture"`` (a Gaussian
-            around every atom with one covariance $\Sigma$, claim A6: a kernel-smoothed cloud).
-        bandwidth: for ``"mixture"`` without an explicit covariance, $\Sigma = \text{bandwidth}^2 I$.
+        carrier: ``"empirical"`` (Dirac atoms: softmax attention) or ``"gaussian_mixture"`` (a
+            Gaussian around every atom with one covariance $\Sigma$, claim A6: a kernel-smoothed cloud),
+            named as the carriers of ``expattn.nn.carriers``.
+        bandwidth: for ``"gaussian_mixture"`` without an explicit covariance, $\Sigma = \text{bandwidth}^2 I$.
     """
 
     beta: float = 1.0
@@ -79,7 +81,7 @@ class AttentionUpdate(nn.Module):
         config: ``AttentionConfig``.
         atoms: ``(key, dim)`` or ``(batch, key, dim)`` fixed carrier (cross-attention, Hopfield
             setting); ``None`` makes the cloud its own carrier (self-attention).
-        covariance: ``(dim, dim)`` $\Sigma$ of the mixture carrier (overrides ``bandwidth``).
+        covariance: ``(dim, dim)`` $\Sigma$ of the ``gaussian_mixture`` carrier (overrides ``bandwidth``).
         query_map: ``(dim, dim)`` $W$, a linear distortion of the natural parameter
             ($W_k^\top W_q$ of a head with values = keys); ``None`` is the identity.
         carrier_map: ``(dim, dim)`` $M$: the atoms are $x_n = M a_n$ for the given or self atoms
@@ -110,8 +112,8 @@ class AttentionUpdate(nn.Module):
             check_ndim("atoms", atoms, 2, "(key, dim) or (batch, key, dim)")
             check_finite("atoms", atoms)
         if covariance is not None:
-            if config.carrier != "mixture":
-                raise ValueError(f"covariance needs carrier='mixture', got carrier={config.carrier!r}")
+            if config.carrier != "gaussian_mixture":
+                raise ValueError(f"covariance needs carrier='gaussian_mixture', got carrier={config.carrier!r}")
             as_tensor("covariance", covariance)
             check_positive_definite("covariance", covariance)
         for name, m in (("query_map", query_map), ("carrier_map", carrier_map)):

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -149,7 +149,13 @@ def softmax_attention(
 
 
 class Carrier(nn.Module):
-    """Base class of carriers: ``forward(q, k, v, mask, scale, need_stats) -> CarrierOutput``.
+    r"""Base class of carriers: ``forward(q, k, v, mask, scale, need_stats) -> CarrierOutput``.
+
+    Every registered subclass declares two properties, which callers read instead of its name:
+
+    - ``uses_keys``: its output depends on the keys (``False``: the key projection gets no gradient);
+    - ``softmax``: its output is exactly softmax attention $\operatorname{softmax}(\beta q k^\top + b)\, v$,
+      so code that recomputes heads as softmax attention reproduces it.
 
     Args:
         num_heads: number of query heads $H$.
@@ -157,6 +163,8 @@ class Carrier(nn.Module):
     """
 
     fused_causal = False  # True: accepts ``causal=True`` with ``mask=None`` (module docstring)
+    uses_keys: ClassVar[bool]
+    softmax: ClassVar[bool]
 
     def __init__(self, num_heads: int, head_dim: int) -> None:
         super().__init__()
@@ -171,9 +179,17 @@ _CARRIERS: dict[str, Callable[..., Carrier]] = {}
 
 
 def register_carrier(name: str) -> Callable[[type[Carrier]], type[Carrier]]:
-    """Class decorator: make ``make_carrier(name, ...)`` build this carrier."""
+    """Class decorator: make ``make_carrier(name, ...)`` build this carrier.
+
+    The class must declare ``uses_keys`` and ``softmax`` as bools (see ``Carrier``).
+    """
 
     def decorate(cls: type[Carrier]) -> type[Carrier]:
+        if not (isinstance(cls, type) and issubclass(cls, Carrier)):
+            raise TypeError(f"register_carrier decorates Carrier subclasses, got {cls!r}")
+        for prop in ("uses_keys", "softmax"):
+            if not isinstance(getattr(cls, prop, None), bool):
+                raise TypeError(f"carrier {name!r} ({cls.__name__}) must declare {prop} as a bool class attribute")
         if name in _CARRIERS:
             raise ValueError(f"a carrier named {name!r} is already registered")
         _CARRIERS[name] = cls
@@ -187,15 +203,21 @@ def carrier_names() -> list[str]:
     return sorted(_CARRIERS)
 
 
+def carrier_class(name: str) -> type[Carrier]:
+    """The class registered as ``name`` (its ``uses_keys``, ``softmax`` without building it)."""
+    if name not in _CARRIERS:
+        raise ValueError(f"carrier must be one of {carrier_names()}, got {name!r}")
+    return _CARRIERS[name]
+
+
 def make_carrier(name: str, *, num_heads: int, head_dim: int, **options: object) -> Carrier:
     """Build the carrier registered as ``name`` for ``num_heads`` heads of size ``head_dim``.
 
     ``options`` go to the carrier's constructor (e.g. ``covariance="lowrank", rank=4``).
     """
-    if name not in _CARRIERS:
-        raise ValueError(f"carrier must be one of {carrier_names()}, got {name!r}")
+    cls = carrier_class(name)
     try:
-        return _CARRIERS[name](num_heads, head_dim, **options)
+        return cls(num_heads, head_dim, **options)
     except TypeError as err:
         raise TypeError(f"carrier_options for {name!r}: {err}") from err
 
@@ -205,6 +227,8 @@ class EmpiricalCarrier(Carrier):
     r"""$h = \sum_n \delta_{k_n}$: standard softmax attention (claims A1, A3); no parameters."""
 
     fused_causal = True
+    uses_keys = True
+    softmax = True
 
     def forward(
         self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float, need_stats: bool, causal: bool = False
@@ -319,6 +343,8 @@ class GaussianMixtureCarrier(_CovarianceCarrier):
     """
 
     fused_causal = True
+    uses_keys = True
+    softmax = False  # softmax attention plus Sigma eta
 
     def forward(
         self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float, need_stats: bool, causal: bool = False
@@ -344,6 +370,9 @@ class MixtureLowerBoundCarrier(_CovarianceCarrier):
     $\Sigma_h$ (seed 000 Prop. 3 allows one per atom; a shared one keeps the layer linear in
     the values). Claim A7.
     """
+
+    uses_keys = False  # pi depends on the mask only
+    softmax = False
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float, need_stats: bool):
         _check_value_dim(q, v, "mixture_lower_bound")

@@ -23,7 +23,7 @@ from torch import Tensor, nn
 from expattn.nn.attention import ExpFamAttention, ExpFamAttentionConfig
 from expattn.nn.carriers import carrier_names
 from expattn.nn.implicit import ImplicitAttention, ImplicitConfig
-from expattn.nn.norms import NormConfig, build_norm, norm_names
+from expattn.nn.norms import NormConfig, norm_names, norm_spec
 
 
 @dataclass(frozen=True)
@@ -85,28 +85,29 @@ class LMConfig:
             raise ValueError(f"implicit layers need dropout=0 (a random map has no fixed point), got {self.dropout}")
 
 
-PER_TOKEN_NORMS = ("layernorm", "rmsnorm", "sphere", "identity")
 WHITENING_RIDGE = 1e-3  # whitening of a training batch: S + 1e-3 tr(S)/D I, defined when S is singular
 
 
 class BatchCloudNorm(nn.Module):
     r"""A registry normalization applied to the cloud of all ``B*T`` token states of a batch.
 
-    Per-token maps (layernorm, rmsnorm, sphere, identity) are unchanged by this grouping.
-    ``whitening`` (Theorem 1's RN) needs a cloud with more points than features, which a single
-    causal sequence of ``T <= C`` tokens is not; over the batch it acts like BatchNorm with a
-    full covariance, regularised by ``WHITENING_RIDGE`` (training drives the cloud towards a singular
-    covariance, where the exact map is undefined). Its statistics then include later tokens of the
-    same sequence, a ``1/(B T)``-weighted look-ahead; compare its losses with that in mind.
+    Per-token maps (``norm_spec(name).per_token``: layernorm, rmsnorm, sphere, identity) are
+    unchanged by this grouping; maps that take a learnable gain (``.affine``) get one. A map of the
+    whole cloud such as ``whitening`` (Theorem 1's RN) needs a cloud with more points than features,
+    which a single causal sequence of ``T <= C`` tokens is not; over the batch it acts like
+    BatchNorm with a full covariance, regularised by ``WHITENING_RIDGE`` (training drives the cloud
+    towards a singular covariance, where the exact map is undefined). Its statistics then include
+    later tokens of the same sequence, a ``1/(B T)``-weighted look-ahead; compare its losses with that in mind.
     """
 
     def __init__(self, cfg: LMConfig) -> None:
         super().__init__()
-        affine = cfg.norm in ("layernorm", "rmsnorm")
+        spec = norm_spec(cfg.norm)
         radius = math.sqrt(cfg.dim)  # per-coordinate scale ~1, as after layernorm
-        config = NormConfig(cfg.dim, radius=radius, elementwise_affine=affine, bias=cfg.bias, ridge=WHITENING_RIDGE)
-        self.norm = build_norm(cfg.norm, config)
-        self.per_token = cfg.norm in PER_TOKEN_NORMS
+        config = NormConfig(cfg.dim, radius=radius, elementwise_affine=spec.affine, bias=cfg.bias,
+                            ridge=WHITENING_RIDGE)
+        self.norm = spec.factory(config)
+        self.per_token = spec.per_token
 
     def forward(self, x: Float[Tensor, "batch token dim"]) -> Float[Tensor, "batch token dim"]:
         # the map without the per-call finiteness check: the trainer checks every step's loss instead

@@ -11,8 +11,9 @@ Every normalization takes a cloud ``(*batch, token, dim)`` and returns one of th
 - ``identity``.
 
 All share one constructor signature ``cls(config: NormConfig)`` and a registry
-(``build_norm(name, config)``, ``register_norm``). ``contraction(x)`` measures how much one
-application shrinks the cloud's spread.
+(``build_norm(name, config)``, ``register_norm``) whose entries declare their properties
+(``norm_spec(name).per_token``, ``.affine``), which callers read instead of the name.
+``contraction(x)`` measures how much one application shrinks the cloud's spread.
 """
 
 from __future__ import annotations
@@ -224,16 +225,41 @@ class Whitening(Norm):
 
 
 NormFactory = Callable[[NormConfig], Norm]
-_NORMS: dict[str, NormFactory] = {}
 
 
-def register_norm(name: str, factory: NormFactory) -> None:
-    """Add a normalization ``factory(config) -> Norm`` under ``name``."""
+@dataclass(frozen=True)
+class NormSpec:
+    """A registered normalization: its factory and the properties callers read instead of its name.
+
+    Attributes:
+        factory: ``config -> Norm``.
+        per_token: $y_t$ depends on $x_t$ alone, so the map gives the same result however the
+            tokens are grouped into clouds (layernorm, rmsnorm, sphere, identity); ``False`` for a
+            map of the whole cloud (whitening).
+        affine: the map honours ``NormConfig.elementwise_affine`` (a learnable per-feature gain,
+            and shift where it has one).
+    """
+
+    factory: NormFactory
+    per_token: bool
+    affine: bool
+
+
+_NORMS: dict[str, NormSpec] = {}
+
+
+def register_norm(name: str, factory: NormFactory, *, per_token: bool, affine: bool) -> None:
+    """Add a normalization ``factory(config) -> Norm`` under ``name`` with its properties (``NormSpec``)."""
     if not isinstance(name, str) or not name:
         raise ValueError(f"name must be a non-empty string, got {name!r}")
+    if not callable(factory):
+        raise TypeError(f"factory must be callable (config -> Norm), got {type(factory).__name__}")
+    for prop, value in (("per_token", per_token), ("affine", affine)):
+        if not isinstance(value, bool):
+            raise TypeError(f"{prop} must be a bool, got {value!r}")
     if name in _NORMS:
         raise ValueError(f"a normalization named {name!r} is already registered")
-    _NORMS[name] = factory
+    _NORMS[name] = NormSpec(factory, per_token, affine)
 
 
 def norm_names() -> list[str]:
@@ -241,18 +267,23 @@ def norm_names() -> list[str]:
     return sorted(_NORMS)
 
 
-def build_norm(name: str, config: NormConfig) -> Norm:
-    """The normalization called ``name``, built from ``config``; unknown names raise ``ValueError``."""
+def norm_spec(name: str) -> NormSpec:
+    """The registry entry of ``name`` (factory and properties); unknown names raise ``ValueError``."""
     if name not in _NORMS:
         raise ValueError(f"unknown normalization {name!r}; known: {', '.join(norm_names())}")
-    return _NORMS[name](config)
+    return _NORMS[name]
 
 
-for _name, _cls in (
-    ("identity", Identity),
-    ("layernorm", LayerNorm),
-    ("rmsnorm", RMSNorm),
-    ("sphere", Sphere),
-    ("whitening", Whitening),
+def build_norm(name: str, config: NormConfig) -> Norm:
+    """The normalization called ``name``, built from ``config``; unknown names raise ``ValueError``."""
+    return norm_spec(name).factory(config)
+
+
+for _name, _cls, _per_token, _affine in (
+    ("identity", Identity, True, False),
+    ("layernorm", LayerNorm, True, True),
+    ("rmsnorm", RMSNorm, True, True),
+    ("sphere", Sphere, True, False),
+    ("whitening", Whitening, False, False),
 ):
-    register_norm(_name, _cls)
+    register_norm(_name, _cls, per_token=_per_token, affine=_affine)

@@ -77,7 +77,7 @@ def b5_theorem1(ctx: RunContext) -> Record:
         sigma, mu = random_spd(dim, gen), 0.5 * torch.randn(dim, generator=gen, dtype=torch.float64)
         eta0, lam0 = torch.linalg.solve(sigma, mu), torch.linalg.inv(sigma)
         start = eta0 + torch.randn(1, n, dim, generator=gen, dtype=torch.float64) @ sym_power(lam0, 0.5)
-        attention = AttentionUpdate(AttentionConfig(carrier="mixture"), atoms=mu[None], covariance=sigma)
+        attention = AttentionUpdate(AttentionConfig(carrier="gaussian_mixture"), atoms=mu[None], covariance=sigma)
         rn = Whitening(NormConfig(dim=dim, target_mean=eta0, target_cov=lam0))
         moved = attention(start)
         affine = mu + start @ (torch.eye(dim, dtype=torch.float64) + sigma).T
@@ -178,8 +178,8 @@ def b6_continuous_carrier(ctx: RunContext) -> Record:
         rn = Whitening(NormConfig(dim=dim))
         means = 2.0 * torch.randn(4, dim, generator=gen, dtype=torch.float64)
         carriers = {
-            "kernel-smoothed cloud": AttentionUpdate(AttentionConfig(carrier="mixture", bandwidth=1.0)),
-            "fixed 4-component mixture": AttentionUpdate(AttentionConfig(carrier="mixture", bandwidth=1.0),
+            "kernel-smoothed cloud": AttentionUpdate(AttentionConfig(carrier="gaussian_mixture", bandwidth=1.0)),
+            "fixed 4-component mixture": AttentionUpdate(AttentionConfig(carrier="gaussian_mixture", bandwidth=1.0),
                                                          atoms=means),
         }
         for carrier, attention in carriers.items():

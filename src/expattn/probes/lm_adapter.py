@@ -24,6 +24,7 @@ from types import SimpleNamespace
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 
+from expattn.nn.carriers import carrier_class
 from expattn.nn.export import MODEL_TYPE, load_exported
 from expattn.nn.lm import LM
 from expattn.nn.vocab import CharTokenizer
@@ -89,7 +90,7 @@ def _inapplicable(model: ProbedLM) -> dict[str, str]:
     out = {}
     if cfg.implicit:
         out["E7"] = "implicit layers: each depth is a fixed point of its block, not one attention step"
-    if cfg.carrier != "empirical":
+    if not carrier_class(cfg.carrier).softmax:
         reason = f"the {cfg.carrier!r} carrier is not softmax attention, which this hypothesis recomputes"
         out.update(dict.fromkeys(SOFTMAX_ONLY, reason))
     return out

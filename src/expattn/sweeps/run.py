@@ -33,16 +33,21 @@ from expattn.train.loop import TrainConfig, train
 
 SWEEP_BUDGET = {"layers": 2, "dim": 64, "iters": 400, "eval_every": 100}
 SWEEPS = ("norms", "carriers")
-# The carriers sweep adds the empirical carrier with every layer solved to its fixed point.
-IMPLICIT = "implicit"
+# The carriers sweep adds a model variant that is not a carrier: deep-equilibrium layers of the empirical carrier.
+DEEP_EQUILIBRIUM = {"implicit": {"carrier": "empirical", "implicit": True}}
 
 
-def sweep_values(kind: str) -> list[str]:
-    """The values a sweep trains: every registered normalization, or every carrier plus ``implicit``."""
+def sweep_variants(kind: str) -> dict[str, dict[str, object]]:
+    """The models a sweep trains, by label: the ``LMConfig`` fields each one sets.
+
+    ``norms``: ``{name: {"norm": name}}`` for every registered normalization; ``carriers``:
+    ``{name: {"carrier": name}}`` for every registered carrier, and ``implicit`` (the empirical
+    carrier with every layer solved to its fixed point).
+    """
     if kind == "norms":
-        return norm_names()
+        return {name: {"norm": name} for name in norm_names()}
     if kind == "carriers":
-        return [*carrier_names(), IMPLICIT]
+        return {name: {"carrier": name} for name in carrier_names()} | DEEP_EQUILIBRIUM
     raise ValueError(f"sweep must be one of {', '.join(SWEEPS)}, got {kind!r}")
 
 
@@ -191,11 +196,9 @@ def run_sweep(kind: str, base: TrainConfig, console: Console | None = None) -> l
         ``verdicts``, ``tokens``, ``seconds``; see ``expattn.sweeps.layer_dynamics.probe_dynamics``), or
         ``error`` (training failed) / ``probe_error`` (the probe failed).
     """
-    values = sweep_values(kind)
     field = "norm" if kind == "norms" else "carrier"
     rows = []
-    for value in values:
-        change = {"carrier": "empirical", "implicit": True} if value == IMPLICIT else {field: value}
+    for value, change in sweep_variants(kind).items():
         model = dataclasses.replace(base.model, **change)
         cfg = dataclasses.replace(base, model=model, out=base.out / value)
         if console is not None:

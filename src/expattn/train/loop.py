@@ -29,6 +29,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from torch.nn.parallel import DistributedDataParallel
 
+from expattn.nn.carriers import carrier_class
 from expattn.nn.export import MODEL_DIR, export_model
 from expattn.nn.lm import LM, LMConfig
 from expattn.results.files import write_text_atomic
@@ -42,8 +43,6 @@ CHECKPOINT = "checkpoint.safetensors"
 METRICS = "metrics.jsonl"
 # Fields that may differ between a run and its resumption (they do not change any number).
 RESUMABLE = ("resume", "progress")
-# Carriers whose output does not depend on the keys (DDP must expect parameters without gradient).
-KEYLESS_CARRIERS = ("mixture_lower_bound",)
 
 
 @dataclass(frozen=True)
@@ -281,9 +280,9 @@ def _run(cfg: TrainConfig, corpus: CharCorpus, model_cfg: LMConfig, d: distribut
         cfg.out.mkdir(parents=True, exist_ok=True)
         (cfg.out / "config.json").write_text(json.dumps(meta, indent=1))
     net = model
-    if d.active:  # Jensen's bound ignores the keys: k_proj then gets no gradient
+    if d.active:  # a carrier that ignores the keys (Jensen's bound) leaves k_proj without gradient
         net = DistributedDataParallel(model, device_ids=[d.device] if d.device.type == "cuda" else None,
-                                      find_unused_parameters=model_cfg.carrier in KEYLESS_CARRIERS)
+                                      find_unused_parameters=not carrier_class(model_cfg.carrier).uses_keys)
     if cfg.compile:
         net = torch.compile(net)
     tokens_per_step = cfg.batch * model_cfg.context
