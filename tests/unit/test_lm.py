@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from expattn.nn.carriers import carrier_class
+from expattn.nn.hooks import cached
 from expattn.nn.lm import LM, LMConfig
 
 
@@ -116,14 +117,56 @@ def test_every_parameter_gets_a_gradient(gen, carrier):
             assert p.grad is not None and torch.isfinite(p.grad).all(), name
 
 
-def test_trace_names_the_states(gen):
+@pytest.mark.parametrize("tied", [False, True])
+def test_hook_points_name_the_states(gen, tied):
+    model = LM(LMConfig(vocab_size=5, context=4, layers=2, heads=2, dim=4, tied_layers=tied)).double()
+    names = ("input", "norm1.input", "norm1.output", "attn.input", "attn.heads", "attn.output", "attn.residual",
+             "norm2.input", "norm2.output", "mlp.input", "mlp.output", "output")
+    points = model.hook_points()
+    assert list(points) == [f"blocks.{i}.{n}" for i in range(2) for n in names]
+    assert all(p.name == name for name, p in points.items())
+    assert points["blocks.1.attn.output"] is model.hooks[1].get_submodule("attn.output")
+    assert not list(model.hooks.parameters()) and not any(k.startswith("hooks") for k in model.state_dict())
+    calls: list[str] = []
+    handles = [p.register_forward_hook(lambda m, _a, _o: calls.append(m.name)) for p in points.values()]
+    idx = torch.randint(0, 5, (2, 4), generator=gen)
+    with torch.no_grad(), cached(points.values()) as cache:
+        logits, _ = model(idx)
+    for h in handles:
+        h.remove()
+    assert calls == list(points)  # every point once, in the block's order, depth by depth
+    for i, block in enumerate(model.layer_blocks()):
+        t = {n: cache[f"blocks.{i}.{n}"] for n in names}
+        x = (model.tok(idx) + model.pos(torch.arange(4))) if i == 0 else cache[f"blocks.{i - 1}.output"]
+        # the block assembled again from its modules and torch's kernel, in float64: 1e-12 relative allows for
+        # a different summation order and still rejects any other tensor (they differ at order one)
+        n1 = block.norm1(x)
+        q, k, v = (F.linear(n1, block.attn.in_proj_weight, block.attn.in_proj_bias).view(2, 4, 3, 2, 2)
+                   .permute(2, 0, 3, 1, 4))
+        heads = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).flatten(-2)
+        a = block.attn.out_proj(heads)
+        h = x + a
+        m = block.mlp(block.norm2(h))
+        expected = {"input": x, "norm1.input": x, "norm1.output": n1, "attn.input": n1, "attn.heads": heads,
+                    "attn.output": a, "attn.residual": h, "norm2.input": h, "norm2.output": block.norm2(h),
+                    "mlp.input": block.norm2(h), "mlp.output": m, "output": h + m}
+        for n in names:
+            torch.testing.assert_close(t[n], expected[n], rtol=1e-12, atol=1e-14, msg=n)
+    torch.testing.assert_close(logits, model.head(model.norm_f(cache["blocks.1.output"])), rtol=0, atol=0)
+
+
+def test_a_hook_point_can_replace_its_tensor(gen):
     model = LM(LMConfig(vocab_size=5, context=4, layers=2, heads=1, dim=4))
-    trace: dict[str, torch.Tensor] = {}
-    model(torch.randint(0, 5, (2, 4), generator=gen), trace=trace)
-    names = ("attn.input", "norm1.output", "attn.output", "mlp.output")
-    expected = {f"layers.{i}.{n}" for i in range(2) for n in names}
-    assert set(trace) == expected | {"norm_f.output"}
-    torch.testing.assert_close(trace["layers.1.attn.input"], trace["layers.0.mlp.output"], rtol=0, atol=0)
+    idx = torch.randint(0, 5, (2, 4), generator=gen)
+    handle = model.hook_points()["blocks.1.attn.output"].register_forward_hook(lambda _m, _a, out: 0 * out)
+    with torch.no_grad(), cached([model.hook_points()["blocks.1.input"]]) as cache:
+        ablated, _ = model(idx)
+    handle.remove()
+    block = model.blocks[1]
+    x = cache["blocks.1.input"]
+    with torch.no_grad():
+        expected = model.head(model.norm_f(x + block.mlp(block.norm2(x))))  # depth 1 without its attention
+    torch.testing.assert_close(ablated, expected, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize(
@@ -156,11 +199,16 @@ def test_implicit_layers_reach_their_fixed_point_and_stay_causal(gen):
     torch.manual_seed(int(torch.randint(0, 2**31, (1,), generator=gen)))
     model = LM(LMConfig(vocab_size=9, context=8, layers=2, heads=2, dim=8, implicit=True)).double()
     idx = torch.randint(0, 9, (3, 8), generator=gen)
-    trace: dict[str, torch.Tensor] = {}
+    calls: list[str] = []
+    handle = model.hook_points()["blocks.0.output"].register_forward_hook(lambda m, _a, _o: calls.append(m.name))
     with torch.no_grad():
-        model(idx, trace=trace)
+        with cached(model.hook_points().values()) as cache:
+            model(idx)
+        assert calls == ["blocks.0.output"]  # once, at the fixed point: the solver's iterates pass no point
+        handle.remove()
         for i, block in enumerate(model.layer_blocks()):
-            x, z = trace[f"layers.{i}.attn.input"], trace[f"layers.{i}.mlp.output"]
+            x, z = cache[f"blocks.{i}.input"], cache[f"blocks.{i}.norm1.input"]
+            torch.testing.assert_close(cache[f"blocks.{i}.output"], block(x, z=z), rtol=0, atol=0)
             residual = (block(x, z=z) - z).norm() / z.norm()
             assert residual < 1e-3  # solver tolerance 1e-4 on the relative residual, one more step applied
             assert (z - block(x)).norm() / z.norm() > 1e-4  # the fixed point is not one explicit step

@@ -1,5 +1,5 @@
 """The probe on expattn's own LMs: exported folders, per-depth capture (tied, implicit), E1/E2 numbers
-against an independent float64 computation from ``LM.forward(trace=...)``, hypothesis selection, errors."""
+against an independent float64 computation from the LM's hook points, hypothesis selection, errors."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from expattn.cli import app
 from expattn.nn.export import MODEL_TYPE, export_model
+from expattn.nn.hooks import cached
 from expattn.nn.lm import LM, LMConfig
 from expattn.probes.adapters import Capture, adapter_for
 from expattn.probes.corpus import TokenSample, load_text, sequence
@@ -59,14 +60,13 @@ def test_e1_e2_match_float64_trace(gen, text, tmp_path):
     ids = torch.stack([sequence(load_text(None, text), tokenizer, "expattn", TokenSample(seq_len, 0), i)
                        for i in range(n_seq)])
     ref = model.double()
-    trace: dict[str, torch.Tensor] = {}
-    with torch.no_grad():
-        ref(ids, trace=trace)
+    with torch.no_grad(), cached(ref.hook_points().values()) as trace:
+        ref(ids)
     e1, e2 = records["E1"].details, records["E2"].details
     for i, block in enumerate(ref.layer_blocks()):
-        x, n1, h = (trace[f"layers.{i}.{n}"][:, 1:] for n in ("attn.input", "norm1.output", "attn.output"))
+        x, n1, h = (trace[f"blocks.{i}.{n}"][:, 1:] for n in ("input", "norm1.output", "attn.residual"))
         with torch.no_grad():
-            n2 = block.norm2(trace[f"layers.{i}.attn.output"])[:, 1:]  # per-token layernorm: position 0 irrelevant
+            n2 = block.norm2(trace[f"blocks.{i}.attn.residual"])[:, 1:]  # per-token layernorm: position 0 irrelevant
         e1_raw = _spread(h).mean() / _spread(x).mean()
         msn = lambda t: t.pow(2).sum(-1).mean(1).mean()  # noqa: E731
         e2_norm1 = (_spread(n1).mean() / msn(n1)) / (_spread(x).mean() / msn(x))
@@ -131,13 +131,14 @@ def test_one_handover_per_depth(gen, text, tmp_path, kw):
     with torch.no_grad(), Capture(wrapped, adapter_for(MODEL_TYPE), lambda i, t: seen.append((i, t))):
         wrapped(input_ids=ids)
     assert [i for i, _ in seen] == [0, 1, 2]
-    trace: dict[str, torch.Tensor] = {}
-    with torch.no_grad():
-        model(ids, trace=trace)
+    with torch.no_grad(), cached(model.hook_points().values()) as trace:
+        model(ids)
     for i, t in seen:
-        for probe_name, trace_name in (("input", "attn.input"), ("norm1.output", "norm1.output"),
-                                       ("attn.residual", "attn.output"), ("output", "mlp.output")):
-            torch.testing.assert_close(t[probe_name], trace[f"layers.{i}.{trace_name}"], rtol=0, atol=0)
+        assert set(t) == {"input", "norm1.input", "norm1.output", "attn.input", "attn.heads", "attn.output",
+                          "attn.residual", "norm2.input", "norm2.output", "mlp.input", "mlp.output", "mlp.skip",
+                          "output"}
+        for name in ("input", "norm1.output", "attn.residual", "output"):
+            torch.testing.assert_close(t[name], trace[f"blocks.{i}.{name}"], rtol=0, atol=0)
         torch.testing.assert_close(t["attn.residual"], t["input"] + t["attn.output"])  # float32 sum: default tol
         torch.testing.assert_close(t["output"], t["attn.residual"] + t["mlp.output"])
     if kw.get("implicit"):  # norm1 reads the fixed point z*, which is the next depth's input

@@ -24,6 +24,7 @@ from jaxtyping import Bool, Float
 from torch import Tensor, nn
 
 from expattn.nn.carriers import Carrier, CarrierOutput, make_carrier
+from expattn.nn.hooks import HookPoint
 from expattn.nn.masks import attention_mask
 
 Rotary = Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]
@@ -143,10 +144,6 @@ def _check_input(name: str, x: object, width: int) -> None:
         raise TypeError(f"{name} must be a floating torch.Tensor, got {getattr(x, 'dtype', type(x).__name__)}")
     if x.ndim != 3 or x.shape[-1] != width:
         raise ValueError(f"{name} must have shape (batch, token, {width}), got {tuple(x.shape)}")
-
-
-class HookPoint(nn.Identity):
-    """An identity module with a stable name: register forward hooks on it to read a tensor."""
 
 
 @dataclass(frozen=True)
@@ -298,7 +295,27 @@ class ExpFamAttention(nn.Module):
             need_weights: keep ``last_weights`` and ``last_log_normalizer``.
 
         Returns:
-            ``(B, Q, E)``.
+            ``(B, Q, E)``: ``out_proj`` of ``heads``.
+        """
+        heads = self.heads(query, key, value, key_padding_mask=key_padding_mask, attn_mask=attn_mask,
+                           is_causal=is_causal, rotary=rotary, need_weights=need_weights)
+        return self.out_proj(heads)
+
+    def heads(
+        self,
+        query: Float[Tensor, "batch query embed"],
+        key: Float[Tensor, "batch key kdim"] | None = None,
+        value: Float[Tensor, "batch key vdim"] | None = None,
+        *,
+        key_padding_mask: Bool[Tensor, "batch key"] | None = None,
+        attn_mask: Tensor | None = None,
+        is_causal: bool | None = None,
+        rotary: Rotary | None = None,
+        need_weights: bool = False,
+    ) -> Float[Tensor, "batch query heads_dim"]:
+        r"""The concatenated head outputs $[\nabla G_1, \dots, \nabla G_H]$ ``(B, Q, H*Dv)``, before ``out_proj``.
+
+        Arguments as ``forward``, which is ``out_proj(heads(...))``.
         """
         c = self.config
         _check_input("query", query, c.embed_dim)
@@ -331,7 +348,7 @@ class ExpFamAttention(nn.Module):
         if stats or self.last_weights is not None or self.last_log_normalizer is not None:  # no Module.__setattr__
             self.last_weights = self.hook_weights(out.weights) if stats else None
             self.last_log_normalizer = self.hook_log_normalizer(out.log_normalizer) if stats else None
-        return self.out_proj(out.output.transpose(1, 2).flatten(-2))  # (B, Q, E)
+        return out.output.transpose(1, 2).flatten(-2)  # (B, Q, H*Dv)
 
     def residual_step(
         self, x: Float[Tensor, "batch token embed"], step_size: float = 1.0, **kwargs: object

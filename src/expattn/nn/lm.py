@@ -6,8 +6,9 @@ $$x \leftarrow x + \mathrm{Attn}(N_1(x)), \qquad x \leftarrow x + \mathrm{MLP}(N
 
 where ``Attn`` is causal multi-head attention over a carrier chosen by name (``empirical`` is
 softmax attention) and ``N`` a normalization chosen by name (claim B4). With ``tied_layers``
-one block is applied ``layers`` times: a single operator iterated (claim B7). Shapes follow
-nanoGPT: ``B`` batch, ``T`` tokens, ``C`` width.
+one block is applied ``layers`` times: a single operator iterated (claim B7). Every depth's
+tensors pass through named hook points ``blocks.{i}.<point>`` (``LM.hook_points``,
+``expattn.nn.hooks``). Shapes follow nanoGPT: ``B`` batch, ``T`` tokens, ``C`` width.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from torch import Tensor, nn
 
 from expattn.nn.attention import ExpFamAttention, ExpFamAttentionConfig
 from expattn.nn.carriers import carrier_names
+from expattn.nn.hooks import UNHOOKED, BlockHooks, HookPoint
 from expattn.nn.implicit import ImplicitAttention, ImplicitConfig
 from expattn.nn.norms import NormConfig, norm_names, norm_spec
 
@@ -151,7 +153,7 @@ def _dropped(drop: nn.Dropout | None, x: Tensor) -> Tensor:
 
 
 class Block(nn.Module):
-    """Pre-norm block: ``x + attn(norm1(x))`` then ``+ mlp(norm2(.))``."""
+    """Pre-norm block: ``x + attn(norm1(x))`` then ``+ mlp(norm2(.))``, through a depth's hook points."""
 
     def __init__(self, cfg: LMConfig) -> None:
         super().__init__()
@@ -164,20 +166,22 @@ class Block(nn.Module):
     def forward(
         self,
         x: Float[Tensor, "batch token dim"],
-        trace: dict[str, Tensor] | None = None,
-        prefix: str = "",
         z: Float[Tensor, "batch token dim"] | None = None,
+        hooks: BlockHooks | None = None,
     ) -> Float[Tensor, "batch token dim"]:
-        """The block on ``x``; with ``z``, attention reads ``z`` and ``x`` is injected (``ImplicitBlock``)."""
-        n1 = self.norm1(x if z is None else z)
-        h = x + _dropped(self.drop, self.attn(n1))
-        out = h + _dropped(self.drop, self.mlp(self.norm2(h)))
-        if trace is not None:
-            trace.update({
-                f"{prefix}attn.input": x, f"{prefix}norm1.output": n1,
-                f"{prefix}attn.output": h, f"{prefix}mlp.output": out,
-            })
-        return out
+        """The block on ``x``; with ``z``, attention reads ``z`` and ``x`` is injected (``ImplicitBlock``).
+
+        ``hooks``: the depth's hook points (``expattn.nn.hooks.BLOCK_POINTS``) the tensors pass
+        through; ``None`` (a solver's iterate) passes them through none.
+        """
+        (at_input, at_norm1_in, at_norm1_out, at_attn_in, at_heads, at_attn_out, at_residual, at_norm2_in,
+         at_norm2_out, at_mlp_in, at_mlp_out, at_output) = UNHOOKED if hooks is None else hooks.points
+        x = at_input(x)
+        n1 = at_attn_in(at_norm1_out(self.norm1(at_norm1_in(x if z is None else z))))
+        a = at_attn_out(_dropped(self.drop, self.attn.out_proj(at_heads(self.attn.heads(n1)))))
+        h = at_residual(x + a)
+        m = at_mlp_out(_dropped(self.drop, self.mlp(at_mlp_in(at_norm2_out(self.norm2(at_norm2_in(h)))))))
+        return at_output(h + m)
 
 
 IMPLICIT = ImplicitConfig(solver="fixed_point_iter", tol=1e-4, max_iter=50, backward_tol=1e-4)
@@ -220,6 +224,7 @@ class LM(nn.Module):
         self.pos = nn.Embedding(cfg.context, cfg.dim)
         self.drop = nn.Dropout(cfg.dropout) if cfg.dropout > 0 else None
         self.blocks = nn.ModuleList([Block(cfg) for _ in range(1 if cfg.tied_layers else cfg.layers)])
+        self.hooks = nn.ModuleList([BlockHooks(f"blocks.{i}") for i in range(cfg.layers)])  # one per depth
         self.norm_f = make_norm(cfg)
         self.head = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
         self.head.weight = self.tok.weight
@@ -250,13 +255,20 @@ class LM(nn.Module):
         """The block applied at each depth (the same module ``layers`` times when tied)."""
         return [self.blocks[0]] * self.cfg.layers if self.cfg.tied_layers else list(self.blocks)
 
+    def hook_points(self) -> dict[str, HookPoint]:
+        """Every hook point by its dotted name ``blocks.{i}.<point>`` (``expattn.nn.hooks``), depth by depth.
+
+        Depth ``i`` has its own points even when one block module serves every depth (``tied_layers``);
+        the module of ``blocks.{i}.attn.output`` is ``self.hooks[i].attn.output``.
+        """
+        return {p.name: p for depth in self.hooks for p in depth.points}
+
     def forward(
         self,
         idx: Int[Tensor, "batch token"],
         targets: Int[Tensor, "batch token"] | None = None,
-        trace: dict[str, Tensor] | None = None,
     ) -> tuple[Float[Tensor, "batch token vocab"], Tensor | None]:
-        """Logits ``(B, T, V)`` and, with ``targets``, the mean next-token cross-entropy.
+        r"""Logits ``(B, T, V)`` and, with ``targets``, the mean next-token cross-entropy.
 
         In training mode an implicit model also sets ``self.regularizer`` (the Jacobian penalty
         times ``cfg.jacobian_reg``) for the trainer to add to the loss; otherwise it is ``None``.
@@ -264,11 +276,11 @@ class LM(nn.Module):
         Args:
             idx: ``(B, T)`` token ids with ``T <= context``.
             targets: ``(B, T)`` next-token ids, or ``None``.
-            trace: if a dict, it receives the token states by stable name:
-                ``layers.{i}.attn.input`` (residual stream entering block i),
-                ``layers.{i}.norm1.output``, ``layers.{i}.attn.output`` (after the residual
-                attention update), ``layers.{i}.mlp.output``, and ``norm_f.output``. With
-                ``implicit`` layers they are taken at the fixed point (attention reading z*).
+
+        Every depth's tensors pass through its hook points (``hook_points``) once per call. With
+        ``implicit`` layers the solver's iterates pass through none; when a point of depth ``i``
+        carries a hook, the block is applied once more at the fixed point $z^\star$ (attention
+        reading $z^\star$, $x$ injected) through them, and that output is discarded.
         """
         if idx.ndim != 2 or idx.dtype not in (torch.int64, torch.int32):
             raise TypeError(f"idx must be an integer (B, T) tensor, got {idx.dtype} of shape {tuple(idx.shape)}")
@@ -279,21 +291,20 @@ class LM(nn.Module):
         penalize = self.cfg.implicit and self.cfg.jacobian_reg > 0 and self.training and torch.is_grad_enabled()
         penalties = []
         for i, block in enumerate(self.layer_blocks()):
+            hooks = self.hooks[i]
             if not self.cfg.implicit:
-                x = block(x, trace, f"layers.{i}.")  # the name also tells hooks (the probe) the depth
+                x = block(x, hooks=hooks)
                 continue
             layer = ImplicitAttention(ImplicitBlock(block), IMPLICIT)
             z = layer(x)  # f(z*, x), on the implicit graph
             if penalize:
                 penalties.append(layer.jacobian_penalty(x, z))
-            if trace is not None:
-                block(x, trace, f"layers.{i}.", z=z)
+            if hooks.hooked():
+                block(x, z=z, hooks=hooks)
             x = z
         if penalties or self.regularizer is not None:  # plain attribute: skip Module.__setattr__ when it stays None
             self.regularizer = self.cfg.jacobian_reg * torch.stack(penalties).sum() if penalties else None
         x = self.norm_f(x)
-        if trace is not None:
-            trace["norm_f.output"] = x
         logits = self.head(x)  # (B, T, V)
         loss = None if targets is None else F.cross_entropy(logits.flatten(0, 1), targets.flatten())
         return logits, loss

@@ -15,10 +15,10 @@ Post-LN (BERT) and pre-LN (GPT-2, Llama) differ in which tensors these names ali
 ``norm1`` normalizes ``attn.residual``; a pre-LN block's ``norm1`` normalizes ``input`` and its
 output is ``attn.input``. Families register with ``register_adapter``.
 
-Models that apply one block module at several depths (shared layers) or several times per depth
-(fixed-point iterations) give their adapter a ``call_depth``: it reads the depth from the
-block's call arguments, or ``None`` for a call that is not one of the model's depths, whose
-tensors are then discarded (see ``expattn.probes.lm_adapter``).
+A model that names these points itself (``expattn.nn.hooks``: one set of hook points per depth,
+even where one block module serves several depths or is iterated to a fixed point) gives its
+adapter those per-depth modules as ``blocks`` and the point that ends a depth as ``finish``
+(see ``expattn.probes.lm_adapter``).
 """
 
 from __future__ import annotations
@@ -48,8 +48,8 @@ class Adapter:
         attention: ``(model, block index) -> AttnWeights`` of that block's self-attention.
         norm1: ``(model, block index) -> module`` of the normalization feeding attention (pre-LN) or
             applied after it (post-LN).
-        call_depth: ``(args, kwargs) -> depth or None`` of one call of a block module; ``None`` (the
-            default): block ``i`` of ``blocks`` is called once per forward pass, as depth ``i``.
+        finish: path inside a block of the module whose forward ends the block's depth (``""``: the
+            block itself); each module of ``blocks`` is one depth, called once per forward pass.
         inapplicable: ``model -> {hypothesis id: reason}`` for the hypotheses that cannot apply to it.
     """
 
@@ -60,7 +60,7 @@ class Adapter:
     points: HookPoints
     attention: Callable[[nn.Module, int], AttnWeights]
     norm1: Callable[[nn.Module, int], nn.Module]
-    call_depth: Callable[[tuple, dict], int | None] | None = None
+    finish: str = ""
     inapplicable: Callable[[nn.Module], dict[str, str]] = lambda _model: {}
 
 
@@ -232,15 +232,10 @@ class Capture:
             self._current[name] = value
 
     def __enter__(self) -> Capture:
-        blocks = self.adapter.blocks(self.model)
-        if self.adapter.call_depth is None:
-            for i, block in enumerate(blocks):
-                self._hook_points(block)
-                self._handles.append(block.register_forward_hook(lambda _m, _a, _o, i=i: self._finish(i)))
-            return self
-        for block in {id(b): b for b in blocks}.values():  # a shared module is hooked once
-            self._hook_points(block)
-            self._handles.append(block.register_forward_hook(self._called, with_kwargs=True))
+        for i, block in enumerate(self.adapter.blocks(self.model)):
+            self._hook_points(block)  # registered first: the finishing module's own tensor is stored before
+            end = block.get_submodule(self.adapter.finish)
+            self._handles.append(end.register_forward_hook(lambda _m, _a, _o, i=i: self._finish(i)))
         return self
 
     def _hook_points(self, block: nn.Module) -> None:
@@ -251,13 +246,6 @@ class Capture:
             else:
                 hook = module.register_forward_hook(lambda _m, _a, out, n=names: self._store(n, _first(out)))
             self._handles.append(hook)
-
-    def _called(self, _module: nn.Module, args: tuple, kwargs: dict, _out: object) -> None:
-        depth = self.adapter.call_depth(args, kwargs)
-        if depth is None:
-            self._current = {}
-        else:
-            self._finish(depth)
 
     def _finish(self, i: int) -> None:
         tensors, self._current = self._current, {}

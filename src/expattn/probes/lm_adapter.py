@@ -1,19 +1,12 @@
 r"""The probe on expattn's own language models (``expattn.nn.lm.LM``, folders of ``expattn train``).
 
-Each depth $i$ of the pre-norm block $x \mapsto h + \mathrm{MLP}(N_2 h)$, $h = x + \mathrm{Attn}(N_1 z)$
-(with $z = x$, or the fixed point $z^\star$ of an implicit layer) exposes the probe's names:
-
-- ``input`` = $x$; ``norm1.input`` = $z$; ``norm1.output`` = ``attn.input`` = $N_1 z$;
-- ``attn.heads`` (what the output projection reads); ``attn.output`` = $\mathrm{Attn}(N_1 z)$;
-- ``attn.residual`` = ``norm2.input`` = ``mlp.skip`` = $h$; ``norm2.output`` = ``mlp.input`` = $N_2 h$;
-- ``mlp.output`` = $\mathrm{MLP}(N_2 h)$; ``output`` = the block's output.
-
-One block module may serve several depths (``tied_layers``) and an implicit layer calls it at
-every fixed-point iterate. The capture therefore reads the depth from the call itself:
-``LM.forward`` names each depth's call ``layers.{i}.`` and, when traced, applies an implicit
-layer's block once more at the fixed point under that name; calls without a name (the
-solver's iterates) are discarded. ``ProbedLM`` always passes a trace, so every depth is handed
-over exactly once per forward pass.
+The LM exposes every depth's tensors at named hook points in the probe's vocabulary
+(``expattn.nn.hooks``: ``blocks.{i}.input``, ``norm1.input``, ``norm1.output`` = ``attn.input``,
+``attn.heads``, ``attn.output``, ``attn.residual`` = ``norm2.input``, ``norm2.output`` =
+``mlp.input``, ``mlp.output``, ``output``), one set per depth even when one block module serves
+every depth (``tied_layers``). The capture hooks those points, so each depth is handed over
+exactly once per forward pass; an implicit layer passes its tensors through them once, at the
+fixed point, not at the solver's iterates (``LM.forward``). ``mlp.skip`` is ``attn.residual``.
 """
 
 from __future__ import annotations
@@ -38,8 +31,7 @@ class ProbedLM(nn.Module):
     """An ``LM`` called the way the probe calls HuggingFace backbones.
 
     ``config.hidden_size`` is the width; ``forward(input_ids, attention_mask)`` runs
-    ``LM.forward`` with a trace (so that implicit layers are applied once more at their fixed
-    point, see the module docstring) and returns the logits ``(batch, token, vocab)``.
+    ``LM.forward`` and returns the logits ``(batch, token, vocab)``.
     """
 
     def __init__(self, lm: LM):
@@ -57,7 +49,7 @@ class ProbedLM(nn.Module):
     ) -> Float[Tensor, "batch token vocab"]:
         if attention_mask is not None and not bool(attention_mask.bool().all()):
             raise ValueError("attention_mask must keep every token: expattn LMs take unpadded sequences")
-        logits, _ = self.lm(input_ids, trace={})
+        logits, _ = self.lm(input_ids)
         return logits
 
 
@@ -65,12 +57,6 @@ def load_lm(path: Path, config: dict) -> tuple[ProbedLM, CharTokenizer]:
     """A folder written by ``expattn.nn.export.export_model``: the wrapped model and its tokenizer."""
     lm, vocab = load_exported(Path(path), config)
     return ProbedLM(lm).eval(), CharTokenizer(vocab)
-
-
-def _call_depth(args: tuple, kwargs: dict) -> int | None:
-    """Depth ``i`` of a ``Block`` call named ``layers.{i}.``; ``None`` for an unnamed call (a solver iterate)."""
-    prefix = args[2] if len(args) > 2 else kwargs.get("prefix", "")
-    return int(prefix.split(".")[1]) if prefix.startswith("layers.") else None
 
 
 def _attention(model: ProbedLM, i: int) -> AttnWeights:
@@ -101,21 +87,21 @@ register_adapter(
         family="expattn",
         model_types=(MODEL_TYPE,),
         norm_position="pre",
-        blocks=lambda m: m.lm.layer_blocks(),
-        points=(
-            ("", "in", ("input",)),
-            ("norm1", "in", ("norm1.input",)),
-            ("norm1", "out", ("norm1.output", "attn.input")),
-            ("attn.out_proj", "in", ("attn.heads",)),
-            ("attn", "out", ("attn.output",)),
-            ("norm2", "in", ("attn.residual", "norm2.input", "mlp.skip")),
-            ("norm2", "out", ("norm2.output", "mlp.input")),
-            ("mlp", "out", ("mlp.output",)),
-            ("", "out", ("output",)),
+        blocks=lambda m: list(m.lm.hooks),  # the hook points of each depth (expattn.nn.hooks.BlockHooks)
+        points=(  # one hook per tensor, stored under each name that aliases it
+            ("input", "out", ("input",)),
+            ("norm1.input", "out", ("norm1.input",)),
+            ("norm1.output", "out", ("norm1.output", "attn.input")),
+            ("attn.heads", "out", ("attn.heads",)),
+            ("attn.output", "out", ("attn.output",)),
+            ("attn.residual", "out", ("attn.residual", "norm2.input", "mlp.skip")),
+            ("norm2.output", "out", ("norm2.output", "mlp.input")),
+            ("mlp.output", "out", ("mlp.output",)),
+            ("output", "out", ("output",)),
         ),
         attention=_attention,
         norm1=lambda m, i: m.lm.layer_blocks()[i].norm1,
-        call_depth=_call_depth,
+        finish="output",
         inapplicable=_inapplicable,
     )
 )
