@@ -7,12 +7,8 @@ import math
 import pytest
 import torch
 
-from expattn.nn.hopfield import (
-    Hopfield,
-    HopfieldConfig,
-    hopfield_energy,
-    hopfield_update,
-)
+from expattn.core.hopfield import hopfield_energy, hopfield_update
+from expattn.nn.hopfield import Hopfield, HopfieldConfig
 from expattn.nn.hopfield_layers import HopfieldLayer, HopfieldPooling
 
 F64 = torch.float64

@@ -51,7 +51,8 @@ ENTRIES = (
         "grad_q logsumexp(q.K^T/sqrt(d)) and Nadaraya-Watson regression",
         "seed 000 Prop. 1a; 002 eq. 7",
         modules=("src/expattn/core/empirical.py", "src/expattn/nn/carriers.py", "src/expattn/checks/a_discrete.py"),
-        tests=("tests/unit/test_empirical.py", "tests/unit/test_carriers.py", VERIFY_TEST),
+        tests=("tests/unit/test_empirical.py", "tests/unit/test_carriers.py", "tests/unit/test_carriers_core.py",
+               VERIFY_TEST),
         verify=True,
     ),
     Entry(
@@ -85,7 +86,8 @@ ENTRIES = (
         "h = sum_n pi_n N(mu_n, Sigma): grad G = Sigma eta + sum_n softmax_n(log pi_n + mu_n.eta) mu_n",
         "seed 000 Prop. 2",
         modules=("src/expattn/core/mixture.py", "src/expattn/nn/carriers.py", "src/expattn/checks/a_families.py"),
-        tests=("tests/unit/test_mixture.py", "tests/unit/test_carriers.py", VERIFY_TEST),
+        tests=("tests/unit/test_mixture.py", "tests/unit/test_carriers.py", "tests/unit/test_carriers_core.py",
+               VERIFY_TEST),
         verify=True,
         as_printed="the final formula of grad G carries a stray gradient of a logarithm inside the sum "
         "over components (seed 000, Prop. 2)",
@@ -99,7 +101,8 @@ ENTRIES = (
         "grad G_LB = sum_n pi_n (mu_n + Sigma_n eta); the gap G - G_LB is reported",
         "seed 000 Prop. 3",
         modules=("src/expattn/core/mixture.py", "src/expattn/nn/carriers.py", "src/expattn/checks/a_families.py"),
-        tests=("tests/unit/test_mixture.py", "tests/unit/test_carriers.py", VERIFY_TEST),
+        tests=("tests/unit/test_mixture.py", "tests/unit/test_carriers.py", "tests/unit/test_carriers_core.py",
+               VERIFY_TEST),
         verify=True,
     ),
     Entry(

@@ -23,7 +23,7 @@ ENTRIES = (
         "E(xi) = 1/2 xi.xi - (1/beta) logsumexp(beta X^T xi); the update xi <- X softmax(beta X^T xi) never "
         "increases E and converges to a fixed point (grad E = 0 there)",
         "seed 001; 004 §2 (modern Hopfield networks)",
-        modules=("src/expattn/nn/hopfield.py", "src/expattn/checks/b1_d1.py"),
+        modules=("src/expattn/core/hopfield.py", "src/expattn/nn/hopfield.py", "src/expattn/checks/b1_d1.py"),
         tests=("tests/unit/test_hopfield.py",),
         verify=True,
         as_printed="the energy is written without the minus sign in front of the log-sum-exp term (seed 004)",

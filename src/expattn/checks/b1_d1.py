@@ -7,8 +7,9 @@ from torch import Tensor
 
 from expattn.catalogue.registry import RunContext, register_claim
 from expattn.checks.tools import compare, generator, max_abs, randn
+from expattn.core.hopfield import hopfield_energy, hopfield_update
 from expattn.nn.attention import ExpFamAttention, ExpFamAttentionConfig
-from expattn.nn.hopfield import Hopfield, HopfieldConfig, hopfield_energy, hopfield_update
+from expattn.nn.hopfield import Hopfield, HopfieldConfig
 from expattn.results.plotting import pyplot, save_figure
 
 F64 = torch.float64

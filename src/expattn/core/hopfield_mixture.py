@@ -21,6 +21,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from expattn.core import draws
+from expattn.core.hopfield import hopfield_energy
 from expattn.core.validate import as_tensor, check_finite, check_ndim
 
 
@@ -57,7 +58,7 @@ class HopfieldMixture:
         The density is $p(v) \propto e^{-\beta E(v)}$; shape ``(*batch,)``.
         """
         self._check_v(v)
-        return 0.5 * (v**2).sum(-1) - torch.logsumexp(self.beta * v @ self.patterns.T, -1) / self.beta
+        return hopfield_energy(v.unsqueeze(-2), self.patterns, self.beta).squeeze(-1)  # one query per state
 
     def log_component_normalizers(self) -> Float[Tensor, " pattern"]:
         r"""$\log Z_\mu = \beta |W_\mu|^2 / 2$."""

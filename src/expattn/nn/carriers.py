@@ -23,6 +23,11 @@ half instead of reading a ``(query, key)`` mask.
 
 A query row whose keys are all masked has an empty carrier: its output is zero, its weights are
 zero and its log-normalizer is $-\infty$ (no NaN, zero gradient).
+
+These are the fused, batched forms of the core measures: with values = keys each carrier's output,
+weights and $G$ equal those of ``expattn.core.empirical.Empirical`` and
+``expattn.core.mixture.GaussianMixture`` (``mean``, ``log_normalizer``; ``lower_bound_mean``,
+``lower_bound`` for Jensen's bound) on the keys, to float64 round-off (``tests/unit/test_carriers_core.py``).
 """
 
 from __future__ import annotations

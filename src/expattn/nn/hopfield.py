@@ -6,7 +6,8 @@ $$E(\xi) = \tfrac12 \xi^\top\xi - \beta^{-1}\log\sum_n e^{\beta x_n^\top \xi}, \
 (rows of $X$ are the stored patterns $x_n$; the constants $\beta^{-1}\log N + \tfrac12 M^2$ of
 Ramsauer et al. are left out). The update is the concave-convex procedure on $E$: it never
 increases $E$, and iterated it converges to a fixed point. Attention with values = keys is
-one update (claim B1 with a fixed carrier).
+one update (claim B1 with a fixed carrier). The energy, the logits and the softmax weights of the
+update are ``expattn.core.hopfield``'s (``hopfield_energy``, ``hopfield_update`` live there).
 
 ``Hopfield`` retrieves state patterns from stored patterns given as inputs (``hopfield_layers``
 builds ``HopfieldLayer`` and ``HopfieldPooling`` on it). By default nothing is normalized or
@@ -22,91 +23,10 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor, nn
 
+from expattn.core.hopfield import energy_from_log_normalizer, hopfield_logits, hopfield_weights
 from expattn.nn.carriers import softmax_with_log_normalizer
 
 MAX_STEPS = 10_000
-
-
-def _check_beta(beta: float | Tensor) -> Tensor | float:
-    if isinstance(beta, Tensor):
-        if not beta.is_floating_point():
-            raise TypeError(f"beta must be a float or a floating tensor, got dtype {beta.dtype}")
-        if not (torch.isfinite(beta).all() and (beta > 0).all()):
-            raise ValueError("beta must be finite and > 0 everywhere")
-        return beta.unsqueeze(-1)  # broadcasts over (*batch, query) -> (*batch, query, 1)
-    if not isinstance(beta, int | float) or isinstance(beta, bool) or not math.isfinite(beta) or beta <= 0:
-        raise ValueError(f"beta must be a finite number > 0, got {beta!r}")
-    return float(beta)
-
-
-def _logits(xi: Tensor, patterns: Tensor, beta: Tensor | float, mask: Tensor | None) -> Tensor:
-    """$\\beta X\\xi$ with $-\\infty$ on masked patterns, ``(*B, Q, N)``; checks shapes."""
-    for name, x in (("xi", xi), ("patterns", patterns)):
-        if not isinstance(x, Tensor) or not x.is_floating_point():
-            raise TypeError(f"{name} must be a floating torch.Tensor, got {getattr(x, 'dtype', type(x).__name__)}")
-        if x.ndim < 2:
-            raise ValueError(f"{name} must have shape (*batch, n, dim), got {tuple(x.shape)}")
-    if xi.shape[-1] != patterns.shape[-1]:
-        raise ValueError(f"xi has dimension {xi.shape[-1]}, expected {patterns.shape[-1]} to match patterns")
-    logits = (beta * xi) @ patterns.mT  # (*B, Q, N); scaling xi is cheaper than the logits
-    if mask is not None:
-        if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
-            raise TypeError(f"mask must be a bool tensor (True = keep), got {getattr(mask, 'dtype', type(mask))}")
-        if mask.shape[-1] != patterns.shape[-2]:
-            raise ValueError(f"mask has {mask.shape[-1]} entries on its last axis, expected {patterns.shape[-2]}")
-        if not mask.any(-1).all():
-            raise ValueError("mask removes every stored pattern of some batch element")
-        logits = logits.masked_fill(~mask.unsqueeze(-2), -torch.inf)
-    return logits
-
-
-def _softmax(logits: Tensor) -> Tensor:
-    """``softmax_with_log_normalizer(logits)[0]`` without the log-normalizer: the same weights."""
-    if logits.dtype in (torch.float16, torch.bfloat16):  # reduce in float32, as the fused version does
-        return torch.softmax(logits.float(), dim=-1).to(logits.dtype)
-    return torch.softmax(logits, dim=-1)
-
-
-def hopfield_energy(
-    xi: Float[Tensor, "*batch query dim"],
-    patterns: Float[Tensor, "*batch pattern dim"],
-    beta: float | Float[Tensor, "*#batch"] = 1.0,
-    mask: Bool[Tensor, "*batch pattern"] | None = None,
-) -> Float[Tensor, "*batch query"]:
-    r"""Modern Hopfield energy (claim D1), without its constant.
-
-    $$E(\xi) = \tfrac12 \xi^\top\xi - \beta^{-1}\operatorname{logsumexp}_n(\beta\, x_n^\top\xi)$$
-
-    Args:
-        xi: state patterns ``(*batch, query, dim)``.
-        patterns: stored patterns $X$ as rows, ``(*batch, pattern, dim)``.
-        beta: inverse temperature > 0, a float or a tensor broadcasting to ``*batch`` (e.g.
-            ``(head, 1)`` for per-head values on ``(batch, head, query, dim)`` inputs).
-        mask: bool ``(*batch, pattern)``, True = pattern stored.
-
-    Returns:
-        ``(*batch, query)``. Seed 001; 004 prints it with the minus signs lost.
-    """
-    b = _check_beta(beta)
-    lse = torch.logsumexp(_logits(xi, patterns, b, mask), dim=-1)
-    b = b.squeeze(-1) if isinstance(b, Tensor) else b
-    return 0.5 * (xi * xi).sum(-1) - lse / b
-
-
-def hopfield_update(
-    xi: Float[Tensor, "*batch query dim"],
-    patterns: Float[Tensor, "*batch pattern dim"],
-    beta: float | Float[Tensor, "*#batch"] = 1.0,
-    mask: Bool[Tensor, "*batch pattern"] | None = None,
-) -> Float[Tensor, "*batch query dim"]:
-    r"""One modern Hopfield update (claim D1), the gradient of the log-sum-exp term.
-
-    $$\xi^{\mathrm{new}} = X^\top \operatorname{softmax}(\beta X \xi)
-    = \nabla_\xi\, \beta^{-1}\operatorname{logsumexp}(\beta X\xi)$$
-
-    Args and shapes as ``hopfield_energy``. Returns ``(*batch, query, dim)``.
-    """
-    return torch.softmax(_logits(xi, patterns, _check_beta(beta), mask), dim=-1) @ patterns
 
 
 @dataclass(frozen=True)
@@ -295,26 +215,26 @@ class Hopfield(nn.Module):
         eps = c.update_steps_eps if c.update_steps_eps is not None else (1e-6 if c.update_steps_max is None else None)
         energies: list[Tensor] = []
         converged, at_last = eps is None, False
-        logits = _logits(xi, keys, beta, mask)  # (B, H, Q, N)
+        logits = hopfield_logits(xi, keys, beta, mask)  # (B, H, Q, N)
         for step in range(1, steps_max + 1):
             if need_energy:
                 weights, lse = softmax_with_log_normalizer(logits)  # (B, H, Q, N), (B, H, Q)
-                energies.append(0.5 * (xi * xi).sum(-1) - lse / beta.squeeze(-1))
+                energies.append(energy_from_log_normalizer(xi, lse, beta.squeeze(-1)))
             else:
-                weights = _softmax(logits)  # (B, H, Q, N); no log-normalizer nobody reads
+                weights = hopfield_weights(logits)  # (B, H, Q, N); no log-normalizer nobody reads
             at_last = step == steps_max
             if at_last and not (same or need_energy or eps is not None):
                 break  # the readout below is all that is left
-            new = weights @ keys  # (B, H, Q, d)
+            new = weights @ keys  # (B, H, Q, d): the update X^T softmax(beta X xi)
             if eps is not None and (new - xi).abs().amax().item() <= eps:
                 converged = at_last = True
             xi = new
             if at_last:
                 break
-            logits = _logits(xi, keys, beta, mask)
+            logits = hopfield_logits(xi, keys, beta, mask)
         if need_energy:
-            lse = softmax_with_log_normalizer(_logits(xi, keys, beta, mask))[1]
-            energies.append(0.5 * (xi * xi).sum(-1) - lse / beta.squeeze(-1))
+            lse = softmax_with_log_normalizer(hopfield_logits(xi, keys, beta, mask))[1]
+            energies.append(energy_from_log_normalizer(xi, lse, beta.squeeze(-1)))
         out = xi if same else weights @ values  # (B, H, Q, d_v)
         out = out.transpose(1, 2).flatten(-2)  # (B, Q, H*d)
         if self.out_proj is not None:
