@@ -24,10 +24,9 @@ half instead of reading a ``(query, key)`` mask.
 A query row whose keys are all masked has an empty carrier: its output is zero, its weights are
 zero and its log-normalizer is $-\infty$ (no NaN, zero gradient).
 
-These are the fused, batched forms of the core measures: with values = keys each carrier's output,
-weights and $G$ equal those of ``expattn.core.empirical.Empirical`` and
-``expattn.core.mixture.GaussianMixture`` (``mean``, ``log_normalizer``; ``lower_bound_mean``,
-``lower_bound`` for Jensen's bound) on the keys, to float64 round-off (``tests/unit/test_carriers_core.py``).
+With values = keys each carrier's output, weights and $G$ are those of the core measure on the keys
+(``core.empirical.Empirical``, ``core.mixture.GaussianMixture`` and its Jensen bound), to float64
+round-off: ``tests/unit/test_carriers_core.py`` compares them.
 """
 
 from __future__ import annotations
@@ -190,8 +189,6 @@ def register_carrier(name: str) -> Callable[[type[Carrier]], type[Carrier]]:
     """
 
     def decorate(cls: type[Carrier]) -> type[Carrier]:
-        if not (isinstance(cls, type) and issubclass(cls, Carrier)):
-            raise TypeError(f"register_carrier decorates Carrier subclasses, got {cls!r}")
         for prop in ("uses_keys", "softmax"):
             if not isinstance(getattr(cls, prop, None), bool):
                 raise TypeError(f"carrier {name!r} ({cls.__name__}) must declare {prop} as a bool class attribute")
