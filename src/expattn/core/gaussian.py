@@ -18,7 +18,7 @@ from torch import Tensor
 
 from expattn.core import draws
 from expattn.core.measure import Measure
-from expattn.core.validate import as_tensor, check_finite, check_ndim, check_positive_definite
+from expattn.core.validate import as_tensor, check_finite, check_ndim, check_positive_definite, working
 
 
 def _quad(matrix: Tensor, vector: Tensor) -> Tensor:
@@ -28,12 +28,13 @@ def _quad(matrix: Tensor, vector: Tensor) -> Tensor:
 
 def gaussian_log_density(x: Tensor, loc: Tensor, chol: Tensor) -> Tensor:
     r"""$\log\mathcal{N}(x; m, LL^\top)$ with broadcasting: ``x``, ``loc`` ``(..., D)``, ``chol`` ``(..., D, D)``."""
-    diff = (x - loc).unsqueeze(-1)  # (..., D, 1)
+    out_dtype = x.dtype
+    diff = working(x - loc).unsqueeze(-1).to(chol.dtype)  # (..., D, 1); float32 for half precision
     chol = chol.expand(*torch.broadcast_shapes(diff.shape[:-2], chol.shape[:-2]), *chol.shape[-2:])
     white = torch.linalg.solve_triangular(chol, diff.expand(*chol.shape[:-2], *diff.shape[-2:]), upper=False)
     log_det = 2 * torch.log(torch.diagonal(chol, dim1=-2, dim2=-1)).sum(-1)
     dim = x.shape[-1]
-    return -0.5 * (white.squeeze(-1).pow(2).sum(-1) + log_det + dim * math.log(2 * math.pi))
+    return (-0.5 * (white.squeeze(-1).pow(2).sum(-1) + log_det + dim * math.log(2 * math.pi))).to(out_dtype)
 
 
 class Gaussian(Measure):
@@ -110,7 +111,7 @@ class Gaussian(Measure):
             raise ValueError(f"num_samples must be >= 1, got {num_samples}")
         loc = self.mean(eta)  # (*B, Q, D)
         z = draws.randn((num_samples, *loc.shape), loc, generator)
-        return loc + (self.chol.unsqueeze(-3) @ z.unsqueeze(-1)).squeeze(-1)
+        return loc + (self.chol.unsqueeze(-3).to(z.dtype) @ z.unsqueeze(-1)).squeeze(-1)
 
     def _log_det(self) -> Tensor:
         return 2 * torch.log(torch.diagonal(self.chol, dim1=-2, dim2=-1)).sum(-1)  # (*B,)
@@ -156,5 +157,6 @@ class Gaussian(Measure):
         diff = m - self._loc()  # (*B, Q, D)
         chol = self.chol.unsqueeze(-3)
         chol = chol.expand(*torch.broadcast_shapes(diff.shape[:-1], chol.shape[:-2]), self.dim, self.dim)
-        eta_star = torch.cholesky_solve(diff.expand(*chol.shape[:-1]).unsqueeze(-1), chol).squeeze(-1)
+        rhs = diff.expand(*chol.shape[:-1]).unsqueeze(-1).to(chol.dtype)
+        eta_star = torch.cholesky_solve(rhs, chol).squeeze(-1).to(diff.dtype)
         return 0.5 * (diff * eta_star).sum(-1), eta_star

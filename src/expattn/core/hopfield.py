@@ -19,6 +19,9 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
+from expattn.core.validate import check_finite, check_output
+from expattn.validation import validate_enabled
+
 
 def check_beta(beta: float | Tensor) -> Tensor | float:
     """``beta`` > 0 and finite, as a float or a floating tensor unsqueezed to broadcast over ``(*batch, query, 1)``."""
@@ -31,6 +34,14 @@ def check_beta(beta: float | Tensor) -> Tensor | float:
     if not isinstance(beta, int | float) or isinstance(beta, bool) or not math.isfinite(beta) or beta <= 0:
         raise ValueError(f"beta must be a finite number > 0, got {beta!r}")
     return float(beta)
+
+
+OVERFLOW = "the logits beta * X xi overflow the floating range; scale the patterns or beta down"
+
+
+def _check_inputs(xi: Tensor, patterns: Tensor) -> None:
+    check_finite("xi", xi)
+    check_finite("patterns", patterns)
 
 
 def hopfield_logits(
@@ -50,6 +61,8 @@ def hopfield_logits(
             raise ValueError(f"{name} must have shape (*batch, n, dim), got {tuple(x.shape)}")
     if xi.shape[-1] != patterns.shape[-1]:
         raise ValueError(f"xi has dimension {xi.shape[-1]}, expected {patterns.shape[-1]} to match patterns")
+    if patterns.shape[-2] == 0:
+        raise ValueError("patterns must hold at least one stored pattern, got none")
     logits = (beta * xi) @ patterns.mT  # (*B, Q, N); scaling xi is cheaper than the logits
     if mask is not None:
         if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
@@ -96,8 +109,11 @@ def hopfield_energy(
         ``(*batch, query)``. Seed 001; 004 prints it with the minus signs lost.
     """
     b = check_beta(beta)
-    lse = torch.logsumexp(hopfield_logits(xi, patterns, b, mask), dim=-1)
-    return energy_from_log_normalizer(xi, lse, b.squeeze(-1) if isinstance(b, Tensor) else b)
+    logits = hopfield_logits(xi, patterns, b, mask)
+    _check_inputs(xi, patterns)
+    lse = torch.logsumexp(logits, dim=-1)
+    energy = energy_from_log_normalizer(xi, lse, b.squeeze(-1) if isinstance(b, Tensor) else b)
+    return check_output("hopfield_energy", energy, OVERFLOW) if validate_enabled() else energy
 
 
 def hopfield_update(
@@ -113,7 +129,10 @@ def hopfield_update(
 
     Args and shapes as ``hopfield_energy``. Returns ``(*batch, query, dim)``.
     """
-    return hopfield_weights(hopfield_logits(xi, patterns, check_beta(beta), mask)) @ patterns
+    logits = hopfield_logits(xi, patterns, check_beta(beta), mask)
+    _check_inputs(xi, patterns)
+    new = hopfield_weights(logits) @ patterns
+    return check_output("hopfield_update", new, OVERFLOW) if validate_enabled() else new
 
 
 def hopfield_weights(logits: Float[Tensor, "*batch query pattern"]) -> Float[Tensor, "*batch query pattern"]:

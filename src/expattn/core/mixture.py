@@ -174,7 +174,7 @@ class GaussianMixture(Measure):
         comp = comp.T.reshape(num_samples, *r.shape[:-1])  # (S, *B, Q)
         means = self.component_means(eta)  # (*B, Q, C, D)
         z = draws.randn((num_samples, *means.shape[:-2], self.dim), means, generator)
-        points = means + (self.component_chol.unsqueeze(-4) @ z[..., None, :, None]).squeeze(-1)  # (S, *B, Q, C, D)
+        points = means + (self.component_chol.unsqueeze(-4).to(z.dtype) @ z[..., None, :, None]).squeeze(-1)
         index = comp[..., None, None].expand(*comp.shape, 1, self.dim)
         return torch.gather(points, -2, index).squeeze(-2)
 

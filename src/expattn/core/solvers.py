@@ -25,7 +25,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from expattn.core.validate import as_tensor, check_finite
+from expattn.core.validate import as_tensor, check_finite, working
 
 FixedPointMap = Callable[[Tensor], Tensor]
 
@@ -249,7 +249,7 @@ def anderson(
         h = h / scale.clamp_min(torch.finfo(z.dtype).tiny)[:, None, None]
         border[:, 1:, 1:] = h + torch.diag_embed(1 - kept) + ridge
         border[:, 0, 1:], border[:, 1:, 0] = kept, kept
-        alpha = torch.linalg.solve(border, rhs)[:, 1:].mT  # (B, 1, m)
+        alpha = torch.linalg.solve(working(border), working(rhs))[:, 1:].mT.to(z.dtype)  # (B, 1, m)
         z = (alpha @ fs)[:, 0]
         if mixing < 1:
             z = mixing * z + (1 - mixing) * (alpha @ zs)[:, 0]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from expattn.validation import validate_enabled
+
 
 def as_tensor(name: str, value: object) -> Tensor:
     """Return ``value`` as a floating tensor or raise ``TypeError`` naming ``name``."""
@@ -16,6 +18,11 @@ def as_tensor(name: str, value: object) -> Tensor:
 
 
 def check_finite(name: str, value: Tensor) -> Tensor:
+    """``require_finite`` unless ``expattn.validation`` is switched off (``set_validate(False)``)."""
+    return require_finite(name, value) if validate_enabled() else value
+
+
+def require_finite(name: str, value: Tensor) -> Tensor:
     """Raise ``ValueError`` if ``value`` holds NaN or infinity (nothing becomes NaN silently).
 
     Fast path: a NaN or an infinity makes the sum non-finite, so a finite sum proves every entry
@@ -38,9 +45,22 @@ def check_ndim(name: str, value: Tensor, at_least: int, shape_hint: str) -> Tens
     return value
 
 
+HALF = (torch.float16, torch.bfloat16)
+
+
+def working(value: Tensor) -> Tensor:
+    """``value`` in the precision factorisations run in: float32 for float16/bfloat16 (whose CPU kernels
+    have no Cholesky, eigh or solve), its own dtype otherwise. Results are cast back by the caller."""
+    return value.float() if value.dtype in HALF else value
+
+
 def check_positive_definite(name: str, cov: Tensor) -> Tensor:
-    """Check a (..., D, D) covariance is symmetric positive definite; return its Cholesky factor."""
+    """Check a (..., D, D) covariance is symmetric positive definite; return its Cholesky factor.
+
+    The factor of a float16/bfloat16 covariance is computed and returned in float32 (``working``).
+    """
     check_finite(name, cov)
+    cov = working(cov)
     if cov.ndim < 2 or cov.shape[-1] != cov.shape[-2]:
         raise ValueError(f"{name} must be a square (..., D, D) matrix, got {tuple(cov.shape)}")
     scale = cov.abs().amax().clamp_min(1.0)
@@ -69,3 +89,14 @@ def check_mask(name: str, mask: Tensor | None, shape: torch.Size) -> Tensor | No
     if not mask.any(dim=-1).all():
         raise ValueError(f"{name} removes every atom of some row; keep at least one per row")
     return mask
+
+
+def check_output(name: str, value: Tensor, cause: str) -> Tensor:
+    """Raise ``ValueError`` if ``value``, computed from inputs already checked finite, holds NaN or infinity.
+
+    Callers decide whether to check (``expattn.validation``); ``cause`` says what overflowed.
+    """
+    with torch.no_grad():
+        if not bool(torch.isfinite(value).all()):
+            raise ValueError(f"{name} is not finite although its inputs are: {cause}")
+    return value

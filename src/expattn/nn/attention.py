@@ -23,9 +23,11 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor, nn
 
+from expattn.core.validate import check_finite, check_output, require_finite
 from expattn.nn.carriers import Carrier, CarrierOutput, make_carrier
 from expattn.nn.hooks import HookPoint
 from expattn.nn.masks import attention_mask
+from expattn.validation import validate_enabled
 
 Rotary = Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]
 
@@ -101,7 +103,12 @@ def exp_fam_attention(
         raise ValueError(f"scale (beta) must be a finite number > 0, got {scale!r}")
     if isinstance(carrier, str):
         carrier = make_carrier(carrier, num_heads=heads, head_dim=dim).to(q.device, q.dtype)
-    return _attend(q, k, v, carrier, key_padding_mask, attn_mask, causal, float(scale), need_weights)
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        check_finite(name, x)
+    out = _attend(q, k, v, carrier, key_padding_mask, attn_mask, causal, float(scale), need_weights)
+    if validate_enabled():
+        check_output("attention output", out.output, OVERFLOW)
+    return out
 
 
 def _attend(
@@ -119,6 +126,8 @@ def _attend(
     )
     return carrier(q, k, v, None if mask is None else mask.to(q.device), scale, need_weights)
 
+
+OVERFLOW = "the logits beta * q.k overflow the floating range; scale the inputs or beta down"
 
 # Open ``explicit_attention`` blocks. A plain module global rather than a ContextVar: torch.compile
 # traces a global read (and guards on its value) but breaks the graph at ``ContextVar.get``.
@@ -268,6 +277,7 @@ class ExpFamAttention(nn.Module):
         self._dim, self._scale = c.dim, float(c.scale)
         self.out_proj = nn.Linear(c.num_heads * c.dim, c.embed_dim, bias=c.bias)
         self.carrier = make_carrier(c.carrier, num_heads=c.num_heads, head_dim=c.dim, **dict(c.carrier_options))
+        self.validate_args: bool | None = None  # None: follow expattn.validation's global switch
         self.hook_weights = HookPoint()
         self.hook_log_normalizer = HookPoint()
         self.last_weights: Tensor | None = None
@@ -319,8 +329,14 @@ class ExpFamAttention(nn.Module):
         """
         c = self.config
         _check_input("query", query, c.embed_dim)
+        check = validate_enabled(self.validate_args)
         key = query if key is None else key
         value = key if value is None else value
+        if check:
+            require_finite("query", query)
+            for name, x in (("key", key), ("value", value)):
+                if x is not query:
+                    require_finite(name, x)
         packed = self.in_proj_weight is not None and key is query and value is query  # one product, [W_q; W_k; W_v]
         if packed:
             q, k, v = torch.nn.functional.linear(query, self.in_proj_weight, self.in_proj_bias).split(self._sizes, -1)
@@ -345,6 +361,8 @@ class ExpFamAttention(nn.Module):
             q, k, v, self.carrier, key_padding_mask, attn_mask, c.causal if is_causal is None else is_causal,
             self._scale, stats or _explicit_depth > 0,
         )
+        if check:
+            check_output("attention output", out.output, OVERFLOW)
         if stats or self.last_weights is not None or self.last_log_normalizer is not None:  # no Module.__setattr__
             self.last_weights = self.hook_weights(out.weights) if stats else None
             self.last_log_normalizer = self.hook_log_normalizer(out.log_normalizer) if stats else None

@@ -381,8 +381,8 @@ class MixtureLowerBoundCarrier(_CovarianceCarrier):
         heads = q.shape[1]
         k, v = _expand_kv(k, heads), _expand_kv(v, heads)  # (B, H, K, D)
         sigma_eta, quad = self._linear_term(q, scale, need_stats)
-        if mask is None:
-            pi = q.new_full((1, 1, 1, k.shape[-2]), 1.0 / k.shape[-2])
+        if mask is None:  # no keys at all: an empty carrier, like a fully masked row
+            pi = q.new_full((1, 1, 1, k.shape[-2]), 1.0 / max(k.shape[-2], 1))
         else:
             bias = mask.to(q.dtype).log() if mask.dtype == torch.bool else mask.to(q.dtype)
             dead = _dead_rows(mask)

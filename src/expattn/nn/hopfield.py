@@ -23,8 +23,10 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor, nn
 
-from expattn.core.hopfield import energy_from_log_normalizer, hopfield_logits, hopfield_weights
+from expattn.core.hopfield import OVERFLOW, energy_from_log_normalizer, hopfield_logits, hopfield_weights
+from expattn.core.validate import check_output, require_finite
 from expattn.nn.carriers import softmax_with_log_normalizer
+from expattn.validation import validate_enabled
 
 MAX_STEPS = 10_000
 
@@ -157,6 +159,7 @@ class Hopfield(nn.Module):
         self.stored_proj = linear(c.stored_size, c.hidden_size)
         self.value_proj = linear(c.projection_size, c.value_size)
         self.out_proj = linear(c.value_width, c.output_size)
+        self.validate_args: bool | None = None  # None: follow expattn.validation's global switch
 
     def _heads(self, x: Tensor) -> Tensor:
         return x.unflatten(-1, (self.config.num_heads, -1)).transpose(1, 2)  # (B, H, T, d)
@@ -205,6 +208,11 @@ class Hopfield(nn.Module):
                     f"got {tuple(stored_padding_mask.shape)}"
                 )
             mask = stored_padding_mask.unsqueeze(1)  # (B, 1, N)
+        check = validate_enabled(self.validate_args)
+        if check:
+            for name, x in (("state", state), ("stored", stored), ("pattern_projection", pattern_projection)):
+                if x is not None:
+                    require_finite(name, x)
         xi = self._heads(state if self.state_proj is None else self.state_proj(state))  # (B, H, Q, d)
         keys = self._heads(stored if self.stored_proj is None else self.stored_proj(stored))  # (B, H, N, d)
         values_in = stored if pattern_projection is None else pattern_projection
@@ -239,6 +247,8 @@ class Hopfield(nn.Module):
         out = out.transpose(1, 2).flatten(-2)  # (B, Q, H*d)
         if self.out_proj is not None:
             out = self.out_proj(out)
+        if check:
+            check_output("Hopfield output", out, OVERFLOW)
         energy = torch.stack(energies) if energies else xi.new_empty(0)
         return HopfieldResult(out, energy, weights, step, converged)
 

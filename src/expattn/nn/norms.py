@@ -28,7 +28,15 @@ import torch.nn.functional as F
 from jaxtyping import Float
 from torch import Tensor, nn
 
-from expattn.core.validate import as_tensor, check_finite, check_ndim, check_positive_definite
+from expattn.core.validate import (
+    as_tensor,
+    check_finite,
+    check_ndim,
+    check_output,
+    check_positive_definite,
+    require_finite,
+)
+from expattn.validation import validate_enabled
 
 
 @dataclass(frozen=True)
@@ -84,7 +92,10 @@ class Norm(nn.Module, ABC):
     """
 
     def forward(self, x: Float[Tensor, "*batch token dim"]) -> Float[Tensor, "*batch token dim"]:
-        return self.normalize(self.check_cloud(x))
+        y = self.normalize(self.check_cloud(x))
+        if validate_enabled(self.validate_args):
+            check_output(f"{type(self).__name__} output", y, "the cloud's moments overflow the floating range")
+        return y
 
     @abstractmethod
     def normalize(self, x: Float[Tensor, "*batch token dim"]) -> Float[Tensor, "*batch token dim"]:
@@ -93,19 +104,22 @@ class Norm(nn.Module, ABC):
     def __init__(self, config: NormConfig) -> None:
         super().__init__()
         self.config = config
+        self.validate_args: bool | None = None  # None: follow expattn.validation's global switch
 
     def check_cloud(self, x: Tensor) -> Tensor:
         as_tensor("x", x)
         check_ndim("x", x, 2, "(*batch, token, dim)")
         if x.shape[-1] != self.config.dim:
             raise ValueError(f"x has last dimension {x.shape[-1]}, expected dim={self.config.dim}")
-        return check_finite("x", x)
+        return require_finite("x", x) if validate_enabled(self.validate_args) else x
 
     def contraction(self, x: Float[Tensor, "*batch token dim"]) -> Float[Tensor, "*batch"]:
         r"""Measured contraction factor $\operatorname{spread}(N(x)) / \operatorname{spread}(x)$.
 
         Below one: the normalization shrinks the cloud around its centroid (claim B4).
         """
+        if x.ndim >= 2 and x.shape[-2] == 0:
+            raise ValueError("x has no tokens; the contraction factor of an empty cloud is undefined")
         with torch.no_grad():
             before = spread(self.check_cloud(x))
             if (before == 0).any():
@@ -201,7 +215,7 @@ class Whitening(Norm):
         then shows in the caller's loss) so that the map traces as one graph.
         """
         tokens, d = x.shape[-2], x.shape[-1]
-        if tokens <= d and self.config.ridge == 0:
+        if tokens == 0 or (tokens <= d and self.config.ridge == 0):
             raise ValueError(f"whitening needs more tokens than features (or ridge > 0), got token={tokens}, dim={d}")
         half = x.dtype in (torch.float16, torch.bfloat16)
         with torch.autocast(x.device.type, enabled=False):
@@ -211,11 +225,14 @@ class Whitening(Norm):
             checked = not torch.compiler.is_compiling()
             if self.config.ridge > 0:  # then the condition number is at most 1 + D / ridge by construction
                 level = torch.diagonal(cov, dim1=-2, dim2=-1).mean(-1)  # (*B,) tr(S) / D
-                if checked and (level <= 0).any():
-                    raise ValueError("x holds a cloud of identical tokens; whitening is undefined")
+                if checked and not bool(((level > 0) & torch.isfinite(level)).all()):
+                    raise ValueError("x holds a cloud of identical tokens or one whose covariance overflows; "
+                                     "whitening is undefined")
                 eye = torch.eye(d, dtype=cov.dtype, device=cov.device)
                 cov = cov + (self.config.ridge * level)[..., None, None] * eye
             elif checked:
+                if not bool(torch.isfinite(cov).all()):
+                    raise ValueError("x holds a cloud whose covariance overflows; whitening is undefined")
                 evals = torch.linalg.eigvalsh(cov)
                 if (evals[..., 0] <= 1e3 * torch.finfo(cov.dtype).eps * evals[..., -1]).any():
                     raise ValueError("x holds a cloud with singular covariance; whitening is undefined (set ridge > 0)")
