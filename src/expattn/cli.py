@@ -13,6 +13,7 @@ from typing import Annotated, NoReturn
 import typer
 from rich.console import Console
 
+from expattn.seeds import check_seed
 from expattn.terminal import error, plain, say
 
 app = typer.Typer(
@@ -40,6 +41,14 @@ def verbose_loading(verbose: bool) -> None:
         logging.getLogger("expattn").setLevel(logging.INFO)
 
 
+def checked_seed(seed: int) -> int:
+    """``seed`` if it follows the one rule for seeds (``expattn.seeds``), else a one-line error."""
+    try:
+        return check_seed(seed)
+    except (TypeError, ValueError) as err:
+        fail(str(err))
+
+
 def parse_ids(only: str | None) -> list[str] | None:
     if only is None:
         return None
@@ -56,6 +65,7 @@ def verify(
     seed: Annotated[int, typer.Option(help="Seed of the random draws.")] = 0,
 ) -> None:
     """Check every exact claim (identities and inequalities) numerically; exit 0 iff all pass."""
+    checked_seed(seed)
     from expattn.commands.verify import run_verify
 
     try:
@@ -82,6 +92,7 @@ def report(
     verbose: Annotated[bool, typer.Option("--verbose", help="Show the model loaders' own reports.")] = False,
 ) -> None:
     """Run verify, simulate, probe and train and write one shareable report; exit 0 iff nothing failed."""
+    checked_seed(seed)
     from expattn.commands.report import ReportConfig, run_report, summary_table
 
     names = tuple(m.strip() for m in models.split(",") if m.strip())
@@ -102,10 +113,10 @@ def report(
 @app.command()
 def train(
     out: Annotated[Path, typer.Option(help="Output folder: metrics.jsonl, checkpoint, config (sweeps: one per run).")],
-    carrier: Annotated[str, typer.Option(help="Attention carrier: empirical, gaussian_mixture, ...")] = "empirical",
-    norm: Annotated[str, typer.Option(help="Normalization: layernorm, rmsnorm, sphere, whitening, identity.")] = (
-        "layernorm"
-    ),
+    carrier: Annotated[str | None, typer.Option(help="Attention carrier: empirical, gaussian_mixture, ... "
+                                                     "[empirical]")] = None,
+    norm: Annotated[str | None, typer.Option(help="Normalization: layernorm, rmsnorm, sphere, whitening, identity "
+                                                  "[layernorm].")] = None,
     layers: Annotated[int | None, typer.Option(help="Depth [4; sweeps 2].")] = None,
     dim: Annotated[int | None, typer.Option(help="Width [128; sweeps 64].")] = None,
     heads: Annotated[int, typer.Option(help="Attention heads.")] = 4,
@@ -138,8 +149,15 @@ def train(
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
 ) -> None:
     """Train a small character-level LM (nanoGPT's Shakespeare recipe by default); torchrun-aware."""
+    checked_seed(seed)
     from expattn.commands.train import train_command
 
+    swept = {"norms": ("norm", norm), "carriers": ("carrier", carrier)}.get(sweep or "")
+    if swept is not None and swept[1] is not None:
+        fail(f"--sweep {sweep} trains one model per {swept[0]}: leave out --{swept[0]} (got {swept[1]!r})")
+    if sweep == "carriers" and implicit:
+        fail("--sweep carriers already trains an implicit model: leave out --implicit")
+    carrier, norm = carrier or "empirical", norm or "layernorm"
     try:
         train_command(
             out=out, sweep=sweep, console=console, layers=layers, dim=dim, iters=iters, eval_every=eval_every,
@@ -159,7 +177,7 @@ def probe(
     out: Annotated[Path, typer.Option(help="Output folder (created; must not exist or be empty).")],
     model: Annotated[str, typer.Option(help="minilm, smollm2, a local HuggingFace model directory, or the model/ "
                                            "folder of an `expattn train` run.")] = "minilm",
-    corpus: Annotated[str, typer.Option(help="Built-in corpus (shakespeare).")] = "shakespeare",
+    corpus: Annotated[str | None, typer.Option(help="Built-in corpus (shakespeare) [shakespeare].")] = None,
     text: Annotated[Path | None, typer.Option(help="UTF-8 text file to read instead of the corpus.")] = None,
     tokens: Annotated[int, typer.Option(help="Number of tokens to read.")] = 20_000,
     seq_len: Annotated[int, typer.Option(help="Tokens per sequence, special tokens included.")] = 128,
@@ -171,11 +189,15 @@ def probe(
     verbose: Annotated[bool, typer.Option("--verbose", help="Show the model loader's own report.")] = False,
 ) -> None:
     """Measure hypotheses E1-E8 on a pretrained transformer and real text; writes results.json and plots."""
+    checked_seed(seed)
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from expattn.commands.probe import ProbeConfig, probe_to_dir
 
     verbose_loading(verbose)
+    if corpus is not None and text is not None:
+        fail(f"give --corpus or --text, not both (got --corpus {corpus!r} and --text {str(text)!r})")
+    corpus = corpus or "shakespeare"
     config = ProbeConfig(model=model, corpus=corpus, text=None if text is None else str(text), tokens=tokens,
                          seq_len=seq_len, seed=seed, hypotheses=tuple(h.strip().upper() for h in hypotheses.split(",")))
     columns = (TextColumn("probe {task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} tokens"),
@@ -218,6 +240,7 @@ def simulate(
     dim: Annotated[int | None, typer.Option(help="custom: dimension of a generated cloud [16].")] = None,
 ) -> None:
     """Run the dynamics presets (B2-B7, sphere clusters) or a custom run; writes results.json and PNGs."""
+    checked_seed(seed)
     from expattn.commands.simulate import CUSTOM, CustomRun, SimulateConfig, run_simulate
 
     names = [p.strip() for p in preset.split(",") if p.strip()]

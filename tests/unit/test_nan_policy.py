@@ -36,7 +36,7 @@ MODULES = list(_modules())
 def test_non_finite_input_raises_naming_it(name, module, call, position, bad, seed):
     x = torch.randn(2, 20, 8, generator=torch.Generator().manual_seed(seed))
     x.view(-1)[position] = bad
-    with pytest.raises(ValueError, match="(x|query|state) must be finite"):
+    with pytest.raises(ValueError, match=r"(x|query|state) must be finite"):
         call(module, x)
 
 
@@ -47,7 +47,7 @@ OVERFLOWING = [m for m in MODULES if m[0] in ("attention", "hopfield", "layernor
 def test_logits_overflowing_float32_raise_instead_of_nan(name, module, call):
     """Inputs of size 1e20 are finite, but their products (1e40) exceed float32's 3.4e38."""
     x = torch.randn(2, 20, 8, generator=torch.Generator().manual_seed(1)) * 1e20
-    with pytest.raises(ValueError, match="not finite although its inputs are|overflows"):
+    with pytest.raises(ValueError, match=r"not finite although its inputs are|overflows"):
         call(module, x)
 
 

@@ -36,6 +36,7 @@ from expattn.report.markdown import render_markdown
 from expattn.report.table import records_frame
 from expattn.results.files import staged, write_json_atomic
 from expattn.results.record import Record, load_records, results_document
+from expattn.seeds import check_seed
 
 PROBE_IDS = tuple(e.id for e in ENTRIES if e.probe)
 STAGES = ("verify", "simulate", "probe", "train")
@@ -69,8 +70,7 @@ class ReportConfig:
             raise TypeError(f"out_dir must be a pathlib.Path, got {type(self.out_dir).__name__}")
         if not isinstance(self.models, tuple) or not all(isinstance(m, str) and m for m in self.models):
             raise TypeError(f"models must be a tuple of non-empty strings, got {self.models!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise ValueError(f"seed must be a non-negative integer, got {self.seed!r}")
+        check_seed(self.seed)
         if not isinstance(self.stages, tuple) or not all(isinstance(s, str) for s in self.stages):
             raise TypeError(f"stages must be a tuple of stage names, got {self.stages!r}")
         unknown = [s for s in self.stages if s not in STAGES]

@@ -25,6 +25,7 @@ from expattn.dynamics.run import run
 from expattn.nn.norms import NormConfig, build_norm
 from expattn.results.files import staged, write_json_atomic
 from expattn.results.record import Record, results_document
+from expattn.seeds import check_seed
 from expattn.terminal import plain, say
 
 CUSTOM = "custom"
@@ -88,8 +89,7 @@ class SimulateConfig:
     custom: CustomRun | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise ValueError(f"seed must be a non-negative integer, got {self.seed!r}")
+        check_seed(self.seed)
 
 
 def _load_array(path: str, name: str, kinds: tuple[str, ...] = ()) -> torch.Tensor:

@@ -42,6 +42,7 @@ from expattn.probes.e8_heads import E8Heads
 from expattn.probes.loading import load_pretrained, read_config, resolve_model_dir
 from expattn.probes.stats import poisson_weights
 from expattn.results.record import Record, enforce_controls
+from expattn.seeds import check_seed
 
 ESTIMATORS = (E1Expansion, E2Normalization, E3Gaussianity, E4Alignment, E5Gradient, E6Mlp, E7Collapse, E8Heads)
 HYPOTHESES = tuple(cls.claim for cls in ESTIMATORS)
@@ -98,6 +99,7 @@ class ProbeConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        check_seed(self.seed)
         chosen = self.hypotheses
         if not isinstance(chosen, tuple | list) or not chosen or not all(isinstance(h, str) for h in chosen):
             raise ValueError(f"hypotheses must be a non-empty sequence of ids among {HYPOTHESES}, got {chosen!r}")

@@ -33,6 +33,7 @@ from expattn.nn.carriers import carrier_class
 from expattn.nn.export import MODEL_DIR, export_model
 from expattn.nn.lm import LM, LMConfig
 from expattn.results.files import write_text_atomic
+from expattn.seeds import check_seed
 from expattn.train import distributed
 from expattn.train.checkpoint import CheckpointError, read_checkpoint, restore, save_checkpoint
 from expattn.train.data import SHAKESPEARE, SPLITS, CharCorpus
@@ -119,6 +120,7 @@ class TrainConfig:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         if self.batch % self.grad_accum:
             raise ValueError(f"grad_accum must divide batch={self.batch}, got {self.grad_accum}")
+        check_seed(self.seed)
 
     def to_json(self) -> dict[str, Any]:
         """The config as JSON-safe values (paths as strings)."""
