@@ -27,8 +27,8 @@ def corpus(gen, tmp_path):
     return path
 
 
-COMMANDS = [["verify"], ["simulate", "--preset", "custom"], ["probe", "--out", "{tmp}/p"], ["train", "--out", "{tmp}/t"],
-            ["report", "--out", "{tmp}/r"]]
+COMMANDS = [["verify"], ["simulate", "--preset", "custom"], ["probe", "--out", "{tmp}/p"],
+            ["train", "--out", "{tmp}/t"], ["report", "--out", "{tmp}/r"]]
 
 
 @pytest.mark.parametrize("seed", ["-1", str(2**63), str(2**64), str(2**70)])
