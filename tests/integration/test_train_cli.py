@@ -78,8 +78,8 @@ def test_missing_corpus(tmp_path):
 
 def test_resume_errors(corpus, tmp_path):
     out = tmp_path / "run"
-    _one_line_error(_run("--out", out, "--corpus", corpus, *TINY, "--resume"), "does not exist")
-    assert _run("--out", out, "--corpus", corpus, *TINY).exit_code == 0
+    fresh = _run("--out", out, "--corpus", corpus, *TINY, "--resume")  # nothing to resume: starts at step 0
+    assert fresh.exit_code == 0 and "starting from step 0" in fresh.output, fresh.output
     _one_line_error(_run("--out", out, "--corpus", corpus, *TINY), "already holds a run")
     _one_line_error(_run("--out", out, "--corpus", corpus, *TINY, "--lr", "0.5", "--resume"), "lr")
     ckpt = out / "checkpoint.safetensors"

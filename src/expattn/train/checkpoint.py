@@ -4,9 +4,12 @@ Layout of the tensors:
 ``model.<name>`` parameters and buffers (a tied parameter once), ``optim.<i>.<key>`` the
 optimizer state of parameter ``i``, ``rng.<name>`` random generator states as uint8 tensors.
 The header metadata holds JSON: the configs, the iteration, the optimizer's parameter groups,
-and a SHA-256 of every tensor's bytes. Writing goes through a temporary file and a rename, so
-a crash leaves the previous checkpoint intact; loading verifies the digest, keys and shapes
-before touching the model, so a corrupt file is rejected and never half-loaded.
+the list of parts (which optimizer states and RNG states the file holds), and a SHA-256 of all of
+these header fields and every tensor's bytes: everything a resume reads is covered, and a file that
+lacks a part it lists, or a header field, is rejected with a message naming it. Writing goes
+through a temporary file and a rename, so a crash leaves the previous checkpoint intact; loading
+verifies the digest, keys and shapes before touching the model, so a corrupt file is rejected and
+never half-loaded.
 """
 
 from __future__ import annotations
@@ -26,7 +29,9 @@ from torch import Tensor, nn
 
 from expattn.results.files import write_bytes_atomic
 
-FORMAT = "expattn.checkpoint/1"
+FORMAT = "expattn.checkpoint/2"
+# Header fields covered by the digest (all but the digest itself).
+HASHED = ("format", "step", "meta", "param_groups", "parts")
 
 
 class CheckpointError(ValueError):
@@ -52,8 +57,10 @@ class Checkpoint:
     rng: dict[str, Tensor]
 
 
-def _digest(tensors: dict[str, Tensor]) -> str:
+def _digest(tensors: dict[str, Tensor], header: dict[str, str]) -> str:
     h = hashlib.sha256()
+    for key in HASHED:
+        h.update(f"{key}={len(header[key])}:{header[key]}|".encode())
     for name in sorted(tensors):
         t = tensors[name]
         h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
@@ -90,13 +97,15 @@ def save_checkpoint(
             raise TypeError(f"rng state {name!r} must be a uint8 tensor, got {value.dtype}")
         tensors[f"rng.{name}"] = value.cpu()
     tensors = {k: v.contiguous() for k, v in tensors.items()}
+    parts = {"optim": {str(i): sorted(entry) for i, entry in state["state"].items()}, "rng": sorted(rng)}
     header = {
         "format": FORMAT,
         "step": str(step),
         "meta": json.dumps(meta),
         "param_groups": json.dumps(state["param_groups"]),
-        "sha256": _digest(tensors),
+        "parts": json.dumps(parts),
     }
+    header["sha256"] = _digest(tensors, header)
     data = st_save(tensors, metadata=header)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_bytes_atomic(path, data, durable=True)
@@ -125,16 +134,23 @@ def read_checkpoint(path: str | os.PathLike) -> Checkpoint:
     except OSError as err:
         raise CheckpointError(f"checkpoint {str(path)!r} cannot be read: {err.strerror}") from err
     header = _header(data, path)
+    for key in (*HASHED, "sha256"):
+        if not isinstance(header.get(key), str):
+            raise CheckpointError(f"checkpoint {str(path)!r} lacks its header field {key!r}")
     try:
         tensors = st_load(data)
+    except Exception as err:  # safetensors raises its own error type for bad byte ranges
+        raise CheckpointError(f"checkpoint {str(path)!r} is corrupt: {err}") from err
+    if _digest(tensors, header) != header["sha256"]:
+        raise CheckpointError(f"checkpoint {str(path)!r} is corrupt: its SHA-256 does not match its contents")
+    try:
         step = int(header["step"])
         meta = json.loads(header["meta"])
         groups = json.loads(header["param_groups"])
-        digest = header["sha256"]
-    except Exception as err:  # safetensors raises its own error type for bad byte ranges
-        raise CheckpointError(f"checkpoint {str(path)!r} is corrupt: {err}") from err
-    if _digest(tensors) != digest:
-        raise CheckpointError(f"checkpoint {str(path)!r} is corrupt: its SHA-256 does not match its contents")
+        parts = json.loads(header["parts"])
+    except ValueError as err:
+        raise CheckpointError(f"checkpoint {str(path)!r} has an unreadable header field: {err}") from err
+    _check_parts(tensors, parts, path)
     model = {k[len("model.") :]: v for k, v in tensors.items() if k.startswith("model.")}
     rng = {k[len("rng.") :]: v for k, v in tensors.items() if k.startswith("rng.")}
     state: dict[int, dict[str, Tensor]] = {}
@@ -143,6 +159,21 @@ def read_checkpoint(path: str | os.PathLike) -> Checkpoint:
             _, i, key = k.split(".", 2)
             state.setdefault(int(i), {})[key] = v
     return Checkpoint(step, meta, model, {"state": state, "param_groups": groups}, rng)
+
+
+def _check_parts(tensors: dict[str, Tensor], parts: object, path: Path) -> None:
+    """Every optimizer and RNG state the header lists is present, and nothing else."""
+    if not (isinstance(parts, dict) and isinstance(parts.get("optim"), dict) and isinstance(parts.get("rng"), list)):
+        raise CheckpointError(f"checkpoint {str(path)!r} has an unreadable list of parts")
+    listed = {f"optim.{i}.{key}" for i, keys in parts["optim"].items() for key in keys}
+    listed |= {f"rng.{name}" for name in parts["rng"]}
+    held = {k for k in tensors if k.startswith(("optim.", "rng."))}
+    if listed - held:
+        first = sorted(listed - held)[0]
+        what = "optimizer state" if first.startswith("optim.") else "RNG state"
+        raise CheckpointError(f"checkpoint {str(path)!r} lacks its {what} {first!r}")
+    if held - listed:
+        raise CheckpointError(f"checkpoint {str(path)!r} holds an unlisted state {sorted(held - listed)[0]!r}")
 
 
 def restore(ckpt: Checkpoint, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:

@@ -34,16 +34,19 @@ from expattn.nn.export import MODEL_DIR, export_model
 from expattn.nn.lm import LM, LMConfig
 from expattn.results.files import write_text_atomic
 from expattn.seeds import check_seed
+from expattn.terminal import say
 from expattn.train import distributed
 from expattn.train.checkpoint import CheckpointError, read_checkpoint, restore, save_checkpoint
 from expattn.train.data import SHAKESPEARE, SPLITS, CharCorpus
+from expattn.train.lock import hold_run_folder
 from expattn.train.optim import adamw, learning_rate
 from expattn.train.step import DTYPES, LossTracker, autocast, grad_scaler, optimizer_step
 
 CHECKPOINT = "checkpoint.safetensors"
 METRICS = "metrics.jsonl"
-# Fields that may differ between a run and its resumption (they do not change any number).
-RESUMABLE = ("resume", "progress")
+# Fields that may differ between a run and its resumption (they do not change any number); ``out`` is
+# the folder the checkpoint was read from, however it is spelled (relative, absolute, moved).
+RESUMABLE = ("resume", "progress", "out")
 
 
 @dataclass(frozen=True)
@@ -184,28 +187,36 @@ def _check_resume(cfg: TrainConfig, stored: dict[str, Any]) -> None:
     # a setting added after the checkpoint was written had its default value then
     defaults = TrainConfig(out=cfg.out).to_json()
     stored = {**defaults, **stored, "model": {**defaults["model"], **stored.get("model", {})}}
-    diff = sorted(k for k in now if k not in RESUMABLE and now[k] != stored.get(k))
+    diff = sorted(k for k in now if k not in RESUMABLE and now[k] != stored.get(k)
+                  and not (k == "corpus" and _same_file(now[k], stored.get(k))))
     if diff:
         raise ValueError(
             f"--resume needs the run's own settings; these differ from the checkpoint: {', '.join(diff)}"
         )
 
 
+def _same_file(a: object, b: object) -> bool:
+    return isinstance(a, str) and isinstance(b, str) and Path(a).exists() and Path(a).resolve() == Path(b).resolve()
+
+
+def _check_folder(cfg: TrainConfig) -> None:
+    if not cfg.resume and ((cfg.out / CHECKPOINT).exists() or (cfg.out / METRICS).exists()):
+        raise ValueError(f"{str(cfg.out)!r} already holds a run: pass --resume or choose another --out")
+
+
 def prepare(cfg: TrainConfig) -> tuple[CharCorpus, LMConfig]:
     """Load and check the corpus, set the model's vocabulary, check the output folder.
 
+    ``resume`` without a checkpoint (a run killed before its first one) starts from step 0.
+
     Raises:
-        FileNotFoundError: missing corpus; ``ValueError``: context too long for the data, an
-        existing run without ``resume``, or ``resume`` without a checkpoint.
+        FileNotFoundError: missing corpus; ``ValueError``: context too long for the data, or an
+        existing run without ``resume``.
     """
     corpus = CharCorpus.load(cfg.corpus, split=cfg.split)
     corpus.check_context(cfg.model.context)
     model_cfg = dataclasses.replace(cfg.model, vocab_size=corpus.vocab_size)
-    ckpt = cfg.out / CHECKPOINT
-    if cfg.resume and not ckpt.is_file():
-        raise ValueError(f"--resume given but {str(ckpt)!r} does not exist")
-    if not cfg.resume and (ckpt.exists() or (cfg.out / METRICS).exists()):
-        raise ValueError(f"{str(cfg.out)!r} already holds a run: pass --resume or choose another --out")
+    _check_folder(cfg)
     return corpus, model_cfg
 
 
@@ -217,10 +228,14 @@ def _metrics_until(path: Path, step: int) -> list[dict[str, float]]:
     kept = []
     for i, line in enumerate(lines):
         try:
-            kept.append(json.loads(line))
+            row = json.loads(line)
         except json.JSONDecodeError as err:  # a kill can cut the last line, written after the checkpoint
             if i < len(lines) - 1:
                 raise ValueError(f"{str(path)!r} line {i + 1} is not JSON: {err}") from err
+            continue
+        if not isinstance(row, dict) or isinstance(row.get("iter"), bool) or not isinstance(row.get("iter"), int):
+            raise ValueError(f"{str(path)!r} line {i + 1} is not an evaluation (an object with an integer 'iter')")
+        kept.append(row)
     kept = [m for m in kept if m["iter"] <= step]
     write_text_atomic(path, "".join(json.dumps(m) + "\n" for m in kept))
     return kept
@@ -243,7 +258,10 @@ def train(cfg: TrainConfig) -> TrainResult:
     corpus, model_cfg = prepare(cfg)
     d = distributed.start(cfg.device)
     try:
-        return _run(cfg, corpus, model_cfg, d)
+        with hold_run_folder(cfg.out, enabled=d.main):  # one writer; a killed writer's leftovers removed
+            if d.main:
+                _check_folder(cfg)  # again: a run may have started between prepare and the lock
+            return _run(cfg, corpus, model_cfg, d)
     finally:
         distributed.stop(d)
 
@@ -262,7 +280,12 @@ def _run(cfg: TrainConfig, corpus: CharCorpus, model_cfg: LMConfig, d: distribut
     meta = {"model": dataclasses.asdict(model_cfg), "train": cfg.to_json(), "vocab": corpus.vocab}
     ckpt_path, metrics_path = cfg.out / CHECKPOINT, cfg.out / METRICS
     start_step, metrics = 0, []
-    if cfg.resume:
+    if cfg.resume and not ckpt_path.exists():
+        if d.main:
+            say(Console(stderr=True), f"--resume: {str(ckpt_path)!r} does not exist (no checkpoint was written "
+                                      "yet); starting from step 0")
+            metrics = _metrics_until(metrics_path, 0)
+    elif cfg.resume:
         ckpt = read_checkpoint(ckpt_path)
         _check_resume(cfg, ckpt.meta.get("train", {}))
         if ckpt.meta.get("model") != meta["model"]:
@@ -280,7 +303,7 @@ def _run(cfg: TrainConfig, corpus: CharCorpus, model_cfg: LMConfig, d: distribut
     d.barrier()
     if d.main:
         cfg.out.mkdir(parents=True, exist_ok=True)
-        (cfg.out / "config.json").write_text(json.dumps(meta, indent=1))
+        write_text_atomic(cfg.out / "config.json", json.dumps(meta, indent=1))
     net = model
     if d.active:  # a carrier that ignores the keys (Jensen's bound) leaves k_proj without gradient
         net = DistributedDataParallel(model, device_ids=[d.device] if d.device.type == "cuda" else None,
