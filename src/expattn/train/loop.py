@@ -300,6 +300,7 @@ def _run(cfg: TrainConfig, corpus: CharCorpus, model_cfg: LMConfig, d: distribut
         start_step = ckpt.step
         if d.main:
             metrics = _metrics_until(metrics_path, start_step)
+            export_model(model, corpus.vocab, cfg.out / MODEL_DIR)  # a kill may have cut the export of this step
     d.barrier()
     if d.main:
         cfg.out.mkdir(parents=True, exist_ok=True)
