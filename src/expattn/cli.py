@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 
 from expattn.seeds import check_seed
-from expattn.terminal import error, plain, say
+from expattn.terminal import error, interrupt_on_sigterm, plain, say
 
 app = typer.Typer(
     add_completion=False,
@@ -28,6 +28,7 @@ console = Console(width=None if sys.stdout.isatty() else 160)
 @app.callback()
 def _root() -> None:
     """Attention as the gradient of an exponential family's log-normalizer."""
+    interrupt_on_sigterm()  # SIGTERM cleans up like Ctrl-C: no staging folder is left behind
 
 
 def fail(message: str) -> NoReturn:

@@ -3,11 +3,14 @@
 ``error(message)`` prints ``error: message`` in one line on stderr and exits with code 2;
 ``say(console, message)`` prints an informational line as plain text; ``plain(text)`` escapes
 one user string for use inside a markup string (table titles, progress descriptions).
+``interrupt_on_sigterm()`` makes SIGTERM end a command the way Ctrl-C does.
 """
 
 from __future__ import annotations
 
 import re
+import signal
+import threading
 from typing import NoReturn
 
 import typer
@@ -37,3 +40,14 @@ def error(message: str) -> NoReturn:
     line = " ".join(str(message).splitlines()) or "failed"
     Console(stderr=True).print(Text.assemble(("error:", "bold red"), " ", line), highlight=False, soft_wrap=True)
     raise typer.Exit(code=2)
+
+
+def _interrupt(signum: int, frame: object) -> NoReturn:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def interrupt_on_sigterm() -> None:
+    """Handle SIGTERM like SIGINT: raise ``KeyboardInterrupt`` in the main thread, so every staging folder
+    and temporary file is removed on the way out (``expattn.results.files``) and locks are released."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _interrupt)

@@ -18,7 +18,7 @@ from torch import Tensor, nn
 
 from expattn.probes.adapters import Adapter
 from expattn.probes.attention import AttnWeights
-from expattn.results.plotting import pyplot, save_figure
+from expattn.results.plotting import plain_label, pyplot, save_figure
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,11 @@ class ProbeContext:
         if len(idx) and int(idx[-1] - idx[0]) + 1 == len(idx):
             return slice(int(idx[0]), int(idx[-1]) + 1)
         return ~self.excluded
+
+    @property
+    def title_name(self) -> str:
+        """The model name for figure titles, as plain text (no mathtext)."""
+        return plain_label(self.model_name)
 
     @property
     def slug(self) -> str:

@@ -16,6 +16,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from expattn.textfiles import read_text_limited
+
 CORPORA = ("shakespeare",)
 
 
@@ -43,7 +45,7 @@ def load_text(corpus: str | None = "shakespeare", text_file: str | Path | None =
         if not files:
             raise ValueError(f"text folder {str(path)!r} holds no *.txt files")
         try:
-            text = "\n".join(f.read_text(encoding="utf-8").replace("\r\n", "\n") for f in files)
+            text = "\n".join(read_text_limited(f).replace("\r\n", "\n") for f in files)
         except (OSError, UnicodeDecodeError) as err:
             raise ValueError(f"text file {str(path)!r} is not readable UTF-8 text: {type(err).__name__}") from err
         source = f"text file {str(path)!r}"

@@ -150,7 +150,7 @@ class E1Expansion(Estimator):
                 if k == 0:
                     band(ax, x, est[:, v, 2], lo[:, v, 2], hi[:, v, 2], "null: shuffled update (excl)", ls="--")
                 ax.axhline(1, color="k", lw=0.8)
-                ax.set(xlabel="layer", ylabel="after / before", title=f"E1 {self.ctx.model_name}: {title}")
+                ax.set(xlabel="layer", ylabel="after / before", title=f"E1 {self.ctx.title_name}: {title}")
                 ax.legend(fontsize=7)
         return Record(
             id="E1",

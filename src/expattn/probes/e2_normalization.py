@@ -141,7 +141,7 @@ class E2Normalization(Estimator):
                     for vi, variant in enumerate(VARIANTS):
                         band(ax, x, est[:, n, vi, k], lo[:, n, vi, k], hi[:, n, vi, k], f"{norm}, {variant}")
                 ax.axhline(1, color="k", lw=0.8, label="null: uniform rescaling" if k else None)
-                ax.set(xlabel="layer", ylabel="output / input", title=f"E2 {self.ctx.model_name} ({pos}-norm): {title}")
+                ax.set(xlabel="layer", ylabel="output / input", title=f"E2 {self.ctx.title_name} ({pos}-norm): {title}")
                 if k == 0:
                     ax.set_yscale("log")
                 ax.legend(fontsize=7)

@@ -280,7 +280,7 @@ class E3Gaussianity(Estimator):
             for ax, title in zip(
                 axes, ("Gaussianity (random projections)", "isotropy", "mean cosine of token pairs"), strict=True
             ):
-                ax.set(xlabel="depth (0 = embeddings)", title=f"E3 {self.ctx.model_name}: {title}")
+                ax.set(xlabel="depth (0 = embeddings)", title=f"E3 {self.ctx.title_name}: {title}")
                 ax.legend(fontsize=6)
         return Record(
             id="E3",

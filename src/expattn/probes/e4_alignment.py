@@ -235,7 +235,7 @@ class E4Alignment(Estimator):
                     )
                 ax.axhline(0, color="grey", lw=0.5)
                 ax.set(
-                    xlabel="layer (dots = heads)", ylabel="Frobenius cosine", title=f"E4 {self.ctx.model_name}: {title}"
+                    xlabel="layer (dots = heads)", ylabel="Frobenius cosine", title=f"E4 {self.ctx.title_name}: {title}"
                 )
                 ax.legend(fontsize=6)
         return Record(

@@ -161,14 +161,14 @@ class E6Mlp(Estimator):
             axes[0].axhline(RHO_LIMIT, color="k", ls="--", lw=0.8, label="identity threshold")
             axes[0].set_yscale("log")
             axes[0].set(
-                xlabel="layer", ylabel="E|update|^2 / E|skip|^2", title=f"E6 {self.ctx.model_name}: MLP update size"
+                xlabel="layer", ylabel="E|update|^2 / E|skip|^2", title=f"E6 {self.ctx.title_name}: MLP update size"
             )
             axes[1].fill_between(x, r2.min(1), r2.max(1), alpha=0.3)
             axes[1].plot(x, r2_mean, marker="o", ms=3, label="held-out R^2 of ridge (two folds)")
             axes[1].axhline(0, color="k", lw=0.8, label="null: identity (R^2 = 0)")
             axes[1].axhline(R2_LIMIT, color="k", ls="--", lw=0.8, label="linear threshold")
             axes[1].set(
-                xlabel="layer", ylabel="R^2 of the update", title=f"E6 {self.ctx.model_name}: affine fit of the MLP"
+                xlabel="layer", ylabel="R^2 of the update", title=f"E6 {self.ctx.title_name}: affine fit of the MLP"
             )
             for ax in axes:
                 ax.legend(fontsize=7)

@@ -28,6 +28,7 @@ import torch
 
 import expattn.probes.lm_adapter  # noqa: F401  (registers the adapter of expattn's own LMs)
 from expattn.catalogue import entry
+from expattn.memory import probe_bytes, require
 from expattn.probes.adapters import Capture, adapter_for
 from expattn.probes.common import Batch, ProbeContext
 from expattn.probes.corpus import TokenSample, excluded_positions, load_text, sequence
@@ -100,6 +101,7 @@ class ProbeConfig:
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
         check_seed(self.seed)
+        require(probe_bytes(self.tokens), "cpu", f"probing {self.tokens:,} tokens")
         chosen = self.hypotheses
         if not isinstance(chosen, tuple | list) or not chosen or not all(isinstance(h, str) for h in chosen):
             raise ValueError(f"hypotheses must be a non-empty sequence of ids among {HYPOTHESES}, got {chosen!r}")
@@ -269,6 +271,8 @@ def probe(
             try:
                 with torch.no_grad():
                     record = est.result(out_dir)
+            except OSError:  # writing its plot failed (a full disk...): an error of the run, not a verdict
+                raise
             except Exception as err:  # one failing analysis must not discard the others: report it
                 record = Record(
                     id=est.claim,

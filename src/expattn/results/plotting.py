@@ -10,9 +10,15 @@ def pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
+    matplotlib.rcParams["text.usetex"] = False  # a user's matplotlibrc must not send titles through TeX
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def plain_label(text: object) -> str:
+    """A user string (a model name, a path) for a figure's text: ``$`` escaped, so it never starts mathtext."""
+    return str(text).replace("$", r"\$")
 
 
 def save_figure(fig, out_dir: Path, name: str) -> list[str]:

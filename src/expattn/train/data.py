@@ -19,6 +19,7 @@ from jaxtyping import Int
 from torch import Tensor
 
 from expattn.nn.vocab import encode
+from expattn.textfiles import read_text_limited
 
 SHAKESPEARE = "shakespeare"
 SPLITS = ("per-text", "contiguous")
@@ -62,7 +63,7 @@ def read_texts(files: list[Path]) -> list[str]:
     texts = []
     for f in files:
         try:
-            text = f.read_text(encoding="utf-8").replace("\r\n", "\n")
+            text = read_text_limited(f).replace("\r\n", "\n")
         except (OSError, UnicodeDecodeError) as err:
             raise FileNotFoundError(f"corpus file {str(f)!r} cannot be read as UTF-8 text: {err}") from err
         if not text:

@@ -36,6 +36,7 @@ from expattn.results.files import write_text_atomic
 from expattn.seeds import check_seed
 from expattn.terminal import say
 from expattn.train import distributed
+from expattn.train.budget import check_training_memory
 from expattn.train.checkpoint import CheckpointError, read_checkpoint, restore, save_checkpoint
 from expattn.train.data import SHAKESPEARE, SPLITS, CharCorpus
 from expattn.train.lock import hold_run_folder
@@ -256,6 +257,7 @@ def train(cfg: TrainConfig) -> TrainResult:
     multiple of the number of processes) and gradients are averaged by DDP.
     """
     corpus, model_cfg = prepare(cfg)
+    check_training_memory(model_cfg, cfg.batch, cfg.device)
     d = distributed.start(cfg.device)
     try:
         with hold_run_folder(cfg.out, enabled=d.main):  # one writer; a killed writer's leftovers removed

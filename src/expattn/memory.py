@@ -1,0 +1,60 @@
+"""Memory checks before a run starts: refuse at once with what is needed and what there is, instead of
+failing later inside the allocator (``MemoryError``, a CUDA out-of-memory traceback) or swapping.
+
+The estimates are lower bounds (they count the large tensors and no allocator overhead), so a run
+that is refused could not have run; a run that passes may still need somewhat more.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+GIB = 2**30
+
+
+def available_bytes(device: str | torch.device) -> int | None:
+    """Free memory of ``device``: ``MemAvailable`` of ``/proc/meminfo`` for the CPU, the driver's free
+    memory for a CUDA device; ``None`` where it cannot be read (then nothing is refused)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            return None
+        return int(torch.cuda.mem_get_info(device)[0])
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        return None
+
+
+def _fmt(n: int) -> str:
+    return f"{n / GIB:.1f} GiB" if n >= GIB / 10 else f"{n / 2**20:.1f} MiB"
+
+
+def require(needed: int, device: str | torch.device, what: str) -> None:
+    """Raise ``ValueError`` naming ``what`` if ``needed`` bytes exceed the free memory of ``device``."""
+    free = available_bytes(device)
+    if free is not None and needed > free:
+        raise ValueError(f"{what} needs at least {_fmt(needed)} of memory, but only {_fmt(free)} is available "
+                         f"on {torch.device(device).type}")
+
+
+def training_bytes(params: int, batch: int, context: int, dim: int, layers: int, vocab: int) -> int:
+    """Lower bound of a training step's memory: weights, gradients and AdamW's two moments (4 B each per
+    parameter), the token batch (int64 inputs and targets), per layer a dozen float32 activations of
+    ``(batch, context, dim)`` kept for backward, and the logits with their gradient."""
+    tokens = batch * context
+    return 16 * params + 16 * tokens + 4 * 12 * tokens * dim * layers + 8 * tokens * vocab
+
+
+def probe_bytes(tokens: int) -> int:
+    """Lower bound of a probe's memory before the model: the token ids (int64) and their sequence index."""
+    return 16 * tokens
