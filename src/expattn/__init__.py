@@ -11,7 +11,8 @@ The names most programs need, importable from the top level (loaded on first use
   ``HopfieldConfig``, ``HopfieldLayer``, ``HopfieldPooling``, ``ImplicitAttention``,
   ``ImplicitConfig``, ``InjectedAttention``, ``LayerNorm``, ``RMSNorm``, ``Sphere``, ``Whitening``,
   ``LM``, ``LMConfig``;
-- results (``expattn.results``): ``Record``, ``load_records``.
+- results (``expattn.results``): ``Record``, ``load_records``;
+- the NaN policy (``expattn.validation``): ``set_validate``, ``validate_enabled``, ``validating``.
 """
 
 from __future__ import annotations
@@ -46,6 +47,9 @@ _EXPORTS = {
     "LMConfig": "expattn.nn.lm",
     "Record": "expattn.results.record",
     "load_records": "expattn.results.record",
+    "set_validate": "expattn.validation",
+    "validate_enabled": "expattn.validation",
+    "validating": "expattn.validation",
 }
 
 __all__ = sorted(_EXPORTS)

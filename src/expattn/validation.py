@@ -4,7 +4,7 @@ As with ``torch.distributions``' ``validate_args``, checks run where they are ch
 and one host sync per call): the core measures check their arguments, ``ExpFamAttention``,
 ``Hopfield`` and the normalizations check their inputs and that their outputs stayed finite (logits
 that overflow the float range raise instead of returning NaN). Switch them off globally with
-``set_validate(False)``, for a block of code with ``with validation(False):``, or per module
+``set_validate(False)``, for a block of code with ``with validating(False):``, or per module
 instance with ``module.validate_args = False`` (``None``, the default, follows the global switch).
 The fused attention kernels run either way; the checks sit outside them.
 """
@@ -31,7 +31,7 @@ def validate_enabled(own: bool | None = None) -> bool:
 
 
 @contextmanager
-def validation(enabled: bool) -> Iterator[None]:
+def validating(enabled: bool) -> Iterator[None]:
     """``set_validate(enabled)`` inside the block; the previous setting is restored on exit."""
     previous = _enabled
     set_validate(enabled)

@@ -14,7 +14,7 @@ from expattn.nn.attention import ExpFamAttention, ExpFamAttentionConfig
 from expattn.nn.hopfield import Hopfield, HopfieldConfig, hopfield_update
 from expattn.nn.lm import LM, LMConfig
 from expattn.nn.norms import NormConfig, build_norm, norm_names
-from expattn.validation import set_validate, validate_enabled, validation
+from expattn.validation import set_validate, validate_enabled, validating
 
 BAD = st.sampled_from([float("nan"), float("inf"), float("-inf")])
 
@@ -63,7 +63,7 @@ def test_switch_off_globally_locally_and_per_module():
     attention = ExpFamAttention(ExpFamAttentionConfig(embed_dim=8, num_heads=2))
     x = torch.full((1, 3, 8), float("nan"))
     assert validate_enabled()
-    with validation(False):
+    with validating(False):
         assert not validate_enabled()
         assert torch.isnan(attention(x)).all()  # unchecked: NaN in, NaN out (the caller asked for it)
         attention.validate_args = True  # an instance's own setting wins over the global one
