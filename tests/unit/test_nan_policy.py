@@ -8,10 +8,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from expattn.core.hopfield import hopfield_update
 from expattn.core.mixture import GaussianMixture
 from expattn.core.solvers import solve
 from expattn.nn.attention import ExpFamAttention, ExpFamAttentionConfig
-from expattn.nn.hopfield import Hopfield, HopfieldConfig, hopfield_update
+from expattn.nn.hopfield import Hopfield, HopfieldConfig
 from expattn.nn.lm import LM, LMConfig
 from expattn.nn.norms import NormConfig, build_norm, norm_names
 from expattn.validation import set_validate, validate_enabled, validating
