@@ -186,7 +186,7 @@ class Block(nn.Module):
         return at_output(h + m)
 
 
-IMPLICIT = ImplicitConfig(solver="fixed_point_iter", tol=1e-4, max_iter=50, backward_tol=1e-4)
+IMPLICIT_SOLVER = ImplicitConfig(solver="fixed_point_iter", tol=1e-4, max_iter=50, backward_tol=1e-4)
 
 
 class ImplicitBlock(nn.Module):
@@ -297,7 +297,7 @@ class LM(nn.Module):
             if not self.cfg.implicit:
                 x = block(x, hooks=hooks)
                 continue
-            layer = ImplicitAttention(ImplicitBlock(block), IMPLICIT)
+            layer = ImplicitAttention(ImplicitBlock(block), IMPLICIT_SOLVER)
             z = layer(x)  # f(z*, x), on the implicit graph
             if penalize:
                 penalties.append(layer.jacobian_penalty(x, z))

@@ -22,7 +22,7 @@ from pathlib import Path
 from expattn.probes.runner import ProbeConfig, probe
 from expattn.train.data import SHAKESPEARE
 
-HYPOTHESES = ("E1", "E2", "E3")
+SWEEP_HYPOTHESES = ("E1", "E2", "E3")
 # 256 sequences of the full context: 16,384 tokens at context 64, about 0.4 s per sweep model on one core.
 PROBE_SEQUENCES = 256
 
@@ -31,7 +31,7 @@ def probe_config(model_dir: Path, corpus: str, context: int, seed: int = 0) -> P
     """The probe's settings for a model trained on ``corpus`` (``shakespeare``, a text file or a folder)."""
     text = None if corpus == SHAKESPEARE else str(corpus)
     return ProbeConfig(model=str(model_dir), text=text, tokens=PROBE_SEQUENCES * context, seq_len=context,
-                       seed=seed, hypotheses=HYPOTHESES)
+                       seed=seed, hypotheses=SWEEP_HYPOTHESES)
 
 
 def probe_dynamics(model_dir: Path, corpus: str, context: int, seed: int = 0) -> dict:
@@ -55,7 +55,7 @@ def probe_dynamics(model_dir: Path, corpus: str, context: int, seed: int = 0) ->
     """
     outcome = probe(probe_config(model_dir, corpus, context, seed), None)
     rec = {r.id: r for r in outcome.records}
-    for h in HYPOTHESES:
+    for h in SWEEP_HYPOTHESES:
         if rec[h].verdict == "skipped":
             raise ValueError(f"the probe skipped {h}: {rec[h].notes}")
     e1, e2, e3 = rec["E1"].details, rec["E2"].details, rec["E3"].details
@@ -77,7 +77,7 @@ def probe_dynamics(model_dir: Path, corpus: str, context: int, seed: int = 0) ->
     return {
         "layers": rows,
         "e3_output_kurtosis": e3["mean_abs_kurtosis_excl"]["estimate"][-1],
-        "verdicts": {h: rec[h].verdict for h in HYPOTHESES},
+        "verdicts": {h: rec[h].verdict for h in SWEEP_HYPOTHESES},
         "tokens": outcome.tokens,
         "seconds": outcome.seconds,
     }

@@ -44,7 +44,7 @@ from expattn.train.optim import adamw, learning_rate
 from expattn.train.step import DTYPES, LossTracker, autocast, grad_scaler, optimizer_step
 
 CHECKPOINT = "checkpoint.safetensors"
-METRICS = "metrics.jsonl"
+METRICS_FILE = "metrics.jsonl"
 # Fields that may differ between a run and its resumption (they do not change any number); ``out`` is
 # the folder the checkpoint was read from, however it is spelled (relative, absolute, moved).
 RESUMABLE = ("resume", "progress", "out")
@@ -201,7 +201,7 @@ def _same_file(a: object, b: object) -> bool:
 
 
 def _check_folder(cfg: TrainConfig) -> None:
-    if not cfg.resume and ((cfg.out / CHECKPOINT).exists() or (cfg.out / METRICS).exists()):
+    if not cfg.resume and ((cfg.out / CHECKPOINT).exists() or (cfg.out / METRICS_FILE).exists()):
         raise ValueError(f"{str(cfg.out)!r} already holds a run: pass --resume or choose another --out")
 
 
@@ -280,7 +280,7 @@ def _run(cfg: TrainConfig, corpus: CharCorpus, model_cfg: LMConfig, d: distribut
     min_lr = cfg.lr / 10 if cfg.min_lr is None else cfg.min_lr
     warmup = min(100, cfg.iters // 20) if cfg.warmup is None else cfg.warmup
     meta = {"model": dataclasses.asdict(model_cfg), "train": cfg.to_json(), "vocab": corpus.vocab}
-    ckpt_path, metrics_path = cfg.out / CHECKPOINT, cfg.out / METRICS
+    ckpt_path, metrics_path = cfg.out / CHECKPOINT, cfg.out / METRICS_FILE
     start_step, metrics = 0, []
     if cfg.resume and not ckpt_path.exists():
         if d.main:
