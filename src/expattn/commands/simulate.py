@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from expattn.arguments import positive_int
 from expattn.catalogue.registry import Claim, RunContext, run_claim, select
 from expattn.commands.tables import STYLE
 from expattn.dynamics.clouds import CLOUD_KINDS, make_cloud
@@ -61,12 +62,9 @@ class CustomRun:
     batch: int = 4
 
     def __post_init__(self) -> None:
-        if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 1:
-            raise ValueError(f"steps must be a positive integer, got {self.steps!r}")
+        positive_int("steps", self.steps)
         for name in ("tokens", "dim", "batch"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            positive_int(name, getattr(self, name))
         if self.carrier not in CARRIERS:
             raise ValueError(f"carrier must be one of {', '.join(CARRIERS)}, got {self.carrier!r}")
 

@@ -21,19 +21,8 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from expattn.arguments import finite_number
 from expattn.core.validate import as_tensor, check_finite
-
-
-def _positive(name: str, value: float) -> float:
-    if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-    return float(value)
-
-
-def _finite(name: str, value: float) -> float:
-    if not isinstance(value, int | float) or not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number, got {value!r}")
-    return float(value)
 
 
 def _probability(name: str, value: float) -> float:
@@ -136,8 +125,8 @@ class GaussianPrior(HiddenPrior):
     r"""$h \sim N(m, s^2)$: $K(t) = m t + s^2 t^2 / 2$; $\kappa_1 = m$, $\kappa_2 = s^2$, rest 0 (D4)."""
 
     def __init__(self, mean: float = 0.0, var: float = 1.0) -> None:
-        self.mean = _finite("mean", mean)
-        self.var = _positive("var", var)
+        self.mean = finite_number("mean", mean)
+        self.var = finite_number("var", var, above=0)
 
     def _cgf(self, t: Tensor) -> Tensor:
         return self.mean * t + 0.5 * self.var * t**2
@@ -160,7 +149,7 @@ class PoissonPrior(HiddenPrior):
     discrete = True
 
     def __init__(self, rate: float = 1.0) -> None:
-        self.rate = _positive("rate", rate)
+        self.rate = finite_number("rate", rate, above=0)
 
     def _cgf(self, t: Tensor) -> Tensor:
         return self.rate * torch.expm1(t)
@@ -262,7 +251,7 @@ class ExponentialPrior(HiddenPrior):
     support = (0.0, math.inf)
 
     def __init__(self, rate: float = 1.0) -> None:
-        self.rate = _positive("rate", rate)
+        self.rate = finite_number("rate", rate, above=0)
         self.domain = (-math.inf, self.rate)
 
     def _cgf(self, t: Tensor) -> Tensor:
@@ -288,7 +277,7 @@ class LaplacePrior(HiddenPrior):
     """
 
     def __init__(self, scale: float = 1.0) -> None:
-        self.scale = _positive("scale", scale)
+        self.scale = finite_number("scale", scale, above=0)
         self.domain = (-1.0 / self.scale, 1.0 / self.scale)
 
     def _cgf(self, t: Tensor) -> Tensor:
@@ -312,7 +301,7 @@ class ConstantPrior(HiddenPrior):
     discrete = True
 
     def __init__(self, c: float = 1.0) -> None:
-        self.c = _finite("c", c)
+        self.c = finite_number("c", c)
         self.support = (self.c, self.c)
 
     def _cgf(self, t: Tensor) -> Tensor:

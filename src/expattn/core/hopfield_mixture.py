@@ -20,6 +20,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from expattn.arguments import finite_number
 from expattn.core import draws
 from expattn.core.hopfield import hopfield_energy
 from expattn.core.validate import as_tensor, check_finite, check_ndim
@@ -39,8 +40,7 @@ class HopfieldMixture:
         if patterns.ndim != 2 or patterns.shape[0] == 0:
             raise ValueError(f"patterns must have shape (pattern >= 1, dim), got {tuple(patterns.shape)}")
         check_finite("patterns", patterns)
-        if not isinstance(beta, int | float) or not math.isfinite(beta) or beta <= 0:
-            raise ValueError(f"beta must be a finite number > 0, got {beta!r}")
+        finite_number("beta", beta, above=0)
         self.patterns = patterns
         self.beta = float(beta)
         self.dim = patterns.shape[1]

@@ -20,6 +20,7 @@ from jaxtyping import Float
 from scipy.sparse.csgraph import connected_components
 from torch import Tensor
 
+from expattn.arguments import positive_int
 from expattn.dynamics.operators import check_cloud
 
 CLOUD_KINDS = ("gaussian", "sphere", "anisotropic", "offcentre", "two_clusters", "cube", "lognormal")
@@ -33,8 +34,7 @@ def make_cloud(
     if kind not in CLOUD_KINDS:
         raise ValueError(f"kind must be one of {CLOUD_KINDS}, got {kind!r}")
     for name, value in (("batch", batch), ("token", token), ("dim", dim)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        positive_int(name, value)
     z = torch.randn(batch, token, dim, generator=generator, dtype=torch.float64)
     if kind == "gaussian":
         x = z

@@ -12,6 +12,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from expattn.arguments import positive_int
 from expattn.dynamics.metrics import METRICS
 from expattn.dynamics.operators import check_cloud
 
@@ -55,8 +56,7 @@ def run(
         non-finite value (the step is named).
     """
     check_cloud(cloud)
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"steps must be a positive integer, got {steps!r}")
+    positive_int("steps", steps)
     unknown = [m for m in metrics if m not in METRICS]
     if unknown:
         raise ValueError(f"unknown metrics {unknown}; known: {', '.join(sorted(METRICS))}")

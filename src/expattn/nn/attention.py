@@ -23,6 +23,7 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor, nn
 
+from expattn.arguments import positive_int
 from expattn.core.validate import check_finite, check_output, require_finite
 from expattn.nn.carriers import Carrier, CarrierOutput, make_carrier
 from expattn.nn.hooks import HookPoint
@@ -30,11 +31,6 @@ from expattn.nn.masks import attention_mask
 from expattn.validation import validate_enabled
 
 Rotary = Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]
-
-
-def _positive_int(name: str, value: object) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
 
 
 def rotate_half_rope(
@@ -185,11 +181,11 @@ class ExpFamAttentionConfig:
     carrier_options: Mapping[str, object] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        _positive_int("embed_dim", self.embed_dim)
-        _positive_int("num_heads", self.num_heads)
+        positive_int("embed_dim", self.embed_dim)
+        positive_int("num_heads", self.num_heads)
         for name in ("num_kv_heads", "head_dim", "kdim", "vdim"):
             if getattr(self, name) is not None:
-                _positive_int(name, getattr(self, name))
+                positive_int(name, getattr(self, name))
         if self.head_dim is None and self.embed_dim % self.num_heads:
             raise ValueError(
                 f"num_heads={self.num_heads} must divide embed_dim={self.embed_dim} (or give head_dim)"

@@ -40,6 +40,8 @@ import torch.nn.functional as F
 from jaxtyping import Bool, Float
 from torch import Tensor, nn
 
+from expattn.arguments import positive_int
+
 Mask = Bool[Tensor, "*#batch query key"] | Float[Tensor, "*#batch query key"]
 
 
@@ -173,8 +175,7 @@ class Carrier(nn.Module):
     def __init__(self, num_heads: int, head_dim: int) -> None:
         super().__init__()
         for name, value in (("num_heads", num_heads), ("head_dim", head_dim)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+            positive_int(name, value)
         self.num_heads = num_heads
         self.head_dim = head_dim
 

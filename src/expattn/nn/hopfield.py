@@ -23,6 +23,7 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor, nn
 
+from expattn.arguments import positive_int
 from expattn.core.hopfield import OVERFLOW, energy_from_log_normalizer, hopfield_logits, hopfield_weights
 from expattn.core.validate import check_output, require_finite
 from expattn.nn.carriers import softmax_with_log_normalizer
@@ -69,8 +70,8 @@ class HopfieldConfig:
         for name in ("input_size", "stored_pattern_size", "pattern_projection_size", "hidden_size",
                      "value_size", "output_size", "num_heads"):
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+            if value is not None:
+                positive_int(name, value)
         if self.hidden_size is None and self.stored_size != self.input_size:
             raise ValueError(
                 f"stored_pattern_size={self.stored_size} must equal input_size={self.input_size} "

@@ -12,6 +12,7 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor, nn
 
+from expattn.arguments import positive_int
 from expattn.nn.hopfield import Hopfield, HopfieldConfig, HopfieldResult
 
 
@@ -29,8 +30,7 @@ class HopfieldLayer(nn.Module):
 
     def __init__(self, config: HopfieldConfig, quantity: int, *, separate_values: bool = False) -> None:
         super().__init__()
-        if not isinstance(quantity, int) or isinstance(quantity, bool) or quantity < 1:
-            raise ValueError(f"quantity must be a positive int, got {quantity!r}")
+        positive_int("quantity", quantity)
         self.hopfield = Hopfield(config)
         c = config
         self.stored = nn.Parameter(torch.randn(quantity, c.stored_size) / math.sqrt(c.stored_size))
@@ -69,8 +69,7 @@ class HopfieldPooling(nn.Module):
 
     def __init__(self, config: HopfieldConfig, num_queries: int = 1) -> None:
         super().__init__()
-        if not isinstance(num_queries, int) or isinstance(num_queries, bool) or num_queries < 1:
-            raise ValueError(f"num_queries must be a positive int, got {num_queries!r}")
+        positive_int("num_queries", num_queries)
         self.hopfield = Hopfield(config)
         self.queries = nn.Parameter(torch.randn(num_queries, config.input_size) / math.sqrt(config.input_size))
 

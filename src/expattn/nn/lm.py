@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 
+from expattn.arguments import finite_number, positive_int
 from expattn.nn.attention import ExpFamAttention, ExpFamAttentionConfig
 from expattn.nn.carriers import carrier_names
 from expattn.nn.hooks import UNHOOKED, BlockHooks, HookPoint
@@ -68,8 +69,7 @@ class LMConfig:
             value = getattr(self, name)
             if name == "vocab_size" and value is None:
                 continue
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            positive_int(name, value)
         if self.dim % self.heads:
             raise ValueError(f"heads must divide dim, got dim={self.dim} and heads={self.heads}")
         if self.carrier not in carrier_names():
@@ -80,9 +80,7 @@ class LMConfig:
             raise ValueError(f"bias must be a bool, got {self.bias!r}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must lie in [0, 1), got {self.dropout}")
-        reg = self.jacobian_reg
-        if isinstance(reg, bool) or not (isinstance(reg, int | float) and math.isfinite(reg) and reg >= 0):
-            raise ValueError(f"jacobian_reg must be a finite number >= 0, got {self.jacobian_reg!r}")
+        finite_number("jacobian_reg", self.jacobian_reg, at_least=0)
         if self.implicit and self.dropout:
             raise ValueError(f"implicit layers need dropout=0 (a random map has no fixed point), got {self.dropout}")
 

@@ -18,7 +18,6 @@ All share one constructor signature ``cls(config: NormConfig)`` and a registry
 
 from __future__ import annotations
 
-import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ import torch.nn.functional as F
 from jaxtyping import Float
 from torch import Tensor, nn
 
+from expattn.arguments import finite_number, positive_int
 from expattn.core.validate import (
     as_tensor,
     check_finite,
@@ -67,14 +67,12 @@ class NormConfig:
     ridge: float = 0.0
 
     def __post_init__(self) -> None:
-        if not isinstance(self.dim, int) or self.dim < 1:
-            raise ValueError(f"dim must be a positive integer, got {self.dim!r}")
+        positive_int("dim", self.dim)
         if not self.eps >= 0:
             raise ValueError(f"eps must be >= 0, got {self.eps!r}")
         if not self.radius > 0:
             raise ValueError(f"radius must be > 0, got {self.radius!r}")
-        if not (isinstance(self.ridge, int | float) and math.isfinite(self.ridge) and self.ridge >= 0):
-            raise ValueError(f"ridge must be a finite number >= 0, got {self.ridge!r}")
+        finite_number("ridge", self.ridge, at_least=0)
 
 
 def spread(x: Float[Tensor, "*batch token dim"]) -> Float[Tensor, "*batch"]:

@@ -25,6 +25,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from expattn.arguments import finite_number
 from expattn.catalogue.registry import RunContext, register_claim
 from expattn.checks.tools import generator
 from expattn.core.empirical import Empirical
@@ -44,8 +45,7 @@ def hopfield_update(
 
     Args: ``xi`` ``(*batch, query, dim)`` states, ``patterns`` ``(*batch, pattern, dim)``; returns ``xi``'s shape.
     """
-    if isinstance(beta, bool) or not isinstance(beta, int | float) or not math.isfinite(beta) or beta <= 0:
-        raise ValueError(f"beta must be a finite number > 0, got {beta!r}")
+    finite_number("beta", beta, above=0)
     return Empirical(patterns).mean(beta * xi)
 
 

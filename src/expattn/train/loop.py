@@ -29,6 +29,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from torch.nn.parallel import DistributedDataParallel
 
+from expattn.arguments import positive_int
 from expattn.nn.carriers import carrier_class
 from expattn.nn.export import MODEL_DIR, export_model
 from expattn.nn.lm import LM, LMConfig
@@ -105,9 +106,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         for name in ("batch", "iters", "eval_every", "eval_batches", "ckpt_every", "grad_accum"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            positive_int(name, getattr(self, name))
         if self.split not in SPLITS:
             raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {self.split!r}")
         if self.warmup is not None and not 0 <= self.warmup <= self.iters:
