@@ -30,5 +30,5 @@ def test_finite_number_bounds():
 
 @pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, False, "1", None])
 def test_finite_number_rejects_non_finite_and_non_numbers(value):
-    with pytest.raises(ValueError, match="^c must be a finite number, got"):
+    with pytest.raises(ValueError, match=r"^c must be a finite number, got"):
         finite_number("c", value)
