@@ -51,6 +51,9 @@ class Adapter:
         finish: path inside a block of the module whose forward ends the block's depth (``""``: the
             block itself); each module of ``blocks`` is one depth, called once per forward pass.
         inapplicable: ``model -> {hypothesis id: reason}`` for the hypotheses that cannot apply to it.
+        capture: the class that hooks the model and hands over each block's tensors (``Capture``'s
+            signature); None: ``Capture`` with ``points``.
+        reading: what an adapter built for one model instance found in it (``expattn.probes.generic``).
     """
 
     family: str
@@ -62,6 +65,8 @@ class Adapter:
     norm1: Callable[[nn.Module, int], nn.Module]
     finish: str = ""
     inapplicable: Callable[[nn.Module], dict[str, str]] = lambda _model: {}
+    capture: Callable | None = None
+    reading: object | None = None
 
 
 _ADAPTERS: dict[str, Adapter] = {}
@@ -190,7 +195,7 @@ register_adapter(
 register_adapter(
     Adapter(
         family="llama",
-        model_types=("llama", "mistral", "qwen2"),
+        model_types=("llama",),
         norm_position="pre",
         blocks=lambda m: list(m.layers),
         points=_pre_ln_points(*_PRE_LN["llama"]),

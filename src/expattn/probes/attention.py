@@ -5,7 +5,10 @@ z_h = \operatorname{softmax}(s\, q_h k_h^\top + M)\, v_h,\quad y = W_o [z_1; \do
 
 with the model's scale $s$ (usually $1/\sqrt{d_{head}}$), rotary embeddings applied to $q, k$
 where the model uses them (Llama), key/value heads shared by groups of query heads (GQA) and
-a causal mask $M$ for decoders. Used by E4, E5, E7 and E8; E5 also checks that this
+a causal mask $M$ for decoders. Models read through their attention kernel
+(``expattn.probes.taps``) give $q, k, v$ as a map of $x$ instead (whatever their projections,
+positions and norms), a soft-cap $c \tanh(\cdot / c)$ of the scaled logits and an additive bias $M$
+with their masks and relative-position terms. Used by E4, E5, E7 and E8; E5 also checks that this
 recomputation reproduces the heads' outputs the model itself produced.
 """
 
@@ -30,6 +33,11 @@ class AttnWeights:
         scale: factor $s$ of the logits.
         causal: decoder mask.
         rope: ``(q, k) -> (q, k)`` rotary embedding on ``(batch, head, token, head_dim)``, or None.
+        qkv: ``x -> (q, k, v)`` (``(batch, head | kv_head, token, head_dim)``, rotary and norms applied) with a
+            ``to(dtype)`` method, replacing the projections above when given (``wq``... then describe the
+            linear part only); None: the projections.
+        softcap: $c$ of the soft-cap of the scaled logits, or None.
+        bias: ``() -> (1, head | 1, token, token)`` additive bias of the logits (or None), read when they are formed.
     """
 
     wq: Tensor
@@ -45,6 +53,9 @@ class AttnWeights:
     scale: float
     causal: bool
     rope: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]] | None = None
+    qkv: Callable[[Tensor], tuple[Tensor, Tensor, Tensor]] | None = None
+    softcap: float | None = None
+    bias: Callable[[], Tensor | None] | None = None
 
     @property
     def head_dim(self) -> int:
@@ -56,7 +67,7 @@ class AttnWeights:
             name: None if getattr(self, name) is None else getattr(self, name).to(dtype)
             for name in ("wq", "bq", "wk", "bk", "wv", "bv", "wo", "bo")
         }
-        return replace(self, **cast)
+        return replace(self, **cast, qkv=None if self.qkv is None else self.qkv.to(dtype))
 
     def head_matrices(self) -> tuple[Tensor, Tensor]:
         """Rows of $W_q$ and $W_k$ serving each query head: two ``(heads, head_dim, dim)`` tensors (a key
@@ -77,18 +88,27 @@ def queries_keys_values(
     Float[Tensor, "batch head token hd"], Float[Tensor, "batch head token hd"], Float[Tensor, "batch head token hd"]
 ]:
     """Per-head $q$, $k$, $v$ as the model forms them (rotary applied, GQA keys repeated per query head)."""
-    q = _project(x, w.wq, w.bq, w.heads)
-    k = _project(x, w.wk, w.bk, w.kv_heads)
-    v = _project(x, w.wv, w.bv, w.kv_heads)
-    if w.rope is not None:
-        q, k = w.rope(q, k)
+    if w.qkv is not None:
+        q, k, v = w.qkv(x)
+    else:
+        q = _project(x, w.wq, w.bq, w.heads)
+        k = _project(x, w.wk, w.bk, w.kv_heads)
+        v = _project(x, w.wv, w.bv, w.kv_heads)
+        if w.rope is not None:
+            q, k = w.rope(q, k)
     group = w.heads // w.kv_heads
     return q, k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
 
 
 def attention_logits(q: Tensor, k: Tensor, w: AttnWeights) -> Float[Tensor, "batch head query key"]:
-    """$s\\, q k^\\top$ with $-\\infty$ above the diagonal for causal models."""
+    """$\\operatorname{cap}(s\\, q k^\\top) + M$: the soft-cap and additive bias where the model has them, and
+    $-\\infty$ above the diagonal for causal models."""
     logits = w.scale * (q @ k.transpose(-1, -2))  # (B, H, T, T)
+    if w.softcap is not None:
+        logits = w.softcap * torch.tanh(logits / w.softcap)
+    bias = None if w.bias is None else w.bias()
+    if bias is not None:
+        logits = logits + bias.to(logits.dtype)
     if w.causal:
         t = logits.shape[-1]
         future = torch.ones(t, t, dtype=torch.bool, device=logits.device).triu(1)

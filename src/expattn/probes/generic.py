@@ -1,0 +1,430 @@
+r"""Any HuggingFace transformer, read from its module tree and one traced forward pass.
+
+No table per family: one forward pass on a few tokens records every submodule call (first tensor
+in, first tensor out). The attention kernel's taps (``expattn.probes.taps``) name each depth's
+attention module and its head outputs $z$; the block is the list element holding that module
+(so shared layers, as in ALBERT, are one module called at several depths). Inside each block the
+roles are then found by what the tensors are, checked to float32 rounding:
+
+- the output projection: the call whose input is $z$; its output $o$;
+- the attention update $a$: $o$, or the output of a norm reading $o$ (sandwich norms, OLMo 2),
+  times ``config.residual_multiplier`` where the model declares one (Granite);
+- the residual structure, with $x$ the block input, $y$ its output and $m$ some call's output:
+  *post-LN* when a norm reads $x + a$ (BERT: $h = N_1(x + a)$, $y = N_2(h + m)$), *pre-LN* when a
+  norm reads $h = x + a$ and $y = h + m$ (Llama, T5, ViT, Gemma 2's sandwich), *parallel* when
+  $y = x + a + m$ (GPT-J, GPT-NeoX, Phi, Falcon). A block that fits none is an error naming it.
+
+``read_model(model, model_type)`` returns an ``Adapter`` for that model: its capture computes the
+probe's named tensors (``expattn.probes.adapters``) from these roles on every forward pass.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor, nn
+
+from expattn.probes.adapters import Adapter
+from expattn.probes.attention import AttnWeights
+from expattn.probes.taps import METHOD_KERNELS, Replay, Tap, install, tap_all
+
+NORM_CLASS = re.compile(r"norm", re.IGNORECASE)
+DISCOVERY_TOKENS = 8
+RTOL = 1e-5
+
+
+def _first(value: object) -> Tensor | None:
+    if torch.is_tensor(value):
+        return value
+    if isinstance(value, tuple | list) and value and torch.is_tensor(value[0]):
+        return value[0]
+    if hasattr(value, "last_hidden_state"):
+        return value.last_hidden_state
+    return None
+
+
+def _input(args: tuple, kwargs: dict) -> Tensor | None:
+    return _first(args) if args else kwargs.get("hidden_states")
+
+
+def same(a: Tensor | None, b: Tensor | None) -> bool:
+    """Equal values to float32 rounding (relative to the larger magnitude), ``b`` read in ``a``'s shape."""
+    if a is None or b is None or a.numel() != b.numel() or not a.is_floating_point() or not b.is_floating_point():
+        return False
+    b = b.reshape(a.shape)
+    scale = max(float(a.abs().max()), float(b.abs().max()), 1e-30)
+    return bool((a - b).abs().max() <= RTOL * scale)
+
+
+@dataclass
+class Call:
+    """One submodule call of the discovery pass: its path, first input and first output tensor."""
+
+    path: str
+    module: nn.Module
+    start: int
+    inp: Tensor | None
+    out: Tensor | None = None
+    end: int = -1
+    heads: Tensor | None = None
+
+
+def _trace(model: nn.Module, run) -> list[Call]:
+    """Every submodule call of ``run()`` in order, with first input and output tensors."""
+    calls: list[Call] = []
+    handles = []
+    names = {id(m): n for n, m in model.named_modules()}
+    counter = [0]
+
+    def pre(module, args, kwargs):
+        counter[0] += 1
+        calls.append(Call(names[id(module)], module, counter[0], _input(args, kwargs)))
+
+    def post(module, _args, _kwargs, out):
+        counter[0] += 1
+        call = next(c for c in reversed(calls) if c.module is module and c.end < 0)
+        call.out, call.end = _first(out), counter[0]
+        tap = getattr(module, "_expattn_tap", None)
+        if tap is not None:
+            call.heads = tap.heads
+
+    for module in model.modules():
+        if module is not model:
+            handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
+            handles.append(module.register_forward_hook(post, with_kwargs=True))
+    try:
+        with torch.no_grad():
+            run()
+    finally:
+        for h in handles:
+            h.remove()
+    return calls
+
+
+def _block_path(path: str) -> str:
+    """The shortest prefix of ``path`` ending in a list index (``layers.3``, ``encoder.block.3``)."""
+    parts = path.split(".")
+    for n, part in enumerate(parts):
+        if part.isdigit():
+            return ".".join(parts[: n + 1])
+    raise ValueError(f"the attention module {path!r} is not inside a list of blocks")
+
+
+def _rel(path: str, block: str) -> str:
+    return path[len(block) + 1 :] if path != block else ""
+
+
+@dataclass
+class Roles:
+    """Where one block's tensors come from: paths relative to the block (None when absent).
+
+    ``o`` output projection; ``a`` module whose output is the attention update (``o`` or a norm of it);
+    ``n1`` the module producing the attention input (pre/parallel) or the post-LN norm of $x + a$;
+    ``n2`` the norm feeding the MLP (pre/parallel) or the block's last norm (post); ``m`` the module
+    whose output is the MLP update; ``scale`` the residual multiplier of both updates.
+    """
+
+    structure: str  # "pre", "post" or "parallel"
+    tap: Tap
+    o: str
+    a: str
+    scale: float
+    n1: str | None
+    n2: str | None
+    m: str
+    norm1: str | None = None  # the role E2 reads as norm1 ("n1", or "a" for a norm after the projection)
+    norm2: str | None = None  # "n2", or "m" for a norm after the MLP
+
+
+def _is_norm(call: Call | None) -> bool:
+    return call is not None and bool(NORM_CLASS.search(type(call.module).__name__))
+
+
+def _roles(block: Call, inner: list[Call], tap_call: Call, config) -> Roles:
+    x, y, z = block.inp, block.out, tap_call.heads
+    tap = tap_call.module._expattn_tap
+    o = next((c for c in inner if c.start > tap_call.start and c.inp is not None and not any(c.module.children())
+              and same(c.inp, z)), None)
+    if o is None:
+        raise ValueError(f"cannot find the output projection of {block.path} (no call reads the head outputs)")
+    norms = [c for c in inner if _is_norm(c)]
+    a = next((c for c in norms if c.start > o.end and same(c.inp, o.out)), o)
+    scale = float(getattr(config, "residual_multiplier", None) or 1.0)
+    update = a.out * scale
+
+    def rel(c: Call | None) -> str | None:
+        return None if c is None else _rel(c.path, block.path)
+
+    def outermost(total: Tensor, base: Tensor, after: int, before: int) -> Call | None:
+        """The outermost call (after ``after``, ending before ``before``) with ``total = base + scale * out``."""
+        hits = [c for c in inner if after < c.start and c.end < before and c.out is not None
+                and c.out.numel() == base.numel() and same(total, base + c.out.view(base.shape) * scale)]
+        return min(hits, key=lambda c: c.start) if hits else None
+
+    h = x + update
+    m = outermost(y, h, a.end, block.end)
+    if m is not None:
+        n1 = next((c for c in inner if c.end < tap_call.start and same(c.inp, x) and same(c.out, tap_call.inp)), None)
+        n2 = next((c for c in norms if c.start > a.end and same(c.inp, h)), None)
+        if n2 is not None or any(same(c.inp, h) for c in inner if c.start > a.end):
+            return Roles("pre", tap, rel(o), rel(a), scale, rel(n1), rel(n2), rel(m))
+        n2 = next((c for c in norms if c is not n1 and c.start > tap_call.start and same(c.inp, x)), None)
+        if n2 is None:
+            n2 = next((c for c in norms if c is not n1 and c.end < tap_call.start and same(c.inp, x)), None)
+        return Roles("parallel", tap, rel(o), rel(a), scale, rel(n1), rel(n2), rel(m))
+    post = next((c for c in norms if c.start > a.end and same(c.inp, h)), None)
+    if post is not None:
+        for n2 in (c for c in norms if c.start > post.end and same(c.out, y)):
+            m = outermost(n2.inp, post.out, post.end, n2.start)
+            if m is not None:
+                return Roles("post", tap, rel(o), rel(a), scale, rel(post), rel(n2), rel(m))
+    raise ValueError(f"cannot read the residual structure of {block.path} ({type(block.module).__name__}): "
+                     "neither x + a + m (pre-LN, parallel) nor N2(N1(x + a) + m) (post-LN)")
+
+
+def forward_kwargs(model: nn.Module) -> dict:
+    """``use_cache=False`` where the model's forward takes it (no key/value cache is built)."""
+    return {"use_cache": False} if "use_cache" in inspect.signature(model.forward).parameters else {}
+
+
+def _linear_maps(replay: Replay, dim: int, device, dtype) -> tuple[Tensor, ...]:
+    """``W_q, b_q, W_k, b_k, W_v, b_v`` of the map $x \\mapsto (q, k, v)$ at position 0 (no rotation there), read
+    by feeding the basis vectors; and whether that map is affine (False with q/k norms)."""
+    t = replay.origin.call and _input(*replay.origin.call).shape[1]
+    outs: list[list[Tensor]] = [[], [], []]
+    for start in range(0, dim + 1, 256):
+        rows = torch.arange(start, min(dim + 1, start + 256))
+        x = torch.zeros(len(rows), t, dim, device=device, dtype=dtype)
+        hit = rows > 0
+        x[hit.nonzero().flatten(), 0, rows[hit] - 1] = 1.0
+        for acc, part in zip(outs, replay(x), strict=True):
+            acc.append(part[:, :, 0].flatten(1).float())
+    maps = []
+    for acc in outs:
+        full = torch.cat(acc)
+        maps += [(full[1:] - full[0]).T.contiguous(), full[0]]
+    probe = torch.randn(2, t, dim, generator=torch.Generator().manual_seed(0)).to(device, dtype)
+    q = replay(torch.cat([probe, probe.sum(0, keepdim=True)]))[0][:, :, 0].flatten(1).float()
+    affine = same(q[2] - maps[1], (q[0] - maps[1]) + (q[1] - maps[1]))
+    return (*maps, affine)
+
+
+def _out_map(module: nn.Module, width: int, device, dtype) -> tuple[Tensor, Tensor | None]:
+    if isinstance(module, nn.Linear):
+        return module.weight.detach().float(), None if module.bias is None else module.bias.detach().float()
+    eye = torch.cat([torch.zeros(1, width), torch.eye(width)]).to(device, dtype)
+    out = module(eye).float()
+    return (out[1:] - out[0]).T.contiguous(), out[0]
+
+
+class GenericCapture:
+    """The probe's named tensors of every depth, computed from each block's ``Roles`` (see
+    ``expattn.probes.adapters.Capture`` for the protocol): hooks on the role modules store their
+    tensors; when a block returns, the names are filled in and ``on_block(depth, tensors)`` is called.
+    Depths count block calls within one forward pass, so a module shared by several depths works."""
+
+    def __init__(self, model: nn.Module, adapter: Adapter, on_block):
+        self.model, self.adapter, self.on_block = model, adapter, on_block
+        self.reading: GenericReading = adapter.reading
+        self._handles: list = []
+        self._current: dict[str, Tensor] = {}
+        self._depth = 0
+
+    def _replaying(self) -> bool:
+        return any(t.replaying for t in self.reading.taps)
+
+    def _keep(self, key: str, value: object) -> None:
+        if not self._replaying():
+            self._current[key] = _first(value).detach()
+            if key != "x" and "x" in self._current and self._current[key].dim() == 2:  # a block that flattens tokens
+                self._current[key] = self._current[key].view(*self._current["x"].shape[:-1], -1)
+
+    def __enter__(self) -> GenericCapture:
+        def reset(*_):
+            self._depth = 0
+
+        self._handles.append(self.model.register_forward_pre_hook(reset))
+        for block, roles in self.reading.unique_blocks():
+            self._handles.append(block.register_forward_pre_hook(
+                lambda _m, args, kwargs: self._keep("x", _input(args, kwargs)), with_kwargs=True))
+            self._handles.append(block.register_forward_hook(self._finish))
+            for role in ("o", "a", "n1", "n2", "m"):
+                path = getattr(roles, role)
+                if path is None:
+                    continue
+                module = block.get_submodule(path)
+                self._handles.append(module.register_forward_pre_hook(
+                    lambda _m, args, kwargs, r=role: self._keep(f"{r}.in", _input(args, kwargs)), with_kwargs=True))
+                self._handles.append(module.register_forward_hook(
+                    lambda _m, _a, out, r=role: self._keep(f"{r}.out", out)))
+        return self
+
+    def _finish(self, _module: nn.Module, _args: tuple, out: object) -> None:
+        if self._replaying():
+            return
+        depth, self._depth = self._depth, self._depth + 1
+        got, self._current = self._current, {}
+        if depth >= len(self.reading.roles):
+            return
+        got["y"] = _first(out).detach()
+        self.on_block(depth, self.reading.tensors(depth, got))
+
+    def __exit__(self, *exc: object) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+
+
+@dataclass
+class GenericReading:
+    """What ``read_model`` found: per depth the block module, its ``Roles`` and its ``AttnWeights``."""
+
+    blocks: list[nn.Module]
+    roles: list[Roles]
+    attention: list[AttnWeights]
+    taps: list[Tap]
+    affine: bool
+
+    def unique_blocks(self) -> list[tuple[nn.Module, Roles]]:
+        seen: dict[int, tuple[nn.Module, Roles]] = {}
+        for block, roles in zip(self.blocks, self.roles, strict=True):
+            seen.setdefault(id(block), (block, roles))
+        return list(seen.values())
+
+    def tensors(self, depth: int, got: dict[str, Tensor]) -> dict[str, Tensor]:
+        """The named tensors of one block call from its role tensors ``got`` (see module docstring)."""
+        r = self.roles[depth]
+        x, scale = got["x"], r.scale
+        a = got["a.out"] * scale if scale != 1.0 else got["a.out"]
+        m = got["m.out"] * scale if scale != 1.0 else got["m.out"]
+        xa = _input(*r.tap.call).detach()
+        t = {"input": x, "output": got["y"], "attn.input": xa, "attn.heads": r.tap.heads.detach(), "attn.output": a}
+        if r.structure == "post":
+            h = got["n1.out"]
+            t |= {"attn.residual": got["n1.in"], "norm1.input": got["n1.in"], "norm1.output": h,
+                  "norm2.input": got["n2.in"], "norm2.output": got["n2.out"]}
+            return t | {"mlp.input": h, "mlp.output": m, "mlp.skip": h}
+        residual = got["n2.in"] if r.structure == "pre" and r.n2 is not None else x + a
+        t["attn.residual"] = residual
+        for name, role in (("norm1", r.norm1), ("norm2", r.norm2)):
+            if role is not None:
+                t[f"{name}.input"], t[f"{name}.output"] = got[f"{role}.in"], got[f"{role}.out"]
+        if r.n2 is not None:
+            mlp_in = got["n2.out"]
+        else:
+            mlp_in = residual if r.structure == "pre" else xa
+        return t | {"mlp.input": mlp_in, "mlp.output": m, "mlp.skip": residual}
+
+    def inapplicable(self) -> dict[str, str]:
+        """Hypotheses that cannot apply to this model, with the reason (see ``read_model``)."""
+        out: dict[str, str] = {}
+        w = self.attention[0]
+        if w.softcap is not None:
+            why = (f"the logits are soft-capped (c tanh(s q.k / c), c = {w.softcap:g}): attention is not the "
+                   "gradient of the log-normalizer of a bilinear form")
+            out |= {"E4": why, "E5": why}
+        elif not self.affine:
+            out["E4"] = "queries and keys are normalized per head (q/k norms): no bilinear form W_q^T W_k to compare"
+        r = self.roles[0]
+        if r.a != r.o or r.scale != 1.0:
+            out["E7"] = ("the attention update is not W_o z + b_o (a norm after the output projection or a residual "
+                         "multiplier), which E7's pure-attention path recomputes")
+        if any(r.norm1 is None or r.norm2 is None for r in self.roles):
+            out["E2"] = "the blocks do not have two normalization sublayers (one norm feeds attention and MLP)"
+        return out
+
+
+def _is_norm_path(block: nn.Module, path: str) -> bool:
+    return bool(NORM_CLASS.search(type(block.get_submodule(path)).__name__))
+
+
+def _discover(model: nn.Module, run) -> list[Call]:
+    install(model)
+    with _autotap():
+        run()  # finds the modules that call the kernel and taps them
+    return _trace(model, run)
+
+
+class _autotap:
+    """Inside: any module calling the ``expattn`` kernel gets a tap."""
+
+    def __enter__(self):
+        from expattn.probes import taps
+
+        taps.AUTOTAP = True
+
+    def __exit__(self, *exc):
+        from expattn.probes import taps
+
+        taps.AUTOTAP = False
+
+
+def read_model(model: nn.Module, model_type: str, run) -> Adapter:
+    """An ``Adapter`` for ``model`` read from its module tree; ``run()`` does one forward pass on a few tokens.
+
+    Raises:
+        ValueError: no attention kernel the probe can read, or a block whose roles cannot be found (the
+            message names the block).
+    """
+    calls = _discover(model, run)
+    tap_calls = [c for c in calls if getattr(c.module, "_expattn_tap", None) is not None]
+    if not tap_calls:
+        raise ValueError(f"cannot read the attention of {model_type!r}: no module calls a HuggingFace attention "
+                         f"kernel or an _attn method the probe knows ({', '.join(METHOD_KERNELS)})")
+    blocks, roles = [], []
+    for tc in tap_calls:
+        path = _block_path(tc.path)
+        block = next(c for c in calls if c.path == path and c.start < tc.start and c.end > tc.end)
+        inner = [c for c in calls if c.path.startswith(path + ".") and block.start < c.start and c.end < block.end]
+        r = _roles(block, inner, tc, model.config)
+        r.norm1 = "n1" if r.n1 is not None else "a" if r.a != r.o else None
+        r.norm2 = "n2" if r.n2 is not None else "m" if _is_norm_path(block.module, r.m) else None
+        roles.append(r)
+        blocks.append(block.module)
+    taps = tap_all(model, [tc.module for tc in tap_calls])
+    weights, affine = [], True
+    param = next(model.parameters())
+    for block, r in zip(blocks, roles, strict=True):
+        replay = Replay(r.tap)
+        wq, bq, wk, bk, wv, bv, linear = _linear_maps(replay, _input(*r.tap.call).shape[-1], param.device, param.dtype)
+        affine = affine and linear
+        heads, kv_heads = _head_counts(replay, wq)
+        o = block.get_submodule(r.o)
+        wo, bo = _out_map(o, wq.shape[0] // heads * heads, param.device, param.dtype)
+        logits = r.tap.logits
+        weights.append(AttnWeights(
+            wq, bq, wk, bk, wv, bv, wo, bo, heads, kv_heads, logits.scale, causal=logits.causal,
+            qkv=replay, softcap=logits.softcap, bias=lambda tap=r.tap: tap.logits.bias,
+        ))
+    reading = GenericReading(blocks, roles, weights, taps, affine)
+    causal = _is_causal(roles[0].tap)
+    return Adapter(
+        family="decoder" if causal else "encoder",
+        model_types=(model_type,),
+        norm_position="post" if roles[0].structure == "post" else "pre",
+        blocks=lambda _m: list(blocks),
+        points=(),
+        attention=lambda _m, i: weights[i],
+        norm1=lambda _m, i: nn.Identity() if roles[i].n1 is None else blocks[i].get_submodule(roles[i].n1),
+        inapplicable=lambda _m: reading.inapplicable(),
+        capture=GenericCapture,
+        reading=reading,
+    )
+
+
+def _head_counts(replay: Replay, wq: Tensor) -> tuple[int, int]:
+    param = next(replay.origin.module.parameters())
+    x = torch.zeros(1, _input(*replay.origin.call).shape[1], wq.shape[1], dtype=param.dtype, device=param.device)
+    q, k, _ = replay(x)
+    return q.shape[1], k.shape[1]
+
+
+def _is_causal(tap: Tap) -> bool:
+    """Causal when SDPA masks the future itself or the bias forbids the first query the last key."""
+    logits = tap.logits
+    if logits.causal:
+        return True
+    return logits.bias is not None and bool(logits.bias[..., 0, -1].max() < -1e4)

@@ -1,0 +1,247 @@
+r"""Taps on a model's attention kernel: the exact $q, k, v$, logit scale, soft-cap and additive bias it uses.
+
+$$z_h = \operatorname{softmax}\bigl(\operatorname{cap}(s\, q_h k_h^\top) + B\bigr)\, v_h,\qquad
+\operatorname{cap}(u) = c \tanh(u / c)\ \text{(or } u\text{)}$$
+
+with $q, k, v$ ``(batch, head, token, head_dim)`` after every position and normalization step the
+model applies (rotary, partial rotary, q/k norms, fused or grouped projections), and $B$
+``(1, head | 1, token, token)`` the additive bias holding the causal, padding and sliding-window
+masks and the relative-position bias (T5, ALiBi). Two ways in, both reading the model's own code:
+
+- HuggingFace modules that call ``ALL_ATTENTION_FUNCTIONS`` get the implementation ``"expattn"``:
+  it records the call and then runs PyTorch SDPA (or, with a soft-cap, which SDPA lacks, the
+  module's own eager function), with masks materialised as additive floats (``eager_mask``);
+- modules with their own ``_attn(query, key, value, attention_mask)`` method (GPT-Neo, GPT-J) get
+  that method wrapped on the instance.
+
+A tap also keeps the attention module's call arguments, so ``Replay`` can run the module on any
+input of the same length and read $q, k, v$ (the kernel returns zeros then): that is how the probe
+recomputes attention on inputs the model never saw (E7) and in float64 (E5).
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+IMPLEMENTATION = "expattn"
+DROPPED = ("past_key_values", "layer_past", "use_cache", "hidden_states", "output_attentions")
+AUTOTAP = False  # while True (``expattn.probes.generic``), a module calling the kernel gets a tap
+KNOWN_KWARGS = {"dropout", "deterministic", "scaling", "softcap", "position_bias", "sliding_window", "is_causal", "position_ids",
+                "use_cache", "encoder_hidden_states", "output_attentions", "cache_position", "layer_idx"}
+
+
+@dataclass
+class Logits:
+    """How a head's logits are formed from $q, k$: scale $s$, soft-cap $c$ (None: none), additive bias
+    ``(1, head | 1, token, token)`` or None, and whether SDPA added a causal mask itself."""
+
+    scale: float
+    softcap: float | None
+    bias: Tensor | None
+    causal: bool
+
+
+class Tap:
+    """Per attention module: the last call's arguments, its logits recipe and its head outputs.
+
+    Attributes:
+        module: the attention module (what calls the kernel).
+        call: ``(args, kwargs)`` of the module's last forward call.
+        logits: ``Logits`` of its last kernel call; heads: ``(batch, token, heads*head_dim)`` kernel output.
+        replaying: while True the kernel stores ``qkv`` and returns zeros instead of attending.
+    """
+
+    def __init__(self, module: nn.Module):
+        self.module = module
+        self.call: tuple[tuple, dict] | None = None
+        self.logits: Logits | None = None
+        self.heads: Tensor | None = None
+        self.qkv: tuple[Tensor, Tensor, Tensor] | None = None
+        self.replaying = False
+        self.handle = module.register_forward_pre_hook(self._remember, with_kwargs=True)
+        module._expattn_tap = self
+
+    def _remember(self, _module: nn.Module, args: tuple, kwargs: dict) -> None:
+        self.call = (args, kwargs)
+
+    def kernel(self, query: Tensor, key: Tensor, value: Tensor, bias: Tensor | None, scale: float,
+               softcap: float | None, causal: bool) -> Tensor | None:
+        """Record one kernel call; returns zeros ``(batch, heads, token, head_dim)`` while replaying, else None."""
+        if self.replaying:
+            self.qkv = (query, key, value)
+            return torch.zeros_like(query)
+        if bias is not None:
+            if bias.dtype == torch.bool:
+                bias = torch.zeros(bias.shape, dtype=query.dtype, device=bias.device).masked_fill(
+                    ~bias, torch.finfo(query.dtype).min)
+            if bias.shape[0] > 1:
+                if not torch.equal(bias, bias[:1].expand_as(bias)):
+                    raise ValueError("the probe takes unpadded batches: every sequence must have the same mask")
+                bias = bias[:1]
+        self.logits = Logits(float(scale), softcap, bias, causal and bias is None)
+        return None
+
+    def remove(self) -> None:
+        self.handle.remove()
+        if getattr(self.module, "_expattn_tap", None) is self:
+            del self.module._expattn_tap
+
+
+def _tap_of(module: nn.Module) -> Tap | None:
+    return getattr(module, "_expattn_tap", None)
+
+
+def _interface(module, query, key, value, attention_mask, **kwargs):
+    """The ``"expattn"`` attention implementation (see module docstring)."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    tap = _tap_of(module)
+    if tap is None and AUTOTAP:
+        tap = Tap(module)
+    if tap is not None:
+        unknown = sorted(set(kwargs) - KNOWN_KWARGS)
+        if unknown:
+            raise ValueError(f"{type(module).__name__} passes {unknown} to its attention kernel, which the probe "
+                             "does not read; the logits cannot be recomputed")
+        scale = kwargs.get("scaling") or query.shape[-1] ** -0.5
+        bias = attention_mask
+        if kwargs.get("position_bias") is not None:
+            bias = kwargs["position_bias"] if bias is None else kwargs["position_bias"] + bias
+        causal = bool(kwargs.get("is_causal", getattr(module, "is_causal", False))) and query.shape[2] > 1
+        zeros = tap.kernel(query, key, value, bias, scale, kwargs.get("softcap"), causal)
+        if zeros is not None:
+            return zeros.transpose(1, 2), None
+    if kwargs.get("softcap") is not None:
+        out = sys.modules[type(module).__module__].eager_attention_forward(module, query, key, value,
+                                                                           attention_mask, **kwargs)
+    else:
+        out = sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+    if tap is not None:
+        tap.heads = out[0].flatten(-2)  # (B, T, H*dh)
+    return out
+
+
+def register_implementation() -> None:
+    """Make ``"expattn"`` a HuggingFace attention implementation (idempotent)."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, eager_mask
+
+    AttentionInterface.register(IMPLEMENTATION, _interface)
+    AttentionMaskInterface.register(IMPLEMENTATION, eager_mask)
+
+
+def _neo_bias(module: nn.Module, query: Tensor, key: Tensor, mask: Tensor | None) -> tuple[float, Tensor | None]:
+    t, s = query.shape[-2], key.shape[-2]
+    allowed = module.bias[:, :, s - t : s, :s]
+    bias = torch.zeros(allowed.shape, dtype=torch.float32, device=query.device).masked_fill(
+        ~allowed, torch.finfo(torch.float32).min)
+    return 1.0, bias if mask is None else bias + mask
+
+
+def _gptj_bias(module: nn.Module, query: Tensor, key: Tensor, mask: Tensor | None) -> tuple[float, Tensor | None]:
+    return 1.0 / float(module.scale_attn), mask
+
+
+# class name -> (module, q, k, mask) -> (scale, additive bias): the logits of an own ``_attn`` method
+METHOD_KERNELS: dict[str, Callable] = {"GPTNeoSelfAttention": _neo_bias, "GPTJAttention": _gptj_bias}
+
+
+def _wrap_method(module: nn.Module, tap: Tap) -> None:
+    own = module._attn
+    logits = METHOD_KERNELS[type(module).__name__]
+
+    def _attn(query, key, value, attention_mask=None, *rest):
+        scale, bias = logits(module, query, key, attention_mask)
+        zeros = tap.kernel(query, key, value, bias, scale, None, False)
+        if zeros is not None:
+            return zeros, None
+        out, weights = own(query, key, value, attention_mask, *rest)
+        tap.heads = out.transpose(1, 2).flatten(-2)
+        return out, weights
+
+    module._attn = _attn
+
+
+def install(model: nn.Module) -> list[Tap]:
+    """Put taps on every attention module of ``model`` that the probe can read (switching it to the
+    ``"expattn"`` implementation); the modules found are those whose kernel runs on the next forward."""
+    register_implementation()
+    taps = []
+    for module in model.modules():
+        if type(module).__name__ in METHOD_KERNELS and hasattr(module, "_attn"):
+            tap = Tap(module)
+            _wrap_method(module, tap)
+            taps.append(tap)
+    if hasattr(model, "set_attn_implementation") and getattr(model.config, "_attn_implementation", None):
+        model.set_attn_implementation(IMPLEMENTATION)
+    return taps
+
+
+def tap_all(model: nn.Module, modules: list[nn.Module]) -> list[Tap]:
+    """Taps on ``modules`` (those seen calling the kernel), reusing existing ones."""
+    return [_tap_of(m) or Tap(m) for m in modules]
+
+
+def _cast(value: object, dtype: torch.dtype) -> object:
+    if torch.is_tensor(value) and value.is_floating_point():
+        return value.to(dtype)
+    if isinstance(value, tuple | list):
+        return type(value)(_cast(v, dtype) for v in value)
+    return value
+
+
+def _copy(module: nn.Module) -> nn.Module:
+    """A deep copy of ``module`` without its tap and wrapped kernel (which hold the last call's tensors)."""
+    saved = {k: module.__dict__.pop(k) for k in ("_expattn_tap", "_attn") if k in module.__dict__}
+    try:
+        return copy.deepcopy(module)
+    finally:
+        module.__dict__.update(saved)
+
+
+class Replay:
+    """$x \\mapsto (q, k, v)$ of one attention module, by calling it with its last recorded arguments and
+    ``x`` as hidden states. ``to(dtype)`` gives the same map on a copy of the module in ``dtype``."""
+
+    def __init__(self, origin: Tap, runner: Tap | None = None, dtype: torch.dtype | None = None):
+        self.origin, self.runner, self.dtype = origin, runner or origin, dtype
+        self._copies: dict[torch.dtype, Replay] = {}
+
+    def to(self, dtype: torch.dtype) -> Replay:
+        if dtype == (self.dtype or next(self.origin.module.parameters()).dtype):
+            return self
+        if dtype not in self._copies:
+            module = _copy(self.origin.module).to(dtype)
+            for sub in module.modules():
+                sub._forward_hooks.clear()
+                sub._forward_pre_hooks.clear()
+            runner = Tap(module)
+            if type(module).__name__ in METHOD_KERNELS:
+                _wrap_method(module, runner)
+            self._copies[dtype] = Replay(self.origin, runner, dtype)
+        return self._copies[dtype]
+
+    def __call__(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        if self.origin.call is None:
+            raise ValueError(f"{type(self.origin.module).__name__} has not run yet; nothing to replay")
+        args, kwargs = self.origin.call
+        if self.dtype is not None:
+            args, kwargs = _cast(args, self.dtype), _cast(kwargs, self.dtype)
+        kwargs = {k: v for k, v in kwargs.items() if k not in DROPPED}
+        tap = self.runner
+        tap.replaying = True
+        try:
+            if args:
+                tap.module.forward(x, *args[1:], **kwargs)
+            else:
+                tap.module.forward(hidden_states=x, **kwargs)
+            q, k, v = tap.qkv
+        finally:
+            tap.replaying, tap.qkv = False, None
+        return q, k, v
