@@ -176,8 +176,9 @@ def train(
 @app.command()
 def probe(
     out: Annotated[Path, typer.Option(help="Output folder (created; must not exist or be empty).")],
-    model: Annotated[str, typer.Option(help="minilm, smollm2, a local HuggingFace model directory, or the model/ "
-                                           "folder of an `expattn train` run.")] = "minilm",
+    model: Annotated[str, typer.Option(help="minilm, smollm2, a local HuggingFace model directory, a model ID in the "
+                                           "local HuggingFace cache, or the model/ folder of an `expattn train` run."
+                                      )] = "minilm",
     corpus: Annotated[str | None, typer.Option(help="Built-in corpus (shakespeare) [shakespeare].")] = None,
     text: Annotated[Path | None, typer.Option(help="UTF-8 text file to read instead of the corpus.")] = None,
     tokens: Annotated[int, typer.Option(help="Number of tokens to read.")] = 20_000,
@@ -188,6 +189,12 @@ def probe(
         "E1,E2,E3,E4,E5,E6,E7,E8"
     ),
     verbose: Annotated[bool, typer.Option("--verbose", help="Show the model loader's own report.")] = False,
+    device: Annotated[str | None, typer.Option(help="cpu, cuda or cuda:N (default: cpu; this rank's GPU under "
+                                                    "torchrun).")] = None,
+    dtype: Annotated[str | None, typer.Option(help="Model dtype: float32 (default), bfloat16 or float16.")] = None,
+    device_map: Annotated[str | None, typer.Option(help="'auto': spread the model over the devices (accelerate).")
+                          ] = None,
+    tokenizer: Annotated[Path | None, typer.Option(help="Tokenizer folder, when the model folder has none.")] = None,
 ) -> None:
     """Measure hypotheses E1-E8 on a pretrained transformer and real text; writes results.json and plots."""
     checked_seed(seed)
@@ -200,7 +207,9 @@ def probe(
         fail(f"give --corpus or --text, not both (got --corpus {corpus!r} and --text {str(text)!r})")
     corpus = corpus or "shakespeare"
     config = ProbeConfig(model=model, corpus=corpus, text=None if text is None else str(text), tokens=tokens,
-                         seq_len=seq_len, seed=seed, hypotheses=tuple(h.strip().upper() for h in hypotheses.split(",")))
+                         seq_len=seq_len, seed=seed, hypotheses=tuple(h.strip().upper() for h in hypotheses.split(",")),
+                         device=device, dtype=dtype, device_map=device_map,
+                         tokenizer=None if tokenizer is None else str(tokenizer))
     columns = (TextColumn("probe {task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} tokens"),
                TextColumn("{task.fields[rate]} tokens/s"), TimeElapsedColumn())
     try:

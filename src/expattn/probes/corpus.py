@@ -19,6 +19,7 @@ import torch
 from expattn.textfiles import read_text_limited
 
 CORPORA = ("shakespeare",)
+ENCODER_FAMILIES = ("bert", "encoder")  # adapters' families whose sequences are wrapped in [CLS] ... [SEP]
 
 
 def shakespeare_files() -> list[Path]:
@@ -75,7 +76,7 @@ class TokenSample:
 def special_ids(tokenizer: object, family: str) -> tuple[list[int], list[int]]:
     """Token ids put before and after the content: ([CLS], [SEP]) for encoders, ([BOS], []) for decoders."""
     cls, sep, bos = (getattr(tokenizer, f"{n}_token_id", None) for n in ("cls", "sep", "bos"))
-    if family == "bert" and cls is not None and sep is not None:
+    if family in ENCODER_FAMILIES and cls is not None and sep is not None:
         return [cls], [sep]
     return ([bos] if bos is not None else []), []
 

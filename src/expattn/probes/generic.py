@@ -1,188 +1,26 @@
-r"""Any HuggingFace transformer, read from its module tree and one traced forward pass.
+r"""Any HuggingFace transformer, read from its module tree and one traced forward pass (no table per family).
 
-No table per family: one forward pass on a few tokens records every submodule call (first tensor
-in, first tensor out). The attention kernel's taps (``expattn.probes.taps``) name each depth's
-attention module and its head outputs $z$; the block is the list element holding that module
-(so shared layers, as in ALBERT, are one module called at several depths). Inside each block the
-roles are then found by what the tensors are, checked to float32 rounding:
-
-- the output projection: the call whose input is $z$; its output $o$;
-- the attention update $a$: $o$, or the output of a norm reading $o$ (sandwich norms, OLMo 2),
-  times ``config.residual_multiplier`` where the model declares one (Granite);
-- the residual structure, with $x$ the block input, $y$ its output and $m$ some call's output:
-  *post-LN* when a norm reads $x + a$ (BERT: $h = N_1(x + a)$, $y = N_2(h + m)$), *pre-LN* when a
-  norm reads $h = x + a$ and $y = h + m$ (Llama, T5, ViT, Gemma 2's sandwich), *parallel* when
-  $y = x + a + m$ (GPT-J, GPT-NeoX, Phi, Falcon). A block that fits none is an error naming it.
-
-``read_model(model, model_type)`` returns an ``Adapter`` for that model: its capture computes the
-probe's named tensors (``expattn.probes.adapters``) from these roles on every forward pass.
+``read_model(model, model_type, run)`` taps the attention kernels (``expattn.probes.taps``), finds
+each block's roles (``expattn.probes.roles``) and returns an ``Adapter`` whose capture computes the
+probe's named tensors (``expattn.probes.adapters``) from those roles on every forward pass, and
+whose ``AttnWeights`` recompute attention through the model's own attention modules. An attention
+module that calls no readable kernel but returns its head outputs (DeBERTa's disentangled
+attention) is read passively: its tensors feed E1-E3, E6 and E8, and E4, E5, E7, which recompute
+attention, are skipped with the reason.
 """
 
 from __future__ import annotations
 
 import inspect
-import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 
 from expattn.probes.adapters import Adapter
 from expattn.probes.attention import AttnWeights
+from expattn.probes.roles import NORM_CLASS, Call, Roles, _block_path, _first, _input, _roles, _trace, same
 from expattn.probes.taps import METHOD_KERNELS, Replay, Tap, install, tap_all
-
-NORM_CLASS = re.compile(r"norm", re.IGNORECASE)
-DISCOVERY_TOKENS = 8
-RTOL = 1e-5
-
-
-def _first(value: object) -> Tensor | None:
-    if torch.is_tensor(value):
-        return value
-    if isinstance(value, tuple | list) and value and torch.is_tensor(value[0]):
-        return value[0]
-    if hasattr(value, "last_hidden_state"):
-        return value.last_hidden_state
-    return None
-
-
-def _input(args: tuple, kwargs: dict) -> Tensor | None:
-    return _first(args) if args else kwargs.get("hidden_states")
-
-
-def same(a: Tensor | None, b: Tensor | None) -> bool:
-    """Equal values to float32 rounding (relative to the larger magnitude), ``b`` read in ``a``'s shape."""
-    if a is None or b is None or a.numel() != b.numel() or not a.is_floating_point() or not b.is_floating_point():
-        return False
-    b = b.reshape(a.shape)
-    scale = max(float(a.abs().max()), float(b.abs().max()), 1e-30)
-    return bool((a - b).abs().max() <= RTOL * scale)
-
-
-@dataclass
-class Call:
-    """One submodule call of the discovery pass: its path, first input and first output tensor."""
-
-    path: str
-    module: nn.Module
-    start: int
-    inp: Tensor | None
-    out: Tensor | None = None
-    end: int = -1
-    heads: Tensor | None = None
-
-
-def _trace(model: nn.Module, run) -> list[Call]:
-    """Every submodule call of ``run()`` in order, with first input and output tensors."""
-    calls: list[Call] = []
-    handles = []
-    names = {id(m): n for n, m in model.named_modules()}
-    counter = [0]
-
-    def pre(module, args, kwargs):
-        counter[0] += 1
-        calls.append(Call(names[id(module)], module, counter[0], _input(args, kwargs)))
-
-    def post(module, _args, _kwargs, out):
-        counter[0] += 1
-        call = next(c for c in reversed(calls) if c.module is module and c.end < 0)
-        call.out, call.end = _first(out), counter[0]
-        tap = getattr(module, "_expattn_tap", None)
-        if tap is not None:
-            call.heads = tap.heads
-
-    for module in model.modules():
-        if module is not model:
-            handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
-            handles.append(module.register_forward_hook(post, with_kwargs=True))
-    try:
-        with torch.no_grad():
-            run()
-    finally:
-        for h in handles:
-            h.remove()
-    return calls
-
-
-def _block_path(path: str) -> str:
-    """The shortest prefix of ``path`` ending in a list index (``layers.3``, ``encoder.block.3``)."""
-    parts = path.split(".")
-    for n, part in enumerate(parts):
-        if part.isdigit():
-            return ".".join(parts[: n + 1])
-    raise ValueError(f"the attention module {path!r} is not inside a list of blocks")
-
-
-def _rel(path: str, block: str) -> str:
-    return path[len(block) + 1 :] if path != block else ""
-
-
-@dataclass
-class Roles:
-    """Where one block's tensors come from: paths relative to the block (None when absent).
-
-    ``o`` output projection; ``a`` module whose output is the attention update (``o`` or a norm of it);
-    ``n1`` the module producing the attention input (pre/parallel) or the post-LN norm of $x + a$;
-    ``n2`` the norm feeding the MLP (pre/parallel) or the block's last norm (post); ``m`` the module
-    whose output is the MLP update; ``scale`` the residual multiplier of both updates.
-    """
-
-    structure: str  # "pre", "post" or "parallel"
-    tap: Tap
-    o: str
-    a: str
-    scale: float
-    n1: str | None
-    n2: str | None
-    m: str
-    norm1: str | None = None  # the role E2 reads as norm1 ("n1", or "a" for a norm after the projection)
-    norm2: str | None = None  # "n2", or "m" for a norm after the MLP
-
-
-def _is_norm(call: Call | None) -> bool:
-    return call is not None and bool(NORM_CLASS.search(type(call.module).__name__))
-
-
-def _roles(block: Call, inner: list[Call], tap_call: Call, config) -> Roles:
-    x, y, z = block.inp, block.out, tap_call.heads
-    tap = tap_call.module._expattn_tap
-    o = next((c for c in inner if c.start > tap_call.start and c.inp is not None and not any(c.module.children())
-              and same(c.inp, z)), None)
-    if o is None:
-        raise ValueError(f"cannot find the output projection of {block.path} (no call reads the head outputs)")
-    norms = [c for c in inner if _is_norm(c)]
-    a = next((c for c in norms if c.start > o.end and same(c.inp, o.out)), o)
-    scale = float(getattr(config, "residual_multiplier", None) or 1.0)
-    update = a.out * scale
-
-    def rel(c: Call | None) -> str | None:
-        return None if c is None else _rel(c.path, block.path)
-
-    def outermost(total: Tensor, base: Tensor, after: int, before: int) -> Call | None:
-        """The outermost call (after ``after``, ending before ``before``) with ``total = base + scale * out``."""
-        hits = [c for c in inner if after < c.start and c.end < before and c.out is not None
-                and c.out.numel() == base.numel() and same(total, base + c.out.view(base.shape) * scale)]
-        return min(hits, key=lambda c: c.start) if hits else None
-
-    h = x + update
-    m = outermost(y, h, a.end, block.end)
-    if m is not None:
-        n1 = next((c for c in inner if c.end < tap_call.start and same(c.inp, x) and same(c.out, tap_call.inp)), None)
-        n2 = next((c for c in norms if c.start > a.end and same(c.inp, h)), None)
-        if n2 is not None or any(same(c.inp, h) for c in inner if c.start > a.end):
-            return Roles("pre", tap, rel(o), rel(a), scale, rel(n1), rel(n2), rel(m))
-        n2 = next((c for c in norms if c is not n1 and c.start > tap_call.start and same(c.inp, x)), None)
-        if n2 is None:
-            n2 = next((c for c in norms if c is not n1 and c.end < tap_call.start and same(c.inp, x)), None)
-        return Roles("parallel", tap, rel(o), rel(a), scale, rel(n1), rel(n2), rel(m))
-    post = next((c for c in norms if c.start > a.end and same(c.inp, h)), None)
-    if post is not None:
-        for n2 in (c for c in norms if c.start > post.end and same(c.out, y)):
-            m = outermost(n2.inp, post.out, post.end, n2.start)
-            if m is not None:
-                return Roles("post", tap, rel(o), rel(a), scale, rel(post), rel(n2), rel(m))
-    raise ValueError(f"cannot read the residual structure of {block.path} ({type(block.module).__name__}): "
-                     "neither x + a + m (pre-LN, parallel) nor N2(N1(x + a) + m) (post-LN)")
 
 
 def forward_kwargs(model: nn.Module) -> dict:
@@ -288,6 +126,11 @@ class GenericReading:
     taps: list[Tap]
     affine: bool
 
+    @property
+    def recomputable(self) -> bool:
+        """Whether the attention can be recomputed (its kernel is read), so the acceptance test applies."""
+        return not self.roles[0].tap.passive
+
     def unique_blocks(self) -> list[tuple[nn.Module, Roles]]:
         seen: dict[int, tuple[nn.Module, Roles]] = {}
         for block, roles in zip(self.blocks, self.roles, strict=True):
@@ -322,14 +165,19 @@ class GenericReading:
         """Hypotheses that cannot apply to this model, with the reason (see ``read_model``)."""
         out: dict[str, str] = {}
         w = self.attention[0]
-        if w.softcap is not None:
+        if not self.recomputable:
+            why = (f"{type(self.roles[0].tap.module).__name__} computes attention in its own code, not through a "
+                   "kernel the probe reads (for DeBERTa: disentangled content-to-position terms whose keys depend "
+                   "on the query position, not softmax of one bilinear form plus a bias)")
+            out |= {"E4": why, "E5": why, "E7": why}
+        elif w.softcap is not None:
             why = (f"the logits are soft-capped (c tanh(s q.k / c), c = {w.softcap:g}): attention is not the "
                    "gradient of the log-normalizer of a bilinear form")
             out |= {"E4": why, "E5": why}
         elif not self.affine:
             out["E4"] = "queries and keys are normalized per head (q/k norms): no bilinear form W_q^T W_k to compare"
         r = self.roles[0]
-        if r.a != r.o or r.scale != 1.0:
+        if "E7" not in out and (r.a != r.o or r.scale != 1.0):
             out["E7"] = ("the attention update is not W_o z + b_o (a norm after the output projection or a residual "
                          "multiplier), which E7's pure-attention path recomputes")
         if any(r.norm1 is None or r.norm2 is None for r in self.roles):
@@ -343,9 +191,28 @@ def _is_norm_path(block: nn.Module, path: str) -> bool:
 
 def _discover(model: nn.Module, run) -> list[Call]:
     install(model)
-    with _autotap():
+    with _autotap(), torch.no_grad():
         run()  # finds the modules that call the kernel and taps them
+    if not any(getattr(m, "_expattn_tap", None) is not None for m in model.modules()):
+        for module in model.modules():
+            name = type(module).__name__
+            inner = [type(c).__name__ for c in module.modules() if c is not module]
+            if "SelfAttention" in name and not any("Attention" in n for n in inner):
+                passive(module)
     return _trace(model, run)
+
+
+def passive(module: nn.Module) -> Tap:
+    """A tap on an attention module whose kernel is not read: its call and first output (the head outputs)."""
+    tap = Tap(module)
+    tap.passive = True
+
+    def keep(_m, _a, out):
+        if not tap.replaying:
+            tap.heads = _first(out)
+
+    module.register_forward_hook(keep)
+    return tap
 
 
 class _autotap:
@@ -369,6 +236,11 @@ def read_model(model: nn.Module, model_type: str, run) -> Adapter:
         ValueError: no attention kernel the probe can read, or a block whose roles cannot be found (the
             message names the block).
     """
+    with torch.no_grad():
+        return _read(model, model_type, run)
+
+
+def _read(model: nn.Module, model_type: str, run) -> Adapter:
     calls = _discover(model, run)
     tap_calls = [c for c in calls if getattr(c.module, "_expattn_tap", None) is not None]
     if not tap_calls:
@@ -388,6 +260,9 @@ def read_model(model: nn.Module, model_type: str, run) -> Adapter:
     weights, affine = [], True
     param = next(model.parameters())
     for block, r in zip(blocks, roles, strict=True):
+        if r.tap.passive:
+            weights.append(_unread(block.get_submodule(r.o), r.tap.heads.shape[-1], model.config))
+            continue
         replay = Replay(r.tap)
         wq, bq, wk, bk, wv, bv, linear = _linear_maps(replay, _input(*r.tap.call).shape[-1], param.device, param.dtype)
         affine = affine and linear
@@ -415,6 +290,16 @@ def read_model(model: nn.Module, model_type: str, run) -> Adapter:
     )
 
 
+def _unread(o: nn.Module, width: int, config) -> AttnWeights:
+    """Weights of an attention whose kernel is not read: the output projection only (E8 reads it); the query
+    and key maps are zero placeholders that no applicable hypothesis uses."""
+    param = next(o.parameters())
+    heads = int(config.num_attention_heads)
+    wo, bo = _out_map(o, width, param.device, param.dtype)
+    zero = torch.zeros(width, wo.shape[0], device=param.device)
+    return AttnWeights(zero, None, zero, None, zero, None, wo, bo, heads, heads, (width // heads) ** -0.5, False)
+
+
 def _head_counts(replay: Replay, wq: Tensor) -> tuple[int, int]:
     param = next(replay.origin.module.parameters())
     x = torch.zeros(1, _input(*replay.origin.call).shape[1], wq.shape[1], dtype=param.dtype, device=param.device)
@@ -425,6 +310,8 @@ def _head_counts(replay: Replay, wq: Tensor) -> tuple[int, int]:
 def _is_causal(tap: Tap) -> bool:
     """Causal when SDPA masks the future itself or the bias forbids the first query the last key."""
     logits = tap.logits
+    if logits is None:
+        return False
     if logits.causal:
         return True
     return logits.bias is not None and bool(logits.bias[..., 0, -1].max() < -1e4)

@@ -117,14 +117,33 @@ def resolve_model_dir(model: str) -> Path:
         return smollm2_dir()
     path = Path(model).expanduser()
     if not path.exists():
+        cached = cached_model_dir(model)
+        if cached is not None:
+            return cached
         raise ValueError(
-            f"model {model!r} is neither a built-in name ({', '.join(BUILTIN_MODELS)}) nor an existing directory"
+            f"model {model!r} is neither a built-in name ({', '.join(BUILTIN_MODELS)}), an existing directory, "
+            "nor a HuggingFace model ID in the local cache (nothing is downloaded: fetch it first with "
+            f"`huggingface-cli download {model}`)"
         )
     if not path.is_dir():
         raise ValueError(f"model {model!r} is a file, expected a HuggingFace model directory with config.json")
     if not (path / "config.json").is_file():
         raise ValueError(f"model directory {model!r} has no config.json")
     return path
+
+
+def cached_model_dir(model_id: str) -> Path | None:
+    """The snapshot folder of HuggingFace model ``model_id`` (``owner/name``) in the local cache, or None."""
+    if model_id.count("/") != 1 or model_id.startswith((".", "/", "~")):
+        return None
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        folder = Path(snapshot_download(model_id, local_files_only=True))
+    except (LocalEntryNotFoundError, OSError, ValueError):
+        return None
+    return folder if (folder / "config.json").is_file() else None
 
 
 def read_config(path: Path) -> dict:
@@ -138,12 +157,25 @@ def read_config(path: Path) -> dict:
     return config
 
 
-def load_pretrained(path: Path, model_type: str) -> tuple[nn.Module, object]:
-    """Load weights (float32, eval mode, PyTorch SDPA attention: the estimators read the tensors around the
-    attention kernel, never its weights) and the tokenizer from ``path``.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "spiece.model",
+                   "tokenizer.model", "sentencepiece.bpe.model")
 
-    Decoder families load their causal-LM class's backbone; encoders load ``AutoModel``;
-    ``expattn-lm`` folders load ``expattn.nn.lm.LM`` from safetensors with a character tokenizer.
+
+def check_tokenizer_dir(path: Path, model: str) -> None:
+    """ValueError when ``path`` holds none of the files a HuggingFace tokenizer is read from."""
+    if not any((path / name).is_file() for name in TOKENIZER_FILES):
+        raise ValueError(f"{model!r} has no tokenizer files ({', '.join(TOKENIZER_FILES[:4])}...); "
+                         "pass the folder of its tokenizer with --tokenizer DIR")
+
+
+def load_pretrained(path: Path, model_type: str, dtype: torch.dtype | None = None, device_map: str | None = None,
+                    tokenizer_dir: Path | None = None) -> tuple[nn.Module, object]:
+    """Load weights (``dtype``, default float32; eval mode; PyTorch SDPA attention where the architecture has
+    it, else its own: the estimators read the tensors around the attention kernel) and the tokenizer from
+    ``tokenizer_dir`` or ``path``; ``device_map="auto"`` spreads the layers over the devices (accelerate).
+
+    Encoder-decoder models give their encoder; ``expattn-lm`` folders load ``expattn.nn.lm.LM`` from
+    safetensors with a character tokenizer.
     Raises ValueError when the directory holds no loadable weights or tokenizer.
     """
     from expattn.probes.lm_adapter import MODEL_TYPE, load_lm
@@ -153,17 +185,27 @@ def load_pretrained(path: Path, model_type: str) -> tuple[nn.Module, object]:
     from transformers import AutoModel, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
+    tokenizer_dir = Path(path if tokenizer_dir is None else tokenizer_dir)
+    check_tokenizer_dir(tokenizer_dir, str(tokenizer_dir))
     _offline()
     hf_logging.disable_progress_bar()
+    options = {"dtype": dtype or torch.float32, "trust_remote_code": False}
+    if device_map is not None:
+        options["device_map"] = device_map
     try:
         with warnings.catch_warnings(), quiet_loading():
             warnings.simplefilter("ignore")
-            model = AutoModel.from_pretrained(
-                str(path), dtype=torch.float32, attn_implementation="sdpa", trust_remote_code=False
-            )
-            tokenizer = AutoTokenizer.from_pretrained(str(path), trust_remote_code=False)
+            try:
+                model = AutoModel.from_pretrained(str(path), attn_implementation="sdpa", **options)
+            except ValueError as err:  # an architecture without SDPA attention keeps its own
+                if "does not support" not in str(err):
+                    raise
+                model = AutoModel.from_pretrained(str(path), **options)
+            tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir), trust_remote_code=False)
     except Exception as err:  # any loader failure (bad safetensors header, missing files...) is a user error here
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise ValueError(f"cannot load a {model_type} model from {path}: {first}") from err
+    if getattr(model.config, "is_encoder_decoder", False) and hasattr(model, "get_encoder"):
+        model = model.get_encoder()
     model.eval()
     return model, tokenizer

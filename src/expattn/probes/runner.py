@@ -14,8 +14,6 @@ fitted statistics are merged on rank 0, which computes the records and draws the
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import math
 import os
 import time
@@ -26,11 +24,9 @@ from pathlib import Path
 
 import torch
 
-import expattn.probes.lm_adapter  # noqa: F401  (registers the adapter of expattn's own LMs)
 from expattn.catalogue import entry
 from expattn.memory import probe_bytes, require
-from expattn.probes.adapters import Capture, adapter_for
-from expattn.probes.common import Batch, ProbeContext
+from expattn.probes.common import ProbeContext
 from expattn.probes.corpus import TokenSample, excluded_positions, load_text, sequence
 from expattn.probes.e1_expansion import E1Expansion
 from expattn.probes.e2_normalization import E2Normalization
@@ -40,15 +36,15 @@ from expattn.probes.e5_gradient import E5Gradient
 from expattn.probes.e6_mlp import E6Mlp
 from expattn.probes.e7_collapse import E7Collapse
 from expattn.probes.e8_heads import E8Heads
+from expattn.probes.feeding import Feeding, feed, merge
 from expattn.probes.loading import load_pretrained, read_config, resolve_model_dir
-from expattn.probes.stats import poisson_weights
+from expattn.probes.subject import Subject, parse_device, parse_dtype, place, subject_from_model
 from expattn.results.record import Record, enforce_controls
 from expattn.seeds import check_seed
 
 ESTIMATORS = (E1Expansion, E2Normalization, E3Gaussianity, E4Alignment, E5Gradient, E6Mlp, E7Collapse, E8Heads)
 HYPOTHESES = tuple(cls.claim for cls in ESTIMATORS)
 
-TRIM_SLACK = 0.10  # relative growth of the resident size that triggers a heap trim (see _heap_trimmer)
 DEFAULT_TOKENS = {"minilm": 20_000, "smollm2": 8_192}
 QUICK_TOKENS = {"minilm": 2_048, "smollm2": 768}
 
@@ -69,6 +65,11 @@ class ProbeConfig:
         replicates: Poisson bootstrap replicates.
         detail_sequences: sequences used by the per-sequence analyses (E4 Fisher, E5, E7).
         hypotheses: the hypotheses to measure (ids among ``HYPOTHESES``); the others are not computed.
+        device: ``cpu``, ``cuda`` or ``cuda:N`` (None: cpu, or this rank's GPU under torchrun).
+        dtype: ``float32``, ``bfloat16`` or ``float16`` of the model (None: float32); the statistics read
+            float32 copies of its tensors.
+        device_map: ``auto`` to spread the model over the available devices (accelerate), or None.
+        tokenizer: folder of the tokenizer when the model folder has none.
     """
 
     model: str = "minilm"
@@ -81,6 +82,10 @@ class ProbeConfig:
     replicates: int = 200
     detail_sequences: int = 4
     hypotheses: tuple[str, ...] = HYPOTHESES
+    device: str | None = None
+    dtype: str | None = None
+    device_map: str | None = None
+    tokenizer: str | None = None
 
     @classmethod
     def preset(cls, model: str, quick: bool = False, seed: int = 0) -> ProbeConfig:
@@ -146,38 +151,78 @@ def _distributed() -> tuple[int, int]:
     return 0, 1
 
 
-def _heap_trimmer() -> Callable[[], None] | None:
-    """After each batch: glibc's ``malloc_trim(0)`` when the resident size has grown more than
-    ``TRIM_SLACK`` over its size after the first batch (None where there is no glibc or /proc).
-
-    Each batch frees tens of MiB of activations; glibc keeps freed heap pages mapped and
-    fragmentation lets the heap creep up over hundreds of batches, so without trimming the peak
-    depends on the run's length. Trimming after every batch would make the next forward pass
-    fault those pages in again (~0.5 s per 20,000 MiniLM tokens), hence the threshold.
-    """
-    name = ctypes.util.find_library("c")
-    trim = getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
-    if trim is None or not Path("/proc/self/statm").exists():
-        return None
-    page = os.sysconf("SC_PAGE_SIZE")
-    first: list[int] = []
-
-    def resident() -> int:
-        return int(Path("/proc/self/statm").read_text().split()[1]) * page
-
-    def after_batch() -> None:
-        now = resident()
-        if not first:
-            first.append(now)
-        elif now > first[0] * (1 + TRIM_SLACK):
-            trim(0)
-
-    return after_batch
+def load(config: ProbeConfig) -> Subject:
+    """Step 1: the model named by ``config`` with its tokenizer and adapter, on ``config.device`` in
+    ``config.dtype`` (ValueError: unknown model, unreadable folder or architecture, no tokenizer)."""
+    path = resolve_model_dir(config.model)
+    hf_config = read_config(path)
+    device, dtype = parse_device(config.device), parse_dtype(config.dtype)
+    if config.device_map is not None and config.device_map != "auto":
+        raise ValueError(f"device_map must be 'auto' (or None), got {config.device_map!r}")
+    tokenizer_dir = None if config.tokenizer is None else Path(config.tokenizer)
+    if tokenizer_dir is not None and not tokenizer_dir.is_dir():
+        raise ValueError(f"tokenizer {config.tokenizer!r} is not a folder")
+    model, tokenizer = load_pretrained(path, hf_config["model_type"], dtype, config.device_map, tokenizer_dir)
+    if config.device_map is None:
+        model = place(model, device, None)
+    subject = subject_from_model(model, tokenizer, name=config.model)
+    subject.path, subject.model_type, subject.config = path, hf_config["model_type"], hf_config
+    return subject
 
 
-def _batch(indices: list[int], config: ProbeConfig) -> Batch:
-    index = torch.tensor(indices)
-    return Batch(index=index, weights=poisson_weights(config.seed, index, config.replicates))
+def context(subject: Subject, config: ProbeConfig) -> ProbeContext:
+    """The fixed choices of a run on ``subject`` (attention weights in float32 when the model is not)."""
+    adapter, model = subject.adapter, subject.model
+    layers = len(adapter.blocks(model))
+    attention = tuple(adapter.attention(model, i) for i in range(layers))
+    if subject.dtype != torch.float32:
+        attention = tuple(w.to(torch.float32) for w in attention)
+    return ProbeContext(
+        model=model,
+        adapter=adapter,
+        attention=attention,
+        layers=layers,
+        dim=attention[0].wo.shape[0] if layers else model.config.hidden_size,
+        excluded=excluded_positions(config.seq_len, adapter.family, subject.tokenizer),
+        seed=config.seed,
+        replicates=config.replicates,
+        detail_sequences=config.detail_sequences,
+        model_name=subject.name,
+    )
+
+
+def records(estimators: list, inapplicable: dict[str, str], fed: Feeding, model_name: str,
+            out_dir: Path | None) -> list[Record]:
+    """Step 4 (rank 0): one record per chosen hypothesis, ``skipped`` with the reason where it cannot apply
+    or where its analysis raised."""
+    out = []
+    if out_dir is not None:
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+    for est in estimators:
+        t0 = time.perf_counter()
+        try:
+            with torch.no_grad():
+                record = est.result(out_dir)
+        except OSError:  # writing its plot failed (a full disk...): an error of the run, not a verdict
+            raise
+        except Exception as err:  # one failing analysis must not discard the others: report it
+            record = Record(
+                id=est.claim,
+                kind="empirical",
+                verdict="skipped",
+                notes=f"analysis raised {type(err).__name__}: {err}",
+                details={"traceback": traceback.format_exc(limit=5)},
+            )
+        record.metrics["update_seconds"] = fed.per_estimator[est.claim]
+        record.metrics["result_seconds"] = time.perf_counter() - t0
+        record.statement, record.source = entry(record.id).statement, entry(record.id).seeds
+        record.details["model"] = model_name
+        out.append(enforce_controls(record))
+    for claim, why in inapplicable.items():
+        out.append(Record(claim, "empirical", "skipped", notes=f"does not apply to this model: {why}",
+                          statement=entry(claim).statement, source=entry(claim).seeds, details={"model": model_name}))
+    out.sort(key=lambda r: HYPOTHESES.index(r.id))
+    return out
 
 
 def probe(
@@ -192,125 +237,74 @@ def probe(
 
     Raises:
         ValueError: bad settings, unknown model, a directory that is not a supported model, an
-            empty or unreadable text, or a sequence length beyond the model's context.
+            empty or unreadable text, a sequence length beyond the model's context, or an architecture
+            whose recomputed attention does not match its own (``AttentionMismatch``).
     """
     start = time.perf_counter()
     config.validate()
+    if config.device_map is None:
+        parse_device(config.device)
+    parse_dtype(config.dtype)
     path = resolve_model_dir(config.model)
-    hf_config = read_config(path)
-    adapter = adapter_for(hf_config["model_type"])
-    context = _context_length(hf_config)
-    if context is not None and config.seq_len > context:
-        raise ValueError(f"seq_len {config.seq_len} exceeds the context length {context} of {config.model}")
+    context_length = _context_length(read_config(path))
+    if context_length is not None and config.seq_len > context_length:
+        raise ValueError(f"seq_len {config.seq_len} exceeds the context length {context_length} of {config.model}")
     text = load_text(config.corpus, config.text)
-    model, tokenizer = load_pretrained(path, hf_config["model_type"])
+    return probe_subject(load(config), config, out_dir, progress, text=text, start=start)
+
+
+def probe_subject(subject: Subject, config: ProbeConfig, out_dir: Path | None,
+                  progress: Callable[[int, int], None] | None = None, *, text: str | None = None,
+                  input_ids: torch.Tensor | None = None, start: float | None = None) -> ProbeOutcome:
+    """Steps 2-4 on a loaded ``subject``: sequences cut from ``text`` (as ``TokenSample`` does) or the rows of
+    ``input_ids`` ``(sequence, seq_len)``; see ``probe``."""
+    start = time.perf_counter() if start is None else start
     torch.manual_seed(config.seed)
-    layers = len(adapter.blocks(model))
-    excluded = excluded_positions(config.seq_len, adapter.family, tokenizer)
-    ctx = ProbeContext(
-        model=model,
-        adapter=adapter,
-        attention=tuple(adapter.attention(model, i) for i in range(layers)),
-        layers=layers,
-        dim=model.config.hidden_size,
-        excluded=excluded,
-        seed=config.seed,
-        replicates=config.replicates,
-        detail_sequences=config.detail_sequences,
-        model_name=config.model,
-    )
-    inapplicable = {h: why for h, why in adapter.inapplicable(model).items() if h in config.hypotheses}
+    ctx = context(subject, config)
+    adapter = subject.adapter
+    inapplicable = {h: why for h, why in adapter.inapplicable(subject.model).items() if h in config.hypotheses}
     estimators = [cls(ctx) for cls in ESTIMATORS if cls.claim in config.hypotheses and cls.claim not in inapplicable]
-    sample = TokenSample(config.seq_len, config.seed)
-    n_seq = math.ceil(config.tokens / config.seq_len)
+    if input_ids is not None:
+        n_seq = len(input_ids)
+
+        def inputs(i: int) -> torch.Tensor:
+            return input_ids[i]
+    else:
+        sample = TokenSample(config.seq_len, config.seed)
+        n_seq = math.ceil(config.tokens / config.seq_len)
+
+        def inputs(i: int) -> torch.Tensor:
+            return sequence(text, subject.tokenizer, adapter.family, sample, i)
     rank, world = _distributed()
     batches = [list(range(b, min(b + config.batch_size, n_seq))) for b in range(0, n_seq, config.batch_size)]
     mine = batches[rank::world]  # whole batches per process: the same forward passes as one process
-    state: dict = {"batch": None, "stats_cpu": 0.0}
-    per_estimator = dict.fromkeys((est.claim for est in estimators), 0.0)
-
-    def on_block(i: int, tensors: dict[str, torch.Tensor]) -> None:
-        c0 = time.process_time()
-        state["batch"].shared.clear()  # statistics shared between estimators live for one block
-        for est in estimators:
-            t0 = time.perf_counter()
-            est.update(i, tensors, state["batch"])
-            per_estimator[est.claim] += time.perf_counter() - t0
-        state["stats_cpu"] += time.process_time() - c0
-
-    forward = forward_cpu = 0.0
-    trim = _heap_trimmer()
-    with torch.no_grad(), Capture(model, adapter, on_block):
-        for done, indices in enumerate(mine if estimators else [], start=1):
-            ids = [sequence(text, tokenizer, adapter.family, sample, i) for i in indices]
-            state["batch"] = _batch(indices, config)
-            t0, c0 = time.perf_counter(), time.process_time()
-            model(input_ids=torch.stack(ids), attention_mask=torch.ones(len(ids), config.seq_len, dtype=torch.long))
-            forward += time.perf_counter() - t0
-            forward_cpu += time.process_time() - c0
-            if trim is not None:
-                trim()
-            if progress is not None and rank == 0:
-                progress(min(config.tokens, done * world * config.batch_size * config.seq_len), config.tokens)
-    stats_seconds = sum(per_estimator.values())
-    if world > 1:
-        gathered: list = [None] * world
-        torch.distributed.all_gather_object(gathered, [estimators, forward, stats_seconds])
-        if rank == 0:
-            for other, *_ in gathered[1:]:
-                for est, theirs in zip(estimators, other, strict=True):
-                    est.merge(theirs)
-        forward = max(g[1] for g in gathered)
-        stats_seconds = max(g[2] for g in gathered)
-    records = []
-    if rank == 0 and out_dir is not None:
-        Path(out_dir).mkdir(parents=True, exist_ok=True)
-    if rank == 0:
-        for est in estimators:
-            t0 = time.perf_counter()
-            try:
-                with torch.no_grad():
-                    record = est.result(out_dir)
-            except OSError:  # writing its plot failed (a full disk...): an error of the run, not a verdict
-                raise
-            except Exception as err:  # one failing analysis must not discard the others: report it
-                record = Record(
-                    id=est.claim,
-                    kind="empirical",
-                    verdict="skipped",
-                    notes=f"analysis raised {type(err).__name__}: {err}",
-                    details={"traceback": traceback.format_exc(limit=5)},
-                )
-            record.metrics["update_seconds"] = per_estimator[est.claim]
-            record.metrics["result_seconds"] = time.perf_counter() - t0
-            record.statement, record.source = entry(record.id).statement, entry(record.id).seeds
-            record.details["model"] = config.model
-            records.append(enforce_controls(record))
-        for claim, why in inapplicable.items():
-            records.append(Record(claim, "empirical", "skipped", notes=f"does not apply to this model: {why}",
-                                  statement=entry(claim).statement, source=entry(claim).seeds,
-                                  details={"model": config.model}))
-        records.sort(key=lambda r: HYPOTHESES.index(r.id))
+    fed = feed(subject, ctx, estimators, mine, inputs, config, progress, rank, world)
+    forward, stats_seconds = merge(estimators, fed, rank, world)
+    recs = records(estimators, inapplicable, fed, subject.name, out_dir) if rank == 0 else []
+    w = ctx.attention[0]
     model_info = {
-        "name": config.model,
-        "path": str(path),
-        "model_type": hf_config["model_type"],
+        "name": subject.name,
+        "path": None if subject.path is None else str(subject.path),
+        "model_type": subject.model_type,
         "family": adapter.family,
-        "layers": layers,
+        "layers": ctx.layers,
         "dim": ctx.dim,
-        "heads": ctx.attention[0].heads,
-        "kv_heads": ctx.attention[0].kv_heads,
+        "heads": w.heads,
+        "kv_heads": w.kv_heads,
         "norm_position": adapter.norm_position,
+        "dtype": str(subject.dtype).removeprefix("torch."),
+        "device": str(subject.device),
+        "attention_check_max_error": fed.checked,
     }
     return ProbeOutcome(
-        records,
+        recs,
         n_seq * config.seq_len,
         n_seq,
         time.perf_counter() - start,
         forward - stats_seconds,
         stats_seconds,
-        forward_cpu - state["stats_cpu"],
-        state["stats_cpu"],
+        fed.forward_cpu - fed.stats_cpu,
+        fed.stats_cpu,
         model_info,
         asdict(config),
         estimators if rank == 0 else [],

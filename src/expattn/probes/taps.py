@@ -32,8 +32,9 @@ from torch import Tensor, nn
 IMPLEMENTATION = "expattn"
 DROPPED = ("past_key_values", "layer_past", "use_cache", "hidden_states", "output_attentions")
 AUTOTAP = False  # while True (``expattn.probes.generic``), a module calling the kernel gets a tap
-KNOWN_KWARGS = {"dropout", "deterministic", "scaling", "softcap", "position_bias", "sliding_window", "is_causal", "position_ids",
-                "use_cache", "encoder_hidden_states", "output_attentions", "cache_position", "layer_idx"}
+KNOWN_KWARGS = {"dropout", "deterministic", "scaling", "softcap", "position_bias", "sliding_window", "is_causal",
+                "position_ids", "use_cache", "encoder_hidden_states", "output_attentions", "cache_position",
+                "layer_idx"}
 
 
 @dataclass
@@ -64,6 +65,7 @@ class Tap:
         self.heads: Tensor | None = None
         self.qkv: tuple[Tensor, Tensor, Tensor] | None = None
         self.replaying = False
+        self.passive = False  # True: the kernel is not read, only the module's call and output
         self.handle = module.register_forward_pre_hook(self._remember, with_kwargs=True)
         module._expattn_tap = self
 

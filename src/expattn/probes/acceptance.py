@@ -1,0 +1,48 @@
+r"""The acceptance test of every adapter: recomputed attention equals the model's own, head by head.
+
+$$e_{h} = \max_{b,t} \frac{\lVert \hat z_{b,t,h} - z_{b,t,h}\rVert}{\lVert z_{b,t,h}\rVert} \le T\,\varepsilon$$
+
+with $z$ ``(batch, token, head, head_dim)`` the head outputs the model produced
+(``layers.i.attn.heads``), $\hat z$ the probe's recomputation from ``layers.i.attn.input`` and the
+adapter's ``AttnWeights`` (masks, positions and all), $T$ the sequence length and $\varepsilon$ the
+machine epsilon of the model's dtype (rounding of a length-$T$ weighted sum). A head beyond it means
+the adapter misreads the architecture: an error naming the layer and head, never a verdict.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from expattn.probes.attention import AttnWeights, head_outputs
+
+ROWS = 2  # sequences of the first batch checked (the masks and weights are the same for every sequence)
+
+
+class AttentionMismatch(ValueError):
+    """The probe's recomputed attention differs from the model's own on some head."""
+
+
+def head_errors(x: Tensor, z: Tensor, w: AttnWeights) -> Tensor:
+    """``(heads,)`` float64: per head the largest relative error over sequences and tokens."""
+    with torch.no_grad():
+        mine = head_outputs(x, w)
+    b, t = z.shape[:2]
+    mine, ref = mine.reshape(b, t, w.heads, -1).double(), z.reshape(b, t, w.heads, -1).double()
+    err = (mine - ref).norm(dim=-1) / ref.norm(dim=-1).clamp_min(1e-30)
+    return err.amax((0, 1))
+
+
+def check_heads(layer: int, tensors: dict[str, Tensor], w: AttnWeights, eps: float) -> float:
+    """Raise ``AttentionMismatch`` naming the worst head of ``layer`` when its error exceeds $T\\varepsilon$;
+    return the layer's largest error otherwise."""
+    x, z = tensors["attn.input"][:ROWS], tensors["attn.heads"][:ROWS]
+    errors = head_errors(x, z, w)
+    tol = x.shape[1] * eps
+    worst = int(errors.argmax())
+    if not bool(errors[worst] <= tol):  # NaN fails too
+        raise AttentionMismatch(
+            f"layer {layer} head {worst}: the probe's recomputed attention differs from the model's own "
+            f"(relative error {float(errors[worst]):.3g} > tolerance {tol:.3g}); this architecture is misread"
+        )
+    return float(errors.max())

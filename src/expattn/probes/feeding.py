@@ -1,0 +1,132 @@
+"""The probe's steps 2 and 3, *feed* and *merge*: the model runs batch by batch with forward hooks and the
+estimators update their streaming statistics block by block; under ``torchrun`` rank 0 then merges
+every process's statistics.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from expattn.probes.acceptance import check_heads
+from expattn.probes.adapters import Capture
+from expattn.probes.common import Batch, ProbeContext
+from expattn.probes.stats import poisson_weights
+from expattn.probes.subject import Subject
+
+TRIM_SLACK = 0.10  # relative growth of the resident size that triggers a heap trim (see _heap_trimmer)
+
+
+def _heap_trimmer() -> Callable[[], None] | None:
+    """After each batch: glibc's ``malloc_trim(0)`` when the resident size has grown more than
+    ``TRIM_SLACK`` over its size after the first batch (None where there is no glibc or /proc).
+
+    Each batch frees tens of MiB of activations; glibc keeps freed heap pages mapped and
+    fragmentation lets the heap creep up over hundreds of batches, so without trimming the peak
+    depends on the run's length. Trimming after every batch would make the next forward pass
+    fault those pages in again (~0.5 s per 20,000 MiniLM tokens), hence the threshold.
+    """
+    name = ctypes.util.find_library("c")
+    trim = getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
+    if trim is None or not Path("/proc/self/statm").exists():
+        return None
+    page = os.sysconf("SC_PAGE_SIZE")
+    first: list[int] = []
+
+    def resident() -> int:
+        return int(Path("/proc/self/statm").read_text().split()[1]) * page
+
+    def after_batch() -> None:
+        now = resident()
+        if not first:
+            first.append(now)
+        elif now > first[0] * (1 + TRIM_SLACK):
+            trim(0)
+
+    return after_batch
+
+
+def _batch(indices: list[int], seed: int, replicates: int) -> Batch:
+    index = torch.tensor(indices)
+    return Batch(index=index, weights=poisson_weights(seed, index, replicates))
+
+
+@dataclass
+class Feeding:
+    """What step 2 (*feed*) measured: wall and CPU seconds of the forward passes and of the statistics."""
+
+    forward: float = 0.0
+    forward_cpu: float = 0.0
+    stats_cpu: float = 0.0
+    per_estimator: dict = field(default_factory=dict)
+    checked: float = 0.0
+
+
+def feed(subject: Subject, ctx: ProbeContext, estimators: list, batches: list[list[int]],
+         inputs: Callable[[int], torch.Tensor], config, progress, rank: int, world: int) -> Feeding:
+    """Step 2: run the model over ``batches`` (sequence indices; ``inputs(index)`` their token ids) with the
+    estimators updated block by block. On the first batch every head's recomputed attention is checked
+    against the model's own (``expattn.probes.acceptance``) wherever the adapter can recompute it."""
+    fed = Feeding(per_estimator=dict.fromkeys((est.claim for est in estimators), 0.0))
+    reading = subject.adapter.reading
+    state: dict = {"batch": None, "check": reading is None or reading.recomputable}
+    eps = float(torch.finfo(subject.dtype).eps)
+    cast = subject.dtype != torch.float32
+
+    def on_block(i: int, tensors: dict[str, torch.Tensor]) -> None:
+        c0 = time.process_time()
+        if cast:
+            tensors = _as_float32(tensors)
+        if state["check"]:
+            fed.checked = max(fed.checked, check_heads(i, tensors, ctx.attention[i], eps))
+        state["batch"].shared.clear()  # statistics shared between estimators live for one block
+        for est in estimators:
+            t0 = time.perf_counter()
+            est.update(i, tensors, state["batch"])
+            fed.per_estimator[est.claim] += time.perf_counter() - t0
+        fed.stats_cpu += time.process_time() - c0
+
+    trim = _heap_trimmer()
+    capture = subject.adapter.capture or Capture
+    with torch.no_grad(), capture(subject.model, subject.adapter, on_block):
+        for done, indices in enumerate(batches if estimators else [], start=1):
+            ids = torch.stack([inputs(i) for i in indices]).to(subject.device)
+            state["batch"] = _batch(indices, config.seed, config.replicates)
+            t0, c0 = time.perf_counter(), time.process_time()
+            subject.model(input_ids=ids, attention_mask=torch.ones_like(ids), **subject.kwargs)
+            fed.forward += time.perf_counter() - t0
+            fed.forward_cpu += time.process_time() - c0
+            state["check"] = False
+            if trim is not None:
+                trim()
+            if progress is not None and rank == 0:
+                progress(min(config.tokens, done * world * config.batch_size * config.seq_len), config.tokens)
+    return fed
+
+
+def _as_float32(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The same names in float32, one cast per distinct tensor (names sharing a tensor keep sharing it)."""
+    cast: dict[int, torch.Tensor] = {}
+    return {k: cast.setdefault(id(v), v.float()) for k, v in tensors.items()}
+
+
+def merge(estimators: list, fed: Feeding, rank: int, world: int) -> tuple[float, float]:
+    """Step 3: under ``torchrun``, rank 0 merges every process's fitted statistics; returns the slowest
+    process's forward and statistics seconds."""
+    stats_seconds = sum(fed.per_estimator.values())
+    if world == 1:
+        return fed.forward, stats_seconds
+    gathered: list = [None] * world
+    torch.distributed.all_gather_object(gathered, [estimators, fed.forward, stats_seconds])
+    if rank == 0:
+        for other, *_ in gathered[1:]:
+            for est, theirs in zip(estimators, other, strict=True):
+                est.merge(theirs)
+    return max(g[1] for g in gathered), max(g[2] for g in gathered)

@@ -1,0 +1,125 @@
+"""The probe's first step, *load*: the model under study with its tokenizer, adapter and provenance.
+
+A ``Subject`` comes from a name or folder (``load_subject``: a built-in name, a local HuggingFace
+folder, a model ID already in the local HuggingFace cache, or a folder of ``expattn train``) or
+from a model already in memory (``subject_from_model``). Families with a hand-written adapter
+(``expattn.probes.adapters``) use it; every other architecture is read from its module tree
+(``expattn.probes.generic``). The model runs on ``device`` in ``dtype`` (``float32``,
+``bfloat16``, ``float16``), or spread over the available devices with ``device_map="auto"``
+(accelerate); under ``torchrun`` each rank takes ``cuda:LOCAL_RANK`` when CUDA is there.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+import expattn.probes.lm_adapter  # noqa: F401  (registers the adapter of expattn's own LMs)
+from expattn.probes.adapters import Adapter, adapter_for, supported_model_types
+from expattn.probes.generic import forward_kwargs, read_model
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class Subject:
+    """A loaded model and how the probe reads it.
+
+    Attributes:
+        model: the backbone in eval mode; tokenizer: its tokenizer (None for an in-memory model fed ids).
+        adapter: hand-written or read from the module tree.
+        name: as given (``minilm``, a folder, a model ID, or the class name of an in-memory model).
+        path: folder it came from (None in memory); model_type: ``config.model_type``.
+        config: the model's config as a dict; kwargs: extra keyword arguments of every forward call.
+    """
+
+    model: nn.Module
+    tokenizer: object | None
+    adapter: Adapter
+    name: str
+    path: Path | None
+    model_type: str
+    config: dict
+    kwargs: dict
+
+    @property
+    def device(self) -> torch.device:
+        """Where the inputs go: the device of the first parameter (the embedding under a device map)."""
+        return next(self.model.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.model.parameters()).dtype
+
+
+def parse_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
+    """``"bfloat16"`` or ``torch.bfloat16`` -> ``torch.bfloat16``; ValueError naming the choices otherwise."""
+    if dtype is None or (isinstance(dtype, torch.dtype) and dtype in DTYPES.values()):
+        return dtype
+    if isinstance(dtype, str) and dtype in DTYPES:
+        return DTYPES[dtype]
+    raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+
+
+def parse_device(device: str | torch.device | None) -> torch.device | None:
+    """``cpu``, ``cuda``, ``cuda:N`` (or None: cpu, or ``cuda:LOCAL_RANK`` under torchrun with CUDA)."""
+    if device is None:
+        if "LOCAL_RANK" in os.environ and torch.cuda.is_available():
+            return torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+        return None
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(f"device must be cpu, cuda or cuda:N, got {device!r}") from err
+    if parsed.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} asked for, but CUDA is not available on this machine")
+    return parsed
+
+
+def place(model: nn.Module, device: torch.device | None, dtype: torch.dtype | None) -> nn.Module:
+    """``model`` moved to ``device`` and cast to ``dtype`` (each when given); sets the CUDA device of this
+    process so that collectives (NCCL) use it."""
+    if device is not None and device.type == "cuda":
+        torch.cuda.set_device(device)
+    if dtype is not None:
+        model = model.to(dtype)
+    if device is not None:
+        model = model.to(device)
+    return model
+
+
+def adapter_of(model: nn.Module, model_type: str, vocab: int | None) -> Adapter:
+    """The hand-written adapter of ``model_type``, or one read from the module tree (a forward pass on 8
+    random tokens; ValueError when the architecture cannot be read)."""
+    if model_type in supported_model_types():
+        return adapter_for(model_type)
+    device = next(model.parameters()).device
+    ids = torch.randint(0, max(2, vocab or 2), (1, 8), generator=torch.Generator().manual_seed(0)).to(device)
+    mask = torch.ones_like(ids)
+    return read_model(model, model_type, lambda: model(input_ids=ids, attention_mask=mask, **forward_kwargs(model)))
+
+
+def subject_from_model(model: nn.Module, tokenizer: object | None = None, *, name: str | None = None,
+                       device: str | None = None, dtype: str | torch.dtype | None = None) -> Subject:
+    """A ``Subject`` for a HuggingFace backbone (or a model with one under ``.model``/``.base_model``) in memory."""
+    if not isinstance(model, nn.Module) or not hasattr(model, "config"):
+        raise TypeError(f"model must be a HuggingFace transformers model (an nn.Module with .config), "
+                        f"got {type(model).__name__}")
+    model = place(_backbone(model), parse_device(device), parse_dtype(dtype)).eval()
+    config = model.config.to_dict() if hasattr(model.config, "to_dict") else dict(vars(model.config))
+    model_type = config.get("model_type") or type(model).__name__
+    adapter = adapter_of(model, model_type, config.get("vocab_size"))
+    return Subject(model, tokenizer, adapter, name or type(model).__name__, None, model_type, config,
+                   forward_kwargs(model) if adapter.reading is not None else {})
+
+
+def _backbone(model: nn.Module) -> nn.Module:
+    """The encoder of an encoder-decoder model, the base model of a model with a head, else ``model``."""
+    if getattr(model.config, "is_encoder_decoder", False) and hasattr(model, "get_encoder"):
+        return model.get_encoder()
+    base = getattr(model, "base_model", None)
+    return base if isinstance(base, nn.Module) and base is not model else model
