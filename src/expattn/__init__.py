@@ -12,7 +12,8 @@ The names most programs need, importable from the top level (loaded on first use
   ``ImplicitConfig``, ``InjectedAttention``, ``LayerNorm``, ``RMSNorm``, ``Sphere``, ``Whitening``,
   ``LM``, ``LMConfig``;
 - results (``expattn.results``): ``Record``, ``load_records``;
-- the NaN policy (``expattn.validation``): ``set_validate``, ``validate_enabled``, ``validating``.
+- the NaN policy (``expattn.validation``): ``set_validate``, ``validate_enabled``, ``validating``;
+- the probe of a model in memory (``expattn.probes.api``): ``probe``, ``ProbeResults``.
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ _EXPORTS = {
     "set_validate": "expattn.validation",
     "validate_enabled": "expattn.validation",
     "validating": "expattn.validation",
+    "probe": "expattn.probes.api",  # the probe on a model in memory (imports torch and transformers on first use)
+    "ProbeResults": "expattn.probes.api",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -8,7 +8,6 @@ from pathlib import Path
 
 from expattn.probes.runner import ProbeConfig, ProbeOutcome, probe
 from expattn.results.files import staged, write_json_atomic
-from expattn.results.record import results_document
 
 
 def probe_to_dir(config: ProbeConfig, out: Path, progress: Callable[[int, int], None] | None = None) -> ProbeOutcome:
@@ -28,20 +27,5 @@ def probe_to_dir(config: ProbeConfig, out: Path, progress: Callable[[int, int], 
         return probe(config, None, progress)
     with staged(out) as tmp:
         outcome = probe(config, tmp, progress)
-        doc = results_document(
-            outcome.records,
-            "probe",
-            seeds={"seed": config.seed},
-            tokens=outcome.tokens,
-            sequences=outcome.sequences,
-            seconds=outcome.seconds,
-            forward_seconds=outcome.forward_seconds,
-            stats_seconds=outcome.stats_seconds,
-            forward_cpu_seconds=outcome.forward_cpu_seconds,
-            stats_cpu_seconds=outcome.stats_cpu_seconds,
-            world_size=int(os.environ.get("WORLD_SIZE", "1")),
-            model=outcome.model,
-            config=outcome.config,
-        )
-        write_json_atomic(tmp / "results.json", doc)
+        write_json_atomic(tmp / "results.json", outcome.document())
     return outcome

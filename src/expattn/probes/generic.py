@@ -271,8 +271,9 @@ def _read(model: nn.Module, model_type: str, run) -> Adapter:
         wo, bo = _out_map(o, wq.shape[0] // heads * heads, param.device, param.dtype)
         logits = r.tap.logits
         weights.append(AttnWeights(
-            wq, bq, wk, bk, wv, bv, wo, bo, heads, kv_heads, logits.scale, causal=logits.causal,
-            qkv=replay, softcap=logits.softcap, bias=lambda tap=r.tap: tap.logits.bias,
+            wq, bq, wk, bk, wv, bv, wo, bo, heads, kv_heads, logits.scale, causal=_is_causal(r.tap),
+            rope=_applied if _rotary(r.tap) else None, qkv=replay, softcap=logits.softcap,
+            bias=lambda tap=r.tap: tap.logits.bias,
         ))
     reading = GenericReading(blocks, roles, weights, taps, affine)
     causal = _is_causal(roles[0].tap)
@@ -288,6 +289,19 @@ def _read(model: nn.Module, model_type: str, run) -> Adapter:
         capture=GenericCapture,
         reading=reading,
     )
+
+
+def _applied(q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+    """Marks rotary embeddings as present: the attention module applies them itself (``qkv``), so this is never
+    called on that path."""
+    return q, k
+
+
+def _rotary(tap: Tap) -> bool:
+    """Whether the attention module rotates $q, k$: it takes ``position_embeddings`` or has rotary settings."""
+    kwargs = tap.call[1]
+    names = ("rotary_emb", "rotary_dim", "rotary_ndims", "rotary_fn")
+    return kwargs.get("position_embeddings") is not None or any(hasattr(tap.module, n) for n in names)
 
 
 def _unread(o: nn.Module, width: int, config) -> AttnWeights:

@@ -39,7 +39,7 @@ from expattn.probes.e8_heads import E8Heads
 from expattn.probes.feeding import Feeding, feed, merge
 from expattn.probes.loading import load_pretrained, read_config, resolve_model_dir
 from expattn.probes.subject import Subject, parse_device, parse_dtype, place, subject_from_model
-from expattn.results.record import Record, enforce_controls
+from expattn.results.record import Record, enforce_controls, results_document
 from expattn.seeds import check_seed
 
 ESTIMATORS = (E1Expansion, E2Normalization, E3Gaussianity, E4Alignment, E5Gradient, E6Mlp, E7Collapse, E8Heads)
@@ -133,6 +133,24 @@ class ProbeOutcome:
     model: dict
     config: dict
     estimators: list = field(default_factory=list)
+
+    def document(self) -> dict:
+        """The ``results.json`` object of this run (records plus provenance)."""
+        return results_document(
+            self.records,
+            "probe",
+            seeds={"seed": self.config["seed"]},
+            tokens=self.tokens,
+            sequences=self.sequences,
+            seconds=self.seconds,
+            forward_seconds=self.forward_seconds,
+            stats_seconds=self.stats_seconds,
+            forward_cpu_seconds=self.forward_cpu_seconds,
+            stats_cpu_seconds=self.stats_cpu_seconds,
+            world_size=int(os.environ.get("WORLD_SIZE", "1")),
+            model=self.model,
+            config=self.config,
+        )
 
 
 def _context_length(config: dict) -> int | None:

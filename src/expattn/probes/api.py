@@ -1,0 +1,168 @@
+"""``expattn.probe``: hypotheses E1-E8 on a model already in memory (or named as on the command line).
+
+```python
+import expattn
+from transformers import AutoModel, AutoTokenizer
+model, tok = AutoModel.from_pretrained(path), AutoTokenizer.from_pretrained(path)
+res = expattn.probe(model, tok, texts=["..."], hypotheses=("E1", "E5"), tokens=4096, seq_len=128)
+res.verdicts            # {"E1": "supported", "E5": "supported"}
+res.to_frame()          # pandas DataFrame: hypothesis, verdict, layer, head, metric, value
+res.save("probe-out")   # results.json and plots, as `expattn probe --out`
+```
+
+The sample of sequences, the estimators and the records are the CLI's (``expattn.probes.runner``),
+so the same model, text and settings give the same numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from expattn.probes.corpus import load_text
+from expattn.probes.runner import HYPOTHESES, ProbeConfig, ProbeOutcome, probe_subject, records
+from expattn.probes.runner import probe as probe_config
+from expattn.probes.subject import subject_from_model
+from expattn.results.files import staged, write_json_atomic
+from expattn.results.record import Record
+
+SKIP_DETAILS = ("traceback", "model")
+
+
+@dataclass
+class ProbeResults:
+    """What ``probe`` returns: the records, the run's provenance and its fitted estimators."""
+
+    outcome: ProbeOutcome
+
+    @property
+    def records(self) -> list[Record]:
+        return self.outcome.records
+
+    @property
+    def verdicts(self) -> dict[str, str]:
+        """Hypothesis id -> verdict (``supported``, ``not_supported``, ``inconclusive``, ``skipped``)."""
+        return {r.id: r.verdict for r in self.records}
+
+    def to_frame(self):
+        """A pandas DataFrame with one row per hypothesis, layer, head and metric.
+
+        Columns ``hypothesis``, ``verdict``, ``layer``, ``head``, ``metric``, ``value``: scalar metrics have no
+        layer or head; a per-layer list in a record's details gives one row per layer, a per-layer list of
+        per-head lists one row per layer and head (a dict of such lists, e.g. ``raw_ratio_all`` with
+        ``estimate``/``low``/``high``, gives metrics ``raw_ratio_all.estimate``...). Non-numeric details are
+        left out.
+        """
+        import pandas as pd
+
+        rows = []
+        for r in self.records:
+            base = {"hypothesis": r.id, "verdict": r.verdict}
+            for name, value in r.metrics.items():
+                if _number(value):
+                    rows.append(base | {"layer": None, "head": None, "metric": name, "value": float(value)})
+            for name, value in r.details.items():
+                parts = value.items() if isinstance(value, dict) else [("", value)]
+                for part, inner in parts:
+                    if name not in SKIP_DETAILS and isinstance(inner, list):
+                        rows += [base | row for row in _rows(f"{name}.{part}" if part else name, inner)]
+        frame = pd.DataFrame(rows, columns=["hypothesis", "verdict", "layer", "head", "metric", "value"])
+        return frame.astype({"layer": "Int64", "head": "Int64"})
+
+    def save(self, out: str | Path) -> Path:
+        """Write ``out/results.json`` and the plots (as ``expattn probe --out``), all or nothing.
+
+        Raises ValueError when ``out`` exists and is not an empty folder.
+        """
+        out = Path(out)
+        if out.exists() and (not out.is_dir() or any(out.iterdir())):
+            raise ValueError(f"output folder {str(out)!r} already exists and is not empty")
+        with staged(out) as tmp:
+            fed = _Timings(self.records)
+            records(self.outcome.estimators, {}, fed, self.outcome.model["name"], tmp)  # draws the plots
+            write_json_atomic(tmp / "results.json", self.outcome.document())
+        return out
+
+
+class _Timings:
+    """The per-estimator seconds ``records`` reads, taken from the records already made."""
+
+    def __init__(self, recs: list[Record]):
+        self.per_estimator = {r.id: r.metrics.get("update_seconds", 0.0) for r in recs}
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _rows(name: str, value: list) -> list[dict]:
+    rows = []
+    for layer, item in enumerate(value):
+        if _number(item):
+            rows.append({"layer": layer, "head": None, "metric": name, "value": float(item)})
+        elif isinstance(item, list) and item and all(_number(v) for v in item):
+            rows += [{"layer": layer, "head": h, "metric": name, "value": float(v)} for h, v in enumerate(item)]
+    return rows
+
+
+def probe(model: nn.Module | str, tokenizer: object | None = None, *, texts: str | list[str] | None = None,
+          input_ids: torch.Tensor | None = None, hypotheses: tuple[str, ...] | list[str] = HYPOTHESES,
+          tokens: int = 4096, seq_len: int = 128, seed: int = 0, batch_size: int = 16, replicates: int = 200,
+          detail_sequences: int = 4, device: str | None = None, dtype: str | torch.dtype | None = None,
+          out_dir: str | Path | None = None) -> ProbeResults:
+    """Measure hypotheses E1-E8 on ``model`` and return the records (see module docstring).
+
+    Args:
+        model: a HuggingFace model in memory (a backbone, a model with a head, or an encoder-decoder, whose
+            encoder is probed), or a name or folder as ``expattn probe --model`` takes.
+        tokenizer: its tokenizer (needed unless ``input_ids`` is given).
+        texts: a text or texts (joined by newlines) to sample sequences from; default the Shakespeare corpus.
+        input_ids: ``(sequences, seq_len)`` token ids to use as they are instead (``tokens``, ``seq_len`` follow).
+        hypotheses, tokens, seq_len, seed, batch_size, replicates, detail_sequences: as ``ProbeConfig``.
+        device, dtype: where and in which dtype the model runs (``cpu``, ``cuda:N``; ``float32``, ``bfloat16``,
+            ``float16``); None keeps the model where and as it is.
+        out_dir: folder for the plots while probing (None: no plots; ``ProbeResults.save`` draws them later).
+
+    Raises:
+        ValueError / TypeError: bad settings or inputs (naming the argument), or an architecture whose
+            recomputed attention does not match its own.
+    """
+    if input_ids is not None:
+        if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.is_floating_point():
+            raise TypeError("input_ids must be an integer tensor (sequences, seq_len)")
+        if texts is not None:
+            raise ValueError("give texts or input_ids, not both")
+        seq_len, tokens = int(input_ids.shape[1]), int(input_ids.numel())
+    config = ProbeConfig(model=model if isinstance(model, str) else type(model).__name__, tokens=tokens,
+                         seq_len=seq_len, seed=seed, batch_size=batch_size, replicates=replicates,
+                         detail_sequences=detail_sequences, hypotheses=tuple(hypotheses),
+                         device=None if device is None else str(device),
+                         dtype=dtype if dtype is None or isinstance(dtype, str) else str(dtype).removeprefix("torch."))
+    config.validate()
+    if isinstance(model, str):
+        if texts is not None or input_ids is not None or tokenizer is not None:
+            raise ValueError("a model given by name reads its own tokenizer and the corpus; load it to pass texts")
+        return ProbeResults(probe_config(config, None if out_dir is None else Path(out_dir)))
+    if input_ids is None and tokenizer is None:
+        raise ValueError("tokenizer is needed to cut sequences from texts (or pass input_ids)")
+    subject = subject_from_model(model, tokenizer, device=device, dtype=dtype)
+    context = subject.config.get("max_position_embeddings") or subject.config.get("n_positions")
+    if isinstance(context, int) and seq_len > context:
+        raise ValueError(f"seq_len {seq_len} exceeds the context length {context} of the model")
+    text = None
+    if input_ids is None:
+        joined = texts if isinstance(texts, str) or texts is None else "\n".join(texts)
+        if joined is not None and not isinstance(joined, str):
+            raise TypeError("texts must be a string or a list of strings")
+        text = load_text() if joined is None else _checked(joined.replace("\r\n", "\n"))
+    out = None if out_dir is None else Path(out_dir)
+    return ProbeResults(probe_subject(subject, config, out, text=text, input_ids=input_ids))
+
+
+def _checked(text: str) -> str:
+    if not text.strip():
+        raise ValueError("texts are empty")
+    return text
