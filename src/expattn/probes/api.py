@@ -6,7 +6,7 @@ from transformers import AutoModel, AutoTokenizer
 model, tok = AutoModel.from_pretrained(path), AutoTokenizer.from_pretrained(path)
 res = expattn.probe(model, tok, texts=["..."], hypotheses=("E1", "E5"), tokens=4096, seq_len=128)
 res.verdicts            # {"E1": "supported", "E5": "supported"}
-res.to_frame()          # pandas DataFrame: hypothesis, verdict, layer, head, metric, value
+res.to_frame()          # pandas DataFrame: id, verdict, metric, layer, head, value, low, high
 res.save("probe-out")   # results.json and plots, as `expattn probe --out`
 ```
 
@@ -29,8 +29,6 @@ from expattn.probes.subject import subject_from_model
 from expattn.results.files import staged, write_json_atomic
 from expattn.results.record import Record
 
-SKIP_DETAILS = ("traceback", "model")
-
 
 @dataclass
 class ProbeResults:
@@ -48,29 +46,12 @@ class ProbeResults:
         return {r.id: r.verdict for r in self.records}
 
     def to_frame(self):
-        """A pandas DataFrame with one row per hypothesis, layer, head and metric.
+        """A pandas DataFrame with one row per hypothesis, layer, head and metric: the ``results.csv`` table
+        of ``expattn report`` (``expattn.report.table.records_frame``: columns ``id``, ``verdict``, ``metric``,
+        ``layer``, ``head``, ``value``, ``low``, ``high``...; scalar metrics have no layer or head)."""
+        from expattn.report.table import records_frame
 
-        Columns ``hypothesis``, ``verdict``, ``layer``, ``head``, ``metric``, ``value``: scalar metrics have no
-        layer or head; a per-layer list in a record's details gives one row per layer, a per-layer list of
-        per-head lists one row per layer and head (a dict of such lists, e.g. ``raw_ratio_all`` with
-        ``estimate``/``low``/``high``, gives metrics ``raw_ratio_all.estimate``...). Non-numeric details are
-        left out.
-        """
-        import pandas as pd
-
-        rows = []
-        for r in self.records:
-            base = {"hypothesis": r.id, "verdict": r.verdict}
-            for name, value in r.metrics.items():
-                if _number(value):
-                    rows.append(base | {"layer": None, "head": None, "metric": name, "value": float(value)})
-            for name, value in r.details.items():
-                parts = value.items() if isinstance(value, dict) else [("", value)]
-                for part, inner in parts:
-                    if name not in SKIP_DETAILS and isinstance(inner, list):
-                        rows += [base | row for row in _rows(f"{name}.{part}" if part else name, inner)]
-        frame = pd.DataFrame(rows, columns=["hypothesis", "verdict", "layer", "head", "metric", "value"])
-        return frame.astype({"layer": "Int64", "head": "Int64"})
+        return records_frame(self.records)
 
     def save(self, out: str | Path) -> Path:
         """Write ``out/results.json`` and the plots (as ``expattn probe --out``), all or nothing.
@@ -92,20 +73,6 @@ class _Timings:
 
     def __init__(self, recs: list[Record]):
         self.per_estimator = {r.id: r.metrics.get("update_seconds", 0.0) for r in recs}
-
-
-def _number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _rows(name: str, value: list) -> list[dict]:
-    rows = []
-    for layer, item in enumerate(value):
-        if _number(item):
-            rows.append({"layer": layer, "head": None, "metric": name, "value": float(item)})
-        elif isinstance(item, list) and item and all(_number(v) for v in item):
-            rows += [{"layer": layer, "head": h, "metric": name, "value": float(v)} for h, v in enumerate(item)]
-    return rows
 
 
 def probe(model: nn.Module | str, tokenizer: object | None = None, *, texts: str | list[str] | None = None,
