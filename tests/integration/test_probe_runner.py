@@ -107,15 +107,24 @@ def test_bad_input_one_line_exit_2_no_output(model_dir, tmp_path):
     broken.mkdir()
     (broken / "config.json").write_text(json.dumps({"model_type": "bert"}))
     (broken / "model.safetensors").write_bytes(b"garbage")
-    unsupported = tmp_path / "t5"
-    unsupported.mkdir()
-    (unsupported / "config.json").write_text(json.dumps({"model_type": "t5"}))
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt"):
+        shutil.copy(model_dir / name, broken / name)
+    untokenized = tmp_path / "untokenized"
+    shutil.copytree(model_dir, untokenized, ignore=shutil.ignore_patterns("*.json", "vocab.txt"))
+    (untokenized / "config.json").write_text((model_dir / "config.json").read_text())
     cases = {
         ("--model", "no-such-model"): "neither a built-in name",
         ("--model", str(tmp_path / "nocfg")): "no config.json",
         ("--model", str(tmp_path / "weights.bin")): "is a file",
         ("--model", str(broken)): "cannot load",
-        ("--model", str(unsupported)): "unsupported architecture 't5'",
+        ("--model", str(untokenized), "--seq-len", "32"): "has no tokenizer files",
+        ("--model", "no-such-owner/no-such-model"): "nor a HuggingFace model ID in the local cache",
+        ("--model", str(untokenized), "--seq-len", "32", "--tokenizer", str(tmp_path / "nocfg")): "no tokenizer files",
+        ("--model", str(model_dir), "--seq-len", "32", "--dtype", "float8"): "dtype must be one of",
+        ("--model", str(model_dir), "--seq-len", "32", "--device", "cuda:0"): "CUDA is not available"
+        if not torch.cuda.is_available() else "seq_len",
+        ("--model", str(model_dir), "--seq-len", "32", "--device", "tpu:x"): "device must be cpu, cuda or cuda:N",
+        ("--model", str(model_dir), "--seq-len", "32", "--device-map", "balanced"): "device_map must be 'auto'",
         ("--model", str(model_dir), "--seq-len", "32", "--text", str(tmp_path / "empty.txt")): "is empty",
         ("--model", str(model_dir), "--seq-len", "32", "--text", str(tmp_path / "binary.txt")): "not readable UTF-8",
         ("--model", str(model_dir), "--seq-len", "32", "--text", str(tmp_path / "missing.txt")): "not readable",

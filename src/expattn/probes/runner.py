@@ -280,7 +280,11 @@ def probe_subject(subject: Subject, config: ProbeConfig, out_dir: Path | None,
     torch.manual_seed(config.seed)
     ctx = context(subject, config)
     adapter = subject.adapter
-    inapplicable = {h: why for h, why in adapter.inapplicable(subject.model).items() if h in config.hypotheses}
+    inapplicable = dict(adapter.inapplicable(subject.model))
+    if subject.dtype != torch.float32 and "E5" not in inapplicable:
+        inapplicable["E5"] = (f"the model runs in {str(subject.dtype).removeprefix('torch.')}; E5 checks attention "
+                              "to float32 rounding (probe in float32 for E5)")
+    inapplicable = {h: why for h, why in inapplicable.items() if h in config.hypotheses}
     estimators = [cls(ctx) for cls in ESTIMATORS if cls.claim in config.hypotheses and cls.claim not in inapplicable]
     if input_ids is not None:
         n_seq = len(input_ids)
