@@ -54,7 +54,8 @@ class ProbeResults:
         return records_frame(self.records)
 
     def save(self, out: str | Path) -> Path:
-        """Write ``out/results.json`` and the plots (as ``expattn probe --out``), all or nothing.
+        """Write ``out/results.json`` and the plots (as ``expattn probe --out``), all or nothing; the records
+        then name their plots.
 
         Raises ValueError when ``out`` exists and is not an empty folder.
         """
@@ -63,7 +64,10 @@ class ProbeResults:
             raise ValueError(f"output folder {str(out)!r} already exists and is not empty")
         with staged(out) as tmp:
             fed = _Timings(self.records)
-            records(self.outcome.estimators, {}, fed, self.outcome.model["name"], tmp)  # draws the plots
+            drawn = records(self.outcome.estimators, {}, fed, self.outcome.model["name"], tmp)  # the plots
+            plots = {r.id: r.plots for r in drawn}
+            for record in self.records:
+                record.plots = plots.get(record.id, record.plots)
             write_json_atomic(tmp / "results.json", self.outcome.document())
         return out
 

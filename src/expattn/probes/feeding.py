@@ -75,8 +75,7 @@ def feed(subject: Subject, ctx: ProbeContext, estimators: list, batches: list[li
     estimators updated block by block. On the first batch every head's recomputed attention is checked
     against the model's own (``expattn.probes.acceptance``) wherever the adapter can recompute it."""
     fed = Feeding(per_estimator=dict.fromkeys((est.claim for est in estimators), 0.0))
-    reading = subject.adapter.reading
-    state: dict = {"batch": None, "check": reading is None or reading.recomputable}
+    state: dict = {"batch": None, "check": recomputable(subject)}
     eps = float(torch.finfo(subject.dtype).eps)
     cast = subject.dtype != torch.float32
 
@@ -109,6 +108,15 @@ def feed(subject: Subject, ctx: ProbeContext, estimators: list, batches: list[li
             if progress is not None and rank == 0:
                 progress(min(config.tokens, done * world * config.batch_size * config.seq_len), config.tokens)
     return fed
+
+
+def recomputable(subject: Subject) -> bool:
+    """Whether the adapter recomputes the model's attention: a generic adapter that reads the kernel, or a
+    hand-written one on a model where E5 applies (expattn's LMs with a non-softmax carrier are not)."""
+    reading = subject.adapter.reading
+    if reading is not None:
+        return reading.recomputable
+    return "E5" not in subject.adapter.inapplicable(subject.model)
 
 
 def _as_float32(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
