@@ -62,7 +62,7 @@ def test_input_ids_and_bad_arguments():
     ids = torch.randint(1000, 2000, (4, 16), generator=torch.Generator().manual_seed(0))
     res = expattn.probe(model, input_ids=ids, hypotheses=("E5",), replicates=2, detail_sequences=2)
     assert res.outcome.tokens == 64 and res.outcome.sequences == 4
-    assert res.verdicts == {"E5": "supported"}
+    assert res.verdicts == {"E5": "pass"}
     with pytest.raises(TypeError, match="input_ids must be an integer tensor"):
         expattn.probe(model, input_ids=ids.float())
     with pytest.raises(ValueError, match="tokenizer is needed"):

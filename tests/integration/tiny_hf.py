@@ -34,7 +34,9 @@ ARCHITECTURES: dict[str, dict] = {
     "stablelm": {**GQA, "partial_rotary_factor": 0.25}, "olmo2": GQA,
     "granite": {**GQA, "residual_multiplier": 0.5, "attention_multiplier": 0.3},
     "starcoder2": {**GQA, "sliding_window": 16},
+    "vit": {"image_size": 28, "patch_size": 4, "num_channels": 3},  # 49 patches + [CLS] = 50 tokens
 }
+VISION = ("vit",)  # fed a synthetic image set, no tokenizer
 
 
 def minilm_tokenizer_dir() -> Path:
@@ -54,8 +56,9 @@ def build_tiny(model_type: str, seed: int = 0, **overrides) -> torch.nn.Module:
     """The randomly initialised backbone (encoder of T5) of ``model_type`` at the tiny sizes above."""
     from transformers import AutoConfig, AutoModel
 
-    options = {**WIDTH, "vocab_size": 30_522, "pad_token_id": 0, "bos_token_id": 101, "eos_token_id": 102,
-               **ARCHITECTURES[model_type], **overrides}
+    text = {} if model_type in VISION else {"vocab_size": 30_522, "pad_token_id": 0, "bos_token_id": 101,
+                                            "eos_token_id": 102}
+    options = {**WIDTH, **text, **ARCHITECTURES[model_type], **overrides}
     config = AutoConfig.for_model(model_type, **options)
     torch.manual_seed(seed)
     with warnings.catch_warnings():
@@ -68,6 +71,6 @@ def save_tiny(model_type: str, folder: Path, tokenizer: bool = True, **overrides
     """Save the tiny ``model_type`` (and MiniLM's tokenizer unless ``tokenizer=False``) into ``folder``."""
     folder.mkdir(parents=True, exist_ok=True)
     build_tiny(model_type, **overrides).save_pretrained(folder)
-    if tokenizer:
+    if tokenizer and model_type not in VISION:
         copy_tokenizer(folder)
     return folder

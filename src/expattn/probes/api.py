@@ -5,7 +5,7 @@ import expattn
 from transformers import AutoModel, AutoTokenizer
 model, tok = AutoModel.from_pretrained(path), AutoTokenizer.from_pretrained(path)
 res = expattn.probe(model, tok, texts=["..."], hypotheses=("E1", "E5"), tokens=4096, seq_len=128)
-res.verdicts            # {"E1": "supported", "E5": "supported"}
+res.verdicts            # {"E1": "supported", "E5": "pass"}
 res.to_frame()          # pandas DataFrame: id, verdict, metric, layer, head, value, low, high
 res.save("probe-out")   # results.json and plots, as `expattn probe --out`
 ```

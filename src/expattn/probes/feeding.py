@@ -96,10 +96,13 @@ def feed(subject: Subject, ctx: ProbeContext, estimators: list, batches: list[li
     capture = subject.adapter.capture or Capture
     with torch.no_grad(), capture(subject.model, subject.adapter, on_block):
         for done, indices in enumerate(batches if estimators else [], start=1):
-            ids = torch.stack([inputs(i) for i in indices]).to(subject.device)
+            rows = torch.stack([inputs(i) for i in indices]).to(subject.device)
             state["batch"] = _batch(indices, config.seed, config.replicates)
             t0, c0 = time.perf_counter(), time.process_time()
-            subject.model(input_ids=ids, attention_mask=torch.ones_like(ids), **subject.kwargs)
+            if subject.image is not None:
+                subject.model(pixel_values=rows.to(subject.dtype))
+            else:
+                subject.model(input_ids=rows, attention_mask=torch.ones_like(rows), **subject.kwargs)
             fed.forward += time.perf_counter() - t0
             fed.forward_cpu += time.process_time() - c0
             state["check"] = False

@@ -174,7 +174,8 @@ def load_pretrained(path: Path, model_type: str, dtype: torch.dtype | None = Non
     it, else its own: the estimators read the tensors around the attention kernel) and the tokenizer from
     ``tokenizer_dir`` or ``path``; ``device_map="auto"`` spreads the layers over the devices (accelerate).
 
-    Encoder-decoder models give their encoder; ``expattn-lm`` folders load ``expattn.nn.lm.LM`` from
+    Encoder-decoder models give their encoder; vision encoders (``image_size`` and no vocabulary in their
+    config) no tokenizer; ``expattn-lm`` folders load ``expattn.nn.lm.LM`` from
     safetensors with a character tokenizer.
     Raises ValueError when the directory holds no loadable weights or tokenizer.
     """
@@ -185,8 +186,11 @@ def load_pretrained(path: Path, model_type: str, dtype: torch.dtype | None = Non
     from transformers import AutoModel, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
+    config = read_config(path)
+    vision = "image_size" in config and "vocab_size" not in config  # fed images, no tokenizer
     tokenizer_dir = Path(path if tokenizer_dir is None else tokenizer_dir)
-    check_tokenizer_dir(tokenizer_dir, str(tokenizer_dir))
+    if not vision:
+        check_tokenizer_dir(tokenizer_dir, str(tokenizer_dir))
     _offline()
     hf_logging.disable_progress_bar()
     options = {"dtype": dtype or torch.float32, "trust_remote_code": False}
@@ -201,7 +205,7 @@ def load_pretrained(path: Path, model_type: str, dtype: torch.dtype | None = Non
                 if "does not support" not in str(err):
                     raise
                 model = AutoModel.from_pretrained(str(path), **options)
-            tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir), trust_remote_code=False)
+            tokenizer = None if vision else AutoTokenizer.from_pretrained(str(tokenizer_dir), trust_remote_code=False)
     except Exception as err:  # any loader failure (bad safetensors header, missing files...) is a user error here
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise ValueError(f"cannot load a {model_type} model from {path}: {first}") from err

@@ -38,7 +38,7 @@ from expattn.probes.e7_collapse import E7Collapse
 from expattn.probes.e8_heads import E8Heads
 from expattn.probes.feeding import Feeding, feed, merge
 from expattn.probes.loading import load_pretrained, read_config, resolve_model_dir
-from expattn.probes.subject import Subject, parse_device, parse_dtype, place, subject_from_model
+from expattn.probes.subject import Subject, parse_device, parse_dtype, place, subject_from_model, synthetic_image
 from expattn.results.record import Record, enforce_controls, results_document
 from expattn.seeds import check_seed
 
@@ -286,7 +286,14 @@ def probe_subject(subject: Subject, config: ProbeConfig, out_dir: Path | None,
                               "to float32 rounding (probe in float32 for E5)")
     inapplicable = {h: why for h, why in inapplicable.items() if h in config.hypotheses}
     estimators = [cls(ctx) for cls in ESTIMATORS if cls.claim in config.hypotheses and cls.claim not in inapplicable]
-    if input_ids is not None:
+    if subject.image is not None:
+        if config.seq_len != subject.image_tokens:
+            raise ValueError(f"seq_len must be {subject.image_tokens} for this vision model (its patches and [CLS])")
+        n_seq = math.ceil(config.tokens / config.seq_len)
+
+        def inputs(i: int) -> torch.Tensor:
+            return synthetic_image(subject.image, config.seed, i)
+    elif input_ids is not None:
         n_seq = len(input_ids)
 
         def inputs(i: int) -> torch.Tensor:

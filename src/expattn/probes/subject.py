@@ -11,6 +11,7 @@ from a model already in memory (``subject_from_model``). Families with a hand-wr
 
 from __future__ import annotations
 
+import inspect
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,8 @@ class Subject:
         name: as given (``minilm``, a folder, a model ID, or the class name of an in-memory model).
         path: folder it came from (None in memory); model_type: ``config.model_type``.
         config: the model's config as a dict; kwargs: extra keyword arguments of every forward call.
+        image: ``(channels, height, width)`` of the model's input images for a vision encoder (ViT: fed
+            ``pixel_values``, a synthetic image set), None for a text model (fed ``input_ids``).
     """
 
     model: nn.Module
@@ -45,6 +48,13 @@ class Subject:
     model_type: str
     config: dict
     kwargs: dict
+    image: tuple[int, int, int] | None = None
+
+    @property
+    def image_tokens(self) -> int:
+        """Tokens of one image: its patches plus the [CLS] token."""
+        side = self.image[1] // int(self.config["patch_size"])
+        return side * side + 1
 
     @property
     def device(self) -> torch.device:
@@ -92,15 +102,38 @@ def place(model: nn.Module, device: torch.device | None, dtype: torch.dtype | No
     return model
 
 
+def image_shape(model: nn.Module) -> tuple[int, int, int] | None:
+    """``(channels, size, size)`` when ``model`` takes ``pixel_values`` and no ``input_ids`` (ViT), else None."""
+    params = inspect.signature(model.forward).parameters
+    if "pixel_values" not in params or "input_ids" in params:
+        return None
+    size = model.config.image_size
+    return int(model.config.num_channels), int(size), int(size)
+
+
 def adapter_of(model: nn.Module, model_type: str, vocab: int | None) -> Adapter:
     """The hand-written adapter of ``model_type``, or one read from the module tree (a forward pass on 8
-    random tokens; ValueError when the architecture cannot be read)."""
+    random tokens or one random image; ValueError when the architecture cannot be read)."""
     if model_type in supported_model_types():
         return adapter_for(model_type)
-    device = next(model.parameters()).device
-    ids = torch.randint(0, max(2, vocab or 2), (1, 8), generator=torch.Generator().manual_seed(0)).to(device)
+    param = next(model.parameters())
+    gen = torch.Generator().manual_seed(0)
+    image = image_shape(model)
+    if image is not None:
+        pixels = torch.randn(1, *image, generator=gen).to(param.device, param.dtype)
+        return read_model(model, model_type, lambda: model(pixel_values=pixels))
+    ids = torch.randint(0, max(2, vocab or 2), (1, 8), generator=gen).to(param.device)
     mask = torch.ones_like(ids)
     return read_model(model, model_type, lambda: model(input_ids=ids, attention_mask=mask, **forward_kwargs(model)))
+
+
+def synthetic_image(shape: tuple[int, int, int], seed: int, index: int) -> torch.Tensor:
+    """Image ``index`` of the synthetic set: smooth random fields (a 4x4 grid of N(0, 1) per channel,
+    upsampled bilinearly) plus N(0, 0.1^2) pixel noise, from ``Generator([seed, index])``-style seeding."""
+    gen = torch.Generator().manual_seed(seed * 1_000_003 + index)
+    coarse = torch.randn(1, shape[0], 4, 4, generator=gen)
+    smooth = torch.nn.functional.interpolate(coarse, size=shape[1:], mode="bilinear", align_corners=False)[0]
+    return smooth + 0.1 * torch.randn(shape, generator=gen)
 
 
 def subject_from_model(model: nn.Module, tokenizer: object | None = None, *, name: str | None = None,
@@ -114,7 +147,7 @@ def subject_from_model(model: nn.Module, tokenizer: object | None = None, *, nam
     model_type = config.get("model_type") or type(model).__name__
     adapter = adapter_of(model, model_type, config.get("vocab_size"))
     return Subject(model, tokenizer, adapter, name or type(model).__name__, None, model_type, config,
-                   forward_kwargs(model) if adapter.reading is not None else {})
+                   forward_kwargs(model) if adapter.reading is not None else {}, image_shape(model))
 
 
 def _backbone(model: nn.Module) -> nn.Module:
