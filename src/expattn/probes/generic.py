@@ -20,7 +20,7 @@ from torch import Tensor, nn
 from expattn.probes.adapters import Adapter
 from expattn.probes.attention import AttnWeights
 from expattn.probes.roles import NORM_CLASS, Call, Roles, _block_path, _first, _input, _roles, _trace, same
-from expattn.probes.taps import METHOD_KERNELS, Replay, Tap, install, tap_all
+from expattn.probes.taps import WRAPPERS, Replay, Tap, install, tap_all
 
 
 def forward_kwargs(model: nn.Module) -> dict:
@@ -76,7 +76,9 @@ class GenericCapture:
 
     def _keep(self, key: str, value: object) -> None:
         if not self._replaying():
-            self._current[key] = _first(value).detach()
+            value = _first(value).detach()
+            # a block may add to a sublayer's output in place (Falcon: mlp_output += attention_output)
+            self._current[key] = value.clone() if key in ("o.out", "a.out", "m.out") else value
             if key != "x" and "x" in self._current and self._current[key].dim() == 2:  # a block that flattens tokens
                 self._current[key] = self._current[key].view(*self._current["x"].shape[:-1], -1)
 
@@ -245,7 +247,7 @@ def _read(model: nn.Module, model_type: str, run) -> Adapter:
     tap_calls = [c for c in calls if getattr(c.module, "_expattn_tap", None) is not None]
     if not tap_calls:
         raise ValueError(f"cannot read the attention of {model_type!r}: no module calls a HuggingFace attention "
-                         f"kernel or an _attn method the probe knows ({', '.join(METHOD_KERNELS)})")
+                         f"kernel or is one the probe knows ({', '.join(WRAPPERS)})")
     blocks, roles = [], []
     for tc in tap_calls:
         path = _block_path(tc.path)

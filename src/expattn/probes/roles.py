@@ -80,7 +80,8 @@ def _trace(model: nn.Module, run) -> list[Call]:
     def post(module, _args, _kwargs, out):
         counter[0] += 1
         call = next(c for c in reversed(calls) if c.module is module and c.end < 0)
-        call.out, call.end = _first(out), counter[0]
+        first = _first(out)
+        call.out, call.end = None if first is None else first.clone(), counter[0]  # blocks may add to it in place
         tap = getattr(module, "_expattn_tap", None)
         if tap is not None:
             call.heads = tap.heads

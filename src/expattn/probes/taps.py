@@ -12,10 +12,11 @@ masks and the relative-position bias (T5, ALiBi). Two ways in, both reading the 
   it records the call and then runs PyTorch SDPA (or, with a soft-cap, which SDPA lacks, the
   module's own eager function), with masks materialised as additive floats (``eager_mask``);
 - modules with their own ``_attn(query, key, value, attention_mask)`` method (GPT-Neo, GPT-J) get
-  that method wrapped on the instance.
+  that method wrapped on the instance, Falcon's calls to torch's SDPA are recorded while it runs,
+  BLOOM's ``_reshape`` gives $q, k, v$ and its ALiBi tensor the bias (``WRAPPERS``).
 
 A tap also keeps the attention module's call arguments, so ``Replay`` can run the module on any
-input of the same length and read $q, k, v$ (the kernel returns zeros then): that is how the probe
+input of the same length and read $q, k, v$ (the call stops at the kernel then): that is how the probe
 recomputes attention on inputs the model never saw (E7) and in float64 (E5).
 """
 
@@ -37,6 +38,10 @@ KNOWN_KWARGS = {"dropout", "deterministic", "scaling", "softcap", "position_bias
                 "layer_idx"}
 
 
+class Stop(Exception):
+    """Raised by a tap's kernel while replaying: $q, k, v$ are recorded, the rest of the call is not needed."""
+
+
 @dataclass
 class Logits:
     """How a head's logits are formed from $q, k$: scale $s$, soft-cap $c$ (None: none), additive bias
@@ -55,7 +60,7 @@ class Tap:
         module: the attention module (what calls the kernel).
         call: ``(args, kwargs)`` of the module's last forward call.
         logits: ``Logits`` of its last kernel call; heads: ``(batch, token, heads*head_dim)`` kernel output.
-        replaying: while True the kernel stores ``qkv`` and returns zeros instead of attending.
+        replaying: while True the kernel stores ``qkv`` and stops the call (``Stop``) instead of attending.
     """
 
     def __init__(self, module: nn.Module):
@@ -74,10 +79,10 @@ class Tap:
 
     def kernel(self, query: Tensor, key: Tensor, value: Tensor, bias: Tensor | None, scale: float,
                softcap: float | None, causal: bool) -> Tensor | None:
-        """Record one kernel call; returns zeros ``(batch, heads, token, head_dim)`` while replaying, else None."""
+        """Record one kernel call's logits recipe; while replaying, store $q, k, v$ and raise ``Stop``."""
         if self.replaying:
             self.qkv = (query, key, value)
-            return torch.zeros_like(query)
+            raise Stop
         if bias is not None:
             if bias.dtype == torch.bool:
                 bias = torch.zeros(bias.shape, dtype=query.dtype, device=bias.device).masked_fill(
@@ -116,9 +121,7 @@ def _interface(module, query, key, value, attention_mask, **kwargs):
         if kwargs.get("position_bias") is not None:
             bias = kwargs["position_bias"] if bias is None else kwargs["position_bias"] + bias
         causal = bool(kwargs.get("is_causal", getattr(module, "is_causal", False))) and query.shape[2] > 1
-        zeros = tap.kernel(query, key, value, bias, scale, kwargs.get("softcap"), causal)
-        if zeros is not None:
-            return zeros.transpose(1, 2), None
+        tap.kernel(query, key, value, bias, scale, kwargs.get("softcap"), causal)
     if kwargs.get("softcap") is not None:
         out = sys.modules[type(module).__module__].eager_attention_forward(module, query, key, value,
                                                                            attention_mask, **kwargs)
@@ -154,20 +157,83 @@ def _gptj_bias(module: nn.Module, query: Tensor, key: Tensor, mask: Tensor | Non
 METHOD_KERNELS: dict[str, Callable] = {"GPTNeoSelfAttention": _neo_bias, "GPTJAttention": _gptj_bias}
 
 
+def _wrap_inline_sdpa(module: nn.Module, tap: Tap) -> None:
+    """While ``module`` runs, ``torch.nn.functional.scaled_dot_product_attention`` is recorded by ``tap``."""
+    own = type(module).forward.__get__(module)
+    functional = torch.nn.functional
+
+    def forward(*args, **kwargs):
+        real = functional.scaled_dot_product_attention
+
+        def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, **rest):
+            tap.kernel(query, key, value, attn_mask, scale or query.shape[-1] ** -0.5, None,
+                       is_causal and query.shape[2] > 1)
+            out = real(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
+                       scale=scale, **rest)
+            tap.heads = out.transpose(1, 2).flatten(-2)
+            return out
+
+        functional.scaled_dot_product_attention = sdpa
+        try:
+            return own(*args, **kwargs)
+        finally:
+            functional.scaled_dot_product_attention = real
+
+    module.forward = forward
+
+
+def _additive(mask: Tensor, dtype: torch.dtype) -> Tensor:
+    if mask.dtype != torch.bool:
+        return mask
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, torch.finfo(dtype).min)
+
+
+def _wrap_bloom(module: nn.Module, tap: Tap) -> None:
+    """BLOOM: $q, k, v$ from ``_reshape``; logits ``inv_norm_factor`` $q k^\top$ + ``beta`` ALiBi + mask."""
+    reshape, merge = type(module)._reshape.__get__(module), type(module)._merge_heads.__get__(module)
+
+    def _reshape(fused):
+        q, k, v = reshape(fused)
+        if tap.replaying:
+            tap.kernel(q, k, v, None, 1.0, None, False)
+        args, kwargs = tap.call
+        alibi = kwargs["alibi"] if "alibi" in kwargs else args[2]
+        mask = kwargs["attention_mask"] if "attention_mask" in kwargs else args[3]
+        bias = module.beta * alibi.view(q.shape[0], q.shape[1], 1, k.shape[2])
+        bias = bias if mask is None else bias + _additive(mask, bias.dtype)
+        tap.kernel(q, k, v, bias, module.inv_norm_factor, None, False)
+        return q, k, v
+
+    def _merge_heads(x):
+        out = merge(x)
+        tap.heads = out
+        return out
+
+    module._reshape, module._merge_heads = _reshape, _merge_heads
+
+
+
+
 def _wrap_method(module: nn.Module, tap: Tap) -> None:
     own = module._attn
     logits = METHOD_KERNELS[type(module).__name__]
 
     def _attn(query, key, value, attention_mask=None, *rest):
         scale, bias = logits(module, query, key, attention_mask)
-        zeros = tap.kernel(query, key, value, bias, scale, None, False)
-        if zeros is not None:
-            return zeros, None
+        tap.kernel(query, key, value, bias, scale, None, False)
         out, weights = own(query, key, value, attention_mask, *rest)
         tap.heads = out.transpose(1, 2).flatten(-2)
         return out, weights
 
     module._attn = _attn
+
+
+# class name -> how its kernel is tapped: modules that do not call HuggingFace's attention interface
+WRAPPERS: dict[str, Callable[[nn.Module, Tap], None]] = {
+    **dict.fromkeys(METHOD_KERNELS, _wrap_method),  # their own _attn(query, key, value, mask)
+    "FalconAttention": _wrap_inline_sdpa,  # torch's SDPA called in its forward
+    "BloomAttention": _wrap_bloom,  # ALiBi through baddbmm in its forward
+}
 
 
 def install(model: nn.Module) -> list[Tap]:
@@ -176,9 +242,9 @@ def install(model: nn.Module) -> list[Tap]:
     register_implementation()
     taps = []
     for module in model.modules():
-        if type(module).__name__ in METHOD_KERNELS and hasattr(module, "_attn"):
+        if type(module).__name__ in WRAPPERS and getattr(module, "_expattn_tap", None) is None:
             tap = Tap(module)
-            _wrap_method(module, tap)
+            WRAPPERS[type(module).__name__](module, tap)
             taps.append(tap)
     if hasattr(model, "set_attn_implementation") and getattr(model.config, "_attn_implementation", None):
         model.set_attn_implementation(IMPLEMENTATION)
@@ -200,7 +266,8 @@ def _cast(value: object, dtype: torch.dtype) -> object:
 
 def _copy(module: nn.Module) -> nn.Module:
     """A deep copy of ``module`` without its tap and wrapped kernel (which hold the last call's tensors)."""
-    saved = {k: module.__dict__.pop(k) for k in ("_expattn_tap", "_attn") if k in module.__dict__}
+    names = ("_expattn_tap", "_attn", "forward", "_reshape", "_merge_heads")
+    saved = {k: module.__dict__.pop(k) for k in names if k in module.__dict__}
     try:
         return copy.deepcopy(module)
     finally:
@@ -224,8 +291,8 @@ class Replay:
                 sub._forward_hooks.clear()
                 sub._forward_pre_hooks.clear()
             runner = Tap(module)
-            if type(module).__name__ in METHOD_KERNELS:
-                _wrap_method(module, runner)
+            if type(module).__name__ in WRAPPERS:
+                WRAPPERS[type(module).__name__](module, runner)
             self._copies[dtype] = Replay(self.origin, runner, dtype)
         return self._copies[dtype]
 
@@ -243,6 +310,9 @@ class Replay:
                 tap.module.forward(x, *args[1:], **kwargs)
             else:
                 tap.module.forward(hidden_states=x, **kwargs)
+        except Stop:
+            pass
+        try:
             q, k, v = tap.qkv
         finally:
             tap.replaying, tap.qkv = False, None
