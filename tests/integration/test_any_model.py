@@ -165,3 +165,25 @@ def test_architecture_variants(model_type, overrides):
     for layer in range(LAYERS):
         w = subject.adapter.attention(subject.model, layer)
         assert check_heads(layer, got[layer], w, torch.finfo(torch.float32).eps) <= TOL
+
+
+def test_device_and_dtype_arguments(monkeypatch):
+    from expattn.probes.subject import parse_device, parse_dtype
+
+    assert parse_dtype("bfloat16") is torch.bfloat16 and parse_dtype(torch.float16) is torch.float16
+    assert parse_dtype(None) is None and parse_device("cpu") == torch.device("cpu")
+    with pytest.raises(ValueError, match="dtype must be one of float32, bfloat16, float16"):
+        parse_dtype("int8")
+    monkeypatch.setenv("LOCAL_RANK", "1")  # under torchrun: this rank's GPU when there is one
+    assert parse_device(None) == (torch.device("cuda", 1) if torch.cuda.is_available() else None)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_on_cuda(root, dtype):
+    path = save_tiny("qwen2", root / f"qwen2-cuda-{dtype}")
+    outcome = probe(_config(path, device="cuda", dtype=dtype, hypotheses=("E1", "E5", "E8")), None)
+    assert outcome.model["device"].startswith("cuda")
+    assert outcome.model["attention_check_max_error"] <= SEQ_LEN * torch.finfo(getattr(torch, dtype)).eps
+    verdicts = {r.id: r.verdict for r in outcome.records}
+    assert verdicts["E5"] == ("pass" if dtype == "float32" else "skipped")
