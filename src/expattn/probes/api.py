@@ -100,6 +100,11 @@ def probe(model: nn.Module | str, tokenizer: object | None = None, *, texts: str
     Raises:
         ValueError / TypeError: bad settings or inputs (naming the argument), or an architecture whose
             recomputed attention does not match its own.
+
+    The model is moved to ``device`` and ``dtype`` in place when they are given. A model read from its
+    module tree keeps the probe's taps (its attention implementation becomes ``"expattn"``, which runs
+    the same SDPA kernel and records the kernel's inputs): the results' estimators recompute attention
+    through them when ``ProbeResults.save`` draws the plots.
     """
     if input_ids is not None:
         if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.is_floating_point():

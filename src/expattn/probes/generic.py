@@ -12,11 +12,14 @@ attention, are skipped with the reason.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 
+from expattn.probes import taps
 from expattn.probes.adapters import Adapter
 from expattn.probes.attention import AttnWeights
 from expattn.probes.roles import NORM_CLASS, Call, Roles, _block_path, _first, _input, _roles, _trace, same
@@ -31,7 +34,7 @@ def forward_kwargs(model: nn.Module) -> dict:
 def _linear_maps(replay: Replay, dim: int, device, dtype) -> tuple[Tensor, ...]:
     """``W_q, b_q, W_k, b_k, W_v, b_v`` of the map $x \\mapsto (q, k, v)$ at position 0 (no rotation there), read
     by feeding the basis vectors; and whether that map is affine (False with q/k norms)."""
-    t = replay.origin.call and _input(*replay.origin.call).shape[1]
+    t = _input(*replay.origin.call).shape[1]  # the recorded call's length (the discovery pass)
     outs: list[list[Tensor]] = [[], [], []]
     for start in range(0, dim + 1, 256):
         rows = torch.arange(start, min(dim + 1, start + 256))
@@ -51,6 +54,8 @@ def _linear_maps(replay: Replay, dim: int, device, dtype) -> tuple[Tensor, ...]:
 
 
 def _out_map(module: nn.Module, width: int, device, dtype) -> tuple[Tensor, Tensor | None]:
+    """$W_o$ ``(dim, width)`` and $b_o$ of the output projection: an ``nn.Linear``'s own, or read by feeding it the
+    basis vectors (GPT-2's ``Conv1D``)."""
     if isinstance(module, nn.Linear):
         return module.weight.detach().float(), None if module.bias is None else module.bias.detach().float()
     eye = torch.cat([torch.zeros(1, width), torch.eye(width)]).to(device, dtype)
@@ -217,17 +222,13 @@ def passive(module: nn.Module) -> Tap:
     return tap
 
 
-class _autotap:
+@contextmanager
+def _autotap() -> Iterator[None]:
     """Inside: any module calling the ``expattn`` kernel gets a tap."""
-
-    def __enter__(self):
-        from expattn.probes import taps
-
-        taps.AUTOTAP = True
-
-    def __exit__(self, *exc):
-        from expattn.probes import taps
-
+    taps.AUTOTAP = True
+    try:
+        yield
+    finally:
         taps.AUTOTAP = False
 
 
@@ -258,7 +259,7 @@ def _read(model: nn.Module, model_type: str, run) -> Adapter:
         r.norm2 = "n2" if r.n2 is not None else "m" if _is_norm_path(block.module, r.m) else None
         roles.append(r)
         blocks.append(block.module)
-    taps = tap_all(model, [tc.module for tc in tap_calls])
+    tapped = tap_all([tc.module for tc in tap_calls])
     weights, affine = [], True
     param = next(model.parameters())
     for block, r in zip(blocks, roles, strict=True):
@@ -277,7 +278,7 @@ def _read(model: nn.Module, model_type: str, run) -> Adapter:
             rope=_applied if _rotary(r.tap) else None, qkv=replay, softcap=logits.softcap,
             bias=lambda tap=r.tap: tap.logits.bias,
         ))
-    reading = GenericReading(blocks, roles, weights, taps, affine)
+    reading = GenericReading(blocks, roles, weights, tapped, affine)
     causal = _is_causal(roles[0].tap)
     return Adapter(
         family="decoder" if causal else "encoder",

@@ -94,10 +94,6 @@ class Tap:
         self.logits = Logits(float(scale), softcap, bias, causal and bias is None)
         return None
 
-    def remove(self) -> None:
-        self.handle.remove()
-        if getattr(self.module, "_expattn_tap", None) is self:
-            del self.module._expattn_tap
 
 
 def _tap_of(module: nn.Module) -> Tap | None:
@@ -237,8 +233,8 @@ WRAPPERS: dict[str, Callable[[nn.Module, Tap], None]] = {
 
 
 def install(model: nn.Module) -> list[Tap]:
-    """Put taps on every attention module of ``model`` that the probe can read (switching it to the
-    ``"expattn"`` implementation); the modules found are those whose kernel runs on the next forward."""
+    """Taps on the modules of ``model`` listed in ``WRAPPERS``, and the ``"expattn"`` implementation for the
+    others (a module calling it is tapped on a forward pass run with ``AUTOTAP`` set)."""
     register_implementation()
     taps = []
     for module in model.modules():
@@ -251,7 +247,7 @@ def install(model: nn.Module) -> list[Tap]:
     return taps
 
 
-def tap_all(model: nn.Module, modules: list[nn.Module]) -> list[Tap]:
+def tap_all(modules: list[nn.Module]) -> list[Tap]:
     """Taps on ``modules`` (those seen calling the kernel), reusing existing ones."""
     return [_tap_of(m) or Tap(m) for m in modules]
 
