@@ -134,7 +134,7 @@ def _llama_attention(model: nn.Module, i: int) -> AttnWeights:
     def rope(q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
         from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
-        positions = torch.arange(q.shape[-2]).unsqueeze(0)
+        positions = torch.arange(q.shape[-2], device=q.device).unsqueeze(0)
         cos, sin = rotary(q.float(), positions)
         return apply_rotary_pos_emb(q, k, cos.to(q.dtype), sin.to(q.dtype))
 
