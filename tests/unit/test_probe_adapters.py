@@ -128,11 +128,11 @@ def test_e5_identity_holds_on_every_head(gen, family):
         model(input_ids=ids)
     record = est.result(None)
     assert record.verdict == "pass" and record.kind == "identity"
-    assert [c.verdict for c in record.controls] == ["fail", "fail"]  # dropped temperature, shuffled values
+    assert [c.verdict for c in record.controls] == ["fail", "fail"]  # doubled temperature, shuffled values
     assert record.metrics["heads_checked"] == layers * ctx.attention[0].heads
     assert 0 <= record.metrics["max_error"] <= record.metrics["tolerance"]
     assert record.metrics["max_reconstruction_error"] <= record.metrics["tolerance"]
-    # the null (temperature dropped) must fail by orders of magnitude: the check can fail
+    # the null (temperature doubled) must fail by orders of magnitude: the check can fail
     assert record.metrics["min_null_error"] > 100 * record.metrics["tolerance"]
 
 

@@ -13,7 +13,8 @@ A float64 evaluation shows the rounding floor. This is an identity, so on real w
 fail only through the probe itself: a failure means the probe's recomputation of attention
 (projections, rotary embedding, GQA, mask, scale) is wrong for that model, and the other
 hypotheses' attention-based numbers cannot be trusted. Negative controls, judged by the same rule:
-the temperature dropped ($s \to 1$ inside the gradient), and values that are the keys shuffled
+the temperature doubled ($s \to 2s$ inside the gradient: wrong for every model, also one whose
+scale is 1), and values that are the keys shuffled
 across positions (the logits keep the true keys; shuffling the keys themselves would change
 nothing, the gradient being a function of the set of keys), both of which must fail.
 Interval: 95% bootstrap over the detail sequences of the mean per-sequence max error.
@@ -77,7 +78,7 @@ class E5Gradient(Estimator):
             q64, k64, _ = queries_keys_values(x.double(), w64)
             out64 = attention_logits(q64, k64, w64).softmax(-1) @ k64
         grad = gradient_of_log_normalizer(q, k, w, w.scale)
-        wrong = gradient_of_log_normalizer(q, k, w, 1.0)
+        wrong = gradient_of_log_normalizer(q, k, w, 2.0 * w.scale)
         perm = torch.randperm(t, generator=torch.Generator().manual_seed(self.ctx.seed + i))
         errs = [
             relative_error(grad, out),
@@ -140,7 +141,7 @@ class E5Gradient(Estimator):
         controls = [
             Control(name, "negative", "pass" if worst[k].max() <= tol else "fail",
                     {"max_error": float(worst[k].max()), "min_error_over_heads": float(worst[k].min())})
-            for k, name in ((3, "temperature dropped (s = 1)"), (4, "values = keys shuffled across positions"))
+            for k, name in ((3, "temperature doubled (s -> 2s)"), (4, "values = keys shuffled across positions"))
         ]
         return Record(
             id="E5",
