@@ -8,7 +8,10 @@ the best rounds and as the median of per-round paired ratios with a bootstrap in
 (>= 1: ours is as fast). On a machine shared with other jobs, wall-clock rounds vary several-fold, so the default
 clock is this process's CPU time with one torch thread (``--clock wall`` for wall time).
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_train.py [--layers 4 --dim 128 --heads 4 ...]
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_train.py [--layers 4 --dim 128 --heads 4 ... --bias]
+
+By default neither model has biases (``--no-bias``), as nanoGPT's CPU Shakespeare recipe
+(806,528 parameters); ``--bias`` gives both GPT-2's biases.
 """
 
 from __future__ import annotations
@@ -26,14 +29,14 @@ from expattn.nn.lm import LM, LMConfig
 
 
 class NanoBlock(nn.Module):
-    """nanoGPT's block: fused qkv projection, fused LayerNorm, causal SDPA, GELU MLP."""
+    """nanoGPT's block: fused qkv projection, fused LayerNorm, causal SDPA, GELU MLP; ``bias`` as its option."""
 
-    def __init__(self, dim: int, heads: int) -> None:
+    def __init__(self, dim: int, heads: int, bias: bool) -> None:
         super().__init__()
         self.heads = heads
-        self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
-        self.c_attn, self.c_proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
-        self.fc, self.proj = nn.Linear(dim, 4 * dim), nn.Linear(4 * dim, dim)
+        self.ln1, self.ln2 = nn.LayerNorm(dim, bias=bias), nn.LayerNorm(dim, bias=bias)
+        self.c_attn, self.c_proj = nn.Linear(dim, 3 * dim, bias=bias), nn.Linear(dim, dim, bias=bias)
+        self.fc, self.proj = nn.Linear(dim, 4 * dim, bias=bias), nn.Linear(4 * dim, dim, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, C = x.shape
@@ -47,11 +50,11 @@ class NanoBlock(nn.Module):
 class NanoGPT(nn.Module):
     """Token + position embeddings, blocks, final LayerNorm, head tied to the embedding."""
 
-    def __init__(self, vocab: int, context: int, layers: int, dim: int, heads: int) -> None:
+    def __init__(self, vocab: int, context: int, layers: int, dim: int, heads: int, bias: bool) -> None:
         super().__init__()
         self.tok, self.pos = nn.Embedding(vocab, dim), nn.Embedding(context, dim)
-        self.blocks = nn.ModuleList(NanoBlock(dim, heads) for _ in range(layers))
-        self.ln_f = nn.LayerNorm(dim)
+        self.blocks = nn.ModuleList(NanoBlock(dim, heads, bias) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(dim, bias=bias)
         self.head = nn.Linear(dim, vocab, bias=False)
         self.head.weight = self.tok.weight
 
@@ -85,13 +88,15 @@ def main() -> None:
     parser.add_argument("--carrier", default="empirical")
     parser.add_argument("--norm", default="layernorm")
     parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu")
+    parser.add_argument("--bias", action=argparse.BooleanOptionalAction, default=False,
+                        help="biases in both models (default: none, as nanoGPT's Shakespeare recipe)")
     a = parser.parse_args()
     clock = time.process_time if a.clock == "cpu" else time.perf_counter
     torch.manual_seed(0)
     ours = LM(LMConfig(vocab_size=a.vocab, context=a.context, layers=a.layers, heads=a.heads, dim=a.dim,
-                       carrier=a.carrier, norm=a.norm))
-    ref = NanoGPT(a.vocab, a.context, a.layers, a.dim, a.heads)
-    control = NanoGPT(a.vocab, a.context, a.layers, a.dim, a.heads)  # A/A control: the method's own bias
+                       carrier=a.carrier, norm=a.norm, bias=a.bias))
+    ref = NanoGPT(a.vocab, a.context, a.layers, a.dim, a.heads, a.bias)
+    control = NanoGPT(a.vocab, a.context, a.layers, a.dim, a.heads, a.bias)  # A/A control: the method's own bias
     x = torch.randint(0, a.vocab, (a.batch, a.context))
     y = torch.randint(0, a.vocab, (a.batch, a.context))
     models = {"expattn LM": ours, "nanoGPT-style": ref, "A/A control": control}
@@ -107,7 +112,7 @@ def main() -> None:
     speed = {k: tokens / min(v) for k, v in times.items()}
     params = {k: sum(p.numel() for p in m.parameters()) for k, m in models.items()}
     print(f"config: layers={a.layers} dim={a.dim} heads={a.heads} context={a.context} batch={a.batch} "
-          f"carrier={a.carrier} norm={a.norm} threads={torch.get_num_threads()} clock={a.clock}")
+          f"carrier={a.carrier} norm={a.norm} bias={a.bias} threads={torch.get_num_threads()} clock={a.clock}")
     for k in models:
         spread = (max(times[k]) - min(times[k])) / statistics.median(times[k])
         print(f"{k:>14}: {speed[k]:9.0f} tokens/s  ({params[k]:,} params, spread of rounds {spread:.0%})")
