@@ -5,14 +5,16 @@
     python benchmarks/bench_probe.py memory --model minilm --tokens 20000 100000
 
 ``time`` runs, in one process, plain forward passes (no hooks) over exactly the batches the probe
-reads, then the full probe, and prints probe/plain ratios of wall and CPU time; ``--repeat N``
-alternates the two N times and prints the median ratio (this shared machine's speed drifts by
-10-20% within a minute, and alternating exposes both sides to the same drift). With two token counts
-it also prints the marginal ratio: the cost of each further token, without the per-run work. The process is warm
-(a one-batch probe runs first, so imports and file caches are done): the probe's time includes
-loading the model and text, the statistics and the records, not the plots (``expattn probe --out``
-adds them, about 2 s for MiniLM) nor a fresh process's first import of the model code (about 3 s). ``memory`` runs
-the probe in a fresh child process per token count and reports each child's peak resident memory.
+reads, then the full probe (``--overlap both``: synchronous, then with the estimators' updates in a
+worker thread), then the plain passes again (A/A control), and prints ratios to the first plain run
+of wall and CPU time; ``--repeat N`` repeats that N times and prints the median ratio (this shared
+machine's speed drifts by 10-20% within a minute, and alternating exposes both sides to the same
+drift). With two token counts it also prints the marginal ratio: the cost of each further token,
+without the per-run work. The process is warm (a one-batch probe runs first, so imports and file
+caches are done): the probe's time includes loading the model and text, the statistics and the
+records, not the plots (``expattn probe --out`` adds them, about 2 s for MiniLM) nor a fresh
+process's first import of the model code (about 3 s). ``memory`` runs the probe in a fresh child
+process per token count and reports each child's peak resident memory.
 """
 
 from __future__ import annotations
@@ -56,49 +58,56 @@ def plain_forward(config) -> tuple[float, float]:
     return wall, cpu
 
 
-def bench_time(model: str, token_counts: list[int], repeat: int, hypotheses: tuple[str, ...]) -> None:
-    r"""Alternating rounds of plain forward passes and the probe at each token count. With two counts
-    S < L, also the marginal ratio $(\text{probe}_L - \text{probe}_S) / (\text{plain}_L - \text{plain}_S)$:
+def bench_time(model: str, token_counts: list[int], repeat: int, hypotheses: tuple[str, ...], overlap: str) -> None:
+    r"""Alternating rounds at each token count: plain forward passes, the probe (synchronous and/or with
+    its updates overlapped in a worker thread, ``overlap``), and plain forward passes again (A/A
+    control: the ratio of the two plain runs shows the method's spread). With two counts S < L,
+    also the marginal ratio $(\text{probe}_L - \text{probe}_S) / (\text{plain}_L - \text{plain}_S)$:
     what each further token costs, free of the per-run work (loading, E4/E5/E7 on the detail
     sequences, eigendecompositions, ridge solves) that the total ratio at S includes."""
     from expattn.probes.runner import ProbeConfig, probe
 
     probe(ProbeConfig(model=model, tokens=ProbeConfig().batch_size * ProbeConfig().seq_len), None)  # warm-up
+    variants = {"off": ("synchronous",), "on": ("overlapped",), "both": ("synchronous", "overlapped")}[overlap]
     chosen = ",".join(hypotheses)
     print(f"model={model} tokens={token_counts} hypotheses={chosen} threads={torch.get_num_threads()} rounds={repeat}")
-    rounds: dict[int, list[tuple[float, float, float, float]]] = {n: [] for n in token_counts}  # plain, probe wall/cpu
-    for round_ in range(1, repeat + 1):  # plain then probe, alternating: both see the same drift of the machine
+    columns = ("plain", *variants, "plain again")
+    rounds: dict[int, list[dict[str, tuple[float, float]]]] = {n: [] for n in token_counts}  # name -> (wall, cpu)
+    for round_ in range(1, repeat + 1):  # every variant in turn: all see the same drift of the machine
         for tokens in token_counts:
             config = ProbeConfig(model=model, tokens=tokens, hypotheses=hypotheses)
-            plain_wall, plain_cpu = plain_forward(config)
-            t0, c0 = time.perf_counter(), time.process_time()
-            outcome = probe(config, None)
-            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-            rounds[tokens].append((plain_wall, wall, plain_cpu, cpu))
-            plain = f"wall {plain_wall:.1f} s cpu {plain_cpu:.1f} s"
-            print(f"round {round_}, {tokens} tokens: plain HF forward passes {plain}")
-            inside = f"wall {outcome.forward_seconds:.1f} s, cpu {outcome.forward_cpu_seconds:.1f} s"
-            print(f"  forward passes inside the probe: {inside}")
-            stats = f"wall {outcome.stats_seconds:.1f} s, cpu {outcome.stats_cpu_seconds:.1f} s"
-            print(f"  statistics inside the probe: {stats}")
-            ratio = f"ratio wall {wall / plain_wall:.2f}x, cpu {cpu / plain_cpu:.2f}x"
-            print(f"  full probe: wall {wall:.1f} s, cpu {cpu:.1f} s; {ratio}")
-            per = {r.id: round(r.metrics["update_seconds"] + r.metrics["result_seconds"], 2) for r in outcome.records}
-            print(f"  seconds per hypothesis (update + result): {per}")
+            row: dict[str, tuple[float, float]] = {}
+            for name in columns:
+                if name.startswith("plain"):
+                    row[name] = plain_forward(config)
+                    continue
+                t0, c0 = time.perf_counter(), time.process_time()
+                outcome = probe(config, None, overlap=name == "overlapped")
+                row[name] = (time.perf_counter() - t0, time.process_time() - c0)
+                inside = (f"forward passes inside wall {outcome.forward_seconds:.1f} s "
+                          f"(cpu {outcome.forward_cpu_seconds:.1f} s), statistics wall {outcome.stats_seconds:.1f} s "
+                          f"(cpu {outcome.stats_cpu_seconds:.1f} s)")
+                per = {r.id: round(r.metrics["update_seconds"] + r.metrics["result_seconds"], 2)
+                       for r in outcome.records}
+                print(f"round {round_}, {tokens} tokens, {name}: {inside}; per hypothesis {per}")
+            rounds[tokens].append(row)
+            print(f"round {round_}, {tokens} tokens: " + ", ".join(
+                f"{k} wall {w:.1f} s cpu {c:.1f} s ({w / row['plain'][0]:.2f}x wall, {c / row['plain'][1]:.2f}x cpu)"
+                for k, (w, c) in row.items()))
     for tokens, runs in rounds.items():
-        walls, cpus = (sorted(r[k + 1] / r[k] for r in runs) for k in (0, 2))
-        print(
-            f"ratio full probe / plain forward at {tokens} tokens over {repeat} rounds: median wall "
-            f"{statistics.median(walls):.2f}x ({walls[0]:.2f}-{walls[-1]:.2f}), "
-            f"cpu {statistics.median(cpus):.2f}x ({cpus[0]:.2f}-{cpus[-1]:.2f})"
-        )
+        for name in columns[1:]:
+            walls = sorted(r[name][0] / r["plain"][0] for r in runs)
+            cpus = sorted(r[name][1] / r["plain"][1] for r in runs)
+            print(f"{name} / plain at {tokens} tokens over {repeat} rounds: median wall "
+                  f"{statistics.median(walls):.2f}x ({walls[0]:.2f}-{walls[-1]:.2f}), "
+                  f"cpu {statistics.median(cpus):.2f}x ({cpus[0]:.2f}-{cpus[-1]:.2f})")
     if len(rounds) == 2:
         small, large = rounds.values()
-        marginal = sorted((bl[1] - bs[1]) / (bl[0] - bs[0]) for bs, bl in zip(small, large, strict=True))
-        print(
-            f"marginal ratio (wall) {' -> '.join(map(str, rounds))} tokens: median "
-            f"{statistics.median(marginal):.2f}x ({marginal[0]:.2f}-{marginal[-1]:.2f})"
-        )
+        for name in variants:
+            marginal = sorted((bl[name][0] - bs[name][0]) / (bl["plain"][0] - bs["plain"][0])
+                              for bs, bl in zip(small, large, strict=True))
+            print(f"marginal ratio (wall), {name}, {' -> '.join(map(str, rounds))} tokens: median "
+                  f"{statistics.median(marginal):.2f}x ({marginal[0]:.2f}-{marginal[-1]:.2f})")
 
 
 def bench_memory(model: str, token_counts: list[int]) -> None:
@@ -122,9 +131,11 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, nargs="+", default=[20_000])
     parser.add_argument("--repeat", type=int, default=1, help="time: alternating plain/probe rounds")
     parser.add_argument("--hypotheses", default=",".join(HYPOTHESES), help="time: comma-separated, as expattn probe")
+    parser.add_argument("--overlap", choices=("off", "on", "both"), default="both",
+                        help="time: the probe with its updates synchronous, overlapped in a worker thread, or both")
     args = parser.parse_args()
     if args.what == "time":
-        bench_time(args.model, args.tokens, args.repeat, tuple(args.hypotheses.split(",")))
+        bench_time(args.model, args.tokens, args.repeat, tuple(args.hypotheses.split(",")), args.overlap)
     else:
         bench_memory(args.model, args.tokens)
 

@@ -10,6 +10,7 @@ import ctypes.util
 import os
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import torch
 from expattn.probes.acceptance import check_heads
 from expattn.probes.adapters import Capture
 from expattn.probes.common import Batch, ProbeContext
+from expattn.probes.overlap import UpdateWorker, overlap_available
 from expattn.probes.stats import poisson_weights
 from expattn.probes.subject import Subject
 
@@ -60,41 +62,55 @@ def _batch(indices: list[int], seed: int, replicates: int) -> Batch:
 
 @dataclass
 class Feeding:
-    """What step 2 (*feed*) measured: wall and CPU seconds of the forward passes and of the statistics."""
+    """What step 2 (*feed*) measured: wall and CPU seconds of the forward passes and of the statistics.
+    ``overlapped``: the statistics ran in a worker thread, and ``forward`` excludes them already."""
 
     forward: float = 0.0
     forward_cpu: float = 0.0
     stats_cpu: float = 0.0
     per_estimator: dict = field(default_factory=dict)
     checked: float = 0.0
+    overlapped: bool = False
 
 
 def feed(subject: Subject, ctx: ProbeContext, estimators: list, batches: list[list[int]],
-         inputs: Callable[[int], torch.Tensor], config, progress, rank: int, world: int) -> Feeding:
+         inputs: Callable[[int], torch.Tensor], config, progress, rank: int, world: int,
+         overlap: bool | None = None) -> Feeding:
     """Step 2: run the model over ``batches`` (sequence indices; ``inputs(index)`` their token ids) with the
     estimators updated block by block. On the first batch every head's recomputed attention is checked
-    against the model's own (``expattn.probes.acceptance``) wherever the adapter can recompute it."""
-    fed = Feeding(per_estimator=dict.fromkeys((est.claim for est in estimators), 0.0))
+    against the model's own (``expattn.probes.acceptance``) wherever the adapter can recompute it.
+    ``overlap``: the updates run in a worker thread while the model computes on (``expattn.probes.overlap``;
+    bitwise the same statistics); ``None``: where that can help (one CPU process with a core to spare)."""
+    if overlap is None:
+        overlap = world == 1 and overlap_available(subject.device)
+    fed = Feeding(per_estimator=dict.fromkeys((est.claim for est in estimators), 0.0), overlapped=overlap)
     state: dict = {"batch": None, "check": recomputable(subject)}
     eps = float(torch.finfo(subject.dtype).eps)
     cast = subject.dtype != torch.float32
 
-    def on_block(i: int, tensors: dict[str, torch.Tensor]) -> None:
-        c0 = time.process_time()
+    def update(i: int, tensors: dict[str, torch.Tensor], batch: Batch, check: bool) -> None:
         if cast:
             tensors = _as_float32(tensors)
-        if state["check"]:
+        if check:
             fed.checked = max(fed.checked, check_heads(i, tensors, ctx.attention[i], eps))
-        state["batch"].shared.clear()  # statistics shared between estimators live for one block
+        batch.shared.clear()  # statistics shared between estimators live for one block
         for est in estimators:
             t0 = time.perf_counter()
-            est.update(i, tensors, state["batch"])
+            est.update(i, tensors, batch)
             fed.per_estimator[est.claim] += time.perf_counter() - t0
+
+    def on_block(i: int, tensors: dict[str, torch.Tensor]) -> None:
+        if worker is not None:  # the batch and the check flag as they are now, not when the job runs
+            worker.submit(update, i, tensors, state["batch"], state["check"])
+            return
+        c0 = time.process_time()
+        update(i, tensors, state["batch"], state["check"])
         fed.stats_cpu += time.process_time() - c0
 
     trim = _heap_trimmer()
     capture = subject.adapter.capture or Capture
-    with torch.no_grad(), capture(subject.model, subject.adapter, on_block):
+    worker = UpdateWorker() if overlap else None
+    with torch.no_grad(), capture(subject.model, subject.adapter, on_block), worker or nullcontext():
         for done, indices in enumerate(batches if estimators else [], start=1):
             rows = torch.stack([inputs(i) for i in indices]).to(subject.device)
             state["batch"] = _batch(indices, config.seed, config.replicates)
@@ -110,6 +126,13 @@ def feed(subject: Subject, ctx: ProbeContext, estimators: list, batches: list[li
                 trim()
             if progress is not None and rank == 0:
                 progress(min(config.tokens, done * world * config.batch_size * config.seq_len), config.tokens)
+        if worker is not None:  # forward: without the waits for the worker; the statistics' CPU: the worker's
+            fed.forward -= worker.blocked_seconds
+            c0 = time.process_time()
+            worker.drain()
+            fed.forward_cpu += time.process_time() - c0
+    if worker is not None:
+        fed.stats_cpu = worker.cpu_seconds
     return fed
 
 

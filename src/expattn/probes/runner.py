@@ -244,7 +244,8 @@ def records(estimators: list, inapplicable: dict[str, str], fed: Feeding, model_
 
 
 def probe(
-    config: ProbeConfig, out_dir: Path | None, progress: Callable[[int, int], None] | None = None
+    config: ProbeConfig, out_dir: Path | None, progress: Callable[[int, int], None] | None = None,
+    overlap: bool | None = None,
 ) -> ProbeOutcome:
     """Run the chosen hypotheses on ``config.model`` and return the records with timing (see module docstring).
 
@@ -252,6 +253,8 @@ def probe(
         config: the run's settings.
         out_dir: folder for the PNG plots (``None``: no plots).
         progress: called as ``progress(tokens_done, tokens_total)`` after each batch (rank 0).
+        overlap: the estimators' updates in a worker thread beside the forward pass (the same numbers);
+            ``None``: where it can help, i.e. one CPU process whose torch threads leave a core free.
 
     Raises:
         ValueError: bad settings, unknown model, a directory that is not a supported model, an
@@ -268,12 +271,13 @@ def probe(
     if context_length is not None and config.seq_len > context_length:
         raise ValueError(f"seq_len {config.seq_len} exceeds the context length {context_length} of {config.model}")
     text = load_text(config.corpus, config.text)
-    return probe_subject(load(config), config, out_dir, progress, text=text, start=start)
+    return probe_subject(load(config), config, out_dir, progress, text=text, start=start, overlap=overlap)
 
 
 def probe_subject(subject: Subject, config: ProbeConfig, out_dir: Path | None,
                   progress: Callable[[int, int], None] | None = None, *, text: str | None = None,
-                  input_ids: torch.Tensor | None = None, start: float | None = None) -> ProbeOutcome:
+                  input_ids: torch.Tensor | None = None, start: float | None = None,
+                  overlap: bool | None = None) -> ProbeOutcome:
     """Steps 2-4 on a loaded ``subject``: sequences cut from ``text`` (as ``TokenSample`` does) or the rows of
     ``input_ids`` ``(sequence, seq_len)``; see ``probe``."""
     start = time.perf_counter() if start is None else start
@@ -307,7 +311,7 @@ def probe_subject(subject: Subject, config: ProbeConfig, out_dir: Path | None,
     rank, world = _distributed()
     batches = [list(range(b, min(b + config.batch_size, n_seq))) for b in range(0, n_seq, config.batch_size)]
     mine = batches[rank::world]  # whole batches per process: the same forward passes as one process
-    fed = feed(subject, ctx, estimators, mine, inputs, config, progress, rank, world)
+    fed = feed(subject, ctx, estimators, mine, inputs, config, progress, rank, world, overlap)
     forward, stats_seconds = merge(estimators, fed, rank, world)
     recs = records(estimators, inapplicable, fed, subject.name, out_dir) if rank == 0 else []
     w = ctx.attention[0]
@@ -330,7 +334,7 @@ def probe_subject(subject: Subject, config: ProbeConfig, out_dir: Path | None,
         n_seq * config.seq_len,
         n_seq,
         time.perf_counter() - start,
-        forward - stats_seconds,
+        forward if fed.overlapped else forward - stats_seconds,
         stats_seconds,
         fed.forward_cpu - fed.stats_cpu,
         fed.stats_cpu,

@@ -1,0 +1,100 @@
+r"""Estimator updates in a worker thread, overlapped with the model's next forward computation.
+
+$$t_{\text{wall}} \approx \sum_b \max(f_b, s_b) \quad\text{instead of}\quad \sum_b (f_b + s_b)$$
+
+for forward time $f_b$ and statistics time $s_b$ of batch $b$, given a second core: torch's
+kernels (BLAS, SDPA, reductions) release the GIL, so the estimators' products on block $i$ run
+while the model computes block $i + 1$. Jobs run one at a time in submission order, so every
+statistic sees exactly the updates, in exactly the order, of the synchronous loop; results are
+bitwise those of the synchronous run (tested). At most ``depth`` blocks wait in the queue, which
+bounds the activations kept alive.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable
+
+import torch
+
+_STOP = object()
+
+
+def overlap_available(device: torch.device | str = "cpu") -> bool:
+    """Whether overlapping can help: CPU tensors, and torch's threads leave one of this process's cores free."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return torch.device(device).type == "cpu" and torch.get_num_threads() < cores
+
+
+class UpdateWorker:
+    """Run ``job(*args)`` calls in one background thread, in order (a context manager).
+
+    ``submit`` returns at once unless ``depth`` jobs are already waiting; ``drain`` waits for all
+    of them. An exception raised by a job is raised again by the next ``submit`` or ``drain`` (and
+    the jobs after it are discarded). Jobs run under ``torch.no_grad()`` as the submitting loop does
+    (grad mode is per thread).
+
+    Attributes:
+        busy_seconds: wall time the worker spent running jobs.
+        cpu_seconds: the worker thread's CPU time.
+        blocked_seconds: wall time ``submit`` and ``drain`` spent waiting for the worker.
+    """
+
+    def __init__(self, depth: int = 2) -> None:
+        if not isinstance(depth, int) or isinstance(depth, bool) or depth < 1:
+            raise ValueError(f"depth must be an integer >= 1, got {depth!r}")
+        self._queue: queue.Queue = queue.Queue(maxsize=depth)
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self.busy_seconds = self.cpu_seconds = self.blocked_seconds = 0.0
+
+    def __enter__(self) -> UpdateWorker:
+        self._thread = threading.Thread(target=self._run, name="expattn-probe-updates", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._thread is None:
+            return
+        self._queue.put(_STOP)
+        self._thread.join()
+        self._thread = None
+
+    def _run(self) -> None:
+        c0 = time.thread_time()
+        with torch.no_grad():
+            while (item := self._queue.get()) is not _STOP:
+                job, args = item
+                if self._error is None:  # after a failure the remaining jobs are discarded
+                    t0 = time.perf_counter()
+                    try:
+                        job(*args)
+                    except BaseException as err:  # handed to the submitting thread
+                        self._error = err
+                    self.busy_seconds += time.perf_counter() - t0
+                self._queue.task_done()
+        self.cpu_seconds = time.thread_time() - c0
+
+    def _raise(self) -> None:
+        if self._error is not None:
+            err, self._error = self._error, None
+            raise err
+
+    def submit(self, job: Callable[..., None], *args: object) -> None:
+        """Queue ``job(*args)``; waits while ``depth`` jobs are pending."""
+        if self._thread is None:
+            raise RuntimeError("UpdateWorker.submit outside its `with` block")
+        self._raise()
+        t0 = time.perf_counter()
+        self._queue.put((job, args))
+        self.blocked_seconds += time.perf_counter() - t0
+
+    def drain(self) -> None:
+        """Wait until every submitted job has run; raise the first job's exception, if any."""
+        t0 = time.perf_counter()
+        self._queue.join()
+        self.blocked_seconds += time.perf_counter() - t0
+        self._raise()
