@@ -7,7 +7,9 @@
 ``time`` runs, in one process, plain forward passes (no hooks) over exactly the batches the probe
 reads, then the full probe (``--overlap both``: synchronous, then with the estimators' updates in a
 worker thread), then the plain passes again (A/A control), and prints ratios to the first plain run
-of wall and CPU time; ``--repeat N`` repeats that N times and prints the median ratio (this shared
+of wall and CPU time. For the overlapped probe it also prints the CPU time of the main thread alone
+(model, hooks, records): its wall time when the worker has a core of its own, readable on a loaded
+machine where wall time is not; ``--repeat N`` repeats that N times and prints the median ratio (this shared
 machine's speed drifts by 10-20% within a minute, and alternating exposes both sides to the same
 drift). With two token counts it also prints the marginal ratio: the cost of each further token,
 without the per-run work. The process is warm (a one-batch probe runs first, so imports and file
@@ -81,9 +83,11 @@ def bench_time(model: str, token_counts: list[int], repeat: int, hypotheses: tup
                 if name.startswith("plain"):
                     row[name] = plain_forward(config)
                     continue
-                t0, c0 = time.perf_counter(), time.process_time()
+                t0, c0, m0 = time.perf_counter(), time.process_time(), time.thread_time()
                 outcome = probe(config, None, overlap=name == "overlapped")
                 row[name] = (time.perf_counter() - t0, time.process_time() - c0)
+                if name == "overlapped":  # the critical path: this thread's CPU, what wall time is given a free core
+                    row["overlapped, main thread"] = (math.nan, time.thread_time() - m0)
                 inside = (f"forward passes inside wall {outcome.forward_seconds:.1f} s "
                           f"(cpu {outcome.forward_cpu_seconds:.1f} s), statistics wall {outcome.stats_seconds:.1f} s "
                           f"(cpu {outcome.stats_cpu_seconds:.1f} s)")
@@ -92,14 +96,18 @@ def bench_time(model: str, token_counts: list[int], repeat: int, hypotheses: tup
                 print(f"round {round_}, {tokens} tokens, {name}: {inside}; per hypothesis {per}")
             rounds[tokens].append(row)
             print(f"round {round_}, {tokens} tokens: " + ", ".join(
+                f"{k} cpu {c:.1f} s ({c / row['plain'][1]:.2f}x)" if math.isnan(w) else
                 f"{k} wall {w:.1f} s cpu {c:.1f} s ({w / row['plain'][0]:.2f}x wall, {c / row['plain'][1]:.2f}x cpu)"
                 for k, (w, c) in row.items()))
     for tokens, runs in rounds.items():
-        for name in columns[1:]:
+        for name in runs[0]:
+            if name == "plain":
+                continue
             walls = sorted(r[name][0] / r["plain"][0] for r in runs)
             cpus = sorted(r[name][1] / r["plain"][1] for r in runs)
-            print(f"{name} / plain at {tokens} tokens over {repeat} rounds: median wall "
-                  f"{statistics.median(walls):.2f}x ({walls[0]:.2f}-{walls[-1]:.2f}), "
+            wall = "" if math.isnan(walls[0]) else (
+                f"wall {statistics.median(walls):.2f}x ({walls[0]:.2f}-{walls[-1]:.2f}), ")
+            print(f"{name} / plain at {tokens} tokens over {repeat} rounds: median {wall}"
                   f"cpu {statistics.median(cpus):.2f}x ({cpus[0]:.2f}-{cpus[-1]:.2f})")
     if len(rounds) == 2:
         small, large = rounds.values()
