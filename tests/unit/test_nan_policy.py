@@ -148,3 +148,17 @@ def test_anderson_in_half_precision(dtype):
     z, stats = solve(lambda z: 0.5 * z + 1, torch.zeros(2, 4, dtype=dtype), method="anderson", tol=1e-2, max_iter=50)
     assert z.dtype == dtype and stats.converged
     torch.testing.assert_close(z.double(), torch.full((2, 4), 2.0, dtype=torch.float64), atol=HALF_TOL, rtol=0)
+
+
+def test_output_check_fast_path_keeps_large_finite_values_and_finds_every_bad_entry():
+    """check_output sums first: a finite sum passes at once; a sum that overflows although every entry is
+    finite must still pass (element-wise fallback); one NaN or infinity anywhere must raise."""
+    from expattn.core.validate import check_output
+
+    big = torch.full((4, 3), 3e38, dtype=torch.float32)  # the sum overflows to inf, each entry is finite
+    assert check_output("y", big, "cause") is big
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        y = torch.randn(5, 7)
+        y[3, 4] = bad
+        with pytest.raises(ValueError, match="y is not finite although its inputs are: cause"):
+            check_output("y", y, "cause")

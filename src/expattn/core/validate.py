@@ -94,9 +94,13 @@ def check_mask(name: str, mask: Tensor | None, shape: torch.Size) -> Tensor | No
 def check_output(name: str, value: Tensor, cause: str) -> Tensor:
     """Raise ``ValueError`` if ``value``, computed from inputs already checked finite, holds NaN or infinity.
 
-    Callers decide whether to check (``expattn.validation``); ``cause`` says what overflowed.
+    Callers decide whether to check (``expattn.validation``); ``cause`` says what overflowed. Fast path
+    as in ``require_finite``: a finite sum proves every entry finite; only a non-finite sum (NaN,
+    infinity, or finite values that overflow when added) falls back to the element-wise test.
     """
     with torch.no_grad():
+        if value.is_floating_point() and bool(value.sum().isfinite()):
+            return value
         if not bool(torch.isfinite(value).all()):
             raise ValueError(f"{name} is not finite although its inputs are: {cause}")
     return value
