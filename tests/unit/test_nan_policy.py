@@ -162,3 +162,12 @@ def test_output_check_fast_path_keeps_large_finite_values_and_finds_every_bad_en
         y[3, 4] = bad
         with pytest.raises(ValueError, match="y is not finite although its inputs are: cause"):
             check_output("y", y, "cause")
+
+
+@pytest.mark.parametrize("norm", norm_names())
+def test_model_on_the_meta_device_builds(norm):
+    """Counting parameters builds the LM on the ``meta`` device (no values): the finite checks let it pass."""
+    cfg = LMConfig(norm=norm, layers=1, dim=8, heads=2, vocab_size=5)
+    with torch.device("meta"):
+        params = sum(p.numel() for p in LM(cfg).parameters())
+    assert params == sum(p.numel() for p in LM(cfg).parameters())

@@ -27,8 +27,11 @@ def require_finite(name: str, value: Tensor) -> Tensor:
 
     Fast path: a NaN or an infinity makes the sum non-finite, so a finite sum proves every entry
     finite with one reduction and one host sync; only a non-finite sum (which large finite values
-    can also cause by overflow) falls back to the element-wise test.
+    can also cause by overflow) falls back to the element-wise test. A ``meta`` tensor (shapes
+    only, as when a model is built to count its parameters) holds no values and passes.
     """
+    if value.is_meta:
+        return value
     with torch.no_grad():
         if value.is_floating_point() and bool(value.sum().isfinite()):
             return value
@@ -58,7 +61,10 @@ def check_positive_definite(name: str, cov: Tensor) -> Tensor:
     """Check a (..., D, D) covariance is symmetric positive definite; return its Cholesky factor.
 
     The factor of a float16/bfloat16 covariance is computed and returned in float32 (``working``).
+    A ``meta`` tensor has no values to check: its factor is computed on ``meta`` (shapes only).
     """
+    if cov.is_meta:
+        return torch.linalg.cholesky(cov)
     check_finite(name, cov)
     cov = working(cov)
     if cov.ndim < 2 or cov.shape[-1] != cov.shape[-2]:
