@@ -17,14 +17,56 @@ only its validation split.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from expattn.probes.runner import ProbeConfig, probe
+from expattn.probes.series import layer_series, layer_values
+from expattn.results.record import Record
 from expattn.train.data import SHAKESPEARE
 
 SWEEP_HYPOTHESES = ("E1", "E2", "E3")
 # 256 sequences of the full context: 16,384 tokens at context 64, about 0.4 s per sweep model on one core.
 PROBE_SEQUENCES = 256
+
+
+@dataclass(frozen=True)
+class LayerRow:
+    """E1-E3 at one layer: spread ratios (``_low``/``_high``: the 95% interval), kurtosis and participation ratio.
+
+    ``e1_raw_ratio``: E1 raw; ``e1_normalized_ratio``: E1 scale-normalised; ``e2_norm1_ratio`` /
+    ``e2_norm2_ratio``: E2 scale-normalised across N1 / N2 (``e2_norm*_raw_ratio``: raw);
+    ``e3_kurtosis`` and ``e3_participation_ratio``: E3 on the states entering the layer.
+    """
+
+    layer: int
+    e1_raw_ratio: float
+    e1_raw_ratio_low: float
+    e1_raw_ratio_high: float
+    e2_norm1_ratio: float
+    e2_norm1_ratio_low: float
+    e2_norm1_ratio_high: float
+    e2_norm2_ratio: float
+    e2_norm2_ratio_low: float
+    e2_norm2_ratio_high: float
+    e1_normalized_ratio: float
+    e2_norm1_raw_ratio: float
+    e2_norm2_raw_ratio: float
+    e3_kurtosis: float
+    e3_participation_ratio: float
+
+
+@dataclass(frozen=True)
+class LayerDynamics:
+    """E1-E3 of one model: a row per layer, E3 on the last block's output, the probe's verdicts
+    (hypothesis -> verdict), and the probe's ``tokens`` and ``seconds``."""
+
+    layers: tuple[LayerRow, ...]
+    e3_output_kurtosis: float
+    verdicts: Mapping[str, str]
+    tokens: int
+    seconds: float
 
 
 def probe_config(model_dir: Path, corpus: str, context: int, seed: int = 0) -> ProbeConfig:
@@ -34,7 +76,35 @@ def probe_config(model_dir: Path, corpus: str, context: int, seed: int = 0) -> P
                        seed=seed, hypotheses=SWEEP_HYPOTHESES)
 
 
-def probe_dynamics(model_dir: Path, corpus: str, context: int, seed: int = 0) -> dict:
+def layer_dynamics(records: list[Record], layers: int, tokens: int, seconds: float) -> LayerDynamics:
+    """``LayerDynamics`` from the probe's records E1-E3 of a model with ``layers`` blocks.
+
+    Raises:
+        ValueError: a record of E1-E3 is missing, skipped, or lacks a per-layer series.
+    """
+    rec = {r.id: r for r in records}
+    missing = [h for h in SWEEP_HYPOTHESES if h not in rec]
+    if missing:
+        raise ValueError(f"records must include {', '.join(SWEEP_HYPOTHESES)}, missing {', '.join(missing)}")
+    e1, e2, e3 = (rec[h] for h in SWEEP_HYPOTHESES)
+    raw, n1, n2 = (layer_series(r, name) for r, name in ((e1, "raw_ratio_excl"),
+                                                         (e2, "norm1_normalized_ratio_excl"),
+                                                         (e2, "norm2_normalized_ratio_excl")))
+    normalized = layer_series(e1, "normalized_ratio_excl").estimate
+    n1_raw = layer_series(e2, "norm1_raw_ratio_excl").estimate
+    n2_raw = layer_series(e2, "norm2_raw_ratio_excl").estimate
+    kurtosis = layer_series(e3, "mean_abs_kurtosis_excl").estimate
+    participation = layer_values(e3, "participation_ratio_excl")
+    rows = tuple(
+        LayerRow(i, raw.estimate[i], raw.low[i], raw.high[i], n1.estimate[i], n1.low[i], n1.high[i],
+                 n2.estimate[i], n2.low[i], n2.high[i], normalized[i], n1_raw[i], n2_raw[i], kurtosis[i],
+                 participation[i])
+        for i in range(layers)
+    )
+    return LayerDynamics(rows, kurtosis[-1], {h: rec[h].verdict for h in SWEEP_HYPOTHESES}, tokens, seconds)
+
+
+def probe_dynamics(model_dir: Path, corpus: str, context: int, seed: int = 0) -> LayerDynamics:
     """E1-E3 per layer of the model in ``model_dir`` (a folder of ``expattn.nn.export``).
 
     Args:
@@ -43,41 +113,9 @@ def probe_dynamics(model_dir: Path, corpus: str, context: int, seed: int = 0) ->
         context: the model's context, used as the probe's sequence length.
         seed: seed of the token sample and the bootstrap.
 
-    Returns:
-        ``layers``: per layer ``layer``, ``e1_raw_ratio`` (with ``_low``/``_high``),
-        ``e1_normalized_ratio``, ``e2_norm1_ratio`` / ``e2_norm2_ratio`` (scale-normalised, with
-        ``_low``/``_high``), ``e2_norm1_raw_ratio``, ``e2_norm2_raw_ratio``, ``e3_kurtosis``,
-        ``e3_participation_ratio``; ``e3_output_kurtosis`` (last block's output); ``verdicts``
-        (hypothesis -> the probe's verdict); ``tokens`` and ``seconds`` of the probe.
-
     Raises:
-        ValueError: as ``expattn.probes.runner.probe`` (e.g. non-finite states of a diverged model).
+        ValueError: as ``expattn.probes.runner.probe`` (e.g. non-finite states of a diverged model), or
+            the probe skipped one of E1-E3.
     """
     outcome = probe(probe_config(model_dir, corpus, context, seed), None)
-    rec = {r.id: r for r in outcome.records}
-    for h in SWEEP_HYPOTHESES:
-        if rec[h].verdict == "skipped":
-            raise ValueError(f"the probe skipped {h}: {rec[h].notes}")
-    e1, e2, e3 = rec["E1"].details, rec["E2"].details, rec["E3"].details
-    rows = []
-    for i in range(outcome.model["layers"]):
-        row = {"layer": i}
-        for key, source in (("e1_raw_ratio", e1["raw_ratio_excl"]),
-                            ("e2_norm1_ratio", e2["norm1_normalized_ratio_excl"]),
-                            ("e2_norm2_ratio", e2["norm2_normalized_ratio_excl"])):
-            row.update({key: source["estimate"][i], f"{key}_low": source["low"][i], f"{key}_high": source["high"][i]})
-        row.update({
-            "e1_normalized_ratio": e1["normalized_ratio_excl"]["estimate"][i],
-            "e2_norm1_raw_ratio": e2["norm1_raw_ratio_excl"]["estimate"][i],
-            "e2_norm2_raw_ratio": e2["norm2_raw_ratio_excl"]["estimate"][i],
-            "e3_kurtosis": e3["mean_abs_kurtosis_excl"]["estimate"][i],
-            "e3_participation_ratio": e3["participation_ratio_excl"][i],
-        })
-        rows.append(row)
-    return {
-        "layers": rows,
-        "e3_output_kurtosis": e3["mean_abs_kurtosis_excl"]["estimate"][-1],
-        "verdicts": {h: rec[h].verdict for h in SWEEP_HYPOTHESES},
-        "tokens": outcome.tokens,
-        "seconds": outcome.seconds,
-    }
+    return layer_dynamics(outcome.records, outcome.model["layers"], outcome.tokens, outcome.seconds)

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
@@ -27,7 +29,7 @@ from expattn.nn.export import MODEL_DIR
 from expattn.nn.norms import norm_names
 from expattn.results.files import write_json_atomic
 from expattn.results.record import Record, results_document
-from expattn.sweeps.layer_dynamics import probe_dynamics
+from expattn.sweeps.layer_dynamics import LayerDynamics, LayerRow, probe_dynamics
 from expattn.terminal import plain
 from expattn.train.loop import TrainConfig, train
 
@@ -57,38 +59,65 @@ def _logged(out: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
 
-def _numbers(row: dict, key: str) -> str:
-    return ", ".join(f"{d[key]:.3f}" for d in row["layers"])
+@dataclass(frozen=True)
+class SweepRun:
+    """One model of a sweep: its label ``value``, the evaluations it logged (``metrics``), its last losses and
+    throughput, and the probe's E1-E3 (``dynamics``); or why it has none: ``error`` (training failed, no
+    losses) or ``probe_error`` (the probe failed)."""
+
+    value: str
+    metrics: list[dict]
+    val_loss: float | None = None
+    train_loss: float | None = None
+    tokens_per_s: float | None = None
+    dynamics: LayerDynamics | None = None
+    error: str | None = None
+    probe_error: str | None = None
+
+    @property
+    def failure(self) -> str | None:
+        """Why the run has no layer dynamics (training or probe failure), or None."""
+        return self.error or self.probe_error
+
+    def to_json(self) -> dict:
+        """The run's entry in ``sweep.json``'s ``runs``: the fields that are set, the dynamics' fields inline."""
+        if self.error is not None:
+            return {"value": self.value, "error": self.error, "metrics": self.metrics}
+        row = {"value": self.value, "val_loss": self.val_loss, "train_loss": self.train_loss,
+               "tokens_per_s": self.tokens_per_s, "metrics": self.metrics}
+        if self.dynamics is None:
+            return row | {"probe_error": self.probe_error}
+        return row | dataclasses.asdict(self.dynamics)
 
 
-def _failed(row: dict) -> str | None:
-    """Why a row has no layer dynamics (training or probe failure), or None."""
-    return row.get("error") or row.get("probe_error")
+def _numbers(values: Iterable[float], fmt: str = ".3f", sep: str = ", ") -> str:
+    return sep.join(f"{v:{fmt}}" for v in values)
 
 
-def _markdown(kind: str, rows: list[dict]) -> str:
+def _markdown(kind: str, rows: list[SweepRun]) -> str:
     head = (f"| {kind[:-1]} | val loss | train loss | tok/s | E1 spread ratio (per layer) [probe verdict] | "
             "E2 scale-normalised ratio N1 / N2 (per layer) [verdict] | E3 mean abs. excess kurtosis (per depth) "
             "[verdict] |")
     lines = [head, "|" + " --- |" * 7]
     for r in rows:
-        if "error" in r:
-            lines.append(f"| {r['value']} | failed: {r['error'].replace('|', '/')} | | | | | |")
+        if r.error is not None:
+            lines.append(f"| {r.value} | failed: {r.error.replace('|', '/')} | | | | | |")
             continue
-        losses = f"| {r['value']} | {r['val_loss']:.4f} | {r['train_loss']:.4f} | {r['tokens_per_s']:.0f} |"
-        if "probe_error" in r:
-            lines.append(f"{losses} probe failed: {r['probe_error'].replace('|', '/')} | | |")
+        losses = f"| {r.value} | {r.val_loss:.4f} | {r.train_loss:.4f} | {r.tokens_per_s:.0f} |"
+        if r.dynamics is None:
+            lines.append(f"{losses} probe failed: {r.probe_error.replace('|', '/')} | | |")
             continue
-        v = r["verdicts"]
-        kurtosis = f"{_numbers(r, 'e3_kurtosis')}, {r['e3_output_kurtosis']:.3f}"
+        v, layers = r.dynamics.verdicts, r.dynamics.layers
+        kurtosis = _numbers(_depth_kurtosis(r.dynamics))
         lines.append(
-            f"{losses} {_numbers(r, 'e1_raw_ratio')} [{v['E1']}] | {_numbers(r, 'e2_norm1_ratio')} / "
-            f"{_numbers(r, 'e2_norm2_ratio')} [{v['E2']}] | {kurtosis} [{v['E3']}] |"
+            f"{losses} {_numbers(d.e1_raw_ratio for d in layers)} [{v['E1']}] | "
+            f"{_numbers(d.e2_norm1_ratio for d in layers)} / {_numbers(d.e2_norm2_ratio for d in layers)} "
+            f"[{v['E2']}] | {kurtosis} [{v['E3']}] |"
         )
     return "\n".join(lines) + "\n"
 
 
-def _plot(kind: str, rows: list[dict], path: Path) -> None:
+def _plot(kind: str, rows: list[SweepRun], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -96,22 +125,24 @@ def _plot(kind: str, rows: list[dict], path: Path) -> None:
 
     fig, axes = plt.subplots(1, 4, figsize=(19, 4))
     for r in rows:
-        axes[0].plot([m["iter"] for m in r["metrics"]], [m["val_loss"] for m in r["metrics"]], "o-", label=r["value"])
-        if _failed(r):
+        axes[0].plot([m["iter"] for m in r.metrics], [m["val_loss"] for m in r.metrics], "o-", label=r.value)
+        if r.dynamics is None:
             continue
-        layers = [d["layer"] for d in r["layers"]]
-        for ax, key in ((axes[1], "e1_raw_ratio"), (axes[2], "e2_norm1_ratio")):
-            est = [d[key] for d in r["layers"]]
-            err = [[e - d[f"{key}_low"] for e, d in zip(est, r["layers"], strict=True)],
-                   [d[f"{key}_high"] - e for e, d in zip(est, r["layers"], strict=True)]]
-            ax.errorbar(layers, est, yerr=err, fmt="o-", capsize=3, label=r["value"])
-        kurt = [d["e3_kurtosis"] for d in r["layers"]] + [r["e3_output_kurtosis"]]
-        axes[3].plot(range(len(kurt)), kurt, "o-", label=r["value"])
+        layers = r.dynamics.layers
+        for ax, (est, low, high) in (
+            (axes[1], ([d.e1_raw_ratio for d in layers], [d.e1_raw_ratio_low for d in layers],
+                       [d.e1_raw_ratio_high for d in layers])),
+            (axes[2], ([d.e2_norm1_ratio for d in layers], [d.e2_norm1_ratio_low for d in layers],
+                       [d.e2_norm1_ratio_high for d in layers])),
+        ):
+            err = [[e - lo for e, lo in zip(est, low, strict=True)], [hi - e for e, hi in zip(est, high, strict=True)]]
+            ax.errorbar([d.layer for d in layers], est, yerr=err, fmt="o-", capsize=3, label=r.value)
+        axes[3].plot(range(len(layers) + 1), _depth_kurtosis(r.dynamics), "o-", label=r.value)
     axes[0].set(xlabel="step", ylabel="validation loss (nats/char)", title=f"{kind}: validation loss")
     axes[1].set(xlabel="layer", ylabel="spread after / before", title="E1: residual attention update (probe, 95%)")
     axes[2].set(xlabel="layer", ylabel="spread/RMS after / before", title="E2: norm N1, scale-free (probe, 95%)")
     axes[3].set(xlabel="depth (0 = embeddings)", ylabel="mean |excess kurtosis|", title="E3: distance from Gaussian")
-    depths = sorted({d["layer"] for r in rows for d in r.get("layers", [])})
+    depths = sorted({d.layer for r in rows if r.dynamics is not None for d in r.dynamics.layers})
     for ax in axes[1:3]:
         ax.axhline(1.0, color="grey", lw=0.8)
         ax.set_xticks(depths)
@@ -131,37 +162,42 @@ def _majority(verdicts: list[str]) -> str:
     return "inconclusive" if verdicts else "skipped"
 
 
-def _records(kind: str, rows: list[dict]) -> list[Record]:
+def _depth_kurtosis(dynamics: LayerDynamics) -> list[float]:
+    """E3's mean |excess kurtosis| per depth: the states entering each layer, then the last block's output."""
+    return [d.e3_kurtosis for d in dynamics.layers] + [dynamics.e3_output_kurtosis]
+
+
+def _records(kind: str, rows: list[SweepRun]) -> list[Record]:
     """E1-E3 over the sweep: per (model, layer) numbers of the probe, and the majority of its per-model verdicts.
 
     The identity normalization is left out of E2: it cannot contract anything by construction.
     """
-    measured = [r for r in rows if not _failed(r)]
+    measured = [r for r in rows if r.dynamics is not None]
 
-    def per_layer(key: str, prefix: str = "", skip: tuple[str, ...] = ()) -> dict[str, float]:
-        return {f"{prefix}{r['value']}.layer{d['layer']}": d[key] for r in measured if r["value"] not in skip
-                for d in r["layers"]}
+    def per_layer(value: Callable[[LayerRow], float], prefix: str = "", skip: tuple[str, ...] = ()) -> dict:
+        return {f"{prefix}{r.value}.layer{d.layer}": value(d) for r in measured if r.value not in skip
+                for d in r.dynamics.layers}
 
     def verdicts(claim: str, skip: tuple[str, ...] = ()) -> dict[str, str]:
-        return {r["value"]: r["verdicts"][claim] for r in measured if r["value"] not in skip}
+        return {r.value: r.dynamics.verdicts[claim] for r in measured if r.value not in skip}
 
-    e3 = {f"{r['value']}.depth{d}": k for r in measured
-          for d, k in enumerate([x["e3_kurtosis"] for x in r["layers"]] + [r["e3_output_kurtosis"]])}
-    losses = {f"{r['value']}.val_loss": r["val_loss"] for r in rows if "error" not in r}
-    failed = "; ".join(f"{r['value']} failed: {_failed(r)}" for r in rows if _failed(r))
+    e3 = {f"{r.value}.depth{d}": k for r in measured for d, k in enumerate(_depth_kurtosis(r.dynamics))}
+    losses = {f"{r.value}.val_loss": r.val_loss for r in rows if r.error is None}
+    failed = "; ".join(f"{r.value} failed: {r.failure}" for r in rows if r.failure)
     note = (f"small LMs trained by `expattn train --sweep {kind}`, each measured by `expattn probe` on its "
             "exported model (first token excluded); the verdict is the majority of the per-model probe verdicts")
     note += f"; {failed}" if failed else ""
     e1_v, e2_v, e3_v = verdicts("E1"), verdicts("E2", ("identity",)), verdicts("E3")
     return [
         Record("E1", "empirical", _majority(list(e1_v.values())),
-               {**per_layer("e1_raw_ratio"), **per_layer("e1_normalized_ratio", "normalized."), **losses},
+               {**per_layer(lambda d: d.e1_raw_ratio), **per_layer(lambda d: d.e1_normalized_ratio, "normalized."),
+                **losses},
                notes=note, details={"probe_verdicts": e1_v},
                statement="the residual attention update expands the token cloud (spread ratio > 1)",
                method="probe E1: mean spread(x + attn) / mean spread(x) over sequences, Poisson bootstrap"),
         Record("E2", "empirical", _majority(list(e2_v.values())),
-               {**per_layer("e2_norm1_ratio", "norm1.", ("identity",)),
-                **per_layer("e2_norm2_ratio", "norm2.", ("identity",))},
+               {**per_layer(lambda d: d.e2_norm1_ratio, "norm1.", ("identity",)),
+                **per_layer(lambda d: d.e2_norm2_ratio, "norm2.", ("identity",))},
                notes=note + "; the identity normalization is left out", details={"probe_verdicts": e2_v},
                statement="the normalization contracts the token cloud (scale-normalised spread ratio < 1)",
                method="probe E2: spread/RMS after / before each norm (N1 on x, N2 on h), Poisson bootstrap"),
@@ -171,18 +207,27 @@ def _records(kind: str, rows: list[dict]) -> list[Record]:
     ]
 
 
-def write_summary(kind: str, rows: list[dict], out: Path, budget: dict[str, int]) -> None:
+def write_summary(kind: str, rows: list[SweepRun], out: Path, budget: dict[str, int]) -> None:
     """Write ``sweep.md``, ``sweep.png`` and ``sweep.json`` (records E1-E3, ``runs``, ``budget``) into ``out``.
 
-    ``rows`` as returned by ``run_sweep`` (or read back from the ``runs`` of a ``sweep.json``).
+    ``rows`` as returned by ``run_sweep``; ``runs`` holds their ``SweepRun.to_json``.
     """
     (out / "sweep.md").write_text(_markdown(kind, rows))
     _plot(kind, rows, out / "sweep.png")
-    doc = results_document(_records(kind, rows), f"train --sweep {kind}", runs=rows, budget=budget)
+    runs = [r.to_json() for r in rows]
+    doc = results_document(_records(kind, rows), f"train --sweep {kind}", runs=runs, budget=budget)
     write_json_atomic(out / "sweep.json", doc)
 
 
-def run_sweep(kind: str, base: TrainConfig, console: Console | None = None) -> list[dict]:
+def _table_cells(dynamics: LayerDynamics) -> list[str]:
+    """The terminal table's E1-E3 cells of one model: per-layer numbers and the probe's verdict."""
+    v, layers = dynamics.verdicts, dynamics.layers
+    return [f"{_numbers((d.e1_raw_ratio for d in layers), '.2f', ' ')} {v['E1']}",
+            f"{_numbers((d.e2_norm1_ratio for d in layers), '.2f', ' ')} {v['E2']}",
+            f"{_numbers(_depth_kurtosis(dynamics), '.2f', ' ')} {v['E3']}"]
+
+
+def run_sweep(kind: str, base: TrainConfig, console: Console | None = None) -> list[SweepRun]:
     """Train one model per value of ``kind`` (``norms`` or ``carriers``) and summarise them.
 
     Args:
@@ -191,10 +236,8 @@ def run_sweep(kind: str, base: TrainConfig, console: Console | None = None) -> l
         console: where to print the table (``None``: print nothing).
 
     Returns:
-        One dict per value: ``value``, ``val_loss``, ``train_loss``, ``tokens_per_s``,
-        ``metrics`` (all evaluations), and the probe's E1-E3 (``layers``, ``e3_output_kurtosis``,
-        ``verdicts``, ``tokens``, ``seconds``; see ``expattn.sweeps.layer_dynamics.probe_dynamics``), or
-        ``error`` (training failed) / ``probe_error`` (the probe failed).
+        One ``SweepRun`` per value, in the order of ``sweep_variants``: losses, all evaluations and the
+        probe's E1-E3 (``expattn.sweeps.layer_dynamics.probe_dynamics``), or why they are missing.
     """
     field = "norm" if kind == "norms" else "carrier"
     rows = []
@@ -206,20 +249,20 @@ def run_sweep(kind: str, base: TrainConfig, console: Console | None = None) -> l
         try:
             result = train(cfg)
         except ValueError as err:  # e.g. whitening of a cloud that became singular: record, go on
-            rows.append({"value": value, "error": str(err), "metrics": _logged(cfg.out)})
+            rows.append(SweepRun(value, _logged(cfg.out), error=str(err)))
             if console is not None:
                 console.print(f"[bold red]{kind}: {plain(value)} failed:[/] {plain(err)}")
             continue
         last = result.metrics[-1]
-        row = {"value": value, "val_loss": last["val_loss"], "train_loss": last["train_loss"],
-               "tokens_per_s": last["tokens_per_s"], "metrics": result.metrics}
+        losses = {"val_loss": last["val_loss"], "train_loss": last["train_loss"], "tokens_per_s": last["tokens_per_s"]}
         try:
-            row.update(probe_dynamics(cfg.out / MODEL_DIR, base.corpus, model.context, base.seed))
+            dynamics = probe_dynamics(cfg.out / MODEL_DIR, base.corpus, model.context, base.seed)
         except ValueError as err:  # e.g. a diverged model with non-finite states: keep its losses
-            row["probe_error"] = str(err)
+            rows.append(SweepRun(value, result.metrics, **losses, probe_error=str(err)))
             if console is not None:
                 console.print(f"[bold red]{kind}: probing {plain(value)} failed:[/] {plain(err)}")
-        rows.append(row)
+            continue
+        rows.append(SweepRun(value, result.metrics, **losses, dynamics=dynamics))
     budget = {"iters": base.iters, "batch": base.batch, "context": base.model.context,
               "tokens_per_model": base.iters * base.batch * base.model.context}
     write_summary(kind, rows, base.out, budget)
@@ -229,16 +272,10 @@ def run_sweep(kind: str, base: TrainConfig, console: Console | None = None) -> l
                     "E3 |kurtosis| (depths)"):
             table.add_column(col)
         for r in rows:
-            if "error" in r:
-                table.add_row(r["value"], "failed", "", "", "", "", "")
+            if r.error is not None:
+                table.add_row(r.value, "failed", "", "", "", "", "")
                 continue
-            cells = ["probe failed", "", ""] if "probe_error" in r else [
-                " ".join(f"{d['e1_raw_ratio']:.2f}" for d in r["layers"]) + f" {r['verdicts']['E1']}",
-                " ".join(f"{d['e2_norm1_ratio']:.2f}" for d in r["layers"]) + f" {r['verdicts']['E2']}",
-                " ".join(f"{d['e3_kurtosis']:.2f}" for d in r["layers"]) + f" {r['e3_output_kurtosis']:.2f} "
-                + r["verdicts"]["E3"],
-            ]
-            table.add_row(r["value"], f"{r['val_loss']:.4f}", f"{r['train_loss']:.4f}", f"{r['tokens_per_s']:.0f}",
-                          *cells)
+            cells = ["probe failed", "", ""] if r.dynamics is None else _table_cells(r.dynamics)
+            table.add_row(r.value, f"{r.val_loss:.4f}", f"{r.train_loss:.4f}", f"{r.tokens_per_s:.0f}", *cells)
         console.print(table)
     return rows
