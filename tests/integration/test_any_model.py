@@ -1,4 +1,4 @@
-"""The probe on tiny random models of 32 HuggingFace architectures saved to disk (``tiny_hf``).
+"""The probe on tiny random models of 32 HuggingFace architectures saved to disk (``tiny_models``).
 
 Acceptance of every adapter: the attention recomputed from the model's own modules equals the
 model's head outputs to float32 rounding on every head and layer, with the model's real masks
@@ -18,7 +18,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from tiny_hf import ARCHITECTURES, VISION, build_tiny, save_tiny
+from tiny_models import ARCHITECTURES, VISION, build_tiny, save_tiny
 
 from expattn.probes.acceptance import AttentionMismatch, check_heads
 from expattn.probes.adapters import Capture
@@ -26,8 +26,8 @@ from expattn.probes.runner import HYPOTHESES, ProbeConfig, probe
 
 SEQ_LEN = 64
 TOL = SEQ_LEN * torch.finfo(torch.float32).eps  # float32 rounding of a length-T weighted sum
-LAYERS, HEADS = 2, 4  # tiny_hf's sizes
-VIT_TOKENS = (28 // 4) ** 2 + 1  # tiny_hf's ViT: 28x28 images in 4x4 patches, plus [CLS]
+LAYERS, HEADS = 2, 4  # tiny_models' sizes
+VIT_TOKENS = (28 // 4) ** 2 + 1  # tiny_models' ViT: 28x28 images in 4x4 patches, plus [CLS]
 # documented reasons, checked against the records
 E5_SKIPPED = {
     "gemma2": "soft-capped",  # cap * tanh(s q.k / cap): not the gradient of a log-normalizer of a bilinear form

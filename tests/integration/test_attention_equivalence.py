@@ -7,23 +7,17 @@ configs; nothing is downloaded.
 
 from __future__ import annotations
 
-import math
 from functools import partial
 
 import pytest
 import torch
+from tiny_models import randomize, tiny_config
 from torch import nn
 
 from expattn.nn.attention import ExpFamAttention, ExpFamAttentionConfig, rotate_half_rope
 
 F64 = torch.float64
 TOL = {"rtol": 0.0, "atol": 1e-12}
-
-
-def randomize(module: nn.Module, gen: torch.Generator) -> None:
-    with torch.no_grad():
-        for p in module.parameters():
-            p.copy_(torch.randn(p.shape, generator=gen, dtype=p.dtype) / math.sqrt(p.shape[-1]))
 
 
 def copy_linear(dst: nn.Linear, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
@@ -77,9 +71,7 @@ def test_matches_torch_multihead_attention_cross(gen):
 @pytest.mark.slow  # importing transformers takes several seconds
 def test_matches_transformers_bert_self_attention(gen):
     bert = pytest.importorskip("transformers.models.bert.modeling_bert")
-    from transformers import BertConfig
-
-    config = BertConfig(hidden_size=24, num_attention_heads=4, attention_probs_dropout_prob=0.0)
+    config = tiny_config("bert", hidden_size=24, attention_probs_dropout_prob=0.0)
     config._attn_implementation = "eager"
     layer = bert.BertSelfAttention(config).double().eval()
     randomize(layer, gen)
@@ -100,10 +92,8 @@ def test_matches_transformers_bert_self_attention(gen):
 @pytest.mark.parametrize("implementation", ["sdpa", "eager"])
 def test_matches_transformers_llama_attention_rope_gqa_causal(gen, implementation):
     llama = pytest.importorskip("transformers.models.llama.modeling_llama")
-    from transformers import LlamaConfig
-
-    config = LlamaConfig(hidden_size=48, num_attention_heads=6, num_key_value_heads=2, head_dim=8,
-                         intermediate_size=64, max_position_embeddings=64, attention_bias=False)
+    config = tiny_config("llama", hidden_size=48, num_attention_heads=6, head_dim=8, max_position_embeddings=64,
+                         attention_bias=False)
     config._attn_implementation = implementation
     layer = llama.LlamaAttention(config, layer_idx=0).double().eval()
     randomize(layer, gen)

@@ -11,6 +11,7 @@ import sys
 import time
 
 import pytest
+from tiny_models import export_tiny_lm
 from typer.testing import CliRunner
 
 from expattn.cli import app
@@ -75,10 +76,7 @@ def test_user_strings_reach_matplotlib_as_plain_text(tmp_path):
 
 
 def _tiny_model(folder):
-    from expattn.nn.export import export_model
-    from expattn.nn.lm import LM, LMConfig
-
-    export_model(LM(LMConfig(vocab_size=5, layers=1, dim=8, heads=2, context=16)), "\n abc", folder)
+    export_tiny_lm(folder, "\n abc", layers=1, context=16)
     (folder.parent / "t.txt").write_text("ab c\n" * 400)
     return ["probe", "--model", str(folder), "--text", str(folder.parent / "t.txt"), "--tokens", "256",
             "--seq-len", "16", "--hypotheses", "E1,E3"]

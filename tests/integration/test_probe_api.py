@@ -12,7 +12,7 @@ import torch
 from typer.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).parent))
-from tiny_hf import build_tiny, save_tiny
+from tiny_models import build_tiny, save_tiny
 
 import expattn
 from expattn.cli import app

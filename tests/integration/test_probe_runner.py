@@ -21,24 +21,9 @@ from expattn.probes.runner import ProbeConfig, probe
 
 def tiny_bert_dir(root: Path, max_positions: int = 64) -> Path:
     """A 2-layer random BERT with MiniLM's tokenizer, saved as a local HuggingFace directory."""
-    from transformers import BertConfig, BertModel
+    from tiny_models import save_tiny  # here: the torchrun worker below runs without the tests' path
 
-    from expattn.probes.loading import minilm_dir
-
-    path = root / "tiny-bert"
-    torch.manual_seed(1)
-    cfg = BertConfig(
-        vocab_size=30522,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=48,
-        max_position_embeddings=max_positions,
-    )
-    BertModel(cfg).save_pretrained(path)
-    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
-        shutil.copy(minilm_dir() / name, path / name)
-    return path
+    return save_tiny("bert", root / "tiny-bert", seed=1, intermediate_size=48, max_position_embeddings=max_positions)
 
 
 def tiny_config(path: Path, seed: int = 0) -> ProbeConfig:

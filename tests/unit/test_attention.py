@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import math
 from functools import partial
 
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tiny_models import randomize
 
 from expattn.nn.attention import (
     ExpFamAttention,
@@ -23,11 +23,7 @@ F64 = torch.float64
 
 
 def module(gen, **kw) -> ExpFamAttention:
-    m = ExpFamAttention(ExpFamAttentionConfig(**kw)).double()
-    with torch.no_grad():
-        for p in m.parameters():
-            p.copy_(torch.randn(p.shape, generator=gen, dtype=F64) / math.sqrt(p.shape[-1]))
-    return m
+    return randomize(ExpFamAttention(ExpFamAttentionConfig(**kw)).double(), gen)
 
 
 def explicit(m: ExpFamAttention, x, y, keep):

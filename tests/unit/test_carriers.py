@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 from scipy import integrate, stats
+from tiny_models import perturb
 
 from expattn.nn.carriers import (
     Carrier,
@@ -79,9 +80,7 @@ def test_gaussian_mixture_is_gradient_of_its_log_normalizer(gen, kind):
     q, k, _ = draw(gen, hkv=4, d=4)
     options = {"covariance": kind, "rank": 2} if kind == "lowrank" else {}
     carrier = make_carrier("gaussian_mixture", num_heads=4, head_dim=4, init_variance=0.3, **options).double()
-    with torch.no_grad():
-        for p in carrier.parameters():
-            p.add_(0.3 * torch.randn(p.shape, generator=gen, dtype=F64))
+    perturb(carrier, gen, scale=0.3)
     sigma = carrier.covariance().detach()
     log_pi = torch.randn(2, 1, 1, 7, generator=gen, dtype=F64)
     eta = (0.8 * q).requires_grad_(True)

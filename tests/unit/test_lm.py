@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from tiny_models import perturb, tiny_lm
 
 from expattn.nn.carriers import carrier_class
 from expattn.nn.hooks import cached
@@ -41,19 +42,11 @@ def reference_logits(model: LM, idx: torch.Tensor) -> torch.Tensor:
     return ln(x, "norm_f") @ sd["tok.weight"].T
 
 
-def _perturbed(model: LM, gen: torch.Generator) -> LM:
-    """Move every parameter off its initial value so that gains and biases matter too."""
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(0.1 * torch.randn(p.shape, generator=gen, dtype=p.dtype))
-    return model
-
-
 @pytest.mark.parametrize(("tied", "bias"), [(False, True), (True, True), (False, False)])
 def test_matches_reference_forward(gen, tied, bias):
     torch.manual_seed(int(torch.randint(0, 2**31, (1,), generator=gen)))
     cfg = LMConfig(vocab_size=11, context=9, layers=3, heads=2, dim=8, tied_layers=tied, bias=bias)
-    model = _perturbed(LM(cfg).double(), gen)
+    model = perturb(LM(cfg).double(), gen)
     idx = torch.randint(0, 11, (4, 9), generator=gen)
     logits, _ = model(idx)
     # float64 throughout; only summation order differs from the reference
@@ -91,7 +84,7 @@ def test_loss_is_mean_next_token_cross_entropy(gen):
 @pytest.mark.parametrize("norm", ["layernorm", "rmsnorm", "sphere", "identity"])
 @pytest.mark.parametrize("carrier", ["empirical", "gaussian_mixture", "mixture_lower_bound"])
 def test_causal_no_logit_sees_the_future(gen, norm, carrier):
-    model = _perturbed(LM(LMConfig(vocab_size=9, context=8, layers=2, heads=2, dim=8, carrier=carrier, norm=norm)), gen)
+    model = perturb(tiny_lm(carrier=carrier, norm=norm), gen)
     model = model.double()
     idx = torch.randint(0, 9, (2, 8), generator=gen)
     changed = idx.clone()
@@ -104,7 +97,7 @@ def test_causal_no_logit_sees_the_future(gen, norm, carrier):
 
 @pytest.mark.parametrize("carrier", ["empirical", "gaussian_mixture", "mixture_lower_bound"])
 def test_every_parameter_gets_a_gradient(gen, carrier):
-    model = LM(LMConfig(vocab_size=9, context=8, layers=2, heads=2, dim=8, carrier=carrier))
+    model = tiny_lm(carrier=carrier)
     idx = torch.randint(0, 9, (2, 8), generator=gen)
     _, loss = model(idx, idx)
     loss.backward()
@@ -197,7 +190,7 @@ def test_bad_input_raises(gen):
 
 def test_implicit_layers_reach_their_fixed_point_and_stay_causal(gen):
     torch.manual_seed(int(torch.randint(0, 2**31, (1,), generator=gen)))
-    model = LM(LMConfig(vocab_size=9, context=8, layers=2, heads=2, dim=8, implicit=True)).double()
+    model = tiny_lm(implicit=True).double()
     idx = torch.randint(0, 9, (3, 8), generator=gen)
     calls: list[str] = []
     handle = model.hook_points()["blocks.0.output"].register_forward_hook(lambda m, _a, _o: calls.append(m.name))
@@ -247,7 +240,7 @@ def test_implicit_lm_exposes_its_jacobian_penalty_only_when_training(gen):
     gradient needs attention's second derivative); eval mode, no-grad or jacobian_reg=0: None."""
     idx = torch.randint(0, 9, (2, 8), generator=gen)
     torch.manual_seed(0)
-    model = LM(LMConfig(vocab_size=9, context=8, layers=2, heads=2, dim=8, implicit=True, jacobian_reg=5.0))
+    model = tiny_lm(implicit=True, jacobian_reg=5.0)
     _, loss = model(idx, idx)
     reg = model.regularizer
     assert reg is not None and reg.ndim == 0 and reg.item() > 0
@@ -257,7 +250,7 @@ def test_implicit_lm_exposes_its_jacobian_penalty_only_when_training(gen):
     model(idx, idx)
     assert model.regularizer is None
     torch.manual_seed(0)
-    off = LM(LMConfig(vocab_size=9, context=8, layers=2, heads=2, dim=8, implicit=True, jacobian_reg=0.0))
+    off = tiny_lm(implicit=True, jacobian_reg=0.0)
     off(idx, idx)
     assert off.regularizer is None
     with pytest.raises(ValueError, match="jacobian_reg"):

@@ -7,13 +7,13 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tiny_models import tiny_lm
 
 from expattn.core.hopfield import hopfield_update
 from expattn.core.mixture import GaussianMixture
 from expattn.core.solvers import solve
 from expattn.nn.attention import ExpFamAttention, ExpFamAttentionConfig
 from expattn.nn.hopfield import Hopfield, HopfieldConfig
-from expattn.nn.lm import LM, LMConfig
 from expattn.nn.norms import NormConfig, build_norm, norm_names
 from expattn.validation import set_validate, validate_enabled, validating
 
@@ -84,7 +84,7 @@ def test_switch_off_globally_locally_and_per_module():
 
 def test_lm_attention_skips_the_per_layer_sync():
     """The LM's trainer checks its loss every step; its attention layers opt out of the per-call checks."""
-    lm = LM(LMConfig(vocab_size=5, layers=1, dim=8, heads=2, context=4))
+    lm = tiny_lm(vocab_size=5, layers=1, context=4)
     assert all(b.attn.validate_args is False for b in lm.blocks)
 
 
@@ -167,7 +167,6 @@ def test_output_check_fast_path_keeps_large_finite_values_and_finds_every_bad_en
 @pytest.mark.parametrize("norm", norm_names())
 def test_model_on_the_meta_device_builds(norm):
     """Counting parameters builds the LM on the ``meta`` device (no values): the finite checks let it pass."""
-    cfg = LMConfig(norm=norm, layers=1, dim=8, heads=2, vocab_size=5)
     with torch.device("meta"):
-        params = sum(p.numel() for p in LM(cfg).parameters())
-    assert params == sum(p.numel() for p in LM(cfg).parameters())
+        params = sum(p.numel() for p in tiny_lm(norm=norm, layers=1).parameters())
+    assert params == sum(p.numel() for p in tiny_lm(norm=norm, layers=1).parameters())

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from transformers import BertConfig, BertModel, GPT2Config, GPT2Model, LlamaConfig, LlamaModel
+from tiny_models import build_tiny
 
 from expattn.probes.adapters import Capture, adapter_for
 from expattn.probes.attention import AttnWeights, head_outputs, head_updates
@@ -34,31 +34,7 @@ NAMES = {
 
 
 def tiny(family: str, seed: int) -> torch.nn.Module:
-    torch.manual_seed(seed)
-    if family == "bert":
-        cfg = BertConfig(
-            vocab_size=100,
-            hidden_size=32,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            intermediate_size=48,
-            max_position_embeddings=64,
-        )
-        model = BertModel(cfg)
-    elif family == "gpt2":
-        model = GPT2Model(GPT2Config(vocab_size=100, n_embd=32, n_layer=2, n_head=4, n_positions=64))
-    else:
-        cfg = LlamaConfig(
-            vocab_size=100,
-            hidden_size=32,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            intermediate_size=48,
-            max_position_embeddings=64,
-        )
-        model = LlamaModel(cfg)
-    return model.eval()
+    return build_tiny(family, seed, vocab_size=100, intermediate_size=48, max_position_embeddings=64)
 
 
 def capture(model: torch.nn.Module, family: str, ids: torch.Tensor) -> tuple[dict, object]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from transformers import LlamaConfig, LlamaModel
+from tiny_models import build_tiny
 
 from expattn.probes.adapters import adapter_for
 from expattn.probes.attention import attention_probs
@@ -51,17 +51,8 @@ def test_random_baseline_closed_form_matches_monte_carlo(gen):
 
 
 def test_fisher_is_the_mean_covariance_under_the_attention_weights(gen):
-    torch.manual_seed(int(torch.randint(0, 10_000, (1,), generator=gen)))
-    cfg = LlamaConfig(
-        vocab_size=50,
-        hidden_size=16,
-        num_hidden_layers=1,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=24,
-        max_position_embeddings=32,
-    )
-    model = LlamaModel(cfg).eval()
+    model = build_tiny("llama", int(torch.randint(0, 10_000, (1,), generator=gen)), vocab_size=50, hidden_size=16,
+                       num_hidden_layers=1, intermediate_size=24, max_position_embeddings=32)
     adapter = adapter_for("llama")
     w = adapter.attention(model, 0)
     ctx = ProbeContext(model, adapter, (w,), 1, 16, torch.zeros(9, dtype=torch.bool), 0, 10, 2, "tiny")

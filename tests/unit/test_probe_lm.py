@@ -10,12 +10,13 @@ import json
 import numpy as np
 import pytest
 import torch
+from tiny_models import spread_weights, tiny_lm
 from typer.testing import CliRunner
 
 from expattn.cli import app
 from expattn.nn.export import MODEL_TYPE, export_model
 from expattn.nn.hooks import cached
-from expattn.nn.lm import LM, LMConfig
+from expattn.nn.lm import LM
 from expattn.probes.adapters import Capture, adapter_for
 from expattn.probes.corpus import TokenSample, load_text, sequence
 from expattn.probes.lm_adapter import CharTokenizer, load_lm
@@ -34,13 +35,7 @@ def text(gen, tmp_path):
 
 def _model(gen, **kw) -> LM:
     """A random LM whose sublayers change the states visibly (the default init makes updates tiny)."""
-    cfg = LMConfig(vocab_size=len(VOCAB), context=16, layers=3, heads=2, dim=16, **kw)
-    model = LM(cfg)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("weight") and p.ndim == 2:
-                p.copy_(torch.randn(p.shape, generator=gen) / p.shape[1] ** 0.5)
-    return model.eval()
+    return spread_weights(tiny_lm(vocab_size=len(VOCAB), context=16, layers=3, dim=16, **kw), gen)
 
 
 def _spread(x: torch.Tensor) -> torch.Tensor:

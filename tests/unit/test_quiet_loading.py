@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 
 import pytest
+from tiny_models import tiny_config
 from transformers.utils import logging as hf_logging
 
 from expattn.probes.loading import quiet_loading
@@ -46,10 +47,10 @@ def test_verbosity_is_restored_after_an_error(expattn_logger):
 def test_a_decoder_backbone_loads_without_its_report_unless_verbose(tmp_path, caplog, expattn_logger):
     """A tiny untied Llama saved with its LM head and loaded as a backbone: transformers reports the
     head as UNEXPECTED only under ``--verbose``."""
-    from transformers import AutoModel, LlamaConfig, LlamaForCausalLM
+    from transformers import AutoModel, LlamaForCausalLM
 
-    config = LlamaConfig(vocab_size=50, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=2, tie_word_embeddings=False)
+    config = tiny_config("llama", vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                         tie_word_embeddings=False)
     LlamaForCausalLM(config).save_pretrained(tmp_path)
     caplog.clear()
     with quiet_loading():

@@ -7,12 +7,13 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from tiny_models import tiny_lm
 
 from expattn.core.registry import measure_names
 from expattn.dynamics.operators import CARRIERS as DYNAMICS_CARRIERS
 from expattn.nn import carriers, norms
 from expattn.nn.carriers import Carrier, CarrierOutput, carrier_names, register_carrier
-from expattn.nn.lm import LM, LMConfig
+from expattn.nn.lm import LM
 from expattn.nn.norms import Norm, NormConfig, register_norm
 from expattn.probes import lm_adapter
 from expattn.sweeps.run import sweep_variants
@@ -54,8 +55,7 @@ class Uniform(Carrier):
 
 
 def _lm(**kw) -> LM:
-    torch.manual_seed(0)
-    return LM(LMConfig(vocab_size=7, context=6, layers=2, heads=2, dim=4, **kw)).double()
+    return tiny_lm(seed=0, vocab_size=7, context=6, dim=4, **kw).double()
 
 
 def test_a_new_norm_flows_through_by_its_properties(registries, gen):
