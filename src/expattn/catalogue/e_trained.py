@@ -92,7 +92,7 @@ ENTRIES = (
         "measured beside it)",
         "seed 000 §3.3 (B2); Dong et al. 2021",
         modules=("src/expattn/probes/e7_collapse.py", "src/expattn/probes/attention.py"),
-        tests=("tests/unit/test_probe_lm.py", RUNNER_TEST),
+        tests=("tests/unit/test_probe_lm.py", "tests/unit/test_probe_e7_norms.py", RUNNER_TEST),
         probe=True,
     ),
     Entry(

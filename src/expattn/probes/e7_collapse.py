@@ -44,19 +44,35 @@ def residual_norm(x: Tensor) -> Tensor:
     return (x - x.mean(-2, keepdim=True)).norm(dim=(-1, -2)) / x.norm(dim=(-1, -2))
 
 
+# HuggingFace norms known to compute w * x / sqrt(mean(x^2) + eps) (Llama's RMSNorm; Gemma's 1 + w is not one).
+WEIGHTED_RMS_NORMS = frozenset({
+    "LlamaRMSNorm", "MistralRMSNorm", "MixtralRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm", "Phi3RMSNorm",
+    "GraniteRMSNorm", "Olmo2RMSNorm", "T5LayerNorm",
+})
+
+
 def normalize64(x: Tensor, module: nn.Module) -> Tensor:
-    """The block's input normalization applied in float64: ``nn.LayerNorm``, HuggingFace's RMSNorm
-    (which would compute in float32), or expattn's own normalizations (``expattn.nn.norms``, as the
-    LM wraps them), run as a float64 copy of the module."""
+    r"""The block's input normalization applied in float64: ``nn.LayerNorm``; the HuggingFace RMSNorms of
+    ``WEIGHTED_RMS_NORMS``, $w \odot x / \sqrt{\overline{x^2} + \epsilon}$ (which would compute in
+    float32); or expattn's own normalizations (``expattn.nn.norms``, as the LM wraps them), run as a
+    float64 copy of the module. ``x``: ``(..., D)``, float64.
+
+    Raises:
+        TypeError: any other module (its formula is not assumed), naming its class.
+    """
     if isinstance(module, nn.LayerNorm):
         w = None if module.weight is None else module.weight.double()
         b = None if module.bias is None else module.bias.double()
         return F.layer_norm(x, module.normalized_shape, w, b, module.eps)
     if isinstance(module, (BatchCloudNorm, Norm)):
         return copy.deepcopy(module).double()(x)
+    name = type(module).__name__
+    if name not in WEIGHTED_RMS_NORMS:
+        raise TypeError(
+            f"normalization module {name} is not one E7 can apply in float64: nn.LayerNorm, expattn's norms or "
+            f"{', '.join(sorted(WEIGHTED_RMS_NORMS))}"
+        )
     eps = getattr(module, "variance_epsilon", getattr(module, "eps", None))
-    if eps is None or not hasattr(module, "weight"):
-        raise TypeError(f"unsupported normalization module {type(module).__name__}")
     return module.weight.double() * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
 
 
