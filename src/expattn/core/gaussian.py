@@ -131,16 +131,10 @@ class Gaussian(Measure):
     def bregman(
         self, eta_a: Float[Tensor, "*batch query dim"], eta_b: Float[Tensor, "*batch query dim"]
     ) -> Float[Tensor, "*batch query"]:
-        r"""$B_G(a, b) = \frac12 (a - b)^\top\Sigma(a - b)$, symmetric in $a, b$ (claim A9)."""
+        r"""$B_G(a, b) = \frac12 (a - b)^\top\Sigma(a - b)$, symmetric in $a, b$ (claim A9), so also the KL (``kl``)."""
         self.check_eta(eta_a, "eta_a")
         self.check_eta(eta_b, "eta_b")
         return 0.5 * _quad(self._cov(), eta_a - eta_b)
-
-    def kl(
-        self, eta_a: Float[Tensor, "*batch query dim"], eta_b: Float[Tensor, "*batch query dim"]
-    ) -> Float[Tensor, "*batch query"]:
-        r"""$\mathrm{KL}(p(\cdot|a)\,\|\,p(\cdot|b)) = \frac12 (a - b)^\top\Sigma(a - b)$."""
-        return self.bregman(eta_b, eta_a)
 
     def conjugate(
         self,

@@ -112,10 +112,7 @@ def merge_into(staging: Path, out: Path) -> None:
     for entry in sorted(staging.iterdir(), key=lambda e: (e.name == RESULTS, e.name)):
         target = out / entry.name
         if target.is_dir() and not target.is_symlink():
-            old = Path(tempfile.mkdtemp(prefix=f".{entry.name}.old-", dir=out))
-            os.replace(target, old / entry.name)
-            os.replace(entry, target)
-            shutil.rmtree(old, ignore_errors=True)
+            replace_dir(entry, target)
         else:
             os.replace(entry, target)
     staging.rmdir()
