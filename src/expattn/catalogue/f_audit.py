@@ -125,8 +125,8 @@ ENTRIES = (
         "the ascent step need not increase entropy",
         "identity",
         "the entropy of a query's attention distribution is H(eta) = G(eta) - eta.grad G(eta) (unit-weight atoms); "
-        "along the step eta + t grad G its derivative is -grad G^T Cov_p eta, negative for a centred cloud's own "
-        "tokens: the ascent sharpens the attention distributions (the cloud's spread still grows, B3)",
+        "along the step eta + t grad G its derivative is -grad G^T Cov_p eta, negative for almost every token of a "
+        "centred cloud: the ascent mostly sharpens the attention distributions (the cloud's spread still grows, B3)",
         "seed 000 §3.3",
         modules=OPERATORS,
         tests=OPERATOR_TESTS,
