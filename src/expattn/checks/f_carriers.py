@@ -6,6 +6,7 @@ and scipy only (quadrature, Newton's method, closed forms), in float64.
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -27,7 +28,9 @@ def _family(log_w: np.ndarray, atoms: np.ndarray, eta: np.ndarray) -> tuple[floa
 
 
 def natural_parameter(log_w: np.ndarray, atoms: np.ndarray, mean: np.ndarray) -> np.ndarray:
-    r"""The $\eta$ with $\nabla G(\eta) = m$: damped Newton on the convex $G(\eta) - \eta\cdot m$ (atoms spanning R^D)."""
+    r"""The $\eta$ with $\nabla G(\eta) = m$: damped Newton on the convex $G(\eta) - \eta\cdot m$.
+
+    The atoms ``(N, D)`` must span R^D affinely (then the maximizer exists and is unique)."""
     eta = np.zeros(atoms.shape[1])
     for _ in range(200):
         g, p = _family(log_w, atoms, eta)
@@ -154,7 +157,7 @@ def check_f5(ctx: RunContext):
         pieces = np.linspace(-reach, reach, 81)
         total = sum(
             integrate.quad(lambda x: math.exp(log_h(x) + x * eta), lo, hi, epsabs=0, epsrel=1e-13)[0]
-            for lo, hi in zip(pieces[:-1], pieces[1:], strict=True)
+            for lo, hi in itertools.pairwise(pieces)
         )
         return math.log(total)
 
