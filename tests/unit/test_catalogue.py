@@ -13,13 +13,15 @@ from expattn.commands.claims import catalogue_markdown
 from expattn.probes.runner import ESTIMATORS
 
 ROOT = Path(__file__).resolve().parents[2]
-# The IDs the specification lists, group by group (A1-A11, B1-B8, C1-C2, D1-D7, E1-E8).
-SPEC_IDS = [f"{g}{i}" for g, n in (("A", 11), ("B", 8), ("C", 2), ("D", 7), ("E", 8)) for i in range(1, n + 1)]
+# The IDs the specification lists, group by group (A1-A11, B1-B8, C1-C2, D1-D7, E1-E8), then the audit's
+# findings (F1-F11) and the theory no other group covered (G1-G6).
+GROUP_SIZES = (("A", 11), ("B", 8), ("C", 2), ("D", 7), ("E", 8), ("F", 11), ("G", 6))
+SPEC_IDS = [f"{g}{i}" for g, n in GROUP_SIZES for i in range(1, n + 1)]
 
 
 def test_every_specified_id_has_one_entry_in_order():
     assert list(ids()) == SPEC_IDS
-    assert [g.letter for g in GROUPS] == ["A", "B", "C", "D", "E"]
+    assert [g.letter for g in GROUPS] == [g for g, _ in GROUP_SIZES]
 
 
 @pytest.mark.parametrize("item", ENTRIES, ids=lambda e: e.id)
@@ -34,8 +36,10 @@ def test_entry_names_code_and_tests_that_exist(item: Entry):
 
 def test_as_printed_entries_are_the_known_misprints():
     printed = {e.id: e.as_printed_kind for e in ENTRIES if e.as_printed is not None}
+    extraction = {f"D{i}": "extraction" for i in (1, 3, 4, 5, 6)}  # seed 004 lost every minus sign
+    audit = {f"F{i}": "statement" for i in range(1, 12)} | {"F1": "convention"}
     assert printed == {"A4": "proof_step", "A6": "proof_step", "A8": "statement", "A9": "convention",
-                       "B5": "statement", "D1": "extraction"}
+                       "B5": "statement", **extraction, **audit}
 
 
 def test_every_check_names_a_catalogue_id_and_every_command_has_a_check():
@@ -55,7 +59,7 @@ def test_checks_default_to_the_catalogue_statement_and_seeds():
 
 def test_lookup_is_case_insensitive_and_unknown_ids_are_named():
     assert entry(" e4 ") is entry("E4")
-    with pytest.raises(ValueError, match=r"unknown claim ID 'Z9'.*A1-A11.*E1-E8"):
+    with pytest.raises(ValueError, match=r"unknown claim ID 'Z9'.*A1-A11.*E1-E8.*G1-G6"):
         entry("Z9")
     with pytest.raises(TypeError, match="claim_id must be a string"):
         entry(4)

@@ -1,7 +1,7 @@
 """The claim catalogue: every claim ID with its statement, seed location and where it is checked.
 
-``ENTRIES`` lists the claims A1..E8 in order (one module per group: ``a_families``,
-``b_dynamics``, ``c_contrastive``, ``d_energy``, ``e_trained``); ``entry(id)`` looks one up,
+``ENTRIES`` lists the claims A1..G6 in order (one module per group: ``a_families``,
+``b_dynamics``, ``c_contrastive``, ``d_energy``, ``e_trained``, ``f_audit``, ``g_theory``); ``entry(id)`` looks one up,
 ``ids()`` lists them, ``GROUPS`` names the groups. Adding a claim is adding one ``Entry`` to its
 group's module; the checks, the probe, the report and ``expattn claims`` read it from here.
 ``docs/CLAIMS.md`` is generated from it (``expattn claims --markdown``).
@@ -9,10 +9,10 @@ group's module; the checks, the probe, the report and ``expattn claims`` read it
 
 from __future__ import annotations
 
-from expattn.catalogue import a_families, b_dynamics, c_contrastive, d_energy, e_trained
+from expattn.catalogue import a_families, b_dynamics, c_contrastive, d_energy, e_trained, f_audit, g_theory
 from expattn.catalogue.entry import AS_PRINTED_KINDS, Entry, Group
 
-_MODULES = (a_families, b_dynamics, c_contrastive, d_energy, e_trained)
+_MODULES = (a_families, b_dynamics, c_contrastive, d_energy, e_trained, f_audit, g_theory)
 GROUPS: tuple[Group, ...] = tuple(m.GROUP for m in _MODULES)
 ENTRIES: tuple[Entry, ...] = tuple(e for m in _MODULES for e in m.ENTRIES)
 

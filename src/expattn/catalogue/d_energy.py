@@ -50,6 +50,9 @@ ENTRIES = (
         modules=ENERGY_MODULES,
         tests=(*ENERGY_TESTS, "tests/unit/test_energy_priors.py"),
         verify=True,
+        as_printed="E(v) = sum_i a_i(v_i) + sum_mu K_mu(W_mu.v): both minus signs of the effective energy are "
+        "lost (seed 004)",
+        as_printed_kind="extraction",
     ),
     Entry(
         "D4",
@@ -61,6 +64,8 @@ ENTRIES = (
         modules=ENERGY_MODULES,
         tests=ENERGY_TESTS,
         verify=True,
+        as_printed="E(v) = a.v + 1/2 sum_ij (sum_mu W_i,mu W_j,mu) v_i v_j: the minus signs are lost (seed 004)",
+        as_printed_kind="extraction",
     ),
     Entry(
         "D5",
@@ -72,6 +77,8 @@ ENTRIES = (
         modules=ENERGY_MODULES,
         tests=ENERGY_TESTS,
         verify=True,
+        as_printed="E(v) = a.v + sum_mu exp(W_mu.v) up to a constant: the minus signs are lost (seed 004)",
+        as_printed_kind="extraction",
     ),
     Entry(
         "D6",
@@ -87,6 +94,9 @@ ENTRIES = (
         ),
         tests=("tests/unit/test_hopfield_mixture.py", "tests/unit/test_d_energy_checks.py"),
         verify=True,
+        as_printed="p(v) ~ sum_mu exp(|v|^2/2 + W_mu.v) and E(v) = |v|^2/2 + logsumexp(W v): the minus signs are "
+        "lost, which leaves a density that cannot be normalized (seed 004)",
+        as_printed_kind="extraction",
     ),
     Entry(
         "D7",

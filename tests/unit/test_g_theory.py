@@ -1,0 +1,31 @@
+"""Checks of the theory no other group covered: each passes; its printed form and negative controls fail
+by a wide margin."""
+
+from __future__ import annotations
+
+import pytest
+
+from expattn.catalogue import entry
+from expattn.catalogue.registry import RunContext, claims, run_claim
+
+IDS = ("G1", "G2", "G3", "G4", "G5", "G6")
+CHECKS = {c.id: c for c in claims("verify") if c.id in IDS}
+
+
+def test_every_id_has_a_check():
+    assert sorted(CHECKS) == sorted(IDS)
+
+
+@pytest.mark.parametrize("claim_id", IDS)
+@pytest.mark.parametrize("quick", [True, False])
+def test_check_passes_and_its_negative_controls_fail(claim_id, quick):
+    record = run_claim(CHECKS[claim_id], RunContext(seed=3, quick=quick))
+    assert record.verdict == "pass", record.notes
+    assert record.metrics["max_error"] <= record.metrics["tolerance"]
+    negatives = [c for c in record.controls if c.kind == "negative"]
+    assert negatives and all(c.verdict == "fail" for c in negatives)
+    assert all(c.metrics["max_error"] > 100 * c.metrics["tolerance"] for c in negatives)
+    assert all(c.verdict == "pass" for c in record.controls if c.kind == "positive")
+    printed = entry(claim_id).as_printed is not None
+    assert (record.as_printed == "fail") if printed else record.as_printed is None
+    assert record.metrics["seconds"] < 1.0
