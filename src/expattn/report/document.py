@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from expattn import catalogue
+from expattn.results.frame import record_label
 from expattn.results.record import Record
 
 if TYPE_CHECKING:
@@ -84,14 +85,6 @@ def claim_key(claim_id: str) -> tuple[str, int, str]:
     """Sort key A1 < A2 < ... < A10 < B1; unknown shapes sort after the known groups."""
     head, number = claim_id[:1].upper(), claim_id[1:]
     return (head if head in GROUPS else "~" + head, int(number) if number.isdigit() else 0, claim_id)
-
-
-def record_label(record: Record) -> str:
-    """Where a record comes from: ``verify``, ``simulate b3-expansion``, ``probe minilm``."""
-    details = record.details
-    parts = [str(details.get(key)) for key in ("stage", "name", "model") if details.get(key) not in (None, "")]
-    unique = [p for i, p in enumerate(parts) if p not in parts[:i]]
-    return " ".join(unique) or record.id
 
 
 def source_label(card: Card) -> str:
