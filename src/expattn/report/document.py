@@ -79,6 +79,7 @@ class ReportView:
     environment: tuple[tuple[str, str], ...]
     counts: dict[str, int] = field(default_factory=dict)
     matrix: Matrix | None = None
+    records: tuple[Record, ...] = ()
 
 
 def claim_key(claim_id: str) -> tuple[str, int, str]:
@@ -200,4 +201,5 @@ def build_view(document: dict[str, Any], title: str = "expattn report") -> Repor
     from expattn.report.matrix import build_matrix  # the matrix module builds on this one's cards
 
     matrix = build_matrix(cards, CLAIM_TITLES)
-    return ReportView(title, summary, as_printed, tuple(groups), stages, _environment(document), counts, matrix)
+    return ReportView(title, summary, as_printed, tuple(groups), stages, _environment(document), counts, matrix,
+                      tuple(records))
