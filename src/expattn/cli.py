@@ -20,6 +20,7 @@ app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # help texts are plain text: "[self]" and "[yes]" show as written
     help="Attention as the gradient of an exponential family's log-normalizer.",
 )
 console = Console(width=None if sys.stdout.isatty() else 160)
@@ -114,8 +115,8 @@ def report(
 @app.command()
 def train(
     out: Annotated[Path, typer.Option(help="Output folder: metrics.jsonl, checkpoint, config (sweeps: one per run).")],
-    carrier: Annotated[str | None, typer.Option(help="Attention carrier: empirical, gaussian_mixture, ... "
-                                                     "[empirical]")] = None,
+    carrier: Annotated[str | None, typer.Option(help="Attention carrier: empirical, gaussian_mixture, "
+                                                     "mixture_lower_bound or a registered one [empirical].")] = None,
     norm: Annotated[str | None, typer.Option(help="Normalization: layernorm, rmsnorm, sphere, whitening, identity "
                                                   "[layernorm].")] = None,
     layers: Annotated[int | None, typer.Option(help="Depth [4; sweeps 2].")] = None,
@@ -224,9 +225,9 @@ def probe(
     except (ValueError, OSError) as err:
         fail(str(err).splitlines()[0] if str(err) else type(err).__name__)
     if outcome.records:
-        from expattn.commands.tables import record_table
+        from expattn.commands.tables import headline_table
 
-        console.print(record_table(outcome.records, f"expattn probe --model {plain(model)}"))
+        console.print(headline_table(outcome.records, f"expattn probe --model {plain(model)}"))
         seconds = f"{outcome.seconds:.1f} s (forward passes {outcome.forward_seconds:.1f} s)"
         say(console, f"{outcome.tokens} tokens in {seconds}; results in {out}/results.json")
 
@@ -239,11 +240,14 @@ def simulate(
     seed: Annotated[int, typer.Option(help="Seed of every random draw.")] = 0,
     quick: Annotated[bool, typer.Option("--quick", help="Small smoke sizes.")] = False,
     steps: Annotated[int | None, typer.Option(help="custom: number of steps of norm o attention [50].")] = None,
-    cloud: Annotated[str | None, typer.Option(help="custom: start cloud kind or a .npy (token, dim) file.")] = None,
+    cloud: Annotated[str | None, typer.Option(help="custom: start cloud: gaussian, sphere, anisotropic, offcentre, "
+                                                   "two_clusters, cube, lognormal or a .npy (token, dim) file "
+                                                   "[gaussian].")] = None,
     carrier: Annotated[str | None, typer.Option(help="custom: empirical or gaussian_mixture [empirical].")] = None,
     atoms: Annotated[str | None, typer.Option(help="custom: .npy (key, dim) fixed atoms [the cloud].")] = None,
     bandwidth: Annotated[float | None, typer.Option(help="custom: gaussian_mixture Sigma = bandwidth^2 I [0].")] = None,
-    norm: Annotated[str | None, typer.Option(help="custom: normalization name [layernorm].")] = None,
+    norm: Annotated[str | None, typer.Option(help="custom: normalization: layernorm, rmsnorm, sphere, whitening, "
+                                                  "identity or a registered one [layernorm].")] = None,
     beta: Annotated[float | None, typer.Option(help="custom: inverse temperature [1].")] = None,
     residual: Annotated[bool | None, typer.Option(help="custom: keep the residual [yes].")] = None,
     tokens: Annotated[int | None, typer.Option(help="custom: tokens of a generated cloud [64].")] = None,

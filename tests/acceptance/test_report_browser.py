@@ -1,5 +1,6 @@
 """The report in a real browser: headless Chromium renders it with no console error, every image
-loaded, and hostile strings shown as inert text (issue 9).
+(plots and the SVG figures) loaded, the per-model matrix and the summary figure on the first screen,
+and hostile strings shown as inert text.
 
 Needs Debian's ``chromium`` + ``chromium-driver`` and the ``selenium`` package (installed by
 ``scripts/setup.sh --test``); skipped without them.
@@ -30,8 +31,13 @@ pytestmark = pytest.mark.skipif(shot.browser_paths() is None, reason="chromium/c
 EVIL = "<script>alert(1)</script>"
 
 
-def synthetic_report(folder: Path, gen: torch.Generator) -> Path:
-    """report.html from random records: two plots, a hostile model name and corpus text."""
+def band(values: list[float]) -> dict[str, list[float]]:
+    return {"estimate": values, "low": [v - 0.05 for v in values], "high": [v + 0.05 for v in values]}
+
+
+def synthetic_report(folder: Path, gen: torch.Generator) -> tuple[Path, list[Record]]:
+    """report.html from random records: two plots, two probed models (one with a hostile name) whose
+    details give the summary figure, E1's per-layer figure and E4's per-head map, and hostile corpus text."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -44,17 +50,25 @@ def synthetic_report(folder: Path, gen: torch.Generator) -> Path:
         fig.savefig(folder / "plots" / name)
         plt.close(fig)
     errors = torch.rand(3, generator=gen, dtype=torch.float64).tolist()
+    ratios = (1 + torch.rand(2, 4, generator=gen, dtype=torch.float64)).tolist()
+    cosines = (torch.rand(2, 4, 3, generator=gen, dtype=torch.float64) - 0.5).tolist()
     records = [
         Record(id="A3", kind="identity", verdict="pass", metrics={"max_error": errors[0]}, plots=["plots/a.png"]),
         Record(id="A9", kind="identity", verdict="pass", as_printed="fail", statement="B_G(a,b) = KL(p_b || p_a)",
                metrics={"max_error": errors[1], "as_printed_error": 0.5, "tolerance": 1e-9}),
-        Record(id="E1", kind="empirical", verdict="supported", metrics={"ratio": 1 + errors[2]},
-               notes=f"sample text: {EVIL}", details={"stage": "probe", "model": f"model{EVIL}"},
-               plots=["plots/b.png"]),
+        Record(id="E1", kind="empirical", verdict="supported", metrics={"median_raw_ratio_excl": 1 + errors[2]},
+               notes=f"sample text: {EVIL}", plots=["plots/b.png"],
+               details={"stage": "probe", "model": f"model{EVIL}", "raw_ratio_excl": band(ratios[0])}),
+        Record(id="E1", kind="empirical", verdict="not_supported", metrics={"median_raw_ratio_excl": 0.5},
+               details={"stage": "probe", "model": "plain", "raw_ratio_excl": band(ratios[1])}),
+        Record(id="E4", kind="empirical", verdict="not_supported", metrics={"median_cos_sigma_inv": 0.01},
+               details={"stage": "probe", "model": f"model{EVIL}", "cos_sigma_inv": cosines[0]}),
+        Record(id="E4", kind="empirical", verdict="not_supported", metrics={"median_cos_sigma_inv": 0.02},
+               details={"stage": "probe", "model": "plain", "cos_sigma_inv": cosines[1]}),
     ]
     path = folder / "report.html"
     path.write_text(render_html(results_document(records, "test"), folder), encoding="utf-8")
-    return path
+    return path, records
 
 
 def assert_renders_cleanly(check, images: int) -> None:
@@ -67,13 +81,27 @@ def assert_renders_cleanly(check, images: int) -> None:
 def test_synthetic_report_is_clean_and_escaped(tmp_path, gen):
     from selenium.webdriver.common.by import By
 
-    path = synthetic_report(tmp_path, gen)
+    path, records = synthetic_report(tmp_path, gen)
+    headline = records[2].metrics["median_raw_ratio_excl"]
     driver, profile = shot.open_report(path)
     try:
-        assert_renders_cleanly(shot.check_page(driver), images=2)
+        # 2 plots + the summary figure + E1's per-layer figure + E4's per-head map, each SVG rendered.
+        assert_renders_cleanly(shot.check_page(driver), images=5)
         hits = driver.find_elements(By.XPATH, f"//*[contains(text(), '{EVIL}')]")
         assert hits and any(h.is_displayed() for h in hits)
         assert any(h.text.endswith(EVIL) for h in hits if h.tag_name == "p")  # the corpus text, as text
+        assert any(h.text == f"model{EVIL}" for h in hits if h.tag_name == "th")  # the matrix's column
+        # The matrix: one verdict and headline number per claim and model, never pooled.
+        matrix = driver.find_element(By.CSS_SELECTOR, "#models table")
+        rows = [[c.text for c in r.find_elements(By.XPATH, "./td")] for r in matrix.find_elements(By.TAG_NAME, "tr")]
+        e1 = next(r for r in rows if r and r[0] == "E1")
+        assert e1[2] == f"supported {headline:.4g}" and e1[3] == "not_supported 0.5"
+        # The summary figure sits under the matrix, on the first screen (1280 x 1500), wide and drawn.
+        summary = driver.find_element(By.CSS_SELECTOR, "#fig-summary img")
+        assert summary.is_displayed() and summary.location["y"] < 1500
+        assert summary.size["width"] > 600 and summary.get_attribute("src").startswith("data:image/svg+xml")
+        assert "relative depth" in driver.find_element(By.CSS_SELECTOR, "#fig-summary figcaption").text
+        assert driver.find_element(By.ID, "fig-heads-E4").is_displayed()
         assert driver.find_element(By.ID, "as-printed").text.count("A9") == 1
         driver.save_screenshot(str(tmp_path / "shot.png"))
     finally:
@@ -94,6 +122,8 @@ def test_real_quick_report_renders(tmp_path):
     records = load_records(out / "results.json")
     assert {r.details.get("stage") for r in records} >= {"verify", "simulate", "probe", "train"}
     plots = sum(len(r.plots) for r in records)
+    figures = (out / "report.html").read_text(encoding="utf-8").count('<figure class="plot"')
+    assert figures >= 1  # at least the summary figure of the probed model
     check = shot.inspect_report(out / "report.html", tmp_path / "screenshot.png")
-    assert_renders_cleanly(check, images=plots)
+    assert_renders_cleanly(check, images=plots + figures)
     assert not list(tmp_path.glob(".report.tmp-*"))  # the staging folder is gone

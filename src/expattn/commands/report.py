@@ -33,8 +33,8 @@ from expattn.probes.loading import BUILTIN_MODELS
 from expattn.report.document import Stage, cpu
 from expattn.report.html import render_html
 from expattn.report.markdown import render_markdown
-from expattn.report.table import records_frame
 from expattn.results.files import staged, write_json_atomic
+from expattn.results.frame import records_frame
 from expattn.results.record import Record, load_records, results_document
 from expattn.seeds import check_seed
 

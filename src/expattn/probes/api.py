@@ -47,9 +47,9 @@ class ProbeResults:
 
     def to_frame(self):
         """A pandas DataFrame with one row per hypothesis, layer, head and metric: the ``results.csv`` table
-        of ``expattn report`` (``expattn.report.table.records_frame``: columns ``id``, ``verdict``, ``metric``,
+        of ``expattn report`` (``expattn.results.frame.records_frame``: columns ``id``, ``verdict``, ``metric``,
         ``layer``, ``head``, ``value``, ``low``, ``high``...; scalar metrics have no layer or head)."""
-        from expattn.report.table import records_frame
+        from expattn.results.frame import records_frame
 
         return records_frame(self.records)
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from expattn import catalogue
+from expattn.results.frame import record_label
 from expattn.results.record import Record
 
 if TYPE_CHECKING:
@@ -78,20 +79,13 @@ class ReportView:
     environment: tuple[tuple[str, str], ...]
     counts: dict[str, int] = field(default_factory=dict)
     matrix: Matrix | None = None
+    records: tuple[Record, ...] = ()
 
 
 def claim_key(claim_id: str) -> tuple[str, int, str]:
     """Sort key A1 < A2 < ... < A10 < B1; unknown shapes sort after the known groups."""
     head, number = claim_id[:1].upper(), claim_id[1:]
     return (head if head in GROUPS else "~" + head, int(number) if number.isdigit() else 0, claim_id)
-
-
-def record_label(record: Record) -> str:
-    """Where a record comes from: ``verify``, ``simulate b3-expansion``, ``probe minilm``."""
-    details = record.details
-    parts = [str(details.get(key)) for key in ("stage", "name", "model") if details.get(key) not in (None, "")]
-    unique = [p for i, p in enumerate(parts) if p not in parts[:i]]
-    return " ".join(unique) or record.id
 
 
 def source_label(card: Card) -> str:
@@ -207,4 +201,5 @@ def build_view(document: dict[str, Any], title: str = "expattn report") -> Repor
     from expattn.report.matrix import build_matrix  # the matrix module builds on this one's cards
 
     matrix = build_matrix(cards, CLAIM_TITLES)
-    return ReportView(title, summary, as_printed, tuple(groups), stages, _environment(document), counts, matrix)
+    return ReportView(title, summary, as_printed, tuple(groups), stages, _environment(document), counts, matrix,
+                      tuple(records))

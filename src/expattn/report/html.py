@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from expattn.report.document import (
+    CLAIM_TITLES,
     Card,
     ReportView,
     as_printed_evidence,
@@ -23,6 +24,7 @@ from expattn.report.document import (
     format_value,
     source_label,
 )
+from expattn.report.figures import Figure, Figures, report_figures
 from expattn.report.matrix import PER_MODEL, check_verdict
 
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
@@ -140,6 +142,22 @@ def _matrix(view: ReportView) -> str:
     )
 
 
+def _figure(figure: Figure) -> str:
+    """A figure as an image (its data URI) with its title and caption."""
+    return (f'<figure class="plot" id="{esc(figure.anchor)}"><img src="{esc(figure.uri)}" alt="{esc(figure.title)}">'
+            f"<figcaption><b>{esc(figure.title)}.</b> {esc(figure.caption)}</figcaption></figure>")
+
+
+def _figures(figures: Figures) -> str:
+    """The per-layer figures and the per-head maps of the probed models."""
+    parts = [_figure(f) for f in (*figures.layers, *figures.heads)]
+    parts += [f'<p class="muted">{esc(note)}</p>' for note in figures.notes]
+    if not parts:
+        return ""
+    return ('<section id="figures"><h2>Figures</h2><p class="muted">Drawn from the records of the probed '
+            f"models (results.json); no new measurement.</p>{''.join(parts)}</section>")
+
+
 def _as_printed(view: ReportView) -> str:
     if not view.as_printed:
         body = "<p class=muted>No record reports a statement that fails as printed.</p>"
@@ -229,14 +247,18 @@ def render_html(document: dict[str, Any], plot_root: Path | None, title: str = "
         title: page heading.
 
     Returns:
-        The complete HTML text: the per-model matrix, summary table, as-printed failures, one
-        section per claim group with one card per record, and the environment.
+        The complete HTML text: the per-model matrix and the summary figure, summary table,
+        figures, as-printed failures, one section per claim group with one card per record, and
+        the environment.
     """
     view = build_view(document, title)
     counts = " ".join(badge(v, text=f"{n} {v}") for v, n in sorted(view.counts.items()))
-    models = _matrix(view)
+    figures = report_figures(view.records, CLAIM_TITLES)
+    models = _matrix(view) + ("" if figures.summary is None else _figure(figures.summary))
+    figure_section = _figures(figures)
     nav = ['<a href="#models">Per model</a>'] if models else []
-    nav += ['<a href="#summary">Summary</a>', '<a href="#as-printed">As printed</a>']
+    nav += ['<a href="#summary">Summary</a>'] + (['<a href="#figures">Figures</a>'] if figure_section else [])
+    nav += ['<a href="#as-printed">As printed</a>']
     nav += [f'<a href="#group-{esc(letter)}">{esc(letter)}. {esc(name)}</a>' for letter, name, _ in view.groups]
     nav.append('<a href="#environment">Environment</a>')
     sections = "".join(
@@ -252,5 +274,6 @@ def render_html(document: dict[str, Any], plot_root: Path | None, title: str = "
         f"<title>{esc(view.title)}</title><style>{CSS}</style></head>\n<body><main>"
         f'<header><h1>{esc(view.title)}</h1><p>{counts or "<span class=muted>no records</span>"}</p>'
         f"<nav>{' '.join(nav)}</nav></header>\n"
-        f"{models}\n{_summary(view)}\n{_as_printed(view)}\n{sections}\n{_environment(view)}\n</main></body></html>\n"
+        f"{models}\n{_summary(view)}\n{figure_section}\n{_as_printed(view)}\n{sections}\n{_environment(view)}\n"
+        "</main></body></html>\n"
     )

@@ -64,7 +64,8 @@ def _matrix(view: ReportView) -> list[str]:
         ]
         rows.append([f"**{md(row.claim_id)}**", f"{md(row.title)} ({md(row.headline)})", *cells])
     intro = ("Each model or trained run has its own verdict; the number is the claim's headline measure. "
-             "Verdicts are never pooled across models.")
+             "Verdicts are never pooled across models. The figures (headline measures against relative depth, "
+             "per-layer curves, per-head maps) are in report.html.")
     header = ["ID", "claim (headline number)", *(md(c) for c in matrix.columns)]
     return ['<a id="models"></a>', "", "## Per model", "", intro, "", *_table(header, rows)]
 

@@ -1,4 +1,4 @@
-"""``results.csv``: the records as one long table, one row per (record, layer, head, metric).
+"""The records as one long table (``results.csv``, ``ProbeResults.to_frame``): a row per record, layer, head, metric.
 
 Rows come from two places:
 
@@ -18,16 +18,24 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
-
-from expattn.report.document import record_label
 from expattn.results.record import Record
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 COLUMNS = ("record", "id", "stage", "model", "source", "verdict", "metric", "layer", "head", "value", "low", "high")
 SERIES_OVER_DEPTH = ("E7",)  # claims whose nested lists are (series, depth), not (layer, head)
 NON_FINITE = ("nan", "inf", "-inf")
+
+
+def record_label(record: Record) -> str:
+    """Where a record comes from: ``verify``, ``simulate b3-expansion``, ``probe minilm``."""
+    details = record.details
+    parts = [str(details.get(key)) for key in ("stage", "name", "model") if details.get(key) not in (None, "")]
+    unique = [p for i, p in enumerate(parts) if p not in parts[:i]]
+    return " ".join(unique) or record.id
 
 
 def _number(value: Any) -> float | None:
@@ -79,6 +87,8 @@ def records_frame(records: Sequence[Record]) -> pd.DataFrame:
     """
     if not isinstance(records, Sequence) or not all(isinstance(r, Record) for r in records):
         raise TypeError("records must be a sequence of Record")
+    import pandas as pd  # pandas loads only when a table is asked for
+
     rows = []
     for index, record in enumerate(records):
         details = record.details

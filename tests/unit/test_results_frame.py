@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 import torch
 
-from expattn.report.table import COLUMNS, records_frame
 from expattn.results.files import write_json_atomic
+from expattn.results.frame import COLUMNS, records_frame
 from expattn.results.record import Record, load_records, results_document
 
 

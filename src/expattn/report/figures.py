@@ -1,0 +1,86 @@
+"""The report's figures, drawn from the records of probed models (no new measurement).
+
+- the summary: each hypothesis's headline measure per layer against relative depth, one line per
+  model, with its band (``figures_curves.summary_uri``);
+- per hypothesis, every per-layer interval of its records, models overlaid (``layer_uri``);
+- per-head maps, layer x head, for E4's alignment and E5's error (``figures_heads.head_uri``).
+
+Each figure is an SVG data URI with a title and a caption; renderers place them (``report.html``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from expattn.report.figures_curves import layer_uri, summary_uri
+from expattn.report.figures_heads import head_uri
+from expattn.report.figures_series import HEAD_MAPS, HEADLINE_CURVES, probe_records
+from expattn.results.record import Record
+
+RELATIVE_DEPTH = "relative depth i / (n - 1): 0 the first layer (E3: the embeddings), 1 the last"
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One figure: anchor, title, caption and its image as a data URI."""
+
+    anchor: str
+    title: str
+    caption: str
+    uri: str
+
+
+@dataclass(frozen=True)
+class Figures:
+    """The summary figure (None: no probe record), per-layer figures, per-head maps, and notes on
+    figures that the records cannot give."""
+
+    summary: Figure | None
+    layers: tuple[Figure, ...]
+    heads: tuple[Figure, ...]
+    notes: tuple[str, ...]
+
+
+def summary_caption(claims: Sequence[str]) -> str:
+    """Caption of the summary figure for the hypotheses it shows."""
+    bands = "; ".join(f"{c}: {HEADLINE_CURVES[c].band}" for c in claims if c in HEADLINE_CURVES)
+    return (f"Each hypothesis's headline measure per layer against {RELATIVE_DEPTH}; one colour per model; "
+            f"dotted: the value of no effect. Bands: {bands}. The matrix's number summarises each curve "
+            "(median over layers; E5 its maximum, E7 its last depth).")
+
+
+def report_figures(records: Sequence[Record], titles: dict[str, str]) -> Figures:
+    """All figures of ``records`` (only probe records are drawn; the others give no figure).
+
+    Args:
+        records: the results document's records, in order.
+        titles: short claim titles by ID (panel titles).
+    """
+    probed = probe_records(list(records))
+    claims = list(dict.fromkeys(r.id for r in probed))
+    uri = summary_uri(probed, titles) if probed else None
+    summary = None if uri is None else Figure(
+        "fig-summary", "Summary: headline measures against relative depth", summary_caption(claims), uri)
+    layers = []
+    for claim in claims:
+        uri, keys = layer_uri(probed, claim)
+        if uri is not None:
+            layers.append(Figure(
+                f"fig-layers-{claim}", f"{claim} {titles.get(claim, '')}".strip() + ": per layer",
+                f"Per-layer estimates with 95% intervals ({', '.join(keys)}) against {RELATIVE_DEPTH}; "
+                "one colour per model. Where a quantity exists for all tokens and without first/special and "
+                "massive tokens, the latter (the verdict's reading) is shown.", uri))
+    heads = []
+    for claim in HEAD_MAPS:
+        uri = head_uri(probed, claim)
+        if uri is not None:
+            key, _, label, _ = HEAD_MAPS[claim]
+            heads.append(Figure(f"fig-heads-{claim}", f"{claim}: per head",
+                                f"{label}, per layer (rows, first at the top) and head (columns); one panel per "
+                                f"model, one colour scale for all ({key} in the record's details).", uri))
+    notes = []
+    if "E8" in claims:
+        notes.append("E8's records hold per-layer means over head pairs, not a number per head: its coherence is "
+                     "drawn per layer (summary and per-layer figures), not as a layer x head map.")
+    return Figures(summary, tuple(layers), tuple(heads), tuple(notes))
