@@ -194,3 +194,17 @@ def test_on_cuda(root, dtype):
     assert outcome.model["attention_check_max_error"] <= SEQ_LEN * torch.finfo(getattr(torch, dtype)).eps
     verdicts = {r.id: r.verdict for r in outcome.records}
     assert verdicts["E5"] == ("pass" if dtype == "float32" else "skipped")
+
+
+def test_generic_reading_never_overlaps_its_updates(root):
+    """With a core to spare the probe would run the updates in a worker thread; the generic reading's
+    estimators call the model's own (hooked) modules, so they must stay on the main thread: the records
+    are the same with one torch thread (overlap possible) as with the default threads."""
+    path = save_tiny("qwen2", root / "qwen2-overlap")
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        single = probe(_config(path, hypotheses=("E4", "E5", "E7")), None)
+    finally:
+        torch.set_num_threads(threads)
+    assert all(r.verdict != "fail" for r in single.records), [r.notes for r in single.records]

@@ -80,9 +80,11 @@ def feed(subject: Subject, ctx: ProbeContext, estimators: list, batches: list[li
     estimators updated block by block. On the first batch every head's recomputed attention is checked
     against the model's own (``expattn.probes.acceptance``) wherever the adapter can recompute it.
     ``overlap``: the updates run in a worker thread while the model computes on (``expattn.probes.overlap``;
-    bitwise the same statistics); ``None``: where that can help (one CPU process with a core to spare)."""
+    bitwise the same statistics); ``None``: where that can help (one CPU process with a core to spare) and is
+    safe: not for an adapter of the generic reading (``adapter.reading``), whose estimators recompute attention
+    by calling the model's own modules, which carry the capture's hooks and taps (not thread-safe)."""
     if overlap is None:
-        overlap = world == 1 and overlap_available(subject.device)
+        overlap = world == 1 and subject.adapter.reading is None and overlap_available(subject.device)
     fed = Feeding(per_estimator=dict.fromkeys((est.claim for est in estimators), 0.0), overlapped=overlap)
     state: dict = {"batch": None, "check": recomputable(subject)}
     eps = float(torch.finfo(subject.dtype).eps)
