@@ -216,7 +216,7 @@ def test_implicit_attention_float32(gen, device, solver):
 @pytest.mark.parametrize("device", DEVICES)
 def test_dynamics_operator_and_metrics(gen, device):
     x = torch.randn(2, 64, 4, generator=gen, dtype=torch.float64)
-    for carrier, bandwidth in (("empirical", 0.0), ("mixture", 0.5)):
+    for carrier, bandwidth in (("empirical", 0.0), ("gaussian_mixture", 0.5)):
         op = AttentionUpdate(AttentionConfig(carrier=carrier, bandwidth=bandwidth))
         _close(op(x.to(device).float()), op(x), torch.float32)
     ref, dev = mardia(x), mardia(x.to(device))
