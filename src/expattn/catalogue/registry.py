@@ -136,7 +136,8 @@ def select(command: str, only: list[str] | None) -> list[Claim]:
 
 def run_claim(claim: Claim, ctx: RunContext) -> Record:
     """Run one check; fill in context; a raised exception becomes a ``fail`` record; misbehaving
-    controls demote the verdict (``enforce_controls``)."""
+    controls demote the verdict (``enforce_controls``). A simulate record names its preset in
+    ``details["preset"]``, whichever command ran it (``simulate`` or ``report``)."""
     start = time.perf_counter()
     try:
         record = claim.check(ctx)
@@ -153,4 +154,6 @@ def run_claim(claim: Claim, ctx: RunContext) -> Record:
     record.method = record.method or claim.method
     record.criterion = record.criterion or claim.criterion
     record.metrics.setdefault("seconds", time.perf_counter() - start)
+    if claim.command == "simulate":
+        record.details.setdefault("preset", claim.name)
     return enforce_controls(record)

@@ -184,8 +184,7 @@ class _Runner:
         out = []
         for claim in chosen:
             self.progress.update(self.task, description=f"{command} {claim.name}")
-            labels = {} if command == "verify" else {"name": claim.name}
-            out.append(_tag(run_claim(claim, ctx), command, f"plots/{command}", **labels))
+            out.append(_tag(run_claim(claim, ctx), command, f"plots/{command}"))
             self.progress.advance(self.task)
         failed = sum(r.verdict == "fail" for r in out)
         return out, "ok", f"{failed} of {len(out)} failed" if failed else ""

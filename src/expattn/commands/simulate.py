@@ -17,7 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from expattn.arguments import positive_int
-from expattn.catalogue.registry import Claim, RunContext, run_claim, select
+from expattn.catalogue.registry import RunContext, run_claim, select
 from expattn.commands.tables import STYLE
 from expattn.dynamics.clouds import CLOUD_KINDS, make_cloud
 from expattn.dynamics.metrics import METRICS
@@ -149,12 +149,6 @@ def custom_record(run_config: CustomRun, seed: int, out_dir: Path | None) -> Rec
     return record
 
 
-def _record_for(claim: Claim, ctx: RunContext) -> Record:
-    record = run_claim(claim, ctx)
-    record.details.setdefault("preset", claim.name)
-    return record
-
-
 def run_simulate(config: SimulateConfig, console: Console) -> list[Record]:
     """Run the chosen presets (or the custom run), show a progress bar and a table, write the results.
 
@@ -173,7 +167,7 @@ def run_simulate(config: SimulateConfig, console: Console) -> list[Record]:
                 for claim in chosen:
                     bar.update(task, description=claim.name)
                     ctx = RunContext(seed=config.seed, out_dir=staging, quick=config.quick)
-                    records.append(_record_for(claim, ctx))
+                    records.append(run_claim(claim, ctx))
                     bar.advance(task)
         names = [CUSTOM] if config.custom is not None else [c.name for c in chosen]
         doc = results_document(records, "simulate", seeds={"seed": config.seed}, quick=config.quick, presets=names)

@@ -108,7 +108,7 @@ def format_value(value: Any) -> str:
 
 def details_text(record: Record, limit: int = 6000) -> str:
     """The record's details as indented JSON, cut at ``limit`` characters."""
-    shown = {k: v for k, v in record.details.items() if k not in ("stage", "name", "model")}
+    shown = {k: v for k, v in record.details.items() if k not in ("stage", "preset", "name", "model")}
     if not shown:
         return ""
     text = json.dumps(shown, indent=1, default=str)

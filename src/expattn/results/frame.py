@@ -33,7 +33,8 @@ NON_FINITE = ("nan", "inf", "-inf")
 def record_label(record: Record) -> str:
     """Where a record comes from: ``verify``, ``simulate b3-expansion``, ``probe minilm``."""
     details = record.details
-    parts = [str(details.get(key)) for key in ("stage", "name", "model") if details.get(key) not in (None, "")]
+    keys = ("stage", "preset", "name", "model")
+    parts = [str(details.get(key)) for key in keys if details.get(key) not in (None, "")]
     unique = [p for i, p in enumerate(parts) if p not in parts[:i]]
     return " ".join(unique) or record.id
 
