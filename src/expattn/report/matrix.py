@@ -22,8 +22,9 @@ from expattn.report.document import Card, claim_key, format_value, worst
 # One headline metric per hypothesis: (metric key of a probe record, what it is).
 HEADLINES = {
     "E1": ("median_raw_ratio_excl", "median spread ratio (x + attn) / x over layers"),
-    "E2": ("median_normalized_ratio_excl", "median scale-normalised spread ratio after / before norm"),
-    "E3": ("median_abs_kurtosis_excl", "median |excess kurtosis| over depths"),
+    "E2": ("median_raw_ratio_excl", "median spread ratio after / before norm (the verdict's raw reading)"),
+    "E3": ("median_abs_kurtosis_excl", "median |excess kurtosis| along random directions over depths (the verdict "
+           "also reads the radius ratio)"),
     "E4": ("median_cos_sigma_inv", "median cosine of W_q^T W_k with Sigma^-1 over heads"),
     "E5": ("max_error", "max error of attention vs grad log Z"),
     "E6": ("median_heldout_r2", "median held-out R^2 of a linear FC fit"),
