@@ -20,8 +20,7 @@ GROUP = Group(
 
 CARRIERS = ("src/expattn/checks/f_carriers.py",)
 OPERATORS = ("src/expattn/checks/f_operators.py",)
-CARRIER_TESTS = ("tests/unit/test_f_carriers.py",)
-OPERATOR_TESTS = ("tests/unit/test_f_operators.py",)
+TESTS = ("tests/unit/test_audit_checks.py",)
 
 ENTRIES = (
     Entry(
@@ -32,7 +31,7 @@ ENTRIES = (
         "Z(eta) = (L h)(-eta), with (L h)(s) = int h(x) exp(-s.x) dx",
         "seed 000 eq. 2 (002 eq. 3 prints it correctly)",
         modules=CARRIERS,
-        tests=CARRIER_TESTS,
+        tests=TESTS,
         verify=True,
         as_printed="Z(eta) = (L o h)(eta): the Laplace transform evaluated at eta, not at -eta (seed 000 eq. 2)",
         as_printed_kind="convention",
@@ -45,7 +44,7 @@ ENTRIES = (
         "definite); N atoms with N <= D never do, and grad G is constant along directions orthogonal to them",
         "seed 000 §3.1 (sentence before eq. 4)",
         modules=CARRIERS,
-        tests=CARRIER_TESTS,
+        tests=TESTS,
         verify=True,
         as_printed="the expected sufficient statistic is a one-to-one function of the natural parameter, "
         "for every carrier (seed 000 §3.1)",
@@ -58,7 +57,7 @@ ENTRIES = (
         "G*(m) = -H(p(.|m)) - E_p(log h): the offset of the negative entropy is minus the expected log carrier",
         "seed 000 §3.2 (after eq. 6)",
         modules=CARRIERS,
-        tests=CARRIER_TESTS,
+        tests=TESTS,
         verify=True,
         as_printed="G*(u) = -H(p(x|u) - E_p[log h(x)]): the bracket closes after the expectation, which reads "
         "-H + E_p(log h), the offset with the wrong sign (seed 000 §3.2)",
@@ -72,7 +71,7 @@ ENTRIES = (
         "for other positive weights it fails (at eta = 0 it reads 0 <= log sum pi)",
         "seed 000 Prop. 3 and its proof",
         modules=CARRIERS,
-        tests=CARRIER_TESTS,
+        tests=TESTS,
         verify=True,
         as_printed="Prop. 3 states the bound for h = sum_n pi_n N(mu_n, Sigma_n) without requiring sum pi_n = 1 "
         "(Prop. 2 allows any pi_n in R^+)",
@@ -86,7 +85,7 @@ ENTRIES = (
         "carrier does for every eta, a Cauchy carrier for eta = 0 only",
         "seed 000 §3.1 (before eq. 2); 002 eq. 3",
         modules=CARRIERS,
-        tests=CARRIER_TESTS,
+        tests=TESTS,
         verify=True,
         as_printed="an exponential family can be generated from an intrinsic measure h(x) by defining u(x) = x "
         "and Z as its Laplace transform, with no condition on h (seed 000 §3.1)",
@@ -100,7 +99,7 @@ ENTRIES = (
         "E_q[log p(x, z) - log q(z)] is a lower bound on it, equal only at q = p(z|x)",
         "seed 000 §2.4",
         modules=CARRIERS,
-        tests=CARRIER_TESTS,
+        tests=TESTS,
         verify=True,
         as_printed="viewing the joint as an unnormalized distribution, the log normalizer is known as the "
         "evidence lower-bound (seed 000 §2.4)",
@@ -114,7 +113,7 @@ ENTRIES = (
         "of G(x) = s logsumexp_j(x^T W_q^T W_k x_j / s) (keys fixed) iff W_o W_v = W_q^T W_k on the keys' span",
         "seed 000 abstract, §3.1 (after Cor. 1)",
         modules=OPERATORS,
-        tests=OPERATOR_TESTS,
+        tests=TESTS,
         verify=True,
         as_printed="the attention sublayer of transformers is equivalent to a gradient ascent step of the log "
         "normalizer, with no condition on the weight matrices (seed 000 abstract)",
@@ -129,7 +128,7 @@ ENTRIES = (
         "centred cloud: the ascent mostly sharpens the attention distributions (the cloud's spread still grows, B3)",
         "seed 000 §3.3",
         modules=OPERATORS,
-        tests=OPERATOR_TESTS,
+        tests=TESTS,
         verify=True,
         as_printed="since the log normalizer is dual to maximum entropy, log normalizer ascent should result in "
         "increased entropy (seed 000 §3.3)",
@@ -144,7 +143,7 @@ ENTRIES = (
         "per-feature means and variances are not set to beta and gamma^2 and the set is not made Gaussian",
         "seed 002 §3.1; 000 §6",
         modules=OPERATORS,
-        tests=OPERATOR_TESTS,
+        tests=TESTS,
         verify=True,
         as_printed="with layer normalization the set of input hidden states become renormalized into a Gaussian "
         "distribution with a learned mean and (diagonal) covariance (seed 002 §3.1)",
@@ -158,7 +157,7 @@ ENTRIES = (
         "(each component's own integral) and w_mu = Z_mu / sum_nu Z_nu",
         "seed 004 §2 (modern Hopfield networks as mixtures of effective RBMs)",
         modules=OPERATORS,
-        tests=OPERATOR_TESTS,
+        tests=TESTS,
         verify=True,
         as_printed="Z = (2 pi)^(n/2) sum_mu Z_mu with Z_mu = exp(|W_mu|^2 / 2) and w_mu = Z_mu / Z, 'so that "
         "sum w_mu = 1': the weights sum to (2 pi)^(-n/2) and the components are not normalized (seed 004)",
@@ -174,7 +173,7 @@ ENTRIES = (
         "keeps Z finite (Z = (2 pi)^(D/2) sum_n exp(|x_n|^2 / 2), infinite without it)",
         "seed 001 (last paragraph)",
         modules=OPERATORS,
-        tests=OPERATOR_TESTS,
+        tests=TESTS,
         verify=True,
         as_printed="the quadratic term also seems to fulfill another duty of modeling the skip connection "
         "(seed 001): read as x + Attn(x) = x - g grad E for some step g",

@@ -15,7 +15,7 @@ GROUP = Group(
 )
 
 MODULES = ("src/expattn/checks/g_theory.py",)
-TESTS = ("tests/unit/test_g_theory.py",)
+TESTS = ("tests/unit/test_audit_checks.py",)
 
 ENTRIES = (
     Entry(
