@@ -148,6 +148,28 @@ def test_hook_points_name_the_states(gen, tied):
     torch.testing.assert_close(logits, model.head(model.norm_f(cache["blocks.1.output"])), rtol=0, atol=0)
 
 
+def test_only_observed_depths_call_their_hook_points(gen, monkeypatch):
+    from expattn.nn.hooks import HookPoint
+
+    model = LM(LMConfig(vocab_size=5, context=4, layers=3, heads=1, dim=4))
+    idx = torch.randint(0, 5, (2, 4), generator=gen)
+    called: list[str] = []
+    identity = HookPoint.forward
+    monkeypatch.setattr(HookPoint, "forward", lambda self, x: called.append(self.name) or identity(self, x))
+    plain, _ = model(idx)
+    assert called == []  # nothing observes: no identity module is called
+    handle = model.hook_points()["blocks.1.mlp.output"].register_forward_hook(lambda *_: None)
+    hooked, _ = model(idx)
+    handle.remove()
+    assert called == [p.name for p in model.hooks[1].points]  # depth 1 only
+    called.clear()
+    handle = torch.nn.modules.module.register_module_forward_hook(lambda *_: None)  # a global hook sees every point
+    model(idx)
+    handle.remove()
+    assert len(called) == 3 * 12
+    torch.testing.assert_close(hooked, plain, rtol=0, atol=0)
+
+
 def test_a_hook_point_can_replace_its_tensor(gen):
     model = LM(LMConfig(vocab_size=5, context=4, layers=2, heads=1, dim=4))
     idx = torch.randint(0, 5, (2, 4), generator=gen)

@@ -25,6 +25,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
 from torch import Tensor, nn
+from torch.nn.modules.module import _global_forward_hooks, _global_forward_pre_hooks
 
 BLOCK_POINTS = (
     "input", "norm1.input", "norm1.output", "attn.input", "attn.heads", "attn.output", "attn.residual",
@@ -44,8 +45,9 @@ class HookPoint(nn.Identity):
         self.name = name
 
     def hooked(self) -> bool:
-        """Whether a forward or forward-pre hook sits on this point."""
-        return bool(self._forward_hooks or self._forward_pre_hooks)
+        """Whether a forward or forward-pre hook sits on this point (its own, or a global module hook)."""
+        own = self._forward_hooks or self._forward_pre_hooks
+        return bool(own or _global_forward_hooks or _global_forward_pre_hooks)
 
 
 class BlockHooks(nn.Module):

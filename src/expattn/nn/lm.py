@@ -277,7 +277,8 @@ class LM(nn.Module):
             idx: ``(B, T)`` token ids with ``T <= context``.
             targets: ``(B, T)`` next-token ids, or ``None``.
 
-        Every depth's tensors pass through its hook points (``hook_points``) once per call. With
+        Every depth's tensors pass through its hook points (``hook_points``) once per call, when a
+        hook observes them (a depth without hooks skips its twelve identity calls). With
         ``implicit`` layers the solver's iterates pass through none; when a point of depth ``i``
         carries a hook, the block is applied once more at the fixed point $z^\star$ (attention
         reading $z^\star$, $x$ injected) through them, and that output is discarded.
@@ -293,7 +294,7 @@ class LM(nn.Module):
         for i, block in enumerate(self.layer_blocks()):
             hooks = self.hooks[i]
             if not self.cfg.implicit:
-                x = block(x, hooks=hooks)
+                x = block(x, hooks=hooks if hooks.hooked() else None)  # no module calls no one observes
                 continue
             layer = ImplicitAttention(ImplicitBlock(block), IMPLICIT_SOLVER)
             z = layer(x)  # f(z*, x), on the implicit graph
