@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from tiny_models import perturb, tiny_lm
 
 from expattn.nn.carriers import carrier_class
-from expattn.nn.hooks import cached
+from expattn.nn.hooks import BlockHooks, cached
 from expattn.nn.lm import LM, LMConfig
 
 
@@ -119,7 +119,10 @@ def test_hook_points_name_the_states(gen, tied):
     assert list(points) == [f"blocks.{i}.{n}" for i in range(2) for n in names]
     assert all(p.name == name for name, p in points.items())
     assert points["blocks.1.attn.output"] is model.hooks[1].get_submodule("attn.output")
-    assert not list(model.hooks.parameters()) and not any(k.startswith("hooks") for k in model.state_dict())
+    # no parameters, and outside the module tree (``parameters()`` does not walk them)
+    assert not any(list(depth.parameters()) for depth in model.hooks)
+    assert not any(isinstance(m, BlockHooks) for m in model.modules())
+    assert not any(k.startswith("hooks") for k in model.state_dict())
     calls: list[str] = []
     handles = [p.register_forward_hook(lambda m, _a, _o: calls.append(m.name)) for p in points.values()]
     idx = torch.randint(0, 5, (2, 4), generator=gen)

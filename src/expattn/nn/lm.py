@@ -224,7 +224,9 @@ class LM(nn.Module):
         self.pos = nn.Embedding(cfg.context, cfg.dim)
         self.drop = nn.Dropout(cfg.dropout) if cfg.dropout > 0 else None
         self.blocks = nn.ModuleList([Block(cfg) for _ in range(1 if cfg.tied_layers else cfg.layers)])
-        self.hooks = nn.ModuleList([BlockHooks(f"blocks.{i}") for i in range(cfg.layers)])  # one per depth
+        # one set of points per depth, held outside the module tree: they have no parameters, and
+        # ``parameters()`` (walked by gradient clipping every step) then skips their 16 modules per depth
+        object.__setattr__(self, "hooks", tuple(BlockHooks(f"blocks.{i}") for i in range(cfg.layers)))
         self.norm_f = make_norm(cfg)
         self.head = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
         self.head.weight = self.tok.weight
