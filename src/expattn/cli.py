@@ -196,6 +196,8 @@ def probe(
     device_map: Annotated[str | None, typer.Option(help="'auto': spread the model over the devices (accelerate).")
                           ] = None,
     tokenizer: Annotated[Path | None, typer.Option(help="Tokenizer folder, when the model folder has none.")] = None,
+    statistics: Annotated[str, typer.Option(help="dtype of the (D, D) statistics of E3, E4, E6: float64 or float32 "
+                                                 "(half the memory; docs/MEMORY.md).")] = "float64",
 ) -> None:
     """Measure hypotheses E1-E8 on a pretrained transformer and real text; writes results.json and plots."""
     checked_seed(seed)
@@ -210,7 +212,7 @@ def probe(
     config = ProbeConfig(model=model, corpus=corpus, text=None if text is None else str(text), tokens=tokens,
                          seq_len=seq_len, seed=seed, hypotheses=tuple(h.strip().upper() for h in hypotheses.split(",")),
                          device=device, dtype=dtype, device_map=device_map,
-                         tokenizer=None if tokenizer is None else str(tokenizer))
+                         tokenizer=None if tokenizer is None else str(tokenizer), statistics=statistics)
     columns = (TextColumn("probe {task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} tokens"),
                TextColumn("{task.fields[rate]} tokens/s"), TimeElapsedColumn())
     try:

@@ -39,12 +39,13 @@ def _fmt(n: int) -> str:
     return f"{n / GIB:.1f} GiB" if n >= GIB / 10 else f"{n / 2**20:.1f} MiB"
 
 
-def require(needed: int, device: str | torch.device, what: str) -> None:
-    """Raise ``ValueError`` naming ``what`` if ``needed`` bytes exceed the free memory of ``device``."""
+def require(needed: int, device: str | torch.device, what: str, hint: str = "") -> None:
+    """Raise ``ValueError`` naming ``what`` if ``needed`` bytes exceed the free memory of ``device``; ``hint``
+    (how to need less) ends the message."""
     free = available_bytes(device)
     if free is not None and needed > free:
         raise ValueError(f"{what} needs at least {_fmt(needed)} of memory, but only {_fmt(free)} is available "
-                         f"on {torch.device(device).type}")
+                         f"on {torch.device(device).type}" + (f"; {hint}" if hint else ""))
 
 
 def training_bytes(params: int, batch: int, context: int, dim: int, layers: int, vocab: int) -> int:
@@ -55,6 +56,7 @@ def training_bytes(params: int, batch: int, context: int, dim: int, layers: int,
     return 16 * params + 16 * tokens + 4 * 12 * tokens * dim * layers + 8 * tokens * vocab
 
 
-def probe_bytes(tokens: int) -> int:
-    """Lower bound of a probe's memory before the model: the token ids (int64) and their sequence index."""
-    return 16 * tokens
+def probe_bytes(tokens: int, statistics: int = 0) -> int:
+    """Lower bound of a probe's memory beside the model: the token ids (int64), their sequence index and the
+    ``statistics`` bytes the estimators keep (``expattn.probes.footprint``)."""
+    return 16 * tokens + statistics

@@ -83,7 +83,7 @@ def probe(model: nn.Module | str, tokenizer: object | None = None, *, texts: str
           input_ids: torch.Tensor | None = None, hypotheses: tuple[str, ...] | list[str] = HYPOTHESES,
           tokens: int = 4096, seq_len: int = 128, seed: int = 0, batch_size: int = 16, replicates: int = 200,
           detail_sequences: int = 4, device: str | None = None, dtype: str | torch.dtype | None = None,
-          out_dir: str | Path | None = None) -> ProbeResults:
+          out_dir: str | Path | None = None, statistics: str = "float64") -> ProbeResults:
     """Measure hypotheses E1-E8 on ``model`` and return the records (see module docstring).
 
     Args:
@@ -96,6 +96,8 @@ def probe(model: nn.Module | str, tokenizer: object | None = None, *, texts: str
         device, dtype: where and in which dtype the model runs (``cpu``, ``cuda:N``; ``float32``, ``bfloat16``,
             ``float16``); None keeps the model where and as it is.
         out_dir: folder for the plots while probing (None: no plots; ``ProbeResults.save`` draws them later).
+        statistics: ``float64`` or ``float32``, the dtype of the ``(D, D)`` accumulators (float32: half their
+            memory; ``expattn.probes.footprint.statistics_bytes`` gives the bytes for a model's shape).
 
     Raises:
         ValueError / TypeError: bad settings or inputs (naming the argument), or an architecture whose
@@ -116,7 +118,8 @@ def probe(model: nn.Module | str, tokenizer: object | None = None, *, texts: str
                          seq_len=seq_len, seed=seed, batch_size=batch_size, replicates=replicates,
                          detail_sequences=detail_sequences, hypotheses=tuple(hypotheses),
                          device=None if device is None else str(device),
-                         dtype=dtype if dtype is None or isinstance(dtype, str) else str(dtype).removeprefix("torch."))
+                         dtype=dtype if dtype is None or isinstance(dtype, str) else str(dtype).removeprefix("torch."),
+                         statistics=statistics)
     config.validate()
     if isinstance(model, str):
         if texts is not None or input_ids is not None or tokenizer is not None:

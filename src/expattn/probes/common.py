@@ -34,6 +34,7 @@ class ProbeContext:
         seed: seed of every random choice; replicates: bootstrap replicates.
         detail_sequences: sequences (lowest indices) used by the costly per-sequence analyses (E4 Fisher, E5, E7).
         model_name: for titles.
+        statistics: dtype of the ``(D, D)`` accumulators of E3, E4 and E6 (``torch.float32``: half the memory).
     """
 
     model: nn.Module
@@ -46,6 +47,7 @@ class ProbeContext:
     replicates: int
     detail_sequences: int
     model_name: str
+    statistics: torch.dtype = torch.float64
 
     @property
     def kept(self) -> slice | Tensor:

@@ -112,8 +112,8 @@ class E3Gaussianity(Estimator):
         self.directions = u / u.norm(dim=0)
         self._directions32 = self.directions.float()
         self.depths = ctx.layers + 1
-        self.kept_ = [Moments(ctx.dim, True, self.directions) for _ in range(self.depths)]
-        self.special_ = [Moments(ctx.dim, True, self.directions) for _ in range(self.depths)]
+        self.kept_ = [Moments(ctx.dim, True, self.directions, ctx.statistics) for _ in range(self.depths)]
+        self.special_ = [Moments(ctx.dim, True, self.directions, ctx.statistics) for _ in range(self.depths)]
         self.massive_ = [0] * self.depths  # tokens left out of "excl" as massive activations, per depth
         # per depth and variant: anisotropy, then raw moments 1..4 of each projection
         self._f = len(VARIANTS) * (1 + 4 * DIRECTIONS)

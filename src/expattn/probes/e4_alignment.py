@@ -100,7 +100,7 @@ class E4Alignment(Estimator):
 
     def __init__(self, ctx: ProbeContext):
         self.ctx = ctx
-        self.inputs_ = [Moments(ctx.dim, True) for _ in range(ctx.layers)]
+        self.inputs_ = [Moments(ctx.dim, True, dtype=ctx.statistics) for _ in range(ctx.layers)]
         self.detail_: list[dict[int, Tensor]] = [{} for _ in range(ctx.layers)]
 
     def update(self, i: int, tensors: dict[str, Tensor], batch: Batch) -> None:

@@ -65,8 +65,9 @@ class E6Mlp(Estimator):
 
     def __init__(self, ctx: ProbeContext):
         self.ctx = ctx
-        self.folds_ = [[CrossMoments(ctx.dim, ctx.dim), CrossMoments(ctx.dim, ctx.dim)] for _ in range(ctx.layers)]
-        self.control_ = [[CrossMoments(ctx.dim, ctx.dim), CrossMoments(ctx.dim, ctx.dim)] for _ in range(ctx.layers)]
+        pair = (ctx.dim, ctx.dim, ctx.statistics)
+        self.folds_ = [[CrossMoments(*pair), CrossMoments(*pair)] for _ in range(ctx.layers)]
+        self.control_ = [[CrossMoments(*pair), CrossMoments(*pair)] for _ in range(ctx.layers)]
         self.stats_ = BootstrapMeans(ctx.layers * len(VARIANTS) * 2, ctx.replicates)
         self._rows: dict[int, list[Tensor]] = {}
 

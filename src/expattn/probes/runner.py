@@ -37,6 +37,7 @@ from expattn.probes.e6_mlp import E6Mlp
 from expattn.probes.e7_collapse import E7Collapse
 from expattn.probes.e8_heads import E8Heads
 from expattn.probes.feeding import Feeding, feed, merge
+from expattn.probes.footprint import STATISTICS, require_room
 from expattn.probes.loading import load_pretrained, read_config, resolve_model_dir
 from expattn.probes.subject import Subject, parse_device, parse_dtype, place, subject_from_model, synthetic_image
 from expattn.results.record import Record, enforce_controls, results_document
@@ -70,6 +71,8 @@ class ProbeConfig:
             float32 copies of its tensors.
         device_map: ``auto`` to spread the model over the available devices (accelerate), or None.
         tokenizer: folder of the tokenizer when the model folder has none.
+        statistics: ``float64`` or ``float32``, the dtype of the ``(D, D)`` accumulators of E3, E4 and E6
+            (float32 halves them: ``expattn.probes.footprint`` gives the bytes; the read-outs stay float64).
     """
 
     model: str = "minilm"
@@ -86,6 +89,7 @@ class ProbeConfig:
     dtype: str | None = None
     device_map: str | None = None
     tokenizer: str | None = None
+    statistics: str = "float64"
 
     @classmethod
     def preset(cls, model: str, quick: bool = False, seed: int = 0) -> ProbeConfig:
@@ -106,6 +110,8 @@ class ProbeConfig:
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
         check_seed(self.seed)
+        if self.statistics not in STATISTICS:
+            raise ValueError(f"statistics must be one of {', '.join(STATISTICS)}, got {self.statistics!r}")
         require(probe_bytes(self.tokens), "cpu", f"probing {self.tokens:,} tokens")
         chosen = self.hypotheses
         if not isinstance(chosen, tuple | list) or not chosen or not all(isinstance(h, str) for h in chosen):
@@ -206,6 +212,7 @@ def context(subject: Subject, config: ProbeConfig) -> ProbeContext:
         replicates=config.replicates,
         detail_sequences=config.detail_sequences,
         model_name=subject.name,
+        statistics=getattr(torch, config.statistics),
     )
 
 
@@ -289,7 +296,10 @@ def probe_subject(subject: Subject, config: ProbeConfig, out_dir: Path | None,
         inapplicable["E5"] = (f"the model runs in {str(subject.dtype).removeprefix('torch.')}; E5 checks attention "
                               "to float32 rounding (probe in float32 for E5)")
     inapplicable = {h: why for h, why in inapplicable.items() if h in config.hypotheses}
-    estimators = [cls(ctx) for cls in ESTIMATORS if cls.claim in config.hypotheses and cls.claim not in inapplicable]
+    built = [cls for cls in ESTIMATORS if cls.claim in config.hypotheses and cls.claim not in inapplicable]
+    require_room(ctx, [cls.claim for cls in built], config.tokens, config.seq_len, config.replicates,
+                 config.statistics, subject.device)
+    estimators = [cls(ctx) for cls in built]
     if subject.image is not None:
         if config.seq_len != subject.image_tokens:
             raise ValueError(f"seq_len must be {subject.image_tokens} for this vision model (its patches and [CLS])")

@@ -12,6 +12,13 @@ are kept per replicate, so intervals need no stored data and do not depend on th
 
 Devices: accumulators start on the CPU and move, once, to the device of the first data they
 receive; half-precision data is reduced in float32, the accumulators are float64.
+
+Lower memory: ``dtype=torch.float32`` keeps the ``(D, D)`` accumulators (``Moments.scatter_``,
+``CrossMoments.sxx_`` and ``sxy_``) in float32, half the bytes; means, counts and everything else stay
+float64. Every batch is still centred on its own float64 mean and merged with Chan's update, so each
+term added is a central quantity and the float32 rounding stays relative to the spread (~1e-7 per
+merge), not to the squared mean, however far the data sit from 0. Read-outs (``covariance_``,
+``ridge``, ``r_squared``) convert to float64 first.
 """
 
 from __future__ import annotations
@@ -22,6 +29,15 @@ import numpy as np
 import torch
 from jaxtyping import Float
 from torch import Tensor
+
+ACCUMULATOR_DTYPES = (torch.float64, torch.float32)
+
+
+def accumulator_dtype(dtype: torch.dtype) -> torch.dtype:
+    """``dtype`` if it may hold the ``(D, D)`` accumulators (float64 or float32), else ValueError."""
+    if dtype not in ACCUMULATOR_DTYPES:
+        raise ValueError(f"dtype of the statistics must be torch.float64 or torch.float32, got {dtype!r}")
+    return dtype
 
 
 def _numpy_blas(*xs: Tensor) -> bool:
@@ -84,21 +100,25 @@ class Moments:
         dim: vector dimension D.
         covariance: keep the ``(D, D)`` scatter matrix.
         directions: ``(D, K)`` fixed projection directions for skewness/kurtosis, or None.
+        dtype: of the scatter matrix, ``torch.float64`` or ``torch.float32`` (half the memory; see the
+            module docstring).
 
     Fitted attributes: ``n_``, ``mean_`` (D,), ``scatter_`` (D, D), ``proj_mean_`` (K,),
     ``proj_m2_``, ``proj_m3_``, ``proj_m4_`` (K,) central power sums.
     """
 
-    def __init__(self, dim: int, covariance: bool = True, directions: Tensor | None = None):
+    def __init__(self, dim: int, covariance: bool = True, directions: Tensor | None = None,
+                 dtype: torch.dtype = torch.float64):
         if dim < 1:
             raise ValueError(f"dim must be >= 1, got {dim}")
         if directions is not None and directions.shape[0] != dim:
             raise ValueError(f"directions must have shape ({dim}, K), got {tuple(directions.shape)}")
         self.dim = dim
+        self.dtype = accumulator_dtype(dtype)
         self.directions = None if directions is None else directions.double()
         self.n_ = 0
         self.mean_ = torch.zeros(dim, dtype=torch.float64)
-        self.scatter_ = torch.zeros(dim, dim, dtype=torch.float64) if covariance else None
+        self.scatter_ = torch.zeros(dim, dim, dtype=dtype) if covariance else None
         k = 0 if directions is None else directions.shape[1]
         self.proj_mean_ = torch.zeros(k, dtype=torch.float64)
         self.proj_m2_, self.proj_m3_, self.proj_m4_ = (torch.zeros(k, dtype=torch.float64) for _ in range(3))
@@ -154,7 +174,7 @@ class Moments:
         if na == 0:
             self.directions = None if self.directions is None else self.directions.to(other.mean_.device)
             self.n_, self.mean_ = nb, other.mean_.clone()
-            self.scatter_ = None if self.scatter_ is None else other.scatter_.clone()
+            self.scatter_ = None if self.scatter_ is None else other.scatter_.to(dtype=self.dtype, copy=True)
             if self.directions is not None:
                 self.proj_mean_ = other.proj_mean_.clone()
                 self.proj_m2_, self.proj_m3_, self.proj_m4_ = (
@@ -165,7 +185,8 @@ class Moments:
         delta = other.mean_.to(self.mean_.device) - self.mean_
         self.mean_ = self.mean_ + delta * (nb / n)
         if self.scatter_ is not None:  # in place: the accumulator is this object's own tensor
-            self.scatter_.add_(other.scatter_.to(self.scatter_.device)).addr_(delta, delta, alpha=na * nb / n)
+            d = delta.to(self.dtype)
+            self.scatter_.add_(other.scatter_.to(self.scatter_.device, self.dtype)).addr_(d, d, alpha=na * nb / n)
         if self.directions is not None:
             dev = self.proj_mean_.device
             d = other.proj_mean_.to(dev) - self.proj_mean_
@@ -186,10 +207,10 @@ class Moments:
 
     @property
     def covariance_(self) -> Tensor:
-        """Sample covariance $M_2 / (n - 1)$, ``(D, D)``."""
+        """Sample covariance $M_2 / (n - 1)$, ``(D, D)`` float64 (whatever the dtype of the scatter)."""
         if self.scatter_ is None or self.n_ < 2:
             raise ValueError(f"covariance needs covariance=True and at least 2 vectors, got n={self.n_}")
-        return self.scatter_ / (self.n_ - 1)
+        return self.scatter_.double() / (self.n_ - 1)
 
     def skewness_(self) -> Tensor:
         """Sample skewness $\\sqrt{n} M_3 / M_2^{3/2}$ along each direction, ``(K,)``."""
@@ -280,15 +301,16 @@ class CrossMoments:
 
     Keeps $n$, means of $x$ (D) and $y$ (E), $S_{xx}$ (D, D), $S_{xy}$ (D, E) and the scalar
     $\\operatorname{tr} S_{yy}$, all centred, merged with Chan's update
-    $S_{xy} = S_{xy,a} + S_{xy,b} + \\delta_x \\delta_y^\\top n_a n_b / n$.
+    $S_{xy} = S_{xy,a} + S_{xy,b} + \\delta_x \\delta_y^\\top n_a n_b / n$. ``dtype``: of $S_{xx}$ and
+    $S_{xy}$, ``torch.float64`` or ``torch.float32`` (half the memory; see the module docstring).
     """
 
-    def __init__(self, dim_x: int, dim_y: int):
+    def __init__(self, dim_x: int, dim_y: int, dtype: torch.dtype = torch.float64):
         self.n_ = 0
         self.mean_x_ = torch.zeros(dim_x, dtype=torch.float64)
         self.mean_y_ = torch.zeros(dim_y, dtype=torch.float64)
-        self.sxx_ = torch.zeros(dim_x, dim_x, dtype=torch.float64)
-        self.sxy_ = torch.zeros(dim_x, dim_y, dtype=torch.float64)
+        self.sxx_ = torch.zeros(dim_x, dim_x, dtype=accumulator_dtype(dtype))
+        self.sxy_ = torch.zeros(dim_x, dim_y, dtype=dtype)
         self.syy_ = torch.zeros((), dtype=torch.float64)
 
     def update(self, x: Float[Tensor, "*token dx"], y: Float[Tensor, "*token dy"]) -> CrossMoments:
@@ -317,9 +339,10 @@ class CrossMoments:
                 setattr(self, name, getattr(self, name).to(other.sxx_.device))
         dx, dy = other.mean_x_.to(self.sxx_.device) - self.mean_x_, other.mean_y_.to(self.sxx_.device) - self.mean_y_
         f = na * nb / n
-        dev = self.sxx_.device
-        self.sxx_.add_(other.sxx_.to(dev)).addr_(dx, dx, alpha=f)  # in place: the accumulators are this object's own
-        self.sxy_.add_(other.sxy_.to(dev)).addr_(dx, dy, alpha=f)
+        dev, dtype = self.sxx_.device, self.sxx_.dtype
+        # in place: the accumulators are this object's own
+        self.sxx_.add_(other.sxx_.to(dev, dtype)).addr_(dx.to(dtype), dx.to(dtype), alpha=f)
+        self.sxy_.add_(other.sxy_.to(dev, dtype)).addr_(dx.to(dtype), dy.to(dtype), alpha=f)
         self.syy_ = self.syy_ + other.syy_.to(dev) + dy.pow(2).sum() * f
         self.mean_x_ = self.mean_x_ + dx * (nb / n)
         self.mean_y_ = self.mean_y_ + dy * (nb / n)
@@ -329,14 +352,16 @@ class CrossMoments:
     def ridge(self, relative: float) -> tuple[Tensor, Tensor, float]:
         """Ridge fit on these statistics: $W = (S_{xx} + \\lambda I)^{-1} S_{xy}$, $b = \\bar y - W^\\top \\bar x$,
         $\\lambda = $ ``relative`` $\\cdot \\operatorname{tr} S_{xx} / D$. Returns (W, b, lambda)."""
-        lam = relative * float(torch.diagonal(self.sxx_).mean())
-        eye = torch.eye(self.sxx_.shape[0], dtype=torch.float64, device=self.sxx_.device)
-        w = torch.linalg.solve(self.sxx_ + lam * eye, self.sxy_)
+        sxx = self.sxx_.double()
+        lam = relative * float(torch.diagonal(sxx).mean())
+        eye = torch.eye(sxx.shape[0], dtype=torch.float64, device=sxx.device)
+        w = torch.linalg.solve(sxx + lam * eye, self.sxy_.double())
         return w, self.mean_y_ - w.T @ self.mean_x_, lam
 
     def r_squared(self, w: Tensor, b: Tensor) -> float:
         """$1 - \\sum\\lVert y - W^\\top x - b\\rVert^2 / \\sum\\lVert y - \\bar y\\rVert^2$ on the data of
         these statistics."""
         offset = self.mean_y_ - w.T @ self.mean_x_ - b
-        resid = self.syy_ - 2 * (w * self.sxy_).sum() + (w * (self.sxx_ @ w)).sum() + self.n_ * offset.pow(2).sum()
+        sxx, sxy = self.sxx_.double(), self.sxy_.double()
+        resid = self.syy_ - 2 * (w * sxy).sum() + (w * (sxx @ w)).sum() + self.n_ * offset.pow(2).sum()
         return float(1 - resid / self.syy_)

@@ -1,0 +1,125 @@
+r"""Bytes of the statistics the probe keeps, per estimator, for a model's shape: known before the run.
+
+With $D$ = hidden width, $L$ = blocks, $H$ heads of width $d_h$, $R$ bootstrap replicates, $S$ detail
+sequences of $T$ tokens, $s$ = 8 (float64) or 4 (float32, ``statistics="float32"``) bytes per entry of
+the $(D, D)$ accumulators:
+
+$$\text{E3} \approx 2(L+1)\,D^2 s,\quad \text{E4} \approx L\,D^2 s + 4LSTD,\quad
+\text{E6} \approx 8L\,D^2 s,\quad \text{E8} \approx 4L\,(H d_h)^2$$
+
+(E3: scatter of the kept and of the set-aside tokens per depth; E4: scatter of each attention input;
+E6: $S_{xx}$ and $S_{xy}$ of two folds, for the fit and its noise control; E8: the Gram matrix
+$W_o^\top W_o$ in float32, not an accumulator, so ``statistics`` leaves it as it is). E1, E2, E5 and
+E7 keep bootstrap sums and per-sequence curves of $O(L R)$ and $O(S T D)$ bytes. The
+intermediate (MLP) width does not enter: E6 regresses the MLP's output on its input, both of width
+$D$. These are the bytes held from the first batch to the records, not the transient per-batch tensors
+nor the model; ``tests/unit/test_probe_footprint.py`` checks them against the storage an actual run holds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import torch
+
+from expattn.memory import GIB, probe_bytes, require
+from expattn.probes.common import VARIANTS, ProbeContext
+from expattn.probes.e1_expansion import _F as E1_COLUMNS
+from expattn.probes.e2_normalization import _F as E2_COLUMNS
+from expattn.probes.e2_normalization import NORMS
+from expattn.probes.e3_gaussianity import DIRECTIONS
+from expattn.probes.e3_shape import BUFFER
+from expattn.probes.e5_gradient import E5Gradient
+from expattn.probes.e8_heads import _F as E8_COLUMNS
+
+STATISTICS = {"float64": 8, "float32": 4}  # bytes per entry of the (D, D) accumulators
+ESTIMATED = ("E1", "E2", "E3", "E4", "E5", "E6", "E7", "E8")
+
+
+def _bootstrap(features: int, replicates: int) -> int:
+    """``BootstrapMeans``: sums ``(F,)``, replicate sums ``(R, F)`` and weights ``(R,)``, float64."""
+    return 8 * (features + replicates * features + replicates)
+
+
+def statistics_bytes(hidden: int, layers: int, heads: int, hypotheses: Iterable[str] = ESTIMATED, *,
+                     head_dim: int | None = None, tokens: int = 20_000, seq_len: int = 128,
+                     detail_sequences: int = 4, replicates: int = 200,
+                     statistics: str = "float64") -> dict[str, int]:
+    """Bytes each chosen estimator holds after a run (see the module docstring); an upper bound where the
+    data decide (E3 buffers at most ``BUFFER`` kept tokens per depth and assumes ``tokens`` reach it).
+
+    Args:
+        hidden, layers, heads: the model's width $D$, blocks $L$ and query heads $H$.
+        hypotheses: the estimators built (ids among E1-E8).
+        head_dim: width of a head (default ``hidden // heads``).
+        tokens, seq_len, detail_sequences, replicates: as ``ProbeConfig``.
+        statistics: ``float64`` or ``float32``, the dtype of the ``(D, D)`` accumulators.
+
+    Returns:
+        ``{id: bytes}`` for each of ``hypotheses``.
+
+    Raises:
+        ValueError: a size not a positive integer, an unknown hypothesis or ``statistics``.
+    """
+    dh = hidden // heads if head_dim is None and isinstance(heads, int) and heads > 0 else head_dim
+    sizes = {"hidden": hidden, "layers": layers, "heads": heads, "head_dim": dh, "tokens": tokens,
+             "seq_len": seq_len, "detail_sequences": detail_sequences, "replicates": replicates}
+    for name, value in sizes.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    if statistics not in STATISTICS:
+        raise ValueError(f"statistics must be one of {', '.join(STATISTICS)}, got {statistics!r}")
+    chosen = tuple(hypotheses)
+    unknown = [h for h in chosen if h not in ESTIMATED]
+    if unknown:
+        raise ValueError(f"unknown hypothesis {unknown[0]!r}; choose among {', '.join(ESTIMATED)}")
+    d, big = hidden, STATISTICS[statistics] * hidden * hidden  # one (D, D) accumulator
+    v, r = len(VARIANTS), replicates
+    detail = min(detail_sequences, math.ceil(tokens / seq_len))  # detail sequences actually seen
+    depths = layers + 1
+    moments = 8 * d + 4 * 8 * DIRECTIONS  # Moments without its scatter: mean (D,), projected sums (K,) x 4
+    table = {
+        "E1": _bootstrap(layers * v * E1_COLUMNS, r),
+        "E2": _bootstrap(layers * len(NORMS) * v * E2_COLUMNS, r),
+        "E3": (12 * d * DIRECTIONS  # the directions in float64 and float32
+               + 2 * depths * (big + moments)  # kept and set-aside tokens, per depth
+               + _bootstrap(depths * v * (1 + 4 * DIRECTIONS), r)
+               + 4 * depths * min(BUFFER, tokens) * d  # float32 token buffer for the radius ratio
+               + 8 * depths * (d + 3)),  # cross-sequence cosine sums
+        "E4": layers * (big + 8 * d + 4 * detail * seq_len * d),
+        "E5": 8 * detail * len(E5Gradient.KINDS) * layers * heads,
+        "E6": 4 * layers * (2 * big + 16 * d + 8) + _bootstrap(layers * v * 2, r),
+        "E7": detail * (4 * seq_len * d + 8 * depths),
+        "E8": 2 * _bootstrap(layers * E8_COLUMNS, r) + 4 * layers * (heads * dh) * (heads * dh + dh),
+    }
+    return {h: table[h] for h in chosen}
+
+
+def total_bytes(hidden: int, layers: int, heads: int, hypotheses: Iterable[str] = ESTIMATED, **sizes) -> int:
+    """Sum of ``statistics_bytes`` over ``hypotheses`` (same arguments)."""
+    return sum(statistics_bytes(hidden, layers, heads, hypotheses, **sizes).values())
+
+
+def require_room(ctx: ProbeContext, hypotheses: Iterable[str], tokens: int, seq_len: int, replicates: int,
+                 statistics: str, device: str | torch.device) -> dict[str, int]:
+    """The chosen estimators' ``statistics_bytes`` for the model of ``ctx``; ValueError before anything is
+    allocated when they (with the token ids, ``memory.probe_bytes``) exceed the free memory of ``device``,
+    giving the number and the lower-memory choices: float32 statistics, or leaving the largest out."""
+    chosen = tuple(hypotheses)
+    if ctx.layers == 0 or not chosen:
+        return {}
+    w = ctx.attention[0]
+    sizes = {"head_dim": w.head_dim, "tokens": tokens, "seq_len": seq_len,
+             "detail_sequences": ctx.detail_sequences, "replicates": replicates}
+    each = statistics_bytes(ctx.dim, ctx.layers, w.heads, chosen, statistics=statistics, **sizes)
+    largest = sorted(each, key=each.get, reverse=True)[:2]
+    hint = f"the statistics take {sum(each.values()) / GIB:.1f} GiB, " + ", ".join(
+        f"{h} {each[h] / GIB:.1f} GiB" for h in largest)
+    if statistics == "float64":
+        half = sum(statistics_bytes(ctx.dim, ctx.layers, w.heads, chosen, statistics="float32", **sizes).values())
+        hint += f"; float32 statistics (--statistics float32) take {half / GIB:.1f} GiB"
+    hint += f"; or leave {' and '.join(largest)} out (--only)"
+    require(probe_bytes(tokens, sum(each.values())), device,
+            f"probing {ctx.layers} layers of width {ctx.dim} for {', '.join(chosen)}", hint)
+    return each
