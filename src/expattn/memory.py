@@ -35,7 +35,8 @@ def available_bytes(device: str | torch.device) -> int | None:
         return None
 
 
-def _fmt(n: int) -> str:
+def readable(n: int) -> str:
+    """``n`` bytes in GiB, or MiB below 0.1 GiB, to one decimal."""
     return f"{n / GIB:.1f} GiB" if n >= GIB / 10 else f"{n / 2**20:.1f} MiB"
 
 
@@ -44,7 +45,7 @@ def require(needed: int, device: str | torch.device, what: str, hint: str = "") 
     (how to need less) ends the message."""
     free = available_bytes(device)
     if free is not None and needed > free:
-        raise ValueError(f"{what} needs at least {_fmt(needed)} of memory, but only {_fmt(free)} is available "
+        raise ValueError(f"{what} needs at least {readable(needed)} of memory, but only {readable(free)} is available "
                          f"on {torch.device(device).type}" + (f"; {hint}" if hint else ""))
 
 

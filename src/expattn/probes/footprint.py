@@ -23,7 +23,7 @@ from collections.abc import Iterable
 
 import torch
 
-from expattn.memory import GIB, probe_bytes, require
+from expattn.memory import probe_bytes, readable, require
 from expattn.probes.common import VARIANTS, ProbeContext
 from expattn.probes.e1_expansion import _F as E1_COLUMNS
 from expattn.probes.e2_normalization import _F as E2_COLUMNS
@@ -114,11 +114,11 @@ def require_room(ctx: ProbeContext, hypotheses: Iterable[str], tokens: int, seq_
              "detail_sequences": ctx.detail_sequences, "replicates": replicates}
     each = statistics_bytes(ctx.dim, ctx.layers, w.heads, chosen, statistics=statistics, **sizes)
     largest = sorted(each, key=each.get, reverse=True)[:2]
-    hint = f"the statistics take {sum(each.values()) / GIB:.1f} GiB, " + ", ".join(
-        f"{h} {each[h] / GIB:.1f} GiB" for h in largest)
+    hint = f"the statistics take {readable(sum(each.values()))}, " + ", ".join(
+        f"{h} {readable(each[h])}" for h in largest)
     if statistics == "float64":
         half = sum(statistics_bytes(ctx.dim, ctx.layers, w.heads, chosen, statistics="float32", **sizes).values())
-        hint += f"; float32 statistics (--statistics float32) take {half / GIB:.1f} GiB"
+        hint += f"; float32 statistics (--statistics float32) take {readable(half)}"
     hint += f"; or leave {' and '.join(largest)} out (--only)"
     require(probe_bytes(tokens, sum(each.values())), device,
             f"probing {ctx.layers} layers of width {ctx.dim} for {', '.join(chosen)}", hint)

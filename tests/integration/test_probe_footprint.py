@@ -1,0 +1,106 @@
+"""``footprint.statistics_bytes`` against the storage a tiny model's probe actually holds after its run.
+
+The measurement walks each fitted estimator's attributes (lists, dicts, statistics objects) and sums the
+bytes of the distinct tensor storages and numpy arrays it reaches, leaving out the shared context
+(``ctx``: the model and its weights). A view that kept a larger tensor alive counts its whole storage.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parents[1]))
+from tiny_models import build_tiny, save_tiny
+
+import expattn
+from expattn.probes.footprint import statistics_bytes
+from expattn.probes.runner import HYPOTHESES
+
+SEQUENCES, SEQ_LEN, REPLICATES = 48, 32, 20  # 48 x 31 kept tokens: more than E3's buffer of 1024
+
+
+def held_bytes(obj: object, seen: set | None = None) -> int:
+    """Bytes of the distinct tensor storages and numpy arrays reachable from ``obj`` (but not its ``ctx``)."""
+    seen = set() if seen is None else seen
+    if isinstance(obj, torch.Tensor):
+        storage = obj.untyped_storage()
+        key = ("tensor", storage.data_ptr(), obj.device)
+        if key in seen or storage.nbytes() == 0:
+            return 0
+        seen.add(key)
+        return storage.nbytes()
+    if isinstance(obj, np.ndarray):
+        base = obj if obj.base is None else obj.base
+        if ("array", id(base)) in seen:
+            return 0
+        seen.add(("array", id(base)))
+        return base.nbytes
+    if isinstance(obj, list | tuple | set):
+        return sum(held_bytes(x, seen) for x in obj)
+    if isinstance(obj, dict):
+        return sum(held_bytes(x, seen) for x in obj.values())
+    if hasattr(obj, "__dict__") and not isinstance(obj, type):
+        if id(obj) in seen:
+            return 0
+        seen.add(id(obj))
+        return sum(held_bytes(v, seen) for k, v in vars(obj).items() if k != "ctx")
+    return 0
+
+
+SHAPES = {  # the tiny defaults (width 32, 4 heads, 2 layers); another width, depth and head count, with biases
+    "llama": ("llama", {}),
+    "bert": ("bert", {"hidden_size": 48, "num_attention_heads": 6, "num_hidden_layers": 3}),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("shape", "statistics", "hypotheses"), [
+    ("llama", "float64", HYPOTHESES), ("llama", "float32", HYPOTHESES), ("llama", "float64", ("E5",)),
+    ("bert", "float64", HYPOTHESES), ("bert", "float32", ("E3", "E4", "E6")),
+])
+def test_statistics_bytes_equal_what_a_run_holds(shape, statistics, hypotheses):
+    model_type, overrides = SHAPES[shape]
+    model = build_tiny(model_type, **overrides)
+    ids = torch.randint(1000, 2000, (SEQUENCES, SEQ_LEN), generator=torch.Generator().manual_seed(0))
+    res = expattn.probe(model, input_ids=ids, hypotheses=hypotheses, replicates=REPLICATES, batch_size=16,
+                        statistics=statistics)
+    measured = {est.claim: held_bytes(est) for est in res.outcome.estimators}
+    cfg = model.config
+    expected = statistics_bytes(cfg.hidden_size, cfg.num_hidden_layers, cfg.num_attention_heads, hypotheses,
+                                tokens=SEQUENCES * SEQ_LEN, seq_len=SEQ_LEN, detail_sequences=4,
+                                replicates=REPLICATES, statistics=statistics)
+    assert measured == expected  # every estimator, byte for byte (E3's buffer is full at these sizes)
+    scatter = {e.claim: e for e in res.outcome.estimators}.get("E4")
+    if scatter is not None:  # the option reached the accumulators
+        assert scatter.inputs_[0].scatter_.dtype == getattr(torch, statistics)
+
+
+@pytest.mark.slow
+def test_a_probe_whose_statistics_do_not_fit_is_refused_with_the_number_and_the_options(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from expattn.cli import app
+
+    folder = save_tiny("llama", tmp_path / "llama")
+    text = tmp_path / "text.txt"
+    text.write_text("Now is the winter of our discontent made glorious summer by this sun of York.\n" * 40)
+    # 200 KiB free: room for the token ids (3 KiB) and for E1 and E2 (9 KiB), not for E3-E8 (about 0.8 MiB)
+    monkeypatch.setattr("expattn.memory.available_bytes", lambda device: 200 * 2**10)
+    args = ["probe", "--model", str(folder), "--text", str(text), "--tokens", "192", "--seq-len", "32"]
+    refused = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "all")])
+    assert refused.exit_code == 2, refused.output
+    lines = [line for line in refused.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:"), refused.output
+    expected = statistics_bytes(32, 2, 4, HYPOTHESES, tokens=192, seq_len=32)
+    total = (sum(expected.values()) + 16 * 192) / 2**20
+    for fragment in (f"needs at least {total:.1f} MiB", "only 0.2 MiB is available", "--statistics float32",
+                     "leave E3 and E6 out (--only)"):
+        assert fragment in " ".join(refused.output.split()), refused.output
+    assert not (tmp_path / "all").exists()
+    ok = CliRunner().invoke(app, [*args, "--only", "E1,E2", "--out", str(tmp_path / "some")])
+    assert ok.exit_code == 0, ok.output
