@@ -7,6 +7,7 @@ bytes of the distinct tensor storages and numpy arrays it reaches, leaving out t
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -104,3 +105,34 @@ def test_a_probe_whose_statistics_do_not_fit_is_refused_with_the_number_and_the_
     assert not (tmp_path / "all").exists()
     ok = CliRunner().invoke(app, [*args, "--only", "E1,E2", "--out", str(tmp_path / "some")])
     assert ok.exit_code == 0, ok.output
+
+
+@pytest.mark.slow
+def test_cli_statistics_option(tmp_path):
+    from typer.testing import CliRunner
+
+    from expattn.cli import app
+
+    folder = save_tiny("llama", tmp_path / "llama")
+    text = tmp_path / "text.txt"
+    text.write_text("Now is the winter of our discontent made glorious summer by this sun of York.\n" * 40)
+    args = ["probe", "--model", str(folder), "--text", str(text), "--tokens", "192", "--seq-len", "32", "--only", "E4"]
+    bad = CliRunner().invoke(app, [*args, "--statistics", "float16", "--out", str(tmp_path / "bad")])
+    assert bad.exit_code == 2 and bad.output.strip().startswith("error:"), bad.output
+    assert "statistics must be one of float64, float32, got 'float16'" in " ".join(bad.output.split())
+    assert not (tmp_path / "bad").exists()
+    runs = {}
+    for dtype in ("float64", "float32"):
+        out = tmp_path / dtype
+        ran = CliRunner().invoke(app, [*args, "--statistics", dtype, "--out", str(out)])
+        assert ran.exit_code == 0, ran.output
+        document = json.loads((out / "results.json").read_text())
+        assert document["config"]["statistics"] == dtype
+        runs[dtype] = document["records"][0]
+    # E4 inverts the covariance through a float32 Cholesky factor in both cases (its ridge bounds the condition
+    # number by 100 D + 1, cosines accurate to ~1e-4): the float32 scatter (rounding ~6e-8 of each entry) moves
+    # no metric by more than that
+    metrics = [{k: v for k, v in runs[d]["metrics"].items() if not k.endswith("seconds")} for d in runs]
+    assert metrics[0].keys() == metrics[1].keys() and runs["float32"]["verdict"] == runs["float64"]["verdict"]
+    for key, value in metrics[0].items():
+        assert metrics[1][key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
