@@ -1,5 +1,5 @@
 """``footprint.statistics_bytes``: the Llama-7B-like shape's bytes against hand arithmetic, and argument errors.
-(The bytes against what a run holds: tests/integration/test_probe_footprint.py.)"""
+(The bytes against what a run holds: tests/integration/test_probe_footprint_run.py.)"""
 
 from __future__ import annotations
 

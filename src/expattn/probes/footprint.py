@@ -13,7 +13,7 @@ $W_o^\top W_o$ in float32, not an accumulator, so ``statistics`` leaves it as it
 E7 keep bootstrap sums and per-sequence curves of $O(L R)$ and $O(S T D)$ bytes. The
 intermediate (MLP) width does not enter: E6 regresses the MLP's output on its input, both of width
 $D$. These are the bytes held from the first batch to the records, not the transient per-batch tensors
-nor the model; ``tests/unit/test_probe_footprint.py`` checks them against the storage an actual run holds.
+nor the model; ``tests/integration/test_probe_footprint_run.py`` checks them against the storage an actual run holds.
 """
 
 from __future__ import annotations
