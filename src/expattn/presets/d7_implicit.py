@@ -5,6 +5,11 @@ a solver (``ImplicitAttention``), for Hopfield retrieval $f(\xi, X) = X^\top\ope
 X\xi)$ and for a random attention block with input injection and layer norm, and a tied-weight stack
 $z_{l+1} = f(z_l, x)$ converging to the same fixed point at the rate of the Jacobian's spectral
 radius (claim B7). Anderson against plain iteration is the preset of ``d7_anderson``.
+
+Each preset states its rule in a ``judge_*`` function and runs it on a negative control, an input for
+which the claim is false: correlated (unseparated) patterns for one-step retrieval, the phantom gradient
+(an approximate inverse of $I - J$) for exact implicit gradients, and a block of spectral radius above 1
+for the tied-weight stack.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from expattn.checks.tools import generator
 from expattn.core.empirical import Empirical
 from expattn.nn.implicit import ImplicitAttention, ImplicitConfig, InjectedAttention, spectral_radius, unrolled
 from expattn.results.plotting import pyplot, save_figure
-from expattn.results.record import Record
+from expattn.results.record import Control, Record
 
 B7_STATEMENT = (
     "A block with tied weights applied repeatedly is one operator iterated; its fixed point can be solved for"
@@ -61,20 +66,14 @@ def _relative(a: Tensor, b: Tensor) -> float:
     return ((a - b).norm() / b.norm()).item()
 
 
-@register_claim(
-    "D7",
-    method="16 unit-norm patterns in d=32, queries = patterns + noise of norm 0.2, beta from 1 to 64; one update vs "
-    "the Anderson fixed point (tol 1e-10, float64): gap, iterations, evaluations, CPU time, retrieved pattern",
-    command="simulate",
-    name="d7-hopfield",
-)
-def hopfield(ctx: RunContext) -> Record:
-    gen = generator(ctx.seed)
-    d, n, trials = 32, 16, 2 if ctx.quick else 8
-    betas = [1.0, 4.0, 16.0, 64.0] if ctx.quick else [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0]
-    patterns = torch.nn.functional.normalize(torch.randn(trials, n, d, generator=gen, dtype=torch.float64), dim=-1)
-    noise = torch.nn.functional.normalize(torch.randn(trials, n, d, generator=gen, dtype=torch.float64), dim=-1)
-    queries = patterns + 0.2 * noise
+ONE_STEP_TOL, AVERAGING_GAP = 1e-6, 1e-2  # one step "is" the solve / clearly is not (relative distance)
+CORRELATED_SPREAD = 0.2  # noise of norm 0.2 on a shared unit direction: pairwise cosines ~0.96-0.98
+
+
+def _hopfield_rows(patterns: Tensor, queries: Tensor, betas: list[float], timed: bool) -> list[dict[str, float]]:
+    r"""Per beta: relative gap $|f(\xi) - z^\star| / |z^\star|$ between one update and the Anderson fixed point,
+    the solver's cost, retrieval after one step and at the fixed point, and (``timed``) CPU seconds."""
+    n = patterns.shape[-2]
     rows = []
     for beta in betas:
         block = HopfieldBlock(beta)
@@ -85,26 +84,66 @@ def hopfield(ctx: RunContext) -> Record:
         target = torch.arange(n)
         hits = [(Empirical(patterns).probs(z).argmax(-1) == target).double().mean().item() for z in (step, fixed)]
         n_eff = 1.0 / (Empirical(patterns).probs(beta * fixed) ** 2).sum(-1)
-        rows.append({
+        row = {
             "beta": beta,
             "gap": _relative(step, fixed),
             "iterations": stats.forward.iterations,
             "evaluations": stats.forward.evaluations,
             "converged": stats.forward.converged,
-            "seconds_step": _seconds(lambda b=block: b(queries, patterns)),
-            "seconds_solve": _seconds(lambda lay=layer: lay(patterns, z0=queries)),
             "retrieved_step": hits[0],
             "retrieved_fixed": hits[1],
             "patterns_averaged_at_fixed_point": n_eff.median().item(),
-        })
+        }
+        if timed:
+            row["seconds_step"] = _seconds(lambda b=block: b(queries, patterns))
+            row["seconds_solve"] = _seconds(lambda lay=layer: lay(patterns, z0=queries))
+        rows.append(row)
+    return rows
+
+
+def judge_hopfield(rows: list[dict[str, float]]) -> str:
+    """``pass`` iff every solve converged, one update is within ``ONE_STEP_TOL`` (relative) of the fixed point
+    at the largest beta and more than ``AVERAGING_GAP`` from it at the smallest; else ``fail``."""
+    converged = all(r["converged"] for r in rows)
+    return "pass" if converged and rows[-1]["gap"] < ONE_STEP_TOL and rows[0]["gap"] > AVERAGING_GAP else "fail"
+
+
+def _hopfield_summary(rows: list[dict[str, float]]) -> dict[str, float]:
+    return {"gap_smallest_beta": rows[0]["gap"], "gap_largest_beta": rows[-1]["gap"],
+            "all_converged": float(all(r["converged"] for r in rows))}
+
+
+@register_claim(
+    "D7",
+    method="16 unit-norm patterns in d=32, queries = patterns + noise of norm 0.2, beta from 1 to 64; one update vs "
+    "the Anderson fixed point (tol 1e-10, float64): gap, iterations, evaluations, CPU time, retrieved pattern",
+    command="simulate",
+    name="d7-hopfield",
+    criterion=f"pass iff every Anderson solve converges, one update is within {ONE_STEP_TOL:g} (relative) of the "
+    f"fixed point at the largest beta and more than {AVERAGING_GAP:g} from it at the smallest; correlated patterns "
+    "(not separated), judged by the same rule, must fail",
+)
+def hopfield(ctx: RunContext) -> Record:
+    gen = generator(ctx.seed)
+    d, n, trials = 32, 16, 2 if ctx.quick else 8
+    betas = [1.0, 4.0, 16.0, 64.0] if ctx.quick else [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0]
+    patterns = torch.nn.functional.normalize(torch.randn(trials, n, d, generator=gen, dtype=torch.float64), dim=-1)
+    noise = torch.nn.functional.normalize(torch.randn(trials, n, d, generator=gen, dtype=torch.float64), dim=-1)
+    queries = patterns + 0.2 * noise
+    rows = _hopfield_rows(patterns, queries, betas, timed=True)
+    # Negative control: patterns at cosine ~0.98 to one shared direction are not separated, so even at the
+    # largest beta one update does not reach the fixed point (it lands near the patterns' average).
+    shared = torch.nn.functional.normalize(torch.randn(trials, 1, d, generator=gen, dtype=torch.float64), dim=-1)
+    close = torch.nn.functional.normalize(shared + CORRELATED_SPREAD * patterns, dim=-1)
+    control_rows = _hopfield_rows(close, close + 0.2 * noise, betas, timed=False)
+    control = Control("correlated patterns (cosine ~0.98 to a shared direction)", "negative",
+                      judge_hopfield(control_rows), _hopfield_summary(control_rows))
     gaps = [r["gap"] for r in rows]
     converged = all(r["converged"] for r in rows)
-    one_step_enough = gaps[-1] < 1e-6
-    ok = converged and one_step_enough and gaps[0] > 1e-2
     record = Record(
         id="D7",
         kind="dynamics",
-        verdict="pass" if ok else "fail",
+        verdict=judge_hopfield(rows),
         metrics={
             "gap_smallest_beta": gaps[0],
             "gap_largest_beta": gaps[-1],
@@ -114,12 +153,14 @@ def hopfield(ctx: RunContext) -> Record:
             "queries": trials * n,
         },
         details={"rows": rows},
+        controls=[control],
         notes=f"all solves converged: {converged}; one update is within {gaps[-1]:.1e} of the fixed point at "
         f"beta={betas[-1]:g} (separated patterns: one step is the solve) but {gaps[0]:.2f} away at beta={betas[0]:g}, "
         f"where the fixed point averages ~{rows[0]['patterns_averaged_at_fixed_point']:.1f} patterns (median "
         f"1/sum p^2) and takes {rows[0]['evaluations']} evaluations; there one step retrieves "
         f"{100 * rows[0]['retrieved_step']:.0f}% of the queries and the fixed point "
-        f"{100 * rows[0]['retrieved_fixed']:.0f}%",
+        f"{100 * rows[0]['retrieved_fixed']:.0f}%; correlated patterns (control): one step is "
+        f"{control_rows[-1]['gap']:.1e} from the fixed point at beta={betas[-1]:g}",
     )
     if ctx.out_dir is not None:
         plt = pyplot()
@@ -138,12 +179,23 @@ def hopfield(ctx: RunContext) -> Record:
     return record
 
 
+GRADIENT_TOL = 1e-7  # backward and forward solves at 1e-10: the gradient error is ~1e-10, far below
+
+
+def judge_attention(converged: bool, grad_error: float) -> str:
+    """``pass`` iff the solves converged and the gradient's relative error is below ``GRADIENT_TOL``."""
+    return "pass" if converged and grad_error < GRADIENT_TOL else "fail"
+
+
 @register_claim(
     "D7",
     method="random attention block f(z,x) = LayerNorm(x + W_o attn(z)), d=32, 4 heads, 16 tokens, float64; one "
     "step f(x,x) vs the fixed point (tol 1e-10) with each solver; implicit vs unrolled and phantom gradients",
     command="simulate",
     name="d7-attention",
+    criterion=f"pass iff every solver converges (forward and adjoint) and the implicit gradients agree with "
+    f"backpropagation through the unrolled stack to {GRADIENT_TOL:g} (largest relative error over the inputs and "
+    "parameters); the phantom gradient (5 steps), judged by the same rule, must fail",
 )
 def attention(ctx: RunContext) -> Record:
     gen = generator(ctx.seed)
@@ -178,11 +230,15 @@ def attention(ctx: RunContext) -> Record:
     grad_error, phantom_error = error(grads), error(phantom_grads)
     seconds_step = _seconds(torch.no_grad()(lambda: block(x.detach(), x.detach())))
     converged = all(s["converged"] for s in solvers.values())
-    ok = converged and grad_error < 1e-7
+    # Negative control: the phantom gradient replaces (I - J)^{-1} by five damped steps, a wrong Jacobian inverse.
+    control = Control("phantom gradient, 5 steps (approximate inverse of I - J)", "negative",
+                      judge_attention(converged, phantom_error),
+                      {"grad_error": phantom_error, "tolerance": GRADIENT_TOL})
     record = Record(
         id="D7",
         kind="dynamics",
-        verdict="pass" if ok else "fail",
+        verdict=judge_attention(converged, grad_error),
+        controls=[control],
         metrics={
             "one_step_gap": _relative(step, z.detach()),
             "spectral_radius": rho,
@@ -227,6 +283,21 @@ def _stack(block: nn.Module, x: Tensor, depth: int, gen: torch.Generator) -> dic
             "evaluations": stats.forward.evaluations}
 
 
+STACK_TOL = 1e-9  # distance after the stack; rho ~0.35 over 60+ layers reaches round-off (~1e-15)
+
+
+def judge_stack(run: dict[str, object]) -> str:
+    r"""``pass`` iff the solver converged, $\rho < 1$, the fitted per-layer rate is at most $1.1\rho$ and the
+    last layer is within ``STACK_TOL`` (relative) of the fixed point; else ``fail``.
+
+    Near a fixed point with Jacobian spectral radius $\rho < 1$ the error shrinks asymptotically at rate $\rho$
+    for a generic start and faster when the start has little weight on the slowest direction, so the fitted rate
+    is bounded above by $\rho$; 10% covers the power-iteration estimate of $\rho$."""
+    ok = (run["converged"] and run["rho"] < 1 and run["rate"] <= 1.1 * run["rho"]
+          and run["distance"][-1] < STACK_TOL)
+    return "pass" if ok else "fail"
+
+
 @register_claim(
     "B7",
     statement=B7_STATEMENT,
@@ -234,6 +305,9 @@ def _stack(block: nn.Module, x: Tensor, depth: int, gen: torch.Generator) -> dic
     "with tied weights; distance of layer l to the Anderson fixed point vs rho^l, rho by power iteration",
     command="simulate",
     name="b7-implicit",
+    criterion=f"pass iff at gain 1 the solver converges, rho < 1, the stack's fitted per-layer rate is at most "
+    f"1.1 rho and its last layer is within {STACK_TOL:g} (relative) of the fixed point; the gain-4 block "
+    "(rho > 1), judged by the same rule, must fail",
 )
 def tied_weights(ctx: RunContext) -> Record:
     gen = generator(ctx.seed)
@@ -241,15 +315,16 @@ def tied_weights(ctx: RunContext) -> Record:
     x = torch.randn(batch, tokens, dim, generator=gen, dtype=torch.float64)
     runs = {gain: _stack(_random_block(gen, dim, 4, gain), x, depth, gen) for gain in (1.0, 4.0)}
     low, high = runs[1.0], runs[4.0]
-    # Near a fixed point with Jacobian spectral radius rho < 1 the error shrinks asymptotically at rate rho for a
-    # generic start and faster when the start has little weight on the slowest direction, so the fitted rate is
-    # bounded above by rho; 10% covers the power-iteration estimate of rho.
-    ok = (low["converged"] and low["rho"] < 1
-          and low["rate"] <= 1.1 * low["rho"] and low["distance"][-1] < 1e-9)
+    # Negative control: at gain 4 the Jacobian's spectral radius exceeds 1, the stack does not approach the
+    # (unstable) fixed point the solver finds, and the same rule must reject it.
+    control = Control("gain 4 (spectral radius above 1)", "negative", judge_stack(high),
+                      {"spectral_radius": high["rho"], "final_distance": high["distance"][-1],
+                       "solver_converged": float(high["converged"])})
     record = Record(
         id="B7",
         kind="dynamics",
-        verdict="pass" if ok else "fail",
+        verdict=judge_stack(low),
+        controls=[control],
         metrics={
             "spectral_radius_gain1": low["rho"],
             "fitted_rate_gain1": low["rate"],
