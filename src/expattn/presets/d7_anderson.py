@@ -16,6 +16,9 @@ the same residual). Verdict (the prediction of the Krylov reading, stated before
 ``supported`` iff every solve converges, Anderson never beats the Krylov bound (its evaluations are
 at least GMRES + 1 on every block) and its median saving over plain iteration is larger where plain
 iteration is slow ($\rho \ge 0.9$: about 80 evaluations or more) than on the contractive blocks.
+The negative control runs the same rule on the same contractive blocks plus blocks tuned to spectral
+radii above 1 at the fixed point Anderson finds; plain iteration cannot converge to that point (it repels
+the iterates), so it runs out of budget or lands on another fixed point. The rule must give ``not_supported``.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from expattn.checks.tools import generator
 from expattn.core.solvers import solve
 from expattn.nn.implicit import InjectedAttention, spectral_radius
 from expattn.results.plotting import pyplot, save_figure
-from expattn.results.record import Record
+from expattn.results.record import Control, Record
 
 TOL, SLOW_RADIUS, BUDGET = 1e-5, 0.9, 3000
 METHODS = {"fixed_point_iter": {}, "anderson": {"memory": 10}, "broyden": {}}
@@ -135,6 +138,45 @@ def _plot(rows: list[dict[str, float]], out_dir) -> list[str]:
     return save_figure(fig, out_dir, "d7_anderson.png")
 
 
+UNSTABLE_TARGETS = (1.1, 1.2)  # spectral radii of the negative control's blocks: plain iteration diverges
+
+
+def _unstable_row(batch: int, tokens: int, dim: int, target: float, gen: torch.Generator,
+                  tries: int = 4) -> dict[str, float]:
+    """``_row`` of a random block tuned to ``target`` > 1; a block whose tuning stays below 1 (its fixed point
+    is lost before the radius passes 1) is replaced by a new draw, at most ``tries`` draws."""
+    for _ in range(tries):
+        torch.manual_seed(int(torch.randint(0, 2**31, (1,), generator=gen)))
+        block = InjectedAttention(dim, heads=4).double()
+        x = torch.randn(batch, tokens, dim, generator=gen, dtype=torch.float64)
+        row = _row(block, x, target, gen)
+        if row["spectral_radius"] > 1:
+            break
+    return row
+
+
+def _median(key: str, subset: list[dict[str, float]]) -> float:
+    return float(np.median([r[key] for r in subset])) if subset else math.nan
+
+
+def split(rows: list[dict[str, float]]) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
+    """The blocks where plain iteration is slow (radius >= ``SLOW_RADIUS``, to the tuning's 0.005) and the rest."""
+    slow = [r for r in rows if r["spectral_radius"] >= SLOW_RADIUS - 0.005]
+    return slow, [r for r in rows if r not in slow]
+
+
+def judge(rows: list[dict[str, float]]) -> str:
+    """``supported`` iff plain iteration and Anderson converge on every block, Anderson never needs fewer
+    evaluations than GMRES + 1, there are at least two slow and two fast blocks, and the median plain/Anderson
+    ratio is larger on the slow blocks than on the fast ones; else ``not_supported``."""
+    slow, fast = split(rows)
+    converged = all(r["fixed_point_iter_converged"] and r["anderson_converged"] for r in rows)
+    within_bound = all(r["anderson"] >= r["gmres"] for r in rows)
+    ok = (converged and within_bound and len(slow) >= 2 and len(fast) >= 2
+          and _median("ratio", slow) > _median("ratio", fast))
+    return "supported" if ok else "not_supported"
+
+
 @register_claim(
     "D7",
     method="random attention blocks (InjectedAttention with layernorm, 4 heads, float64) whose gain is set by "
@@ -144,6 +186,10 @@ def _plot(rows: list[dict[str, float]], out_dir) -> list[str]:
     "for radius >= 0.9 than below",
     command="simulate",
     name="d7-anderson",
+    criterion="supported iff plain iteration and Anderson converge on every block, Anderson's evaluations are at "
+    "least GMRES + 1 on every block, there are at least two blocks with radius >= 0.9 and two below, and the median "
+    "plain/Anderson ratio is larger on the former; the contractive blocks plus blocks of radius 1.1 and 1.2, "
+    "judged by the same rule, must come out not_supported",
 )
 def anderson_vs_plain(ctx: RunContext) -> Record:
     gen = generator(ctx.seed)
@@ -158,31 +204,34 @@ def anderson_vs_plain(ctx: RunContext) -> Record:
             block = InjectedAttention(dim, heads=4).double()
             x = torch.randn(batch, tokens, dim, generator=gen, dtype=torch.float64)
             rows.append(_row(block, x, target, gen))
-    slow = [r for r in rows if r["spectral_radius"] >= SLOW_RADIUS - 0.005]
-    fast = [r for r in rows if r not in slow]
+    slow, fast = split(rows)
     converged = all(r["fixed_point_iter_converged"] and r["anderson_converged"] for r in rows)
-
-    def median(key: str, subset: list[dict[str, float]]) -> float:
-        return float(np.median([r[key] for r in subset])) if subset else math.nan
-
-    slow_ratio = median("ratio", slow)
+    slow_ratio = _median("ratio", slow)
     within_bound = all(r["anderson"] >= r["gmres"] for r in rows)
-    ok = converged and within_bound and len(slow) >= 2 and len(fast) >= 2 and slow_ratio > median("ratio", fast)
+    unstable = [_unstable_row(batch, tokens, dim, target, gen) for target in UNSTABLE_TARGETS]
+    control_rows = fast + unstable
+    control = Control(f"contractive blocks plus blocks of radius {' and '.join(map(str, UNSTABLE_TARGETS))}",
+                      "negative", judge(control_rows),
+                      {"smallest_added_radius": min(r["spectral_radius"] for r in unstable),
+                       "plain_converged_fraction_added": float(np.mean([r["fixed_point_iter_converged"]
+                                                                         for r in unstable])),
+                       "anderson_converged_fraction_added": float(np.mean([r["anderson_converged"]
+                                                                            for r in unstable]))})
     by_target = {
-        f"{t:g}": {"ratio": median("ratio", sub), "ratio_gmres": median("ratio_gmres", sub),
-                   "plain": median("fixed_point_iter", sub), "anderson": median("anderson", sub)}
+        f"{t:g}": {"ratio": _median("ratio", sub), "ratio_gmres": _median("ratio_gmres", sub),
+                   "plain": _median("fixed_point_iter", sub), "anderson": _median("anderson", sub)}
         for t in targets
         for sub in [[r for r in rows if r["target_radius"] == t]]
     }
     record = Record(  # a performance hypothesis about the solver, not an identity: supported or not
         id="D7",
         kind="dynamics",
-        verdict="supported" if ok else "not_supported",
+        verdict=judge(rows),
         metrics={
             "median_ratio_slow": slow_ratio,
-            "median_ratio_slow_gmres": median("ratio_gmres", slow),
-            "median_ratio_fast": median("ratio", fast),
-            "median_ratio_fast_gmres": median("ratio_gmres", fast),
+            "median_ratio_slow_gmres": _median("ratio_gmres", slow),
+            "median_ratio_fast": _median("ratio", fast),
+            "median_ratio_fast_gmres": _median("ratio_gmres", fast),
             "slow_blocks": len(slow),
             "blocks": len(rows),
             "all_converged": float(converged),
@@ -190,10 +239,11 @@ def anderson_vs_plain(ctx: RunContext) -> Record:
             "slow_radius": SLOW_RADIUS,
         },
         details={"rows": rows, "by_target_radius": by_target},
+        controls=[control],
         notes=f"median plain/Anderson evaluation ratio {slow_ratio:.1f} over the {len(slow)} blocks with spectral "
-        f"radius >= {SLOW_RADIUS} (GMRES bound {median('ratio_gmres', slow):.1f}); on the "
-        f"{len(fast)} more contractive blocks {median('ratio', fast):.1f} (GMRES bound "
-        f"{median('ratio_gmres', fast):.1f})"
+        f"radius >= {SLOW_RADIUS} (GMRES bound {_median('ratio_gmres', slow):.1f}); on the "
+        f"{len(fast)} more contractive blocks {_median('ratio', fast):.1f} (GMRES bound "
+        f"{_median('ratio_gmres', fast):.1f})"
         + ("" if converged else "; some solver did not converge within the budget"),
     )
     if ctx.out_dir is not None:
