@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from expattn.catalogue.registry import RunContext
+from expattn.presets import d2_hopfield
 from expattn.presets import d2_retrieval as d2
 
 
@@ -51,7 +52,7 @@ def test_theorem5_bound_holds_on_random_draws(gen):
 def test_fixed_point_iteration_decreases_energy(gen):
     x = torch.randn(12, 6, generator=gen, dtype=torch.float64)
     start = torch.randn(5, 6, generator=gen, dtype=torch.float64)
-    xi, energies, iterations, step = d2.iterate_to_fixed_point(start, x, 1.7)
+    xi, energies, iterations, step = d2_hopfield.iterate_to_fixed_point(start, x, 1.7)
     assert step < 1e-10 and iterations < 400
     # The returned state is a fixed point of the explicit update, to the solver tolerance.
     np.testing.assert_allclose(explicit_update(xi.numpy(), x.numpy(), 1.7), xi.numpy(), rtol=0, atol=1e-9)

@@ -36,8 +36,9 @@ ENTRIES = (
         "Retrieval with fixed stored patterns converges, often in one step for well-separated patterns, with a "
         "one-step error exponentially small in the separation",
         "seed 001 (appendix A); Ramsauer et al. 2020, Theorem 5",
-        modules=("src/expattn/nn/hopfield.py", "src/expattn/presets/d2_retrieval.py"),
-        tests=("tests/unit/test_d2_presets.py", "tests/unit/test_hopfield.py"),
+        modules=("src/expattn/nn/hopfield.py", "src/expattn/presets/d2_retrieval.py",
+                 "src/expattn/presets/d2_hopfield.py", "src/expattn/presets/d2_theorem3.py"),
+        tests=("tests/unit/test_d2_presets.py", "tests/unit/test_hopfield.py", "tests/unit/test_d_controls.py"),
         presets=("d2-one-step-error", "d2-capacity", "d2-metastable", "d2-fixed-vs-changing"),
     ),
     Entry(
@@ -111,7 +112,8 @@ ENTRIES = (
             "src/expattn/presets/d7_implicit.py",
             "src/expattn/presets/d7_anderson.py",
         ),
-        tests=("tests/unit/test_implicit.py", "tests/unit/test_solvers.py", "tests/unit/test_d7_presets.py"),
+        tests=("tests/unit/test_implicit.py", "tests/unit/test_solvers.py", "tests/unit/test_d7_presets.py",
+               "tests/unit/test_d_controls.py"),
         presets=("d7-attention", "d7-hopfield", "d7-anderson"),
     ),
 )

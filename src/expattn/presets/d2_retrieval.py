@@ -13,51 +13,39 @@ $$|f(\xi) - x_i| \le 2 (N - 1)\, M \exp\big(-\beta(\Delta_i - 2 \max\{|\xi - x_i
 The presets check the form with $|\xi - x_i|$ in place of the max, which is at least as strong and is
 what the proof gives for any $\xi$: $\xi^\top(x_i - x_j) \ge \Delta_i - 2M|\xi - x_i|$ bounds the softmax
 mass off pattern $i$ by $(N-1)e^{-\beta(\Delta_i - 2M|\xi - x_i|)}$, and $|f(\xi) - x_i| \le 2M$ times that mass.
+
+Each preset's rule is a ``judge_*`` function, run also on a negative control for which the claim is false:
+an update at half the beta of the bound, beta too small to retrieve, every pattern stored twice (no
+single-pattern fixed points), and near-uniform attention that retrieves nothing.
 """
 
 from __future__ import annotations
 
-import math
-from itertools import pairwise
-
 import numpy as np
 import torch
-from jaxtyping import Float
-from torch import Tensor
 
-from expattn.arguments import finite_number
 from expattn.catalogue.registry import RunContext, register_claim
 from expattn.checks.tools import generator
-from expattn.core.empirical import Empirical
+from expattn.presets.d2_hopfield import (
+    CONTROL_BETA,
+    QUERY_COSINE,
+    RETRIEVED,
+    SLOPE_BAND,
+    capacity_of,
+    fixed_and_self_traces,
+    fixed_point_sweep,
+    hopfield_update,
+    judge_capacity,
+    judge_fixed_vs_changing,
+    judge_metastable,
+    judge_one_step,
+    retrieval_curves,
+    separation,
+    unit_rows,
+)
+from expattn.presets.d2_theorem3 import published
 from expattn.results.plotting import pyplot, save_figure
-from expattn.results.record import Record
-
-
-def unit_rows(x: Tensor) -> Tensor:
-    """Rows scaled to unit Euclidean norm."""
-    return x / x.norm(dim=-1, keepdim=True)
-
-
-def hopfield_update(
-    xi: Float[Tensor, "*batch query dim"], patterns: Float[Tensor, "*batch pattern dim"], beta: float
-) -> Float[Tensor, "*batch query dim"]:
-    r"""$f(\xi) = X^\top \operatorname{softmax}(\beta X \xi)$.
-
-    Args: ``xi`` ``(*batch, query, dim)`` states, ``patterns`` ``(*batch, pattern, dim)``; returns ``xi``'s shape.
-    """
-    finite_number("beta", beta, above=0)
-    return Empirical(patterns).mean(beta * xi)
-
-
-def separation(
-    patterns: Float[Tensor, "*batch pattern dim"], queries: Float[Tensor, "*batch pattern dim"] | None = None
-) -> Float[Tensor, "*batch pattern"]:
-    r"""$\min_{j \ne i} q_i^\top (x_i - x_j)$ per pattern $i$, with $q_i = x_i$ (the $\Delta_i$ of Ramsauer et al.)."""
-    q = patterns if queries is None else queries
-    scores = q @ patterns.mT  # (*B, N, N)
-    own = scores.diagonal(dim1=-2, dim2=-1).unsqueeze(-1)
-    eye = torch.eye(patterns.shape[-2], dtype=torch.bool)
-    return (own - scores).masked_fill(eye, math.inf).amin(-1)
+from expattn.results.record import Control, Record
 
 
 @register_claim(
@@ -66,13 +54,16 @@ def separation(
     "8 radii; every error vs the Theorem 5 bound, and the slope of log error against beta * (query's gap)",
     command="simulate",
     name="d2-one-step-error",
+    criterion=f"pass iff no one-step error exceeds its Theorem 5 bound and the slope of log error against beta * "
+    f"(the query's gap) lies in {list(SLOPE_BAND)}; the same draws updated at beta / 2, judged by the same rule "
+    "against the bound at beta, must fail",
 )
 def one_step_error(ctx: RunContext) -> Record:
     gen = generator(ctx.seed)
     d, n, noise, trials = 32, 16, 0.05, 2 if ctx.quick else 8
     betas = (0.5, 1.0, 2.0, 4.0)
     radii = torch.linspace(0.5, 4.5, 5 if ctx.quick else 9, dtype=torch.float64)
-    rows = []
+    rows, draws = [], []
     for beta in betas:
         shape = (len(radii), trials, n, d)
         r = radii.view(-1, 1, 1, 1)
@@ -85,17 +76,22 @@ def one_step_error(ctx: RunContext) -> Record:
         bound = 2 * (n - 1) * m * torch.exp(-exponent)
         gap = beta * separation(x, xi)  # the query's own softmax gap
         rows.append((beta, err, bound, exponent, gap, m, delta))
+        draws.append((x, xi))
     errors = torch.stack([row[1] for row in rows])  # (beta, R, T, N)
     bounds = torch.stack([row[2] for row in rows])
-    violations = int((errors > bounds * (1 + 1e-9)).sum())
     gaps = torch.stack([row[4] for row in rows])
-    fit = (gaps > 2) & (errors > 0)  # beyond the first e-fold; exact zeros are underflow
-    slope, _ = np.polyfit(gaps[fit].numpy(), np.log(errors[fit].numpy()), 1)
-    ok = violations == 0 and -1.2 <= slope <= -0.8
+    verdict, violations, slope = judge_one_step(errors, bounds, gaps)
+    # Negative control: the same draws updated at beta / 2, judged against the bound and gap at beta.
+    halved = torch.stack([(hopfield_update(xi, x, beta / 2) - x).norm(dim=-1)
+                          for beta, (x, xi) in zip(betas, draws, strict=True)])
+    control_verdict, control_violations, control_slope = judge_one_step(halved, bounds, gaps)
+    control = Control("update at beta / 2 (exponent halved)", "negative", control_verdict,
+                      {"bound_violations": control_violations, "log_error_slope_vs_beta_gap": control_slope})
     record = Record(
         id="D2",
         kind="dynamics",
-        verdict="pass" if ok else "fail",
+        verdict=verdict,
+        controls=[control],
         metrics={
             "bound_violations": violations,
             "trials": errors.numel(),
@@ -142,50 +138,38 @@ def one_step_error(ctx: RunContext) -> Record:
     "to a pattern; retrieved if one update lands within 0.1 of it; >= 128 queries per point",
     command="simulate",
     name="d2-capacity",
+    criterion="pass iff the retrieved fraction never rises with N by more than 3 binomial standard errors, capacity "
+    "(largest N with >= 90% retrieved) at the largest beta is larger in d=64 than in d=32, capacity never falls as "
+    "beta grows, and >= 95% are retrieved at N=2 in d=64 at the largest beta; beta 64 times smaller, judged by the "
+    "same rule, must fail",
 )
 def capacity(ctx: RunContext) -> Record:
     gen = generator(ctx.seed)
-    cosine, tol, queries = 0.5, 0.1, 32 if ctx.quick else 128
+    queries = 32 if ctx.quick else 128
     sizes = [2**k for k in range(1, 11 if ctx.quick else 14)]
     betas, dims = (16.0, 32.0, 64.0, 128.0), (32, 64)
-    fraction = {}
-    for d in dims:
-        for n in sizes:
-            trials = math.ceil(queries / n)
-            x = unit_rows(torch.randn(trials, n, d, generator=gen, dtype=torch.float64))
-            q = min(n, queries)
-            target = x[:, :q]
-            u = torch.randn(trials, q, d, generator=gen, dtype=torch.float64)
-            u = unit_rows(u - (u * target).sum(-1, keepdim=True) * target)
-            xi = cosine * target + math.sqrt(1 - cosine**2) * u
-            for beta in betas:
-                err = (hopfield_update(xi, x, beta) - target).norm(dim=-1)
-                fraction[(d, beta, n)] = (err < tol).double().mean().item()
-    curves = {(d, b): [fraction[(d, b, n)] for n in sizes] for d in dims for b in betas}
-
-    def capacity_of(curve: list[float]) -> int:
-        kept = [n for n, f in zip(sizes, curve, strict=True) if f >= 0.9]
-        return max(kept) if kept else 0
-
-    caps = {f"capacity_d{d}_beta{b:g}": capacity_of(c) for (d, b), c in curves.items()}
-    # Monotone in N up to sampling noise: no rise above 3 binomial standard errors at 128 queries.
-    slack = 3 * math.sqrt(0.25 / queries)
-    monotone = all(max(np.diff(c), default=0.0) <= slack for c in curves.values())
-    best = max(betas)
-    grows_with_d = caps[f"capacity_d64_beta{best:g}"] > caps[f"capacity_d32_beta{best:g}"]
-    grows_with_beta = all(
-        capacity_of(curves[(d, b1)]) <= capacity_of(curves[(d, b2)]) for d in dims for b1, b2 in pairwise(betas)
-    )
-    one_step = curves[(dims[-1], best)][0] >= 0.95
-    ok = monotone and grows_with_d and grows_with_beta and one_step
+    curves = retrieval_curves(gen, sizes, betas, dims, queries)
+    verdict, flags = judge_capacity(curves, sizes, betas, dims, queries)
+    grows_with_beta, grows_with_d, monotone = flags["grows_with_beta"], flags["grows_with_d"], flags["monotone"]
+    caps = {f"capacity_d{d}_beta{b:g}": capacity_of(c, sizes) for (d, b), c in curves.items()}
+    # Negative control: beta 64 times smaller, too small for one update to retrieve from a cosine-0.5 query.
+    small = tuple(b / 64 for b in betas)
+    control_curves = retrieval_curves(gen, sizes, small, dims, queries)
+    control_verdict, control_flags = judge_capacity(control_curves, sizes, small, dims, queries)
+    control = Control(f"beta 64 times smaller ({', '.join(f'{b:g}' for b in small)})", "negative", control_verdict,
+                      {k: float(v) for k, v in control_flags.items()})
     record = Record(
         id="D2",
         kind="dynamics",
-        verdict="pass" if ok else "fail",
+        verdict=verdict,
         metrics={**caps, "monotone_in_N": float(monotone), "queries_per_point": queries},
-        details={"sizes": sizes, "fraction_retrieved": {f"d{d}_beta{b:g}": c for (d, b), c in curves.items()}},
-        notes=f"one update retrieves (within {tol}) from cosine-{cosine} queries until N ~ capacity; capacity grows "
-        f"with beta ({grows_with_beta}) and with d ({grows_with_d}); fraction falls with N ({monotone})",
+        details={"sizes": sizes, "fraction_retrieved": {f"d{d}_beta{b:g}": c for (d, b), c in curves.items()},
+                 "published": published(gen, ctx.quick)},
+        controls=[control],
+        notes=f"one update retrieves (within {RETRIEVED}) from cosine-{QUERY_COSINE} queries until N ~ capacity; "
+        f"capacity grows with beta ({grows_with_beta}) and with d ({grows_with_d}); fraction falls with N "
+        f"({monotone}); Ramsauer et al.'s Theorem 3 in its own setting (patterns on the sphere of radius "
+        "K sqrt(d-1)) is compared in details['published']",
     )
     if ctx.out_dir is not None:
         plt = pyplot()
@@ -195,34 +179,11 @@ def capacity(ctx: RunContext) -> Record:
             ax.plot(sizes, c, "-" if d == 32 else "--", marker="o", ms=3, color=colors[b], label=f"d={d}, beta={b:g}")
         ax.set_xscale("log", base=2)
         ax.set_xlabel("number of stored patterns N")
-        ax.set_ylabel(f"fraction retrieved after one update (error < {tol})")
+        ax.set_ylabel(f"fraction retrieved after one update (error < {RETRIEVED})")
         ax.set_title("storage capacity: solid d = 32, dashed d = 64")
         ax.legend(fontsize=7, ncol=2)
         record.plots = save_figure(fig, ctx.out_dir, "d2_capacity.png")
     return record
-
-
-def iterate_to_fixed_point(
-    xi: Float[Tensor, "query dim"],
-    patterns: Float[Tensor, "pattern dim"],
-    beta: float,
-    tol: float = 1e-10,
-    max_iter: int = 400,
-) -> tuple[Float[Tensor, "query dim"], Float[Tensor, "step query"], int, float]:
-    r"""Iterate $\xi \leftarrow f(\xi)$ until the largest step is below ``tol`` (at most ``max_iter`` times).
-
-    Returns the last state, the energies $E(\xi_t) = \frac12|\xi_t|^2 - \beta^{-1}\operatorname{lse}(\beta X\xi_t)$
-    before each update (claim D1: never increasing), the number of updates and the last step length.
-    """
-    energies, step = [], math.inf
-    for it in range(max_iter):  # noqa: B007 - the count is returned
-        energies.append(0.5 * (xi**2).sum(-1) - torch.logsumexp(beta * xi @ patterns.mT, -1) / beta)
-        new = hopfield_update(xi, patterns, beta)
-        step = (new - xi).norm(dim=-1).max().item()
-        xi = new
-        if step < tol:
-            break
-    return xi, torch.stack(energies), it + 1, step
 
 
 @register_claim(
@@ -231,6 +192,10 @@ def iterate_to_fixed_point(
     "point for beta from 0.1 to 1000; effective number of averaged patterns 1/sum p^2; energy never rises",
     command="simulate",
     name="d2-metastable",
+    criterion="pass iff the median number of averaged patterns (1/sum p^2 at the fixed point) exceeds 0.9 N at the "
+    "smallest beta, is below 1.1 at the largest, lies within 0.5-1.5 cluster sizes at some beta, never rises by more "
+    "than 0.05 N between betas, and every iteration converges without the energy rising; every pattern stored "
+    "twice, judged by the same rule, must fail",
 )
 def metastable(ctx: RunContext) -> Record:
     gen = generator(ctx.seed)
@@ -239,25 +204,24 @@ def metastable(ctx: RunContext) -> Record:
     centres = unit_rows(torch.randn(clusters, d, generator=gen, dtype=torch.float64))
     x = centres.repeat_interleave(size, 0) + 0.15 * unit_rows(torch.randn(n, d, generator=gen, dtype=torch.float64))
     betas = np.logspace(-1, 3, 5 if ctx.quick else 13)
-    median, low, high, worst_rise, worst_step = [], [], [], 0.0, 0.0
-    for beta in betas:
-        xi, energies, _, step = iterate_to_fixed_point(x.clone(), x, float(beta))
-        worst_rise = max(worst_rise, (energies[1:] - energies[:-1]).max().item() if len(energies) > 1 else 0.0)
-        worst_step = max(worst_step, step)
-        n_eff = 1.0 / (Empirical(x).probs(beta * xi) ** 2).sum(-1)
-        median.append(n_eff.median().item())
-        low.append(n_eff.min().item())
-        high.append(n_eff.max().item())
-    global_avg = median[0] > 0.9 * n
-    single = median[-1] < 1.1
-    plateau = any(0.5 * size <= m <= 1.5 * size for m in median)
-    descending = all(b <= a + 0.05 * n for a, b in pairwise(median))
-    converged = worst_step < 1e-8 and worst_rise <= 1e-12
-    ok = global_avg and single and plateau and descending and converged
+    sweep = fixed_point_sweep(x, betas)
+    median, low, high = sweep["n_eff_median"], sweep["n_eff_min"], sweep["n_eff_max"]
+    worst_rise, worst_step = sweep["max_energy_rise"], sweep["max_final_step"]
+    verdict, flags = judge_metastable(sweep, n, size)
+    plateau = flags["plateau"]
+    # Negative control: every other pattern stored twice (4 distinct per cluster), so no fixed point is a single
+    # pattern: at large beta the softmax splits between the two copies and 1/sum p^2 stays at 2.
+    doubled = x[::2].repeat_interleave(2, 0)
+    control_sweep = fixed_point_sweep(doubled, betas)
+    control_verdict, control_flags = judge_metastable(control_sweep, n, size)
+    control = Control("every pattern stored twice (identical pairs)", "negative", control_verdict,
+                      {"n_eff_largest_beta": control_sweep["n_eff_median"][-1],
+                       **{k: float(v) for k, v in control_flags.items()}})
     record = Record(
         id="D2",
         kind="dynamics",
-        verdict="pass" if ok else "fail",
+        verdict=verdict,
+        controls=[control],
         metrics={
             "n_eff_smallest_beta": median[0],
             "n_eff_largest_beta": median[-1],
@@ -296,31 +260,30 @@ def metastable(ctx: RunContext) -> Record:
     "patterns fixed (Hopfield retrieval) vs self-attention whose patterns are the moving states (no residual)",
     command="simulate",
     name="d2-fixed-vs-changing",
+    criterion="pass iff with the patterns fixed one update lands within 0.1 of every stored pattern and the "
+    "iteration settles (last step < 1e-10), while self-attention ends more than 1.0 from the patterns with a cloud "
+    f"smaller than at the start; beta = {CONTROL_BETA:g}, judged by the same rule, must fail",
 )
 def fixed_vs_changing(ctx: RunContext) -> Record:
     gen = generator(ctx.seed)
     d, n, beta, steps = 32, 16, 1.0, 30 if ctx.quick else 60
     x = 3.0 * unit_rows(torch.randn(n, d, generator=gen, dtype=torch.float64))
     start = x + 0.3 * unit_rows(torch.randn(n, d, generator=gen, dtype=torch.float64))
-    fixed, moving = start.clone(), start.clone()
-    trace = {"step_fixed": [], "step_self": [], "dist_fixed": [], "dist_self": [], "diameter_self": []}
-    for _ in range(steps):
-        new_fixed = hopfield_update(fixed, x, beta)  # stored patterns stay x
-        new_moving = hopfield_update(moving, moving, beta)  # the states are their own patterns
-        trace["step_fixed"].append((new_fixed - fixed).norm(dim=-1).max().item())
-        trace["step_self"].append((new_moving - moving).norm(dim=-1).max().item())
-        fixed, moving = new_fixed, new_moving
-        trace["dist_fixed"].append((fixed - x).norm(dim=-1).max().item())
-        trace["dist_self"].append((moving - x).norm(dim=-1).max().item())
-        trace["diameter_self"].append(torch.cdist(moving, moving).max().item())
+    trace = fixed_and_self_traces(x, start, beta, steps)
     one_step = trace["dist_fixed"][0]
     diameter0 = torch.cdist(start, start).max().item()
-    retrieves = one_step < 0.1 and trace["step_fixed"][-1] < 1e-10
-    drifts = trace["dist_self"][-1] > 1.0 and trace["diameter_self"][-1] < diameter0
+    verdict = judge_fixed_vs_changing(trace, diameter0)
+    # Negative control: at beta = 0.01 attention is near uniform, so the fixed patterns retrieve nothing.
+    control_trace = fixed_and_self_traces(x, start, CONTROL_BETA, steps)
+    control = Control(f"beta = {CONTROL_BETA:g} (near-uniform attention)", "negative",
+                      judge_fixed_vs_changing(control_trace, diameter0),
+                      {"fixed_one_step_distance": control_trace["dist_fixed"][0],
+                       "self_final_distance_to_patterns": control_trace["dist_self"][-1]})
     record = Record(
         id="D2",
         kind="dynamics",
-        verdict="pass" if retrieves and drifts else "fail",
+        verdict=verdict,
+        controls=[control],
         metrics={
             "fixed_one_step_distance": one_step,
             "fixed_final_step": trace["step_fixed"][-1],
