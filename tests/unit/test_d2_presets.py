@@ -82,7 +82,8 @@ def test_presets_without_out_dir_draw_nothing():
 
 def test_broken_update_fails_the_verdicts(monkeypatch):
     """The verdicts can fail: an update that ignores the patterns (returns the query) must be caught."""
-    monkeypatch.setattr(d2, "hopfield_update", lambda xi, patterns, beta: xi.clone())
+    for module in (d2, d2_hopfield):  # the presets and the sweeps they call
+        monkeypatch.setattr(module, "hopfield_update", lambda xi, patterns, beta: xi.clone())
     assert d2.one_step_error(RunContext(seed=0, quick=True)).verdict == "fail"
     assert d2.capacity(RunContext(seed=0, quick=True)).verdict == "fail"
     assert d2.fixed_vs_changing(RunContext(seed=0, quick=True)).verdict == "fail"
