@@ -9,22 +9,29 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
-from itertools import pairwise
 
 import numpy as np
 import torch
 
 from expattn.catalogue.registry import RunContext, register_claim
 from expattn.checks.tools import generator
-from expattn.dynamics.clouds import count_clusters, make_cloud
-from expattn.dynamics.metrics import gaussian_entropy, mean_distance_to_centroid, trace_cov
+from expattn.dynamics.clouds import make_cloud
 from expattn.dynamics.operators import AttentionConfig, AttentionUpdate, Compose
 from expattn.dynamics.run import run
 from expattn.nn.norms import NormConfig, build_norm
+from expattn.presets.b_rules import (
+    KINDS,
+    ROUNDING,
+    SYMMETRIC,
+    cluster_counts,
+    expansion_table,
+    judge_clusters,
+    judge_expansion,
+    judge_normalization,
+)
 from expattn.results.plotting import pyplot, save_figure
 from expattn.results.record import Control, Record
 
-ROUNDING = 1e-12  # relative float64 rounding allowance of a distance or a variance
 FLOOR = 1e-13  # a diameter this small relative to its start is a point in float64
 
 
@@ -127,11 +134,6 @@ def b2_collapse(ctx: RunContext) -> Record:
     return record
 
 
-def _summary(values: torch.Tensor) -> dict[str, float]:
-    q = torch.quantile(values, torch.tensor([0.025, 0.5, 0.975], dtype=values.dtype))
-    return {"mean": float(values.mean()), "q025": float(q[0]), "median": float(q[1]), "q975": float(q[2])}
-
-
 @register_claim(
     "B3",
     method="one residual self-attention step on 100 clouds of 64 tokens per setting, D in {2, 16}, "
@@ -142,32 +144,25 @@ def _summary(values: torch.Tensor) -> dict[str, float]:
 )
 @single_thread
 def b3_expansion(ctx: RunContext) -> Record:
+    r"""B3: $\operatorname{tr}\operatorname{Cov}(x + \nabla G(\beta x)) / \operatorname{tr}\operatorname{Cov}(x) > 1$
+    for centred radially symmetric clouds ``(batch, token, dim)``, judged by ``judge_expansion``.
+
+    Negative control: the same clouds and settings without the residual, $x \mapsto \nabla G(\beta x)$,
+    a convex combination that shrinks the cloud (ratio of order $\beta^2$ at small beta); the rule must fail.
+    """
     gen = generator(ctx.seed)
     batch, tokens = (10, 32) if ctx.quick else (100, 64)
-    dims, betas = (2, 16), (0.01, 0.1, 1.0, 10.0)
-    kinds = ("gaussian", "sphere", "anisotropic", "offcentre", "two_clusters")
-    table, min_ratio, weak = {}, math.inf, []
-    for kind in kinds:
-        for dim in dims:
-            for beta in betas:
-                x = make_cloud(kind, batch, tokens, dim, gen)
-                y = AttentionUpdate(AttentionConfig(beta=beta))(x)
-                ratio = trace_cov(y) / trace_cov(x)
-                dist = mean_distance_to_centroid(y) / mean_distance_to_centroid(x)
-                entropy = gaussian_entropy(y) - gaussian_entropy(x)
-                min_ratio = min(min_ratio, float(ratio.min()))
-                key = f"{kind}/D={dim}/beta={beta:g}"
-                table[key] = {"trace_ratio": _summary(ratio), "distance_ratio": _summary(dist),
-                              "entropy_gain": _summary(entropy)}
-                if float(dist.median()) < 1.01:
-                    weak.append(key)
-    symmetric = [v for k, v in table.items() if k.split("/")[0] in ("gaussian", "sphere")]
-    lower = min(v["trace_ratio"]["q025"] for v in symmetric)
-    ok = lower > 1 and min_ratio >= 1 - ROUNDING
+    dims, betas, kinds = (2, 16), (0.01, 0.1, 1.0, 10.0), KINDS
+    table, min_ratio, weak = expansion_table(gen, batch, tokens, residual=True)
+    verdict, lower = judge_expansion(table, min_ratio, SYMMETRIC)
+    plain, plain_min, _ = expansion_table(gen, batch, tokens, residual=False)
+    plain_verdict, plain_lower = judge_expansion(plain, plain_min, SYMMETRIC)
+    control = Control("without the residual (x -> attention(x))", "negative", plain_verdict,
+                      {"symmetric_lowest_q025_trace_ratio": plain_lower, "min_trace_ratio_any_cloud": plain_min})
     record = Record(
         id="B3",
         kind="dynamics",
-        verdict="pass" if ok else "fail",
+        verdict=verdict,
         metrics={
             "symmetric_lowest_q025_trace_ratio": lower,
             "min_trace_ratio_any_cloud": min_ratio,
@@ -175,6 +170,10 @@ def b3_expansion(ctx: RunContext) -> Record:
             "tokens": tokens,
         },
         details={"per_setting": table, "no_visible_expansion": weak},
+        criterion="pass iff over the gaussian and sphere clouds (every D and beta) the lowest 2.5% quantile of "
+        f"the trace-of-covariance ratio exceeds 1 and no cloud of any kind has a ratio below 1 - {ROUNDING:g}; "
+        "the step without the residual, judged by the same rule, must fail",
+        controls=[control],
         notes="Centred radially symmetric clouds expand in every setting (lowest 2.5% quantile of the "
         f"trace ratio {lower:.4f}). No cloud of any kind ever shrank in trace of covariance (min ratio "
         f"{min_ratio:.6f}): grad G is monotone, so the cross term sum_(s,t) (eta_s - eta_t).(g_s - g_t) >= 0. "
@@ -182,7 +181,8 @@ def b3_expansion(ctx: RunContext) -> Record:
         + (", ".join(weak) if weak else "no setting")
         + ". Two mechanisms: at tiny beta the step is eta + mean + beta Cov eta, an expansion of order beta; "
         "for off-centre clouds every token attends mostly to the same extreme tokens, so the step is close "
-        "to a common translation (ratio near 1; see the lower quantiles of offcentre at large beta).",
+        "to a common translation (ratio near 1; see the lower quantiles of offcentre at large beta). Without "
+        f"the residual the smallest trace ratio is {plain_min:.1e}.",
     )
     if ctx.out_dir is not None:
         plt = pyplot()
@@ -239,6 +239,13 @@ def settling(traj, operator, start_diameter: torch.Tensor) -> list[str]:
 )
 @single_thread
 def b4_normalization(ctx: RunContext) -> Record:
+    r"""B4: $\operatorname{spread}(N(A(x))) < \operatorname{spread}(A(x))$ for each normalization $N$ and
+    $\operatorname{tr}\operatorname{Cov}((N\circ A)^k(x))$ bounded, clouds ``(batch, token, dim)``, judged by
+    ``judge_normalization``.
+
+    Negative control: $N$ = identity (no normalization), run in the same loop; attention alone expands
+    without bound, so the rule must fail on its rows.
+    """
     gen = generator(ctx.seed)
     batch, tokens, dim, steps = (2, 32, 16, 40) if ctx.quick else (6, 64, 16, 150)
     names = ("identity", "layernorm", "rmsnorm", "sphere", "whitening")
@@ -268,17 +275,22 @@ def b4_normalization(ctx: RunContext) -> Record:
                 "steps": n_steps,
                 "settles_as": {e: ends.count(e) for e in sorted(set(ends))},
             }
-    bounded = all(
-        table[f"{n}/beta={b:g}"]["final_trace_cov_median"] <= 2 * dim for n in names[1:] for b in (0.1, 1.0)
-    )
-    ok = worst < 1 and bounded
+    rows = {n: [table[f"{n}/beta={b:g}"] for b in (0.1, 1.0)] for n in names}
+    verdict = judge_normalization([r for n in names[1:] for r in rows[n]], dim)
+    control = Control("no normalization (identity)", "negative", judge_normalization(rows["identity"], dim),
+                      {"max_contraction_factor": max(r["contraction_factor_max"] for r in rows["identity"]),
+                       "max_final_trace_cov_median": max(r["final_trace_cov_median"] for r in rows["identity"])})
     summary = "; ".join(f"{k}: {v['settles_as']}" for k, v in table.items() if not k.startswith("identity"))
     record = Record(
         id="B4",
         kind="dynamics",
-        verdict="pass" if ok else "fail",
+        verdict=verdict,
         metrics={"max_contraction_factor": worst, "clouds": batch, "tokens": tokens, "dim": dim, "steps": steps},
         details={"per_normalization": table},
+        criterion="pass iff for layernorm, rmsnorm, sphere and whitening at beta 0.1 and 1 every contraction "
+        f"factor spread(N(A(x))) / spread(A(x)) is below 1 and the median final trace of covariance of N o A is "
+        f"at most 2 D = {2 * dim}; the identity in place of N, judged by the same rule, must fail",
+        controls=[control],
         notes=f"Every normalization shrinks the expanded cloud (largest factor {worst:.3f}); without one the "
         f"trace of covariance grows {table['identity/beta=1']['trace_cov_growth_median']:.1e}-fold in "
         f"{table['identity/beta=1']['steps']} steps. Where N∘A settles: {summary}. 'point' is rank "
@@ -315,31 +327,31 @@ def b4_normalization(ctx: RunContext) -> Record:
 )
 @single_thread
 def sphere_clusters(ctx: RunContext) -> Record:
+    r"""sphere-clusters: $x_t \leftarrow P_{S^2}(x_t + 0.1\,\nabla G(\beta x_t))$ on ``(batch, token, 3)``; the
+    median number of clusters after the last step rises with beta, judged by ``judge_clusters``.
+
+    Negative control: the same iteration with the step's sign turned, $x_t - 0.1\,\nabla G(\beta x_t)$
+    (tokens repel), where no clusters form at any beta; the rule must fail.
+    """
     gen = generator(ctx.seed)
     batch, tokens, steps = (2, 32, 120) if ctx.quick else (4, 64, 400)
-    betas, dim, radius = (1.0, 4.0, 16.0, 64.0), 3, 0.01
-    sphere = build_norm("sphere", NormConfig(dim=dim))
-    counts, finals = {}, {}
-    every = max(1, steps // 40)
-    for beta in betas:
-        x = sphere(make_cloud("gaussian", batch, tokens, dim, gen))
-        operator = Compose(AttentionUpdate(AttentionConfig(beta=beta, step=0.1)), sphere)
-        history = []
-        with torch.no_grad():
-            for k in range(steps + 1):
-                if k % every == 0 or k == steps:
-                    history.append((k, count_clusters(x, radius)))
-                if k < steps:
-                    x = operator(x)
-        counts[beta], finals[beta] = history, x
+    betas = (1.0, 4.0, 16.0, 64.0)
+    counts, finals = cluster_counts(gen, betas, batch, tokens, steps)
     final = {b: float(np.median(h[-1][1])) for b, h in counts.items()}
     medians = [final[b] for b in betas]
-    ok = all(a <= b for a, b in pairwise(medians)) and medians[-1] > medians[0]
+    repelled, _ = cluster_counts(gen, betas, batch, tokens, steps, repel=True)
+    repelled_medians = [float(np.median(repelled[b][-1][1])) for b in betas]
+    control = Control("tokens repel (x - 0.1 attention(beta x))", "negative", judge_clusters(repelled_medians),
+                      {f"clusters_beta_{b:g}": m for b, m in zip(betas, repelled_medians, strict=True)})
     record = Record(
         id="B4",
         kind="dynamics",
-        verdict="pass" if ok else "fail",
+        verdict=judge_clusters(medians),
         metrics={f"clusters_beta_{b:g}": final[b] for b in betas} | {"tokens": tokens, "steps": steps},
+        criterion="pass iff the median number of clusters (connected groups closer than 0.01) after the last "
+        "step never decreases from beta = 1 to 4, 16, 64 and is strictly larger at 64 than at 1; the repelling "
+        "step, judged by the same rule, must fail",
+        controls=[control],
         details={"clusters_per_step": {f"beta={b:g}": [[k, c] for k, c in h] for b, h in counts.items()}},
         notes="Median number of clusters after "
         f"{steps} steps (time {0.1 * steps:g}): "
