@@ -75,13 +75,16 @@ def test_report_cards_show_the_criterion_and_each_control():
         assert "max_error = 0.44" in text.replace("\\_", "_")
 
 
-@pytest.mark.parametrize("name", ["b2-collapse", "b8-heads"])
-def test_simulate_presets_with_controls_reject_their_negative_controls(name):
-    from expattn.catalogue.registry import select
+SIMULATE = claims("simulate")
 
-    (claim,) = select("simulate", [name])
+
+@pytest.mark.parametrize("claim", SIMULATE, ids=[c.name for c in SIMULATE])
+def test_every_simulate_preset_states_its_criterion_and_its_controls_behave(claim):
+    """A preset without a stated rule, without a negative control, or whose controls misbehave fails here."""
     record = run_claim(claim, RunContext(seed=0, quick=True))
-    assert record.verdict in ("pass", "supported"), record.notes
-    assert record.criterion
+    assert record.criterion.split(" iff ")[0] in ("pass", "supported"), record.criterion
     negatives = [c for c in record.controls if c.kind == "negative"]
-    assert negatives and all(c.verdict in ("fail", "not_supported") for c in negatives), record.controls
+    assert negatives, f"{claim.name} has no negative control"
+    assert all(c.verdict in ("fail", "not_supported") for c in negatives), record.controls
+    assert all(c.behaved for c in record.controls), record.controls
+    assert "demoted" not in record.notes, record.notes

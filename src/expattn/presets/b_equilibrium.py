@@ -10,18 +10,32 @@ from __future__ import annotations
 import math
 
 import torch
+from scipy.stats import norm
 
 from expattn.catalogue.registry import RunContext, register_claim
 from expattn.checks.tools import generator
-from expattn.core.solvers import solve
 from expattn.dynamics.clouds import make_cloud
 from expattn.dynamics.metrics import covariance, mardia, sliced_wasserstein_gaussian
 from expattn.dynamics.operators import AttentionConfig, AttentionUpdate, Compose, FeedForward, FeedForwardConfig
 from expattn.dynamics.run import run
 from expattn.nn.norms import NormConfig, Whitening, build_norm, sym_power
 from expattn.presets.b_dynamics import single_thread
+from expattn.presets.b_rules import (
+    AFFINE_TOL,
+    DRIFT_TOL,
+    FIXED_TOL,
+    Z_COV,
+    Z_MEAN,
+    CyclicShift,
+    GaussianRedraw,
+    PrintedRN,
+    fixed_point_row,
+    judge_fixed_point,
+    judge_gaussianity,
+    judge_theorem1,
+)
 from expattn.results.plotting import pyplot, save_figure
-from expattn.results.record import Record
+from expattn.results.record import Control, Record
 
 ALPHA = 1e-3  # level of each Gaussianity test (Mardia skewness, kurtosis; SW z-score)
 Z_SW = 3.09  # one-sided normal quantile of ALPHA for the sliced Wasserstein z-score
@@ -34,7 +48,13 @@ def random_spd(dim: int, gen: torch.Generator) -> torch.Tensor:
 
 
 def is_gaussian(x: torch.Tensor, gen: torch.Generator, max_tokens: int = 5000) -> tuple[bool, dict[str, float]]:
-    """Mardia's two tests and the sliced Wasserstein z-score of one cloud ``(1, token, dim)``, each at ALPHA.
+    r"""Mardia's two tests, the sliced Wasserstein z-score and the coordinate kurtoses of one cloud
+    ``(1, token, dim)``, each at ALPHA.
+
+    The coordinate test reads the excess kurtosis $k_i$ of each coordinate, $z_i = k_i/\sqrt{24/T}$, and
+    rejects when $\max_i |z_i|$ exceeds the two-sided normal quantile of ALPHA / dim (Bonferroni). It sees
+    what the rotation-averaged tests dilute in D = 8: two clusters along one axis (kurtosis ~1.1 instead of 3)
+    move Mardia's kurtosis by about 2 of its 80.
 
     Clouds larger than ``max_tokens`` are tested on a random subset of that size (Mardia's skewness costs
     $O(T^2 D)$).
@@ -42,10 +62,24 @@ def is_gaussian(x: torch.Tensor, gen: torch.Generator, max_tokens: int = 5000) -
     if x.shape[-2] > max_tokens:
         x = x[:, torch.randperm(x.shape[-2], generator=gen)[:max_tokens]]
     m, sw = mardia(x), sliced_wasserstein_gaussian(x, gen, directions=16, null_draws=20)
-    stats = {"skewness_p": float(m["skewness_p"][0]), "kurtosis_p": float(m["kurtosis_p"][0]),
-             "sw_excess": float(sw["excess"][0]), "sw_z": float(sw["z"][0])}
-    ok = stats["skewness_p"] > ALPHA and stats["kurtosis_p"] > ALPHA and stats["sw_z"] < Z_SW
+    stats = {
+        "skewness_p": float(m["skewness_p"][0]),
+        "kurtosis_p": float(m["kurtosis_p"][0]),
+        "sw_excess": float(sw["excess"][0]),
+        "sw_z": float(sw["z"][0]),
+        "coordinate_kurtosis_z": _coordinate_kurtosis_z(x[0]),
+    }
+    coordinate_limit = float(norm.isf(ALPHA / (2 * x.shape[-1])))
+    ok = (stats["skewness_p"] > ALPHA and stats["kurtosis_p"] > ALPHA and stats["sw_z"] < Z_SW
+          and stats["coordinate_kurtosis_z"] < coordinate_limit)
     return ok, stats
+
+
+def _coordinate_kurtosis_z(x: torch.Tensor) -> float:
+    r"""$\max_i |k_i| / \sqrt{24/T}$ over the coordinates of ``x`` ``(T, D)``, $k_i$ the sample excess kurtosis."""
+    centred = x - x.mean(0)
+    excess = (centred**4).mean(0) / (centred**2).mean(0) ** 2 - 3
+    return float(excess.abs().max() / math.sqrt(24 / x.shape[0]))
 
 
 def _moment_z(x: torch.Tensor, mean: torch.Tensor, cov: torch.Tensor) -> tuple[float, float]:
@@ -70,9 +104,17 @@ def _moment_z(x: torch.Tensor, mean: torch.Tensor, cov: torch.Tensor) -> tuple[f
 )
 @single_thread
 def b5_theorem1(ctx: RunContext) -> Record:
+    r"""B5: $A(\eta) = \mu + (I + \Sigma)\eta$ on ``(1, n, D)`` samples $\eta \sim p_{eq}$, and
+    $\mathrm{RN}\circ A$ keeps $p_{eq}$ (moments within Monte Carlo error, Gaussian, no drift), judged by
+    ``judge_theorem1``.
+
+    Negative controls, each through the same rule: $A$ read as $\mu + \Sigma\eta$ (the residual dropped:
+    the affine error is of order one), and RN as printed (``PrintedRN``, the raw second moment in place of
+    the covariance) iterated in place of RN (the covariance misses $p_{eq}$'s by many standard errors).
+    """
     gen = generator(ctx.seed)
     n, iters, n_emp, emp_iters = (1000, 10, 300, 5) if ctx.quick else (20000, 100, 1000, 20)
-    table, affine_err, printed_z, curves, ok = {}, 0.0, 0.0, {}, True
+    table, affine_err, printed_z, curves, wrong_err, setups = {}, 0.0, 0.0, {}, 0.0, []
     for dim in (2, 8, 32):
         sigma, mu = random_spd(dim, gen), 0.5 * torch.randn(dim, generator=gen, dtype=torch.float64)
         eta0, lam0 = torch.linalg.solve(sigma, mu), torch.linalg.inv(sigma)
@@ -82,6 +124,9 @@ def b5_theorem1(ctx: RunContext) -> Record:
         moved = attention(start)
         affine = mu + start @ (torch.eye(dim, dtype=torch.float64) + sigma).T
         affine_err = max(affine_err, float((moved - affine).abs().max() / affine.abs().max()))
+        wrong = mu + start @ sigma.T
+        wrong_err = max(wrong_err, float((moved - wrong).abs().max() / wrong.abs().max()))
+        setups.append((start, attention, eta0, lam0))
         # As printed: RN scales by the raw second moment E[eta eta^T] instead of the covariance.
         centred = moved - moved.mean(-2, keepdim=True)
         raw = moved.mT @ moved / n
@@ -105,24 +150,71 @@ def b5_theorem1(ctx: RunContext) -> Record:
             x = emp_op(x)
         emp_gaussian, emp_stats = is_gaussian(x, gen)
         curves[dim] = (sw_curve, x if dim == 2 else None, traj.final if dim == 2 else None)
-        within = z_mean <= 4.0 and z_cov <= 4.5
-        ok = ok and within and gaussian and drift < 1e-9
         table[f"D={dim}"] = {
-            "start_mean_z": z0_mean, "start_cov_z": z0_cov, "final_mean_z": z_mean, "final_cov_z": z_cov,
-            "max_drift_after_first_iteration": drift, "final_gaussianity": stats, "final_is_gaussian": gaussian,
-            "cube_start_moved": cube_moved, "cube_final_is_gaussian": cube_gaussian, "cube_final": cube_stats,
-            "empirical_carrier_final_is_gaussian": emp_gaussian, "empirical_carrier_final": emp_stats,
+            "start_mean_z": z0_mean,
+            "start_cov_z": z0_cov,
+            "final_mean_z": z_mean,
+            "final_cov_z": z_cov,
+            "max_drift_after_first_iteration": drift,
+            "final_gaussianity": stats,
+            "final_is_gaussian": gaussian,
+            "cube_start_moved": cube_moved,
+            "cube_final_is_gaussian": cube_gaussian,
+            "cube_final": cube_stats,
+            "empirical_carrier_final_is_gaussian": emp_gaussian,
+            "empirical_carrier_final": emp_stats,
             "empirical_carrier_sw_excess": sw_curve,
         }
-    ok = ok and affine_err <= 1e-12
+    rows = list(table.values())
+    printed_rows = []
+    for start, attention, eta0, lam0 in setups:
+        traj = run(start, Compose(attention, PrintedRN(eta0, lam0)), iters, metrics=[], keep=[1])
+        z_mean, z_cov = _moment_z(traj.final, eta0, lam0)
+        drift = float((traj.final - traj.snapshots[1]).abs().max() / traj.snapshots[1].abs().max())
+        printed_rows.append(
+            {
+                "final_mean_z": z_mean,
+                "final_cov_z": z_cov,
+                "final_is_gaussian": is_gaussian(traj.final, gen)[0],
+                "max_drift_after_first_iteration": drift,
+            }
+        )
+    controls = [
+        Control(
+            "A read as mu + Sigma eta (residual dropped)",
+            "negative",
+            judge_theorem1(wrong_err, rows),
+            {"max_error": wrong_err, "tolerance": AFFINE_TOL},
+        ),
+        Control(
+            "RN as printed (raw second moment), iterated",
+            "negative",
+            judge_theorem1(affine_err, printed_rows),
+            {
+                "max_final_mean_z": max(r["final_mean_z"] for r in printed_rows),
+                "max_final_cov_z": max(r["final_cov_z"] for r in printed_rows),
+            },
+        ),
+    ]
     record = Record(
         id="B5",
         kind="identity+dynamics",
-        verdict="pass" if ok else "fail",
-        as_printed="pass" if printed_z <= 4.5 else "fail",
-        metrics={"max_error": affine_err, "tolerance": 1e-12, "samples": n, "iterations": iters,
-                 "as_printed_cov_z": printed_z,
-                 "max_final_cov_z": max(v["final_cov_z"] for v in table.values())},
+        verdict=judge_theorem1(affine_err, rows),
+        as_printed="pass" if printed_z <= Z_COV else "fail",
+        criterion=f"pass iff A matches mu + (I + Sigma) eta to relative {AFFINE_TOL:g} and in D = 2, 8, 32 the final "
+        f"sample mean and covariance lie within {Z_MEAN:g} and {Z_COV:g} Monte Carlo standard errors of p_eq's, "
+        f"Mardia's tests and the sliced-W2 z-score accept Gaussianity at level {ALPHA:g} and the cloud moves less "
+        f"than {DRIFT_TOL:g} after the first iteration; A read without the residual and RN as printed, judged by "
+        "the same rule, must fail",
+        controls=controls,
+        metrics={
+            "max_error": affine_err,
+            "tolerance": AFFINE_TOL,
+            "samples": n,
+            "iterations": iters,
+            "as_printed_cov_z": printed_z,
+            "max_final_cov_z": max(v["final_cov_z"] for v in table.values()),
+        },
         details={"per_dim": table},
         notes="A is the affine map mu + (I + Sigma) eta to rounding; after the first RN the sample mean and "
         "covariance equal p_eq's exactly (z-scores against Monte Carlo error are ~1e-10) and RN o A is then "
@@ -143,8 +235,13 @@ def b5_theorem1(ctx: RunContext) -> Record:
         for dim, (sw_curve, _, _) in curves.items():
             axes[0].plot(sw_curve, "o-", ms=3, label=f"empirical self-carrier, D = {dim}")
         for style, dim in zip(("--", ":", "-."), curves, strict=True):
-            axes[0].axhline(table[f"D={dim}"]["final_gaussianity"]["sw_excess"], ls=style, lw=1.2, color="gray",
-                            label=f"Gaussian carrier (Theorem 1), D = {dim}, after {iters}")
+            axes[0].axhline(
+                table[f"D={dim}"]["final_gaussianity"]["sw_excess"],
+                ls=style,
+                lw=1.2,
+                color="gray",
+                label=f"Gaussian carrier (Theorem 1), D = {dim}, after {iters}",
+            )
         axes[0].set_yscale("log")
         axes[0].set_xlabel("iteration of RN o A")
         axes[0].set_ylabel("sliced W2 to fitted Gaussian / Gaussian null")
@@ -160,6 +257,23 @@ def b5_theorem1(ctx: RunContext) -> Record:
     return record
 
 
+STARTS = ("gaussian", "cube", "lognormal", "two_clusters")  # B6's start clouds
+
+
+def _runs_to_gaussian(operator, rn, dim: int, n: int, iters: int, gen: torch.Generator) -> dict[str, tuple]:
+    """Per start kind: whether ``iters`` steps of ``operator`` from the whitened start ``(1, n, dim)`` end
+    Gaussian, the test statistics, and the sliced-W2 excess at every step."""
+    out = {}
+    for kind in STARTS:
+        x, excess = rn(make_cloud(kind, 1, n, dim, gen)), []
+        for k in range(iters + 1):
+            excess.append(float(sliced_wasserstein_gaussian(x, gen, directions=16, null_draws=8)["excess"][0]))
+            if k < iters:
+                x = operator(x)
+        out[kind] = (*is_gaussian(x, gen), excess)
+    return out
+
+
 @register_claim(
     "B6",
     method="600 samples in D = 2, 8; carriers: the cloud smoothed by N(0, I) kernels (self, A6) and a fixed "
@@ -170,44 +284,71 @@ def b5_theorem1(ctx: RunContext) -> Record:
 )
 @single_thread
 def b6_continuous_carrier(ctx: RunContext) -> Record:
+    r"""B6: does $\mathrm{RN}\circ A$, $A(x) = x + \nabla G(x)$ with a continuous carrier, drive whitened
+    non-Gaussian clouds ``(1, n, D)`` to a Gaussian? Judged by ``judge_gaussianity``.
+
+    Controls through the same runs and rule: whitening alone (no attention), which leaves a non-Gaussian
+    cloud non-Gaussian (negative: must be not_supported); and ``GaussianRedraw``, whose output is an i.i.d.
+    standard normal sample (positive: must be supported, i.e. the tests do not reject Gaussian ends; one step).
+    Quick mode keeps the 600 samples: at 200 the tests miss the two clusters in D = 8 after whitening alone.
+    """
     gen = generator(ctx.seed)
-    n, iters = (200, 6) if ctx.quick else (600, 25)
-    starts = ("gaussian", "cube", "lognormal", "two_clusters")
+    n, iters = (600, 6) if ctx.quick else (600, 25)
+    starts = STARTS
     table, curves, ends = {}, {}, []
     for dim in (2, 8):
         rn = Whitening(NormConfig(dim=dim))
         means = 2.0 * torch.randn(4, dim, generator=gen, dtype=torch.float64)
         carriers = {
             "kernel-smoothed cloud": AttentionUpdate(AttentionConfig(carrier="gaussian_mixture", bandwidth=1.0)),
-            "fixed 4-component mixture": AttentionUpdate(AttentionConfig(carrier="gaussian_mixture", bandwidth=1.0),
-                                                         atoms=means),
+            "fixed 4-component mixture": AttentionUpdate(
+                AttentionConfig(carrier="gaussian_mixture", bandwidth=1.0), atoms=means
+            ),
         }
         for carrier, attention in carriers.items():
-            operator = Compose(attention, rn)
-            for kind in starts:
-                x, excess = rn(make_cloud(kind, 1, n, dim, gen)), []
-                for k in range(iters + 1):
-                    excess.append(float(sliced_wasserstein_gaussian(x, gen, directions=16, null_draws=8)["excess"][0]))
-                    if k < iters:
-                        x = operator(x)
-                gaussian, stats = is_gaussian(x, gen)
+            for kind, (gaussian, stats, excess) in _runs_to_gaussian(
+                Compose(attention, rn), rn, dim, n, iters, gen
+            ).items():
                 ends.append((kind, gaussian))
                 curves[(dim, carrier, kind)] = excess
-                table[f"D={dim}/{carrier}/{kind}"] = {"final_is_gaussian": gaussian, "final": stats,
-                                                      "sw_excess_start": excess[0], "sw_excess_end": excess[-1]}
-    non_gaussian_starts = [g for kind, g in ends if kind != "gaussian"]
-    if all(non_gaussian_starts):
-        verdict = "supported"
-    elif not any(g for _, g in ends):
-        verdict = "not_supported"
-    else:
-        verdict = "inconclusive"
+                table[f"D={dim}/{carrier}/{kind}"] = {
+                    "final_is_gaussian": gaussian,
+                    "final": stats,
+                    "sw_excess_start": excess[0],
+                    "sw_excess_end": excess[-1],
+                }
+    controls = []
+    for name, kind, make, steps in (
+        ("whitening alone (no attention)", "negative", lambda rn: rn, iters),
+        ("fresh N(0, I) draw (Gaussian by construction)", "positive", lambda rn: GaussianRedraw(gen), 1),
+    ):
+        runs = [
+            (d, k, g)
+            for d in (2, 8)
+            for k, (g, _, _) in _runs_to_gaussian(
+                make(Whitening(NormConfig(dim=d))), Whitening(NormConfig(dim=d)), d, n, steps, gen
+            ).items()
+        ]
+        controls.append(
+            Control(
+                name,
+                kind,
+                judge_gaussianity([(k, g) for _, k, g in runs]),
+                {f"D={d}/{k}_ends_gaussian": float(g) for d, k, g in runs},
+            )
+        )
+    verdict = judge_gaussianity(ends)
     reached = sum(g for _, g in ends)
     record = Record(
         id="B6",
         kind="dynamics",
         verdict=verdict,
         metrics={"runs": len(ends), "runs_ending_gaussian": reached, "samples": n, "iterations": iters},
+        criterion="supported iff every run from a non-Gaussian start (cube, lognormal, two clusters; both "
+        f"carriers, D = 2 and 8) ends accepted by Mardia's skewness and kurtosis tests and the sliced-W2 z-score, "
+        f"each at level {ALPHA:g}; not_supported iff none does; else inconclusive. Whitening alone must come out "
+        "not_supported and a fresh N(0, I) draw supported under the same rule",
+        controls=controls,
         details={"per_run": table},
         notes=f"{reached} of {len(ends)} runs end Gaussian (Mardia skewness and kurtosis and the sliced-W2 z-score, "
         f"each at level {ALPHA:g}). Even Gaussian starts leave Gaussianity: the non-linear (softmax) part of "
@@ -254,48 +395,57 @@ def tied_block(dim: int, gain: float, gen: torch.Generator, seed: int) -> Compos
 )
 @single_thread
 def b7_tied_block(ctx: RunContext) -> Record:
+    r"""B7: a tied-weight post-LN block $f$ on ``(batch, tokens, D)`` has a fixed point $x^* = f(x^*)$ that plain
+    iteration and Broyden's method both find, for some weight gain; judged by ``judge_fixed_point``.
+
+    Negative control through the same rule: $\mathrm{LN}\circ$``CyclicShift``, which has no fixed point (a fixed
+    point would be constant across channels, which LayerNorm maps to zero), iterated and solved the same way.
+    """
     gen = generator(ctx.seed)
     batch, tokens, dim, iters = (2, 16, 8, 300) if ctx.quick else (4, 32, 16, 300)
     table, curves = {}, {}
     for i, gain in enumerate((0.1, 0.25, 0.5, 1.0, 2.0, 4.0)):
         block = tied_block(dim, gain, gen, seed=ctx.seed + i)
         x = torch.randn(batch, tokens, dim, generator=gen, dtype=torch.float64)
-        traj = run(x, block, iters, metrics=["trace_cov"])
-        with torch.no_grad():
-            z, stats = solve(block, x, method="broyden", tol=1e-10, max_iter=100)
-        scale = traj.final.flatten(1).norm(dim=-1).min()
-        distance = float((z - traj.final).flatten(1).norm(dim=-1).max() / scale)
-        reached = int((traj.step_change[-1] < 1e-8).sum())
-        curves[gain] = traj.step_change.amax(-1)
-        table[f"gain={gain:g}"] = {
-            "iteration_reached_fixed_point": reached,
-            "clouds": batch,
-            "final_step_change_max": float(traj.step_change[-1].max()),
-            "broyden_converged": stats.converged,
-            "broyden_residual": stats.residual,
-            "broyden_iterations": stats.iterations,
-            "distance_iteration_vs_broyden": distance,
-            "final_token_spread": float(traj.metrics["trace_cov"][-1].max()),
-        }
-    agree = [k for k, v in table.items() if v["iteration_reached_fixed_point"] == batch
-             and v["broyden_residual"] < 1e-6 and v["distance_iteration_vs_broyden"] < 1e-6]
+        row = fixed_point_row(block, x, iters)
+        curves[gain] = row.pop("step_change")
+        table[f"gain={gain:g}"] = row
+    verdict, agree = judge_fixed_point([{"name": k, **v} for k, v in table.items()], batch)
+    shift = Compose(CyclicShift(), build_norm("layernorm", NormConfig(dim=dim)))
+    x = torch.randn(batch, tokens, dim, generator=gen, dtype=torch.float64)
+    control_row = fixed_point_row(shift, x, iters)
+    control_verdict, _ = judge_fixed_point([{"name": "cyclic shift", **control_row}], batch)
     collapsed = all(v["final_token_spread"] < 1e-20 for v in table.values())
     never = [k for k, v in table.items() if v["iteration_reached_fixed_point"] == 0]
     mixed = [k for k in table if k not in agree and k not in never]
     record = Record(
         id="B7",
         kind="dynamics",
-        verdict="pass" if agree else "fail",
+        verdict=verdict,
+        criterion=f"pass iff at some weight gain plain iteration settles (step change < 1e-8) in every cloud and "
+        f"Broyden's residual and its relative distance from the iterate are below {FIXED_TOL:g}; LayerNorm after a "
+        "cyclic shift of the channels (no fixed point), judged by the same rule, must fail",
+        controls=[
+            Control(
+                "LayerNorm o cyclic channel shift (no fixed point)",
+                "negative",
+                control_verdict,
+                {k: float(v) for k, v in control_row.items() if k != "step_change"},
+            )
+        ],
         metrics={"gains_with_fixed_point": len(agree), "gains": len(table), "iterations": iters, "tokens": tokens},
         details={"per_gain": table},
         notes=f"Fixed point reached by iteration and found directly by Broyden (residual and distance < 1e-6) at "
         f"{', '.join(agree) or 'no gain'}; not reached within {iters} iterations at "
         f"{', '.join(never) or 'no gain'}"
         + (f"; mixed (some clouds only, or Broyden elsewhere) at {', '.join(mixed)}. " if mixed else ". ")
-        + ("At every gain the tokens first collapse to one common vector (final_token_spread below 1e-20: rank "
-           "collapse), after which the block acts on that single vector; whether the iteration then settles "
-           "depends on the weights, not monotonically on their size." if collapsed else
-           "Token spread at the end is listed per gain."),
+        + (
+            "At every gain the tokens first collapse to one common vector (final_token_spread below 1e-20: rank "
+            "collapse), after which the block acts on that single vector; whether the iteration then settles "
+            "depends on the weights, not monotonically on their size."
+            if collapsed
+            else "Token spread at the end is listed per gain."
+        ),
     )
     if ctx.out_dir is not None:
         plt = pyplot()

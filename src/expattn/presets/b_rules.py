@@ -9,8 +9,8 @@ whose input makes it true). The control operators:
   (tokens move away from those they attend to), so no clusters form (sphere-clusters);
 - ``CyclicShift``: $x_{t,i} \mapsto x_{t,i+1 \bmod D}$; after LayerNorm it has no fixed point, since a
   fixed point would be a constant vector, which LayerNorm maps to zero (B7);
-- ``PairMixing``: $x_t \mapsto (x_t + x_{\pi(t)})/\sqrt2$ with a fresh random permutation $\pi$ each call:
-  iterated, every token is a sum of many others, Gaussian by the central limit theorem (B6, positive);
+- ``GaussianRedraw``: $x \mapsto z$, $z_t \sim \mathcal N(0, I)$ i.i.d.: ends Gaussian by construction, so it
+  checks that B6's Gaussianity tests accept Gaussian clouds at their level (B6, positive);
 - ``PrintedRN``: Theorem 1's RN as printed, $\eta_0 + (\eta - \bar\eta)\,(\Lambda_0^{1/2}\bar S^{-1/2})^\top$
   with the raw second moment $\bar S = \mathbb E[\eta\eta^\top]$ in place of the covariance (B5).
 """
@@ -23,9 +23,11 @@ from itertools import pairwise
 import torch
 from torch import Tensor, nn
 
+from expattn.core.solvers import solve
 from expattn.dynamics.clouds import count_clusters, make_cloud
 from expattn.dynamics.metrics import gaussian_entropy, mean_distance_to_centroid, trace_cov
 from expattn.dynamics.operators import AttentionConfig, AttentionUpdate, Compose
+from expattn.dynamics.run import run
 from expattn.nn.norms import NormConfig, build_norm, sym_power
 
 ROUNDING = 1e-12  # relative float64 rounding allowance of a distance or a variance
@@ -66,8 +68,13 @@ def judge_theorem1(affine_error: float, rows: list[dict]) -> str:
     """B5: ``pass`` iff A is the affine map to ``AFFINE_TOL`` and in every dimension the final cloud's mean
     and covariance are within ``Z_MEAN``/``Z_COV`` Monte Carlo standard errors of p_eq's, it passes the
     Gaussianity tests, and it moved less than ``DRIFT_TOL`` after the first iteration."""
-    ok = all(r["final_mean_z"] <= Z_MEAN and r["final_cov_z"] <= Z_COV and r["final_is_gaussian"]
-             and r["max_drift_after_first_iteration"] < DRIFT_TOL for r in rows)
+    ok = all(
+        r["final_mean_z"] <= Z_MEAN
+        and r["final_cov_z"] <= Z_COV
+        and r["final_is_gaussian"]
+        and r["max_drift_after_first_iteration"] < DRIFT_TOL
+        for r in rows
+    )
     return "pass" if ok and affine_error <= AFFINE_TOL else "fail"
 
 
@@ -86,8 +93,13 @@ def judge_fixed_point(rows: list[dict], clouds: int) -> tuple[str, list[str]]:
 
     Returns the verdict and the names of the rows that agree.
     """
-    agree = [r["name"] for r in rows if r["iteration_reached_fixed_point"] == clouds
-             and r["broyden_residual"] < FIXED_TOL and r["distance_iteration_vs_broyden"] < FIXED_TOL]
+    agree = [
+        r["name"]
+        for r in rows
+        if r["iteration_reached_fixed_point"] == clouds
+        and r["broyden_residual"] < FIXED_TOL
+        and r["distance_iteration_vs_broyden"] < FIXED_TOL
+    ]
     return ("pass" if agree else "fail"), agree
 
 
@@ -109,16 +121,15 @@ class CyclicShift(nn.Module):
         return x.roll(-1, dims=-1)
 
 
-class PairMixing(nn.Module):
-    r"""$x_t \mapsto (x_t + x_{\pi(t)})/\sqrt2$, $\pi$ a random permutation of the tokens drawn from ``gen``."""
+class GaussianRedraw(nn.Module):
+    r"""$x \mapsto z$, $z \sim \mathcal N(0, I)$ of the shape of ``x``, drawn from ``gen`` (float64)."""
 
     def __init__(self, gen: torch.Generator) -> None:
         super().__init__()
         self.gen = gen
 
     def forward(self, x: Tensor) -> Tensor:
-        perm = torch.randperm(x.shape[-2], generator=self.gen)
-        return (x + x[..., perm, :]) / math.sqrt(2)
+        return torch.randn(x.shape, generator=self.gen, dtype=x.dtype)
 
 
 class PrintedRN(nn.Module):
@@ -155,15 +166,19 @@ def expansion_table(gen: torch.Generator, batch: int, tokens: int, residual: boo
                 entropy = gaussian_entropy(y) - gaussian_entropy(x)
                 min_ratio = min(min_ratio, float(ratio.min()))
                 key = f"{kind}/D={dim}/beta={beta:g}"
-                table[key] = {"trace_ratio": _summary(ratio), "distance_ratio": _summary(dist),
-                              "entropy_gain": _summary(entropy)}
+                table[key] = {
+                    "trace_ratio": _summary(ratio),
+                    "distance_ratio": _summary(dist),
+                    "entropy_gain": _summary(entropy),
+                }
                 if float(dist.median()) < 1.01:
                     weak.append(key)
     return table, min_ratio, weak
 
 
-def cluster_counts(gen: torch.Generator, betas: tuple[float, ...], batch: int, tokens: int, steps: int,
-                    repel: bool = False) -> tuple[dict, dict]:
+def cluster_counts(
+    gen: torch.Generator, betas: tuple[float, ...], batch: int, tokens: int, steps: int, repel: bool = False
+) -> tuple[dict, dict]:
     """Iterate sphere o attention (step 0.1; with its sign turned if ``repel``) from uniform clouds on the
     sphere in D = 3: per beta the (step, clusters per cloud) history and the final clouds."""
     dim, radius, every = 3, 0.01, max(1, steps // 40)
@@ -182,3 +197,24 @@ def cluster_counts(gen: torch.Generator, betas: tuple[float, ...], batch: int, t
                     x = operator(x)
         counts[beta], finals[beta] = history, x
     return counts, finals
+
+
+def fixed_point_row(block: nn.Module, x: torch.Tensor, iters: int) -> dict:
+    """``iters`` plain iterations of ``block`` from ``x`` ``(batch, tokens, D)`` and Broyden's method from the same
+    start: how many clouds settled (step change < 1e-8), Broyden's residual, the relative distance between the two
+    end points, the final token spread, and the per-step worst change ``(iters,)`` under ``step_change``."""
+    traj = run(x, block, iters, metrics=["trace_cov"])
+    with torch.no_grad():
+        z, stats = solve(block, x, method="broyden", tol=1e-10, max_iter=100)
+    scale = traj.final.flatten(1).norm(dim=-1).min()
+    return {
+        "iteration_reached_fixed_point": int((traj.step_change[-1] < 1e-8).sum()),
+        "clouds": x.shape[0],
+        "final_step_change_max": float(traj.step_change[-1].max()),
+        "broyden_converged": stats.converged,
+        "broyden_residual": stats.residual,
+        "broyden_iterations": stats.iterations,
+        "distance_iteration_vs_broyden": float((z - traj.final).flatten(1).norm(dim=-1).max() / scale),
+        "final_token_spread": float(traj.metrics["trace_cov"][-1].max()),
+        "step_change": traj.step_change.amax(-1),
+    }
