@@ -2,8 +2,10 @@
 
 An estimator follows the scikit-learn habit: configured in the constructor from a
 ``ProbeContext``, fed block by block with ``update(i, tensors, batch)`` while the model runs,
-combined across processes with ``merge(other)``, optionally completed by ``finish()`` and turned
-into a ``Record`` by ``result(out_dir)``.
+combined across processes with ``merge(other)`` and turned into a ``Record`` by ``result(out_dir)``,
+which composes three steps each estimator defines: ``measure()`` (the numbers, no rule),
+``judge(measured)`` (the stated rule applied to them and to the controls) and
+``draw(measured, out_dir)`` (the figure, from the same numbers).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from torch import Tensor, nn
 from expattn.probes.adapters import Adapter
 from expattn.probes.attention import AttnWeights
 from expattn.results.plotting import plain_label, pyplot, save_figure
+from expattn.results.record import Control, Record
 
 
 @dataclass(frozen=True)
@@ -72,16 +75,80 @@ class ProbeContext:
         return "".join(c if c.isalnum() or c in "-_" else "-" for c in base) or "model"
 
 
+@dataclass
+class Measured:
+    """What an estimator measured, before any rule is applied.
+
+    Attributes:
+        arrays: the per-layer estimates and intervals the rule and the figure read (numpy arrays).
+        metrics: the record's rule-free numbers (medians, counts of units), in display order.
+        details: the record's per-layer series.
+    """
+
+    arrays: dict[str, np.ndarray]
+    metrics: dict
+    details: dict
+
+
+@dataclass
+class Judgement:
+    """The stated rule applied to a ``Measured``: the verdict, the controls run through the same rule,
+    the rule's own counts (shown before the measurement's metrics) and details, and the record's note."""
+
+    verdict: str
+    controls: list[Control]
+    notes: str
+    metrics: dict = field(default_factory=dict)
+    details: dict = field(default_factory=dict)
+
+
 class Estimator:
     """Base of the hypothesis estimators: pickles without the context (model and weights), so
-    fitted statistics travel between processes cheaply; ``merge`` only reads fitted attributes."""
+    fitted statistics travel between processes cheaply; ``merge`` only reads fitted attributes.
+
+    Subclasses set ``claim``, ``kind``, ``criterion`` (the rule, stated before the data) and ``method``, and
+    define ``measure``, ``judge`` and ``draw``.
+    """
 
     ctx: ProbeContext
+    claim: str
+    kind: str = "empirical"
+    criterion: str
+    method: str
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state.pop("ctx", None)
         return state
+
+    def measure(self) -> Measured:
+        """The numbers: estimates, intervals and series over layers (no verdict)."""
+        raise NotImplementedError
+
+    def judge(self, measured: Measured) -> Judgement:
+        """The verdict of ``criterion`` on ``measured``, and the controls through the same rule."""
+        raise NotImplementedError
+
+    def draw(self, measured: Measured, out_dir: Path | None) -> list[str]:
+        """The figure of ``measured`` saved under ``out_dir`` (``[]`` without one)."""
+        raise NotImplementedError
+
+    def result(self, out_dir: Path | None) -> Record:
+        """``measure``, then ``judge`` and ``draw`` on its numbers, as one ``Record``."""
+        measured = self.measure()
+        judged = self.judge(measured)
+        return Record(
+            id=self.claim,
+            kind=self.kind,
+            verdict=judged.verdict,
+            metrics={**judged.metrics, **measured.metrics},
+            method=self.method,
+            notes=judged.notes,
+            criterion=self.criterion,
+            controls=judged.controls,
+            details={**measured.details, **judged.details},
+            plots=self.draw(measured, out_dir),
+        )
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,8 @@ from expattn.probes.common import (
     VARIANTS,
     Batch,
     Estimator,
+    Judgement,
+    Measured,
     ProbeContext,
     as_list,
     band,
@@ -45,7 +47,7 @@ from expattn.probes.common import (
 )
 from expattn.probes.readings import GROW, SHRINK, growth_verdict, readings, scaled
 from expattn.probes.stats import BootstrapMeans
-from expattn.results.record import Control, Record
+from expattn.results.record import Control
 
 CRITERION = (
     "raw spread ratio attn.residual/input without first/special and massive tokens: supported iff in most "
@@ -63,6 +65,8 @@ class E1Expansion(Estimator):
     """Streaming E1 estimator (see module docstring). Fitted: ``stats_`` (BootstrapMeans)."""
 
     claim = "E1"
+    criterion = CRITERION
+    method = "spread(attn.residual)/spread(input) per layer, Poisson bootstrap over sequences, shuffled-update null"
 
     def __init__(self, ctx: ProbeContext):
         self.ctx = ctx
@@ -103,7 +107,7 @@ class E1Expansion(Estimator):
             out.append(torch.stack([raw, free, s_null / sb, raw - s_null / sb], dim=-1))
         return torch.stack(out, dim=-2)
 
-    def result(self, out_dir: Path | None) -> Record:
+    def measure(self) -> Measured:
         est_all, lo_all, hi_all = (t.numpy() for t in self.stats_.interval(self._ratios))
         est, lo, hi = est_all[..., 0, :], lo_all[..., 0, :], hi_all[..., 0, :]
         details: dict = {"tensors": {"before": "layers.i.input", "after": "layers.i.attn.residual"}}
@@ -115,25 +119,7 @@ class E1Expansion(Estimator):
                     "high": as_list(hi[:, v, k]),
                 }
         v = VARIANTS.index("excl")
-        expands = (lo[:, v, 0] > 1) & (lo[:, v, 3] > 0)
-        contracts = hi[:, v, 0] < 1
-        verdict = growth_verdict(lo[:, v, 0], hi[:, v, 0], lo[:, v, 3])
-        scale_free = growth_verdict(lo[:, v, 1], hi[:, v, 1])
-        details["verdicts"] = {"raw": verdict, "scale_free": scale_free}
-        controls = []
-        for c, (name, kind) in enumerate((("shrinking update", "negative"), ("growing update", "positive")), start=1):
-            lo_c, hi_c = lo_all[:, v, c], hi_all[:, v, c]
-            controls.append(Control(
-                f"{name}: attention update replaced by ({(SHRINK, GROW)[c - 1]:g} - 1)(h - mean h)", kind,
-                growth_verdict(lo_c[:, 0], hi_c[:, 0], lo_c[:, 3]),
-                {"median_raw_ratio": float(np.median(est_all[:, v, c, 0])),
-                 "median_scale_free_ratio": float(np.median(est_all[:, v, c, 1]))},
-            ))
         metrics = {
-            "layers_expanding": int(expands.sum()),
-            "layers_contracting": int(contracts.sum()),
-            "layers_expanding_scale_free": int((lo[:, v, 1] > 1).sum()),
-            "layers_contracting_scale_free": int((hi[:, v, 1] < 1).sum()),
             "layers": self.ctx.layers,
             "median_raw_ratio_excl": float(np.median(est[:, v, 0])),
             "median_raw_ratio_all": float(np.median(est[:, 0, 0])),
@@ -141,28 +127,44 @@ class E1Expansion(Estimator):
             "median_null_ratio_excl": float(np.median(est[:, v, 2])),
             "sequences": self.stats_.n_,
         }
+        arrays = {"est_all": est_all, "lo_all": lo_all, "hi_all": hi_all, "est": est, "lo": lo, "hi": hi}
+        return Measured(arrays, metrics, details)
+
+    def judge(self, measured: Measured) -> Judgement:
+        a = measured.arrays
+        lo, hi, v = a["lo"], a["hi"], VARIANTS.index("excl")
+        verdict = growth_verdict(lo[:, v, 0], hi[:, v, 0], lo[:, v, 3])
+        scale_free = growth_verdict(lo[:, v, 1], hi[:, v, 1])
+        controls = []
+        for c, (name, kind) in enumerate((("shrinking update", "negative"), ("growing update", "positive")), start=1):
+            lo_c, hi_c = a["lo_all"][:, v, c], a["hi_all"][:, v, c]
+            controls.append(Control(
+                f"{name}: attention update replaced by ({(SHRINK, GROW)[c - 1]:g} - 1)(h - mean h)", kind,
+                growth_verdict(lo_c[:, 0], hi_c[:, 0], lo_c[:, 3]),
+                {"median_raw_ratio": float(np.median(a["est_all"][:, v, c, 0])),
+                 "median_scale_free_ratio": float(np.median(a["est_all"][:, v, c, 1]))},
+            ))
+        metrics = {
+            "layers_expanding": int(((lo[:, v, 0] > 1) & (lo[:, v, 3] > 0)).sum()),
+            "layers_contracting": int((hi[:, v, 0] < 1).sum()),
+            "layers_expanding_scale_free": int((lo[:, v, 1] > 1).sum()),
+            "layers_contracting_scale_free": int((hi[:, v, 1] < 1).sum()),
+        }
+        return Judgement(verdict, controls, f"raw reading (the verdict): {verdict}; scale-free reading: {scale_free}",
+                         metrics, {"verdicts": {"raw": verdict, "scale_free": scale_free}})
+
+    def draw(self, measured: Measured, out_dir: Path | None) -> list[str]:
         fig, axes = figure(out_dir)
-        if fig is not None:
-            x = np.arange(self.ctx.layers)
-            for ax, k, title in ((axes[0], 0, "raw spread ratio"), (axes[1], 1, "scale-normalised ratio")):
-                for vi, variant in enumerate(VARIANTS):
-                    band(ax, x, est[:, vi, k], lo[:, vi, k], hi[:, vi, k], f"{variant} tokens")
-                if k == 0:
-                    band(ax, x, est[:, v, 2], lo[:, v, 2], hi[:, v, 2], "null: shuffled update (excl)", ls="--")
-                ax.axhline(1, color="k", lw=0.8)
-                ax.set(xlabel="layer", ylabel="after / before", title=f"E1 {self.ctx.title_name}: {title}")
-                ax.legend(fontsize=7)
-        return Record(
-            id="E1",
-            kind="empirical",
-            verdict=verdict,
-            metrics=metrics,
-            method=(
-                "spread(attn.residual)/spread(input) per layer, Poisson bootstrap over sequences, shuffled-update null"
-            ),
-            notes=f"raw reading (the verdict): {verdict}; scale-free reading: {scale_free}",
-            criterion=CRITERION,
-            controls=controls,
-            details=details,
-            plots=save(fig, out_dir, f"{self.ctx.slug}_e1_expansion.png"),
-        )
+        if fig is None:
+            return []
+        est, lo, hi = (measured.arrays[k] for k in ("est", "lo", "hi"))
+        v, x = VARIANTS.index("excl"), np.arange(self.ctx.layers)
+        for ax, k, title in ((axes[0], 0, "raw spread ratio"), (axes[1], 1, "scale-normalised ratio")):
+            for vi, variant in enumerate(VARIANTS):
+                band(ax, x, est[:, vi, k], lo[:, vi, k], hi[:, vi, k], f"{variant} tokens")
+            if k == 0:
+                band(ax, x, est[:, v, 2], lo[:, v, 2], hi[:, v, 2], "null: shuffled update (excl)", ls="--")
+            ax.axhline(1, color="k", lw=0.8)
+            ax.set(xlabel="layer", ylabel="after / before", title=f"E1 {self.ctx.title_name}: {title}")
+            ax.legend(fontsize=7)
+        return save(fig, out_dir, f"{self.ctx.slug}_e1_expansion.png")

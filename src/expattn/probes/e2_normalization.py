@@ -31,6 +31,8 @@ from expattn.probes.common import (
     VARIANTS,
     Batch,
     Estimator,
+    Judgement,
+    Measured,
     ProbeContext,
     as_list,
     band,
@@ -41,7 +43,7 @@ from expattn.probes.common import (
 )
 from expattn.probes.readings import GROW, SHRINK, contraction_verdict, readings, scaled
 from expattn.probes.stats import BootstrapMeans
-from expattn.results.record import Control, Record
+from expattn.results.record import Control
 
 CRITERION = (
     "raw spread ratio norm.output/norm.input without first/special and massive tokens: supported iff in most "
@@ -58,6 +60,8 @@ class E2Normalization(Estimator):
     """Streaming E2 estimator (see module docstring). Fitted: ``stats_`` (BootstrapMeans)."""
 
     claim = "E2"
+    criterion = CRITERION
+    method = "spread(norm output)/spread(norm input) for both norms per block, Poisson bootstrap over sequences"
 
     def __init__(self, ctx: ProbeContext):
         self.ctx = ctx
@@ -89,7 +93,7 @@ class E2Normalization(Estimator):
         cases = [(sy, ny), scaled(sx, nx, GROW), scaled(sx, nx, SHRINK)]  # measured, negative, positive control
         return torch.stack([torch.stack(readings(sx, s, nx, n), dim=-1) for s, n in cases], dim=-2)  # (..., 3, 2)
 
-    def result(self, out_dir: Path | None) -> Record:
+    def measure(self) -> Measured:
         est_all, lo_all, hi_all = (t.numpy() for t in self.stats_.interval(self._ratios))
         est, lo, hi = est_all[..., 0, :], lo_all[..., 0, :], hi_all[..., 0, :]
         pos = self.ctx.adapter.norm_position
@@ -113,13 +117,25 @@ class E2Normalization(Estimator):
                         "high": as_list(hi[:, n, v, k]),
                     }
         v = VARIANTS.index("excl")
+        metrics = {
+            "norms": int(hi[:, :, v, 0].size),
+            "median_normalized_ratio_excl": float(np.median(est[:, :, v, 1])),
+            "median_normalized_ratio_all": float(np.median(est[:, :, 0, 1])),
+            "median_raw_ratio_excl": float(np.median(est[:, :, v, 0])),
+            "sequences": self.stats_.n_,
+        }
+        arrays = {"est_all": est_all, "lo_all": lo_all, "hi_all": hi_all, "est": est, "lo": lo, "hi": hi}
+        return Measured(arrays, metrics, details)
+
+    def judge(self, measured: Measured) -> Judgement:
+        a = measured.arrays
+        lo, hi, v = a["lo"], a["hi"], VARIANTS.index("excl")
         verdict = contraction_verdict(lo[:, :, v, 0].ravel(), hi[:, :, v, 0].ravel())
         scale_free = contraction_verdict(lo[:, :, v, 1].ravel(), hi[:, :, v, 1].ravel())
-        details["verdicts"] = {"raw": verdict, "scale_free": scale_free}
         controls = [
             Control(f"norm replaced by x -> mean x + {factor:g} (x - mean x)", kind,
-                    contraction_verdict(lo_all[:, :, v, c, 0].ravel(), hi_all[:, :, v, c, 0].ravel()),
-                    {"median_raw_ratio": float(np.median(est_all[:, :, v, c, 0]))})
+                    contraction_verdict(a["lo_all"][:, :, v, c, 0].ravel(), a["hi_all"][:, :, v, c, 0].ravel()),
+                    {"median_raw_ratio": float(np.median(a["est_all"][:, :, v, c, 0]))})
             for c, (factor, kind) in enumerate(((GROW, "negative"), (SHRINK, "positive")), start=1)
         ]
         metrics = {
@@ -127,33 +143,24 @@ class E2Normalization(Estimator):
             "norms_expanding": int((lo[:, :, v, 0] > 1).sum()),
             "norms_contracting_shape": int((hi[:, :, v, 1] < 1).sum()),
             "norms_expanding_shape": int((lo[:, :, v, 1] > 1).sum()),
-            "norms": int(hi[:, :, v, 0].size),
-            "median_normalized_ratio_excl": float(np.median(est[:, :, v, 1])),
-            "median_normalized_ratio_all": float(np.median(est[:, :, 0, 1])),
-            "median_raw_ratio_excl": float(np.median(est[:, :, v, 0])),
-            "sequences": self.stats_.n_,
         }
+        return Judgement(verdict, controls,
+                         f"raw reading (the verdict): {verdict}; scale-free reading (shape): {scale_free}",
+                         metrics, {"verdicts": {"raw": verdict, "scale_free": scale_free}})
+
+    def draw(self, measured: Measured, out_dir: Path | None) -> list[str]:
         fig, axes = figure(out_dir)
-        if fig is not None:
-            x = np.arange(self.ctx.layers)
-            for ax, k, title in ((axes[0], 0, "raw spread ratio"), (axes[1], 1, "scale-normalised ratio")):
-                for n, norm in enumerate(NORMS):
-                    for vi, variant in enumerate(VARIANTS):
-                        band(ax, x, est[:, n, vi, k], lo[:, n, vi, k], hi[:, n, vi, k], f"{norm}, {variant}")
-                ax.axhline(1, color="k", lw=0.8, label="null: uniform rescaling" if k else None)
-                ax.set(xlabel="layer", ylabel="output / input", title=f"E2 {self.ctx.title_name} ({pos}-norm): {title}")
-                if k == 0:
-                    ax.set_yscale("log")
-                ax.legend(fontsize=7)
-        return Record(
-            id="E2",
-            kind="empirical",
-            verdict=verdict,
-            metrics=metrics,
-            method="spread(norm output)/spread(norm input) for both norms per block, Poisson bootstrap over sequences",
-            notes=f"raw reading (the verdict): {verdict}; scale-free reading (shape): {scale_free}",
-            criterion=CRITERION,
-            controls=controls,
-            details=details,
-            plots=save(fig, out_dir, f"{self.ctx.slug}_e2_normalization.png"),
-        )
+        if fig is None:
+            return []
+        est, lo, hi = (measured.arrays[k] for k in ("est", "lo", "hi"))
+        pos, x = self.ctx.adapter.norm_position, np.arange(self.ctx.layers)
+        for ax, k, title in ((axes[0], 0, "raw spread ratio"), (axes[1], 1, "scale-normalised ratio")):
+            for n, norm in enumerate(NORMS):
+                for vi, variant in enumerate(VARIANTS):
+                    band(ax, x, est[:, n, vi, k], lo[:, n, vi, k], hi[:, n, vi, k], f"{norm}, {variant}")
+            ax.axhline(1, color="k", lw=0.8, label="null: uniform rescaling" if k else None)
+            ax.set(xlabel="layer", ylabel="output / input", title=f"E2 {self.ctx.title_name} ({pos}-norm): {title}")
+            if k == 0:
+                ax.set_yscale("log")
+            ax.legend(fontsize=7)
+        return save(fig, out_dir, f"{self.ctx.slug}_e2_normalization.png")

@@ -40,6 +40,8 @@ from expattn.probes.common import (
     VARIANTS,
     Batch,
     Estimator,
+    Judgement,
+    Measured,
     ProbeContext,
     as_list,
     band,
@@ -61,7 +63,7 @@ from expattn.probes.e3_shape import (
     radius_ratio,
 )
 from expattn.probes.stats import BootstrapMeans, Moments
-from expattn.results.record import Control, Record
+from expattn.results.record import Control
 
 DIRECTIONS = 32
 
@@ -104,6 +106,17 @@ class E3Gaussianity(Estimator):
     """Streaming E3 estimator. Fitted: ``kept_``/``special_`` (per depth ``Moments``), ``boot_`` (BootstrapMeans)."""
 
     claim = "E3"
+    method = (
+        f"moments along {DIRECTIONS} random directions, radius ratio of Mahalanobis norms, covariance "
+        "spectrum, mean cosine of tokens across and within sequences; Poisson bootstrap"
+    )
+    criterion = (
+        f"per depth, close iff mean|excess kurtosis| < {KURTOSIS_LIMIT} and mean|skewness| < "
+        f"{SKEW_LIMIT} along {DIRECTIONS} random directions and the radius ratio lies in {RADIUS_BAND}; far iff "
+        "the kurtosis interval lies above its limit or the radius ratio outside the band; supported iff most "
+        "depths are close, not_supported iff most are far. Synthetic sphere and Student-t clouds of the same "
+        "size must not be supported; a Gaussian one must"
+    )
 
     def __init__(self, ctx: ProbeContext):
         self.ctx = ctx
@@ -204,7 +217,7 @@ class E3Gaussianity(Estimator):
                                     {"mean_abs_kurtosis": kurt, "mean_abs_skewness": skew, "radius_ratio": rho}))
         return controls
 
-    def result(self, out_dir: Path | None) -> Record:
+    def measure(self) -> Measured:
         est, lo, hi = (t.numpy() for t in self.boot_.interval(self._shape_stats))
         buffers = [torch.cat(b) if b else torch.zeros(0, self.ctx.dim) for b in self.buffer_]
         rho = np.array([radius_ratio(b) if len(b) > 2 else np.nan for b in buffers])
@@ -241,18 +254,7 @@ class E3Gaussianity(Estimator):
                 }
             details[f"participation_ratio_{variant}"] = [round(p, 6) for p, _ in iso[variant]]
             details[f"top_eigen_share_{variant}"] = [round(t, 6) for _, t in iso[variant]]
-        close, far = (t.numpy() for t in close_and_far(*(torch.as_tensor(a) for a in (
-            est[:, v, 0], est[:, v, 1], rho, lo[:, v, 0]))))
-        verdict = (
-            "supported"
-            if close.sum() > self.depths / 2
-            else "not_supported"
-            if far.sum() > self.depths / 2
-            else "inconclusive"
-        )
         metrics = {
-            "depths_close_to_gaussian": int(close.sum()),
-            "depths_far_from_gaussian": int(far.sum()),
             "depths": self.depths,
             "median_abs_kurtosis_excl": float(np.median(est[:, v, 0])),
             "median_abs_kurtosis_all": float(np.median(est[:, 0, 0])),
@@ -264,44 +266,50 @@ class E3Gaussianity(Estimator):
             "tokens_excl": n,
             "massive_tokens_left_out_max": max(self.massive_),
         }
-        fig, axes = figure(out_dir, ncols=3, width=4.2)
-        if fig is not None:
-            x = np.arange(self.depths)
-            for vi, variant in enumerate(VARIANTS):
-                band(axes[0], x, est[:, vi, 0], lo[:, vi, 0], hi[:, vi, 0], f"|excess kurtosis|, {variant}")
-                band(axes[0], x, est[:, vi, 1], lo[:, vi, 1], hi[:, vi, 1], f"|skewness|, {variant}", ls="--")
-                axes[1].plot(x, [p for p, _ in iso[variant]], marker="o", ms=3, label=f"participation ratio, {variant}")
-                band(axes[2], x, est[:, vi, 2], lo[:, vi, 2], hi[:, vi, 2], f"within sequence, {variant} tokens")
-            axes[0].axhline(details["null_mean_abs_kurtosis"], color="k", lw=0.8, label="null: Gaussian")
-            axes[0].set_yscale("log")
-            axes[1].axhline(details["null_participation_ratio_isotropic"], color="k", lw=0.8, label="null: isotropic")
-            axes[2].plot(x, cross, marker="s", ms=3, label="across contexts (Ethayarajh), excl")
-            axes[2].axhline(0, color="k", lw=0.8, label="null: isotropic")
-            for ax, title in zip(
-                axes, ("Gaussianity (random projections)", "isotropy", "mean cosine of token pairs"), strict=True
-            ):
-                ax.set(xlabel="depth (0 = embeddings)", title=f"E3 {self.ctx.title_name}: {title}")
-                ax.legend(fontsize=6)
-        return Record(
-            id="E3",
-            kind="empirical",
-            verdict=verdict,
-            metrics=metrics,
-            method=(
-                f"moments along {DIRECTIONS} random directions, radius ratio of Mahalanobis norms, covariance "
-                "spectrum, mean cosine of tokens across and within sequences; Poisson bootstrap"
-            ),
-            notes=(
-                f"verdict without first/special tokens and massive-activation tokens (norm > {MASSIVE_FACTOR:g}x the "
-                f"sequence's median; up to {max(self.massive_)} per depth): close = mean|kurtosis| < {KURTOSIS_LIMIT} "
-                f"and mean|skew| < {SKEW_LIMIT} and radius ratio in {RADIUS_BAND}"
-            ),
-            criterion=f"per depth, close iff mean|excess kurtosis| < {KURTOSIS_LIMIT} and mean|skewness| < "
-            f"{SKEW_LIMIT} along {DIRECTIONS} random directions and the radius ratio lies in {RADIUS_BAND}; far iff "
-            "the kurtosis interval lies above its limit or the radius ratio outside the band; supported iff most "
-            "depths are close, not_supported iff most are far. Synthetic sphere and Student-t clouds of the same "
-            "size must not be supported; a Gaussian one must",
-            controls=self._controls(max(len(buffers[0]), 8)),
-            details=details,
-            plots=save(fig, out_dir, f"{self.ctx.slug}_e3_gaussianity.png"),
+        arrays = {"est": est, "lo": lo, "hi": hi, "rho": rho, "cross": cross,
+                  "participation": {k: np.array([p for p, _ in val]) for k, val in iso.items()},
+                  "buffered": np.array([len(b) for b in buffers])}
+        return Measured(arrays, metrics, details)
+
+    def judge(self, measured: Measured) -> Judgement:
+        a = measured.arrays
+        est, lo, v = a["est"], a["lo"], VARIANTS.index("excl")
+        close, far = (t.numpy() for t in close_and_far(*(torch.as_tensor(x) for x in (
+            est[:, v, 0], est[:, v, 1], a["rho"], lo[:, v, 0]))))
+        verdict = (
+            "supported"
+            if close.sum() > self.depths / 2
+            else "not_supported"
+            if far.sum() > self.depths / 2
+            else "inconclusive"
         )
+        notes = (
+            f"verdict without first/special tokens and massive-activation tokens (norm > {MASSIVE_FACTOR:g}x the "
+            f"sequence's median; up to {max(self.massive_)} per depth): close = mean|kurtosis| < {KURTOSIS_LIMIT} "
+            f"and mean|skew| < {SKEW_LIMIT} and radius ratio in {RADIUS_BAND}"
+        )
+        metrics = {"depths_close_to_gaussian": int(close.sum()), "depths_far_from_gaussian": int(far.sum())}
+        return Judgement(verdict, self._controls(max(int(a["buffered"][0]), 8)), notes, metrics)
+
+    def draw(self, measured: Measured, out_dir: Path | None) -> list[str]:
+        fig, axes = figure(out_dir, ncols=3, width=4.2)
+        if fig is None:
+            return []
+        a, details = measured.arrays, measured.details
+        est, lo, hi, x = a["est"], a["lo"], a["hi"], np.arange(self.depths)
+        for vi, variant in enumerate(VARIANTS):
+            band(axes[0], x, est[:, vi, 0], lo[:, vi, 0], hi[:, vi, 0], f"|excess kurtosis|, {variant}")
+            band(axes[0], x, est[:, vi, 1], lo[:, vi, 1], hi[:, vi, 1], f"|skewness|, {variant}", ls="--")
+            axes[1].plot(x, a["participation"][variant], marker="o", ms=3, label=f"participation ratio, {variant}")
+            band(axes[2], x, est[:, vi, 2], lo[:, vi, 2], hi[:, vi, 2], f"within sequence, {variant} tokens")
+        axes[0].axhline(details["null_mean_abs_kurtosis"], color="k", lw=0.8, label="null: Gaussian")
+        axes[0].set_yscale("log")
+        axes[1].axhline(details["null_participation_ratio_isotropic"], color="k", lw=0.8, label="null: isotropic")
+        axes[2].plot(x, a["cross"], marker="s", ms=3, label="across contexts (Ethayarajh), excl")
+        axes[2].axhline(0, color="k", lw=0.8, label="null: isotropic")
+        for ax, title in zip(
+            axes, ("Gaussianity (random projections)", "isotropy", "mean cosine of token pairs"), strict=True
+        ):
+            ax.set(xlabel="depth (0 = embeddings)", title=f"E3 {self.ctx.title_name}: {title}")
+            ax.legend(fontsize=6)
+        return save(fig, out_dir, f"{self.ctx.slug}_e3_gaussianity.png")

@@ -32,10 +32,21 @@ import torch
 from torch import Tensor
 
 from expattn.probes.attention import attention_probs
-from expattn.probes.common import Batch, Estimator, ProbeContext, as_list, figure, kept_weights, save, shared
+from expattn.probes.common import (
+    Batch,
+    Estimator,
+    Judgement,
+    Measured,
+    ProbeContext,
+    as_list,
+    figure,
+    kept_weights,
+    save,
+    shared,
+)
 from expattn.probes.e3_gaussianity import kept_moments
 from expattn.probes.stats import Moments, gram
-from expattn.results.record import Control, Record
+from expattn.results.record import Control
 
 RIDGE = 1e-2
 RANDOM_DRAWS = 16
@@ -97,6 +108,15 @@ class E4Alignment(Estimator):
     """
 
     claim = "E4"
+    method = (
+        "Frobenius cosine of sym(Wq_h^T Wk_h) with (Sigma+lambda I)^-1 and the inverse attention "
+        "Fisher; heads bootstrap"
+    )
+    criterion = (
+        "supported iff the 95% bootstrap interval over heads of the mean margin of cos(A_h, "
+        "Sigma_lambda^-1) over the best of cos(A_h, Sigma), cos(A_h, I) and the random 95th percentile lies above "
+        "0; not_supported iff below 0; random heads judged by the same rule must not be supported"
+    )
 
     def __init__(self, ctx: ProbeContext):
         self.ctx = ctx
@@ -162,7 +182,7 @@ class E4Alignment(Estimator):
             out[key] = sym_cos(wq, wk, target).double().numpy()
         return out
 
-    def result(self, out_dir: Path | None) -> Record:
+    def measure(self) -> Measured:
         gen = torch.Generator().manual_seed(self.ctx.seed + 4)
         layers = [self._layer(i, gen) for i in range(self.ctx.layers)]
         base = np.stack(
@@ -181,12 +201,9 @@ class E4Alignment(Estimator):
         boot_f = margin_f.ravel()[picks].mean(1)
         lo, hi = np.quantile(boot, [0.025, 0.975])
         lo_f, hi_f = np.quantile(boot_f, [0.025, 0.975])
-        verdict = margin_verdict(lo, hi)
         margin_c = np.stack([lay["control_margin"] for lay in layers])
         lo_c, hi_c = np.quantile(margin_c.ravel()[rng.integers(0, margin_c.size, (2000, margin_c.size))].mean(1),
                                  [0.025, 0.975])
-        control = Control("random heads sym(R_q^T R_k) of the same shape", "negative", margin_verdict(lo_c, hi_c),
-                          {"mean_margin": float(margin_c.mean()), "low": float(lo_c), "high": float(hi_c)})
         metrics = {
             "heads_aligned_sigma_inv": int((margin > 0).sum()),
             "heads_aligned_fisher_inv": int((margin_f > 0).sum()),
@@ -211,50 +228,38 @@ class E4Alignment(Estimator):
             if self.ctx.attention[0].rope
             else "no rotary embedding"
         )
-        fig, axes = figure(out_dir)
-        if fig is not None:
-            for ax, key, rand_key, title in (
-                (axes[0], "cos_sigma_inv", "random_q95_analytic", "vs Sigma^-1"),
-                (axes[1], "cos_fisher_inv", "random_q95_analytic", "vs Fisher^-1"),
-            ):
-                for i, lay in enumerate(layers):
-                    jit = i + np.linspace(-0.25, 0.25, len(lay[key]))
-                    ax.scatter(jit, lay[key], s=10, c="C0", label="cos(A_h, target)" if i == 0 else None)
-                    ax.scatter(
-                        jit, lay["cos_identity"], s=6, c="C1", marker="x", label="cos(A_h, I)" if i == 0 else None
-                    )
-                    ax.scatter(
-                        jit, lay["cos_sigma"], s=6, c="C2", marker="+", label="cos(A_h, Sigma)" if i == 0 else None
-                    )
-                    ax.hlines(
-                        np.max(lay[rand_key]),
-                        i - 0.3,
-                        i + 0.3,
-                        color="k",
-                        label="random sym(RqRk) q95" if i == 0 else None,
-                    )
-                ax.axhline(0, color="grey", lw=0.5)
-                ax.set(
-                    xlabel="layer (dots = heads)", ylabel="Frobenius cosine", title=f"E4 {self.ctx.title_name}: {title}"
-                )
-                ax.legend(fontsize=6)
-        return Record(
-            id="E4",
-            kind="empirical",
-            verdict=verdict,
-            metrics=metrics,
-            method=(
-                "Frobenius cosine of sym(Wq_h^T Wk_h) with (Sigma+lambda I)^-1 and the inverse attention "
-                "Fisher; heads bootstrap"
-            ),
-            notes=(
-                f"lambda = {RIDGE} * tr(M)/D; verdict on Sigma^-1 margin over max(random q95, cos with Sigma, "
-                f"cos with I); {details['rope']}"
-            ),
-            details=details,
-            plots=save(fig, out_dir, f"{self.ctx.slug}_e4_alignment.png"),
-            criterion="supported iff the 95% bootstrap interval over heads of the mean margin of cos(A_h, "
-            "Sigma_lambda^-1) over the best of cos(A_h, Sigma), cos(A_h, I) and the random 95th percentile lies above "
-            "0; not_supported iff below 0; random heads judged by the same rule must not be supported",
-            controls=[control],
+        arrays = {"layers": layers, "interval": np.array([lo, hi]), "control_margin": margin_c,
+                  "control_interval": np.array([lo_c, hi_c])}
+        return Measured(arrays, metrics, details)
+
+    def judge(self, measured: Measured) -> Judgement:
+        a = measured.arrays
+        lo_c, hi_c = a["control_interval"]
+        control = Control("random heads sym(R_q^T R_k) of the same shape", "negative", margin_verdict(lo_c, hi_c),
+                          {"mean_margin": float(a["control_margin"].mean()), "low": float(lo_c), "high": float(hi_c)})
+        notes = (
+            f"lambda = {RIDGE} * tr(M)/D; verdict on Sigma^-1 margin over max(random q95, cos with Sigma, "
+            f"cos with I); {measured.details['rope']}"
         )
+        return Judgement(margin_verdict(*a["interval"]), [control], notes)
+
+    def draw(self, measured: Measured, out_dir: Path | None) -> list[str]:
+        fig, axes = figure(out_dir)
+        if fig is None:
+            return []
+        layers = measured.arrays["layers"]
+        for ax, key, rand_key, title in (
+            (axes[0], "cos_sigma_inv", "random_q95_analytic", "vs Sigma^-1"),
+            (axes[1], "cos_fisher_inv", "random_q95_analytic", "vs Fisher^-1"),
+        ):
+            for i, lay in enumerate(layers):
+                jit = i + np.linspace(-0.25, 0.25, len(lay[key]))
+                ax.scatter(jit, lay[key], s=10, c="C0", label="cos(A_h, target)" if i == 0 else None)
+                ax.scatter(jit, lay["cos_identity"], s=6, c="C1", marker="x", label="cos(A_h, I)" if i == 0 else None)
+                ax.scatter(jit, lay["cos_sigma"], s=6, c="C2", marker="+", label="cos(A_h, Sigma)" if i == 0 else None)
+                ax.hlines(np.max(lay[rand_key]), i - 0.3, i + 0.3, color="k",
+                          label="random sym(RqRk) q95" if i == 0 else None)
+            ax.axhline(0, color="grey", lw=0.5)
+            ax.set(xlabel="layer (dots = heads)", ylabel="Frobenius cosine", title=f"E4 {self.ctx.title_name}: {title}")
+            ax.legend(fontsize=6)
+        return save(fig, out_dir, f"{self.ctx.slug}_e4_alignment.png")

@@ -29,8 +29,8 @@ import torch
 from torch import Tensor
 
 from expattn.probes.attention import attention_logits, queries_keys_values
-from expattn.probes.common import Batch, Estimator, ProbeContext, as_list, figure, save
-from expattn.results.record import Control, Record
+from expattn.probes.common import Batch, Estimator, Judgement, Measured, ProbeContext, as_list, figure, save
+from expattn.results.record import Control
 
 EPS32 = float(torch.finfo(torch.float32).eps)
 
@@ -54,6 +54,12 @@ class E5Gradient(Estimator):
     """E5 on the detail sequences. Fitted: ``errors_`` (index -> (L, H) arrays of four error kinds)."""
 
     claim = "E5"
+    kind = "identity"
+    method = "float32 attention with V=K vs autograd gradient of logsumexp on the model's q, K (rotary, GQA, causal)"
+    criterion = (
+        "pass iff on every head of every layer the identity error and the reconstruction error "
+        "(the model's own head outputs) are <= T*eps32; each negative control must exceed it"
+    )
     KINDS = ("identity_f32", "f32_vs_f64", "reconstruction", "null_wrong_temperature", "null_shuffled_values")
 
     def __init__(self, ctx: ProbeContext):
@@ -97,7 +103,7 @@ class E5Gradient(Estimator):
         self.seq_len_ = max(self.seq_len_, other.seq_len_)
         return self
 
-    def result(self, out_dir: Path | None) -> Record:
+    def measure(self) -> Measured:
         if not self.errors_:
             raise ValueError("E5 saw no detail sequence; detail_sequences must be >= 1")
         errs = np.stack([self.errors_[k] for k in sorted(self.errors_)])  # (S, kinds, L, H)
@@ -107,7 +113,6 @@ class E5Gradient(Estimator):
         rng = np.random.default_rng(self.ctx.seed + 5)
         boot = per_seq[rng.integers(0, len(per_seq), (2000, len(per_seq)))].mean(1)
         lo, hi = np.quantile(boot, [0.025, 0.975])
-        ok = worst[0].max() <= tol and worst[2].max() <= tol
         metrics = {
             "max_error": float(worst[0].max()),
             "tolerance": tol,
@@ -123,41 +128,34 @@ class E5Gradient(Estimator):
         details = {kind: [as_list(row) for row in worst[k]] for k, kind in enumerate(self.KINDS)}
         w = self.ctx.attention[0]
         details["features"] = {"rope": w.rope is not None, "gqa": w.kv_heads < w.heads, "causal": w.causal}
-        fig, axes = figure(out_dir, ncols=1, width=7.0)
-        if fig is not None:
-            ax = axes[0]
-            x = np.arange(self.ctx.layers)
-            for k, kind in enumerate(self.KINDS):
-                ax.plot(x, np.maximum(worst[k].max(1), 1e-12), marker="o", ms=3, label=f"{kind} (max over heads)")
-            ax.axhline(tol, color="k", ls="--", lw=0.8, label="tolerance T*eps32")
-            ax.set_yscale("log")
-            ax.text(0.01, 0.01, "exact zeros drawn at 1e-12", transform=ax.transAxes, fontsize=7)
-            ax.set(
-                xlabel="layer",
-                ylabel="max relative error",
-                title=f"E5 {self.ctx.model_name}: softmax(qK)K vs grad_q log Z",
-            )
-            ax.legend(fontsize=7)
+        return Measured({"worst": worst, "tolerance": np.array(tol)}, metrics, details)
+
+    def judge(self, measured: Measured) -> Judgement:
+        worst, tol = measured.arrays["worst"], float(measured.arrays["tolerance"])
         controls = [
             Control(name, "negative", "pass" if worst[k].max() <= tol else "fail",
                     {"max_error": float(worst[k].max()), "min_error_over_heads": float(worst[k].min())})
             for k, name in ((3, "temperature doubled (s -> 2s)"), (4, "values = keys shuffled across positions"))
         ]
-        return Record(
-            id="E5",
-            kind="identity",
-            verdict="pass" if ok else "fail",
-            metrics=metrics,
-            method=(
-                "float32 attention with V=K vs autograd gradient of logsumexp on the model's q, K (rotary, GQA, causal)"
-            ),
-            notes=(
-                "self-check of the probe, not a hypothesis about trained models: a fail means the probe's attention "
-                "recomputation is wrong for this model"
-            ),
-            criterion="pass iff on every head of every layer the identity error and the reconstruction error "
-            "(the model's own head outputs) are <= T*eps32; each negative control must exceed it",
-            controls=controls,
-            details=details,
-            plots=save(fig, out_dir, f"{self.ctx.slug}_e5_gradient.png"),
+        ok = worst[0].max() <= tol and worst[2].max() <= tol
+        notes = (
+            "self-check of the probe, not a hypothesis about trained models: a fail means the probe's attention "
+            "recomputation is wrong for this model"
         )
+        return Judgement("pass" if ok else "fail", controls, notes)
+
+    def draw(self, measured: Measured, out_dir: Path | None) -> list[str]:
+        fig, axes = figure(out_dir, ncols=1, width=7.0)
+        if fig is None:
+            return []
+        worst, tol = measured.arrays["worst"], float(measured.arrays["tolerance"])
+        ax, x = axes[0], np.arange(self.ctx.layers)
+        for k, kind in enumerate(self.KINDS):
+            ax.plot(x, np.maximum(worst[k].max(1), 1e-12), marker="o", ms=3, label=f"{kind} (max over heads)")
+        ax.axhline(tol, color="k", ls="--", lw=0.8, label="tolerance T*eps32")
+        ax.set_yscale("log")
+        ax.text(0.01, 0.01, "exact zeros drawn at 1e-12", transform=ax.transAxes, fontsize=7)
+        title = f"E5 {self.ctx.model_name}: softmax(qK)K vs grad_q log Z"
+        ax.set(xlabel="layer", ylabel="max relative error", title=title)
+        ax.legend(fontsize=7)
+        return save(fig, out_dir, f"{self.ctx.slug}_e5_gradient.png")

@@ -32,6 +32,8 @@ from expattn.probes.common import (
     VARIANTS,
     Batch,
     Estimator,
+    Judgement,
+    Measured,
     ProbeContext,
     as_list,
     band,
@@ -43,7 +45,7 @@ from expattn.probes.common import (
     squared_norms,
 )
 from expattn.probes.stats import BootstrapMeans, CrossMoments
-from expattn.results.record import Control, Record
+from expattn.results.record import Control
 
 RIDGE = 1e-3
 RIDGE_GRID = (1e-5, 1e-4, 1e-3, 1e-2, 1e-1)
@@ -62,6 +64,12 @@ class E6Mlp(Estimator):
     """Streaming E6 estimator. Fitted: ``folds_`` (per layer, two CrossMoments), ``stats_`` (BootstrapMeans)."""
 
     claim = "E6"
+    method = "update/skip energy ratio (Poisson bootstrap) and two-fold held-out ridge R^2 of the MLP update"
+    criterion = (
+        f"supported iff in most layers the 95% interval of E|update|^2/E|skip|^2 lies below {RHO_LIMIT} "
+        f"or the two-fold held-out R^2 of a ridge ({RIDGE:g} tr/D) affine fit is >= {R2_LIMIT}; not_supported iff "
+        "in most neither; noise in place of the update must not be supported"
+    )
 
     def __init__(self, ctx: ProbeContext):
         self.ctx = ctx
@@ -117,18 +125,11 @@ class E6Mlp(Estimator):
         wb, bb, _ = b.ridge(ridge)
         return b.r_squared(wa, ba), a.r_squared(wb, bb)
 
-    def result(self, out_dir: Path | None) -> Record:
+    def measure(self) -> Measured:
         est, lo, hi = (t.numpy() for t in self.stats_.interval(self._rho))
         r2 = np.array([self._r2(i) for i in range(self.ctx.layers)])  # (L, 2)
-        r2_mean = r2.mean(1)
-        v = VARIANTS.index("excl")
-        identity = hi[:, v] < RHO_LIMIT
-        linear = r2_mean >= R2_LIMIT
-        neither = (lo[:, v] > RHO_LIMIT) & ~linear
         r2_control = np.array([np.mean(self._r2(i, control=True)) for i in range(self.ctx.layers)])
-        control = Control("update replaced by noise of the skip's size (rho = 1)", "negative",
-                          majority_verdict(r2_control >= R2_LIMIT, r2_control < R2_LIMIT),
-                          {"median_heldout_r2": float(np.median(r2_control)), "update_ratio": 1.0})
+        v = VARIANTS.index("excl")
         details = {
             "tensors": {"x": "layers.i.mlp.input", "update": "layers.i.mlp.output", "skip": "layers.i.mlp.skip"},
             "heldout_r2_fold_even_to_odd": as_list(r2[:, 0]),
@@ -145,48 +146,48 @@ class E6Mlp(Estimator):
                 "high": as_list(hi[:, vi]),
             }
         metrics = {
-            "layers_close_to_identity": int(identity.sum()),
-            "layers_close_to_linear": int(linear.sum()),
             "layers": self.ctx.layers,
             "median_update_ratio_excl": float(np.median(est[:, v])),
             "median_update_ratio_all": float(np.median(est[:, 0])),
-            "median_heldout_r2": float(np.median(r2_mean)),
+            "median_heldout_r2": float(np.median(r2.mean(1))),
             "min_heldout_r2": float(r2.min()),
             "max_heldout_r2": float(r2.max()),
         }
-        fig, axes = figure(out_dir)
-        if fig is not None:
-            x = np.arange(self.ctx.layers)
-            for vi, variant in enumerate(VARIANTS):
-                band(axes[0], x, est[:, vi], lo[:, vi], hi[:, vi], f"{variant} tokens")
-            axes[0].axhline(RHO_LIMIT, color="k", ls="--", lw=0.8, label="identity threshold")
-            axes[0].set_yscale("log")
-            axes[0].set(
-                xlabel="layer", ylabel="E|update|^2 / E|skip|^2", title=f"E6 {self.ctx.title_name}: MLP update size"
-            )
-            axes[1].fill_between(x, r2.min(1), r2.max(1), alpha=0.3)
-            axes[1].plot(x, r2_mean, marker="o", ms=3, label="held-out R^2 of ridge (two folds)")
-            axes[1].axhline(0, color="k", lw=0.8, label="null: identity (R^2 = 0)")
-            axes[1].axhline(R2_LIMIT, color="k", ls="--", lw=0.8, label="linear threshold")
-            axes[1].set(
-                xlabel="layer", ylabel="R^2 of the update", title=f"E6 {self.ctx.title_name}: affine fit of the MLP"
-            )
-            for ax in axes:
-                ax.legend(fontsize=7)
-        return Record(
-            id="E6",
-            kind="empirical",
-            verdict=majority_verdict(identity | linear, neither),
-            metrics=metrics,
-            method="update/skip energy ratio (Poisson bootstrap) and two-fold held-out ridge R^2 of the MLP update",
-            notes=(
-                f"verdict without first/special and massive tokens: identity if ratio interval < {RHO_LIMIT}, "
-                f"linear if held-out R^2 >= {R2_LIMIT}"
-            ),
-            criterion=f"supported iff in most layers the 95% interval of E|update|^2/E|skip|^2 lies below {RHO_LIMIT} "
-            f"or the two-fold held-out R^2 of a ridge ({RIDGE:g} tr/D) affine fit is >= {R2_LIMIT}; not_supported iff "
-            "in most neither; noise in place of the update must not be supported",
-            controls=[control],
-            details=details,
-            plots=save(fig, out_dir, f"{self.ctx.slug}_e6_mlp.png"),
+        return Measured({"est": est, "lo": lo, "hi": hi, "r2": r2, "r2_control": r2_control}, metrics, details)
+
+    def judge(self, measured: Measured) -> Judgement:
+        a = measured.arrays
+        lo, hi, r2_control, v = a["lo"], a["hi"], a["r2_control"], VARIANTS.index("excl")
+        identity = hi[:, v] < RHO_LIMIT
+        linear = a["r2"].mean(1) >= R2_LIMIT
+        neither = (lo[:, v] > RHO_LIMIT) & ~linear
+        control = Control("update replaced by noise of the skip's size (rho = 1)", "negative",
+                          majority_verdict(r2_control >= R2_LIMIT, r2_control < R2_LIMIT),
+                          {"median_heldout_r2": float(np.median(r2_control)), "update_ratio": 1.0})
+        notes = (
+            f"verdict without first/special and massive tokens: identity if ratio interval < {RHO_LIMIT}, "
+            f"linear if held-out R^2 >= {R2_LIMIT}"
         )
+        metrics = {"layers_close_to_identity": int(identity.sum()), "layers_close_to_linear": int(linear.sum())}
+        return Judgement(majority_verdict(identity | linear, neither), [control], notes, metrics)
+
+    def draw(self, measured: Measured, out_dir: Path | None) -> list[str]:
+        fig, axes = figure(out_dir)
+        if fig is None:
+            return []
+        est, lo, hi, r2 = (measured.arrays[k] for k in ("est", "lo", "hi", "r2"))
+        x = np.arange(self.ctx.layers)
+        for vi, variant in enumerate(VARIANTS):
+            band(axes[0], x, est[:, vi], lo[:, vi], hi[:, vi], f"{variant} tokens")
+        axes[0].axhline(RHO_LIMIT, color="k", ls="--", lw=0.8, label="identity threshold")
+        axes[0].set_yscale("log")
+        name = self.ctx.title_name
+        axes[0].set(xlabel="layer", ylabel="E|update|^2 / E|skip|^2", title=f"E6 {name}: MLP update size")
+        axes[1].fill_between(x, r2.min(1), r2.max(1), alpha=0.3)
+        axes[1].plot(x, r2.mean(1), marker="o", ms=3, label="held-out R^2 of ridge (two folds)")
+        axes[1].axhline(0, color="k", lw=0.8, label="null: identity (R^2 = 0)")
+        axes[1].axhline(R2_LIMIT, color="k", ls="--", lw=0.8, label="linear threshold")
+        axes[1].set(xlabel="layer", ylabel="R^2 of the update", title=f"E6 {name}: affine fit of the MLP")
+        for ax in axes:
+            ax.legend(fontsize=7)
+        return save(fig, out_dir, f"{self.ctx.slug}_e6_mlp.png")

@@ -32,8 +32,8 @@ from torch import Tensor, nn
 from expattn.nn.lm import BatchCloudNorm
 from expattn.nn.norms import Norm
 from expattn.probes.attention import attention_branch
-from expattn.probes.common import Batch, Estimator, ProbeContext, as_list, figure, save
-from expattn.results.record import Control, Record
+from expattn.probes.common import Batch, Estimator, Judgement, Measured, ProbeContext, as_list, figure, save
+from expattn.results.record import Control
 
 COLLAPSED, KEPT = -2.0, -1.0
 FLOOR = 1e-13  # res below this is float64 round-off of the rank-one residual: no rate is read there
@@ -91,6 +91,15 @@ class E7Collapse(Estimator):
     """
 
     claim = "E7"
+    method = (
+        "relative distance to rank one along the attention-only path, float64, with/without skips; "
+        "sequence bootstrap"
+    )
+    criterion = (
+        f"supported iff the 95% interval of the no-skip path's log10 drop lies below {COLLAPSED}; "
+        f"not_supported iff above {KEPT}; else inconclusive. The full model's residual stream, judged by the same "
+        "rule, must not be supported"
+    )
 
     def __init__(self, ctx: ProbeContext):
         self.ctx = ctx
@@ -131,7 +140,7 @@ class E7Collapse(Estimator):
                 curves[1].append(residual_norm(skip))
         return torch.stack(curves[0], 1).numpy(), torch.stack(curves[1], 1).numpy()
 
-    def result(self, out_dir: Path | None) -> Record:
+    def measure(self) -> Measured:
         if not self.inputs_:
             raise ValueError("E7 saw no detail sequence; detail_sequences must be >= 1")
         plain, skip = self.paths()
@@ -143,10 +152,6 @@ class E7Collapse(Estimator):
         rng = np.random.default_rng(self.ctx.seed + 7)
         picks = rng.integers(0, len(plain), (2000, len(plain)))
         ci = {name: np.quantile(d[picks].mean(1), [0.025, 0.975]) for name, d in drops.items()}
-        verdict = collapse_verdict(ci["no_skip"])
-        control = Control("the full model's residual stream", "negative", collapse_verdict(ci["model"]),
-                          {"log10_drop": float(drops["model"].mean()), "low": float(ci["model"][0]),
-                           "high": float(ci["model"][1])})
         floor = np.median(plain, 0)
         per_layer = -np.diff(np.log10(np.maximum(floor, 1e-300)))[floor[1:] > FLOOR]  # decades lost per layer
         metrics = {}
@@ -168,38 +173,31 @@ class E7Collapse(Estimator):
             "decades_lost_per_layer_no_skip": as_list(per_layer),
             "skip_path_keeps_rank": bool(ci["skip"][0] > KEPT),
         }
+        arrays = {"plain": plain, "skip": skip, "model": model, "per_layer": per_layer,
+                  **{f"drop_{k}": d for k, d in drops.items()}, **{f"interval_{k}": c for k, c in ci.items()}}
+        return Measured(arrays, metrics, details)
+
+    def judge(self, measured: Measured) -> Judgement:
+        a = measured.arrays
+        control = Control("the full model's residual stream", "negative", collapse_verdict(a["interval_model"]),
+                          {"log10_drop": float(a["drop_model"].mean()), "low": float(a["interval_model"][0]),
+                           "high": float(a["interval_model"][1])})
+        notes = (f"skip path: log10 drop {a['drop_skip'].mean():.2f} (reported, not judged); no-skip decay "
+                 f"{', '.join(f'{v:.2f}' for v in a['per_layer'])} decades per layer above the float64 floor")
+        return Judgement(collapse_verdict(a["interval_no_skip"]), [control], notes)
+
+    def draw(self, measured: Measured, out_dir: Path | None) -> list[str]:
         fig, axes = figure(out_dir, ncols=1, width=7.0)
-        if fig is not None:
-            ax, depth = axes[0], np.arange(self.ctx.layers + 1)
-            for curves, label in (
-                (plain, "pure attention, no skip"),
-                (skip, "pure attention + skip"),
-                (model, "full model (null)"),
-            ):
-                line = ax.plot(depth, np.median(curves, 0), marker="o", ms=3, label=label)[0]
-                ax.fill_between(depth, curves.min(0), curves.max(0), color=line.get_color(), alpha=0.15)
-            ax.set_yscale("log")
-            ax.set(
-                xlabel="depth",
-                ylabel="res(X) = |X - 1 mean| / |X|",
-                title=f"E7 {self.ctx.model_name}: rank collapse (float64)",
-            )
-            ax.legend(fontsize=7)
-        return Record(
-            id="E7",
-            kind="empirical",
-            verdict=verdict,
-            metrics=metrics,
-            method=(
-                "relative distance to rank one along the attention-only path, float64, with/without skips; "
-                "sequence bootstrap"
-            ),
-            notes=f"skip path: log10 drop {drops['skip'].mean():.2f} (reported, not judged); no-skip decay "
-            f"{', '.join(f'{v:.2f}' for v in per_layer)} decades per layer above the float64 floor",
-            criterion=f"supported iff the 95% interval of the no-skip path's log10 drop lies below {COLLAPSED}; "
-            f"not_supported iff above {KEPT}; else inconclusive. The full model's residual stream, judged by the same "
-            "rule, must not be supported",
-            controls=[control],
-            details=details,
-            plots=save(fig, out_dir, f"{self.ctx.slug}_e7_collapse.png"),
-        )
+        if fig is None:
+            return []
+        ax, depth = axes[0], np.arange(self.ctx.layers + 1)
+        for key, label in (("plain", "pure attention, no skip"), ("skip", "pure attention + skip"),
+                           ("model", "full model (null)")):
+            curves = measured.arrays[key]
+            line = ax.plot(depth, np.median(curves, 0), marker="o", ms=3, label=label)[0]
+            ax.fill_between(depth, curves.min(0), curves.max(0), color=line.get_color(), alpha=0.15)
+        ax.set_yscale("log")
+        ax.set(xlabel="depth", ylabel="res(X) = |X - 1 mean| / |X|",
+               title=f"E7 {self.ctx.model_name}: rank collapse (float64)")
+        ax.legend(fontsize=7)
+        return save(fig, out_dir, f"{self.ctx.slug}_e7_collapse.png")

@@ -31,6 +31,8 @@ from expattn.probes.attention import AttnWeights
 from expattn.probes.common import (
     Batch,
     Estimator,
+    Judgement,
+    Measured,
     ProbeContext,
     as_list,
     band,
@@ -39,7 +41,7 @@ from expattn.probes.common import (
     save,
 )
 from expattn.probes.stats import BootstrapMeans
-from expattn.results.record import Control, Record
+from expattn.results.record import Control
 
 MARGIN = 0.1
 _F = 3  # mean pairwise cosine, null cosine, energy ratio gamma
@@ -107,6 +109,12 @@ class E8Heads(Estimator):
     """Streaming E8 estimator. Fitted: ``stats_`` (BootstrapMeans)."""
 
     claim = "E8"
+    method = "pairwise cosines of per-head updates W_o[:, h] z_h at the same token vs other tokens; Poisson bootstrap"
+    criterion = (
+        f"supported (incoherent) iff in most layers the 95% bootstrap interval of (mean pairwise cosine "
+        f"- other-token null) lies within +-{MARGIN}; not_supported iff in most it lies outside; the coherent "
+        "control must not come out supported"
+    )
 
     def __init__(self, ctx: ProbeContext):
         self.ctx = ctx
@@ -144,15 +152,9 @@ class E8Heads(Estimator):
         m = m.view(*m.shape[:-1], self.ctx.layers, _F)
         return torch.cat([m, (m[..., 0] - m[..., 1]).unsqueeze(-1)], dim=-1)  # (..., L, 4)
 
-    def result(self, out_dir: Path | None) -> Record:
+    def measure(self) -> Measured:
         est, lo, hi = (t.numpy() for t in self.stats_.interval(self._stats))
-        incoherent, coherent = _judge(lo, hi)
         c_est, c_lo, c_hi = (t.numpy() for t in self.control_.interval(self._stats))
-        control = Control(
-            "coherent heads: every head a copy of head 0", "negative", majority_verdict(*_judge(c_lo, c_hi)),
-            {"median_cos_minus_null": float(np.median(c_est[:, 3])),
-             "median_energy_ratio": float(np.median(c_est[:, 2])), "sequences": self.control_.n_},
-        )
         details: dict = {
             "tensors": "layers.i.attn.heads through per-head columns of the output projection",
             "tokens": "first/special tokens excluded",
@@ -160,8 +162,6 @@ class E8Heads(Estimator):
         for k, name in enumerate(("mean_pairwise_cos", "null_cos", "energy_ratio", "cos_minus_null")):
             details[name] = {"estimate": as_list(est[:, k]), "low": as_list(lo[:, k]), "high": as_list(hi[:, k])}
         metrics = {
-            "layers_incoherent": int(incoherent.sum()),
-            "layers_coherent": int(coherent.sum()),
             "layers": self.ctx.layers,
             "median_pairwise_cos": float(np.median(est[:, 0])),
             "median_null_cos": float(np.median(est[:, 1])),
@@ -169,43 +169,40 @@ class E8Heads(Estimator):
             "heads": self.ctx.attention[0].heads,
             "sequences": self.stats_.n_,
         }
-        fig, axes = figure(out_dir)
-        if fig is not None:
-            x = np.arange(self.ctx.layers)
-            band(axes[0], x, est[:, 0], lo[:, 0], hi[:, 0], "same token")
-            band(axes[0], x, est[:, 1], lo[:, 1], hi[:, 1], "null: other token", ls="--")
-            band(axes[1], x, est[:, 2], lo[:, 2], hi[:, 2], "energy ratio")
-            axes[0].axhline(0, color="k", lw=0.8)
-            axes[1].axhline(1, color="k", lw=0.8, label="orthogonal updates")
-            axes[0].set(
-                xlabel="layer",
-                ylabel="mean cos between heads' updates",
-                title=f"E8 {self.ctx.model_name}: head coherence",
-            )
-            axes[1].set(
-                xlabel="layer",
-                ylabel="|sum u_h|^2 / sum |u_h|^2",
-                title=f"E8 {self.ctx.model_name}: energy ratio (H = aligned)",
-            )
-            for ax in axes:
-                ax.legend(fontsize=7)
-        return Record(
-            id="E8",
-            kind="empirical",
-            verdict=majority_verdict(incoherent, coherent),
-            metrics=metrics,
-            method=(
-                "pairwise cosines of per-head updates W_o[:, h] z_h at the same token vs other tokens; "
-                "Poisson bootstrap"
-            ),
-            notes=(
-                f"supported = incoherent: interval of (cos - null) within +-{MARGIN} in most layers "
-                f"(first/special tokens excluded)"
-            ),
-            criterion=f"supported (incoherent) iff in most layers the 95% bootstrap interval of (mean pairwise cosine "
-            f"- other-token null) lies within +-{MARGIN}; not_supported iff in most it lies outside; the coherent "
-            "control must not come out supported",
-            controls=[control],
-            details=details,
-            plots=save(fig, out_dir, f"{self.ctx.slug}_e8_heads.png"),
+        arrays = {"est": est, "lo": lo, "hi": hi, "control_est": c_est, "control_lo": c_lo, "control_hi": c_hi}
+        return Measured(arrays, metrics, details)
+
+    def judge(self, measured: Measured) -> Judgement:
+        a = measured.arrays
+        incoherent, coherent = _judge(a["lo"], a["hi"])
+        control = Control(
+            "coherent heads: every head a copy of head 0", "negative",
+            majority_verdict(*_judge(a["control_lo"], a["control_hi"])),
+            {"median_cos_minus_null": float(np.median(a["control_est"][:, 3])),
+             "median_energy_ratio": float(np.median(a["control_est"][:, 2])), "sequences": self.control_.n_},
         )
+        notes = (
+            f"supported = incoherent: interval of (cos - null) within +-{MARGIN} in most layers "
+            f"(first/special tokens excluded)"
+        )
+        metrics = {"layers_incoherent": int(incoherent.sum()), "layers_coherent": int(coherent.sum())}
+        return Judgement(majority_verdict(incoherent, coherent), [control], notes, metrics)
+
+    def draw(self, measured: Measured, out_dir: Path | None) -> list[str]:
+        fig, axes = figure(out_dir)
+        if fig is None:
+            return []
+        est, lo, hi = (measured.arrays[k] for k in ("est", "lo", "hi"))
+        x = np.arange(self.ctx.layers)
+        band(axes[0], x, est[:, 0], lo[:, 0], hi[:, 0], "same token")
+        band(axes[0], x, est[:, 1], lo[:, 1], hi[:, 1], "null: other token", ls="--")
+        band(axes[1], x, est[:, 2], lo[:, 2], hi[:, 2], "energy ratio")
+        axes[0].axhline(0, color="k", lw=0.8)
+        axes[1].axhline(1, color="k", lw=0.8, label="orthogonal updates")
+        axes[0].set(xlabel="layer", ylabel="mean cos between heads' updates",
+                    title=f"E8 {self.ctx.model_name}: head coherence")
+        axes[1].set(xlabel="layer", ylabel="|sum u_h|^2 / sum |u_h|^2",
+                    title=f"E8 {self.ctx.model_name}: energy ratio (H = aligned)")
+        for ax in axes:
+            ax.legend(fontsize=7)
+        return save(fig, out_dir, f"{self.ctx.slug}_e8_heads.png")
