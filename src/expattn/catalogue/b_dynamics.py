@@ -14,6 +14,7 @@ GROUP = Group(
 )
 
 SIMULATE_TEST = "tests/integration/test_simulate_cli.py"
+CONTROLS_TEST = "tests/unit/test_controls.py"  # every simulate preset's rule and controls
 
 ENTRIES = (
     Entry(
@@ -54,8 +55,9 @@ ENTRIES = (
             "src/expattn/dynamics/operators.py",
             "src/expattn/dynamics/metrics.py",
             "src/expattn/presets/b_dynamics.py",
+            "src/expattn/presets/b_rules.py",
         ),
-        tests=("tests/unit/test_dynamics_checks.py", SIMULATE_TEST),
+        tests=("tests/unit/test_dynamics_checks.py", CONTROLS_TEST, SIMULATE_TEST),
         presets=("b3-expansion",),
     ),
     Entry(
@@ -65,8 +67,13 @@ ENTRIES = (
         "LayerNorm, RMSNorm, projection to the sphere and Theorem 1's RN contract the cloud that attention "
         "expanded; composed with attention they can settle",
         "seed 000 §3.3; seed 002 §3.1",
-        modules=("src/expattn/nn/norms.py", "src/expattn/dynamics/operators.py", "src/expattn/presets/b_dynamics.py"),
-        tests=("tests/unit/test_norms.py", SIMULATE_TEST),
+        modules=(
+            "src/expattn/nn/norms.py",
+            "src/expattn/dynamics/operators.py",
+            "src/expattn/presets/b_dynamics.py",
+            "src/expattn/presets/b_rules.py",
+        ),
+        tests=("tests/unit/test_norms.py", CONTROLS_TEST, SIMULATE_TEST),
         presets=("b4-normalization", "sphere-clusters"),
     ),
     Entry(
@@ -81,8 +88,10 @@ ENTRIES = (
             "src/expattn/nn/norms.py",
             "src/expattn/checks/b_operators.py",
             "src/expattn/presets/b_equilibrium.py",
+            "src/expattn/presets/b_rules.py",
         ),
-        tests=("tests/unit/test_dynamics_operators.py", "tests/unit/test_dynamics_checks.py", SIMULATE_TEST),
+        tests=("tests/unit/test_dynamics_operators.py", "tests/unit/test_dynamics_checks.py", CONTROLS_TEST,
+               SIMULATE_TEST),
         verify=True,
         presets=("b5-theorem1",),
         as_printed="the renormalization RN whitens with Sbar = E[eta eta^T], the raw second moment of the "
@@ -97,8 +106,13 @@ ENTRIES = (
         "Open question: with a continuous carrier (Gaussian mixture or kernel-smoothed cloud), does attention + "
         "renormalization drive a non-Gaussian cloud to a Gaussian?",
         "seed 002 §3.1 (closing questions)",
-        modules=("src/expattn/presets/b_equilibrium.py", "src/expattn/dynamics/metrics.py"),
-        tests=("tests/unit/test_dynamics_metrics.py", SIMULATE_TEST),
+        modules=(
+            "src/expattn/presets/b_equilibrium.py",
+            "src/expattn/presets/b_rules.py",
+            "src/expattn/dynamics/metrics.py",
+        ),
+        tests=("tests/unit/test_dynamics_metrics.py", "tests/unit/test_gaussianity_tests.py", CONTROLS_TEST,
+               SIMULATE_TEST),
         presets=("b6-continuous-carrier",),
     ),
     Entry(
@@ -111,10 +125,11 @@ ENTRIES = (
         modules=(
             "src/expattn/nn/implicit.py",
             "src/expattn/core/solvers.py",
-            "src/expattn/presets/b_equilibrium.py",
+            "src/expattn/presets/b7_tied_block.py",
+            "src/expattn/presets/b_rules.py",
             "src/expattn/presets/d7_implicit.py",
         ),
-        tests=("tests/unit/test_implicit.py", "tests/unit/test_d7_presets.py", SIMULATE_TEST),
+        tests=("tests/unit/test_implicit.py", "tests/unit/test_d7_presets.py", CONTROLS_TEST, SIMULATE_TEST),
         presets=("b7-tied-block", "b7-implicit"),
     ),
     Entry(
