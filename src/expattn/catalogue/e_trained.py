@@ -49,8 +49,14 @@ ENTRIES = (
         "empirical",
         "hidden states per layer: distance from Gaussian and isotropic",
         "seed 000 §6",
-        modules=("src/expattn/probes/e3_gaussianity.py", "src/expattn/probes/stats.py", SWEEP),
-        tests=("tests/unit/test_probe_stats.py", RUNNER_TEST, SWEEP_TEST),
+        modules=(
+            "src/expattn/probes/e3_gaussianity.py",
+            "src/expattn/probes/stats.py",
+            "src/expattn/probes/massive.py",
+            "src/expattn/probes/published.py",
+            SWEEP,
+        ),
+        tests=("tests/unit/test_probe_stats.py", "tests/unit/test_probe_massive.py", RUNNER_TEST, SWEEP_TEST),
         probe=True,
     ),
     Entry(
@@ -91,7 +97,11 @@ ENTRIES = (
         "the pure-attention path collapses to rank one without skips (the skip path and the decay rate are "
         "measured beside it)",
         "seed 000 §3.3 (B2); Dong et al. 2021",
-        modules=("src/expattn/probes/e7_collapse.py", "src/expattn/probes/attention.py"),
+        modules=(
+            "src/expattn/probes/e7_collapse.py",
+            "src/expattn/probes/attention.py",
+            "src/expattn/probes/published.py",
+        ),
         tests=("tests/unit/test_probe_lm.py", "tests/unit/test_probe_e7_norms.py", RUNNER_TEST),
         probe=True,
     ),

@@ -62,6 +62,8 @@ from expattn.probes.e3_shape import (
     direction_moments,
     radius_ratio,
 )
+from expattn.probes.massive import MassiveActivations
+from expattn.probes.published import ethayarajh_2019, sun_2024
 from expattn.probes.stats import BootstrapMeans, Moments
 from expattn.results.record import Control
 
@@ -128,6 +130,7 @@ class E3Gaussianity(Estimator):
         self.kept_ = [Moments(ctx.dim, True, self.directions, ctx.statistics) for _ in range(self.depths)]
         self.special_ = [Moments(ctx.dim, True, self.directions, ctx.statistics) for _ in range(self.depths)]
         self.massive_ = [0] * self.depths  # tokens left out of "excl" as massive activations, per depth
+        self.activations_ = MassiveActivations(self.depths)  # Sun et al. 2024's massive entries
         # per depth and variant: anisotropy, then raw moments 1..4 of each projection
         self._f = len(VARIANTS) * (1 + 4 * DIRECTIONS)
         self.boot_ = BootstrapMeans(self.depths * self._f, ctx.replicates)
@@ -140,6 +143,7 @@ class E3Gaussianity(Estimator):
     def _depth(self, d: int, x: Tensor, batch: Batch, w: Tensor) -> None:
         """Statistics of depth ``d`` from ``x`` ``(B, T, D)``; ``w`` ``(B, kept)`` the block's token weights."""
         kept, keep = self.ctx.kept, w.bool()
+        self.activations_.update(d, x)
         y_all = x @ self._directions32  # (B, T, K), float32 projections; moments in float64 below
         moments = shared(batch, "moments kept", x, lambda t: kept_moments(t, kept, keep, self.directions, y_all))
         self.kept_[d].merge(moments)
@@ -178,6 +182,7 @@ class E3Gaussianity(Estimator):
         for mine, theirs in zip(self.kept_ + self.special_, other.kept_ + other.special_, strict=True):
             mine.merge(theirs)
         self.massive_ = [a + b for a, b in zip(self.massive_, other.massive_, strict=True)]
+        self.activations_.merge(other.activations_)
         self.buffer_ = [[torch.cat(a + b)[:BUFFER]] for a, b in zip(self.buffer_, other.buffer_, strict=True)]
         self.context_ += other.context_
         self.boot_.merge(other.boot_)
@@ -244,6 +249,7 @@ class E3Gaussianity(Estimator):
             "max_abs_coordinate_kurtosis_excl": as_list([c for c, _ in coords]),
             "principal_direction_kurtosis_excl": as_list([p for _, p in coords]),
             "anisotropy_cross_context_excl": as_list(cross),
+            "massive_activations": self.activations_.summary(),
         }
         for vi, variant in enumerate(VARIANTS):
             for k, name in enumerate(("mean_abs_kurtosis", "mean_abs_skewness", "within_sequence_cosine")):
@@ -266,6 +272,7 @@ class E3Gaussianity(Estimator):
             "tokens_excl": n,
             "massive_tokens_left_out_max": max(self.massive_),
         }
+        details["published"] = [sun_2024(details["massive_activations"]), ethayarajh_2019(cross)]
         arrays = {"est": est, "lo": lo, "hi": hi, "rho": rho, "cross": cross,
                   "participation": {k: np.array([p for p, _ in val]) for k, val in iso.items()},
                   "buffered": np.array([len(b) for b in buffers])}

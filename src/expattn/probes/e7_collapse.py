@@ -33,6 +33,7 @@ from expattn.nn.lm import BatchCloudNorm
 from expattn.nn.norms import Norm
 from expattn.probes.attention import attention_branch
 from expattn.probes.common import Batch, Estimator, Judgement, Measured, ProbeContext, as_list, figure, save
+from expattn.probes.published import dong_2021
 from expattn.results.record import Control
 
 COLLAPSED, KEPT = -2.0, -1.0
@@ -172,6 +173,7 @@ class E7Collapse(Estimator):
             "dtype": "float64",
             "decades_lost_per_layer_no_skip": as_list(per_layer),
             "skip_path_keeps_rank": bool(ci["skip"][0] > KEPT),
+            "published": [dong_2021(float(drops["no_skip"].mean()), float(drops["skip"].mean()), as_list(per_layer))],
         }
         arrays = {"plain": plain, "skip": skip, "model": model, "per_layer": per_layer,
                   **{f"drop_{k}": d for k, d in drops.items()}, **{f"interval_{k}": c for k, c in ci.items()}}

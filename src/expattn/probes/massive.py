@@ -1,0 +1,101 @@
+r"""Massive activations of the residual stream, found by Sun et al. (2024)'s rule.
+
+An entry $x_{t,c}$ of one sequence's hidden state $X \in \mathbb R^{T\times D}$ at depth $d$ is massive when
+
+$$|x_{t,c}| > 100 \quad\text{and}\quad |x_{t,c}| \ge 1000\cdot \operatorname{median}_{s,k} |x_{s,k}|$$
+
+(Sun, Chen, Kolter and Liu 2024, "Massive activations in large language models": an activation is
+massive if its magnitude surpasses 100 and is about 1,000 times the median magnitude of its hidden
+state). ``MassiveActivations`` streams over sequences and depths and keeps only small summaries: per
+depth the largest magnitude with its channel and position, the per-sequence medians, and the count of
+tokens holding a massive entry; per channel its largest magnitude and the depths where it is massive;
+per position the number of (sequence, depth) pairs where it holds one.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import Tensor
+
+ABSOLUTE, RELATIVE = 100.0, 1000.0
+RULE = (
+    f"Sun et al. 2024: |x| > {ABSOLUTE:g} and |x| >= {RELATIVE:g} x the median |x| of the sequence's hidden state "
+    "(T x D) at that depth; depth 0 = embeddings"
+)
+TOP = 10  # channels and positions listed
+
+
+class MassiveActivations:
+    """Streaming summary of massive activations over ``depths`` hidden states ``(B, T, D)``.
+
+    Fitted: ``max_`` ``(depths,)`` largest |x|, ``where_`` ``(depths, 2)`` its (channel, position),
+    ``medians_`` per depth the per-sequence median |x|, ``tokens_`` ``(depths,)`` massive tokens,
+    ``channels_`` channel -> [largest |x|, depths], ``positions_`` position -> count.
+    """
+
+    def __init__(self, depths: int):
+        self.max_ = np.zeros(depths)
+        self.where_ = np.full((depths, 2), -1, dtype=np.int64)
+        self.medians_: list[list[float]] = [[] for _ in range(depths)]
+        self.tokens_ = np.zeros(depths, dtype=np.int64)
+        self.channels_: dict[int, list] = {}
+        self.positions_: dict[int, int] = {}
+
+    def update(self, depth: int, x: Tensor) -> None:
+        """Add the hidden states ``x`` ``(B, T, D)`` of depth ``depth``."""
+        a = x.detach().abs().float()
+        median = a.flatten(1).median(dim=1).values  # (B,)
+        self.medians_[depth] += median.tolist()
+        flat = int(a.argmax())
+        top = float(a.flatten()[flat])
+        if top > self.max_[depth]:
+            _, t, c = np.unravel_index(flat, tuple(a.shape))
+            self.max_[depth], self.where_[depth] = top, (int(c), int(t))
+        mask = (a > ABSOLUTE) & (a >= RELATIVE * median[:, None, None])
+        if not bool(mask.any()):
+            return
+        hits = mask.nonzero()  # (n, 3): sequence, position, channel
+        self.tokens_[depth] += len(torch.unique(hits[:, :2], dim=0))
+        for b, t, c in hits.tolist():
+            entry = self.channels_.setdefault(c, [0.0, set()])
+            entry[0] = max(entry[0], float(a[b, t, c]))
+            entry[1].add(depth)
+        for t in torch.unique(hits[:, :2], dim=0)[:, 1].tolist():
+            self.positions_[t] = self.positions_.get(t, 0) + 1
+
+    def merge(self, other: MassiveActivations) -> MassiveActivations:
+        """Combine with a summary of other sequences."""
+        better = other.max_ > self.max_
+        self.max_[better], self.where_[better] = other.max_[better], other.where_[better]
+        for mine, theirs in zip(self.medians_, other.medians_, strict=True):
+            mine += theirs
+        self.tokens_ += other.tokens_
+        for c, (top, depths) in other.channels_.items():
+            entry = self.channels_.setdefault(c, [0.0, set()])
+            entry[0], entry[1] = max(entry[0], top), entry[1] | depths
+        for t, n in other.positions_.items():
+            self.positions_[t] = self.positions_.get(t, 0) + n
+        return self
+
+    def summary(self) -> dict:
+        """The record's ``massive_activations``: rule, onset depth, top and median magnitude, per depth,
+        channels and positions (largest first, ``TOP`` of each)."""
+        medians = [float(np.median(m)) if m else float("nan") for m in self.medians_]
+        onset = next((d for d, n in enumerate(self.tokens_) if n), None)
+        top_depth = int(np.argmax(self.max_))
+        channels = sorted(self.channels_.items(), key=lambda kv: -kv[1][0])[:TOP]
+        positions = sorted(self.positions_.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP]
+        return {
+            "rule": RULE,
+            "onset_layer": onset,
+            "top_magnitude": float(self.max_[top_depth]),
+            "median_magnitude": medians[top_depth],
+            "per_layer": [
+                {"layer": d, "max": float(self.max_[d]), "channel": int(self.where_[d, 0]),
+                 "position": int(self.where_[d, 1]), "median": medians[d], "tokens": int(self.tokens_[d])}
+                for d in range(len(self.max_))
+            ],
+            "channels": [{"channel": c, "max": top, "layers": sorted(depths)} for c, (top, depths) in channels],
+            "tokens": [{"position": t, "count": n} for t, n in positions],
+        }
