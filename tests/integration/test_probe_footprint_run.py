@@ -69,7 +69,7 @@ def test_statistics_bytes_equal_what_a_run_holds(shape, statistics, hypotheses):
     model = build_tiny(model_type, **overrides)
     ids = torch.randint(1000, 2000, (SEQUENCES, SEQ_LEN), generator=torch.Generator().manual_seed(0))
     res = expattn.probe(model, input_ids=ids, hypotheses=hypotheses, replicates=REPLICATES, batch_size=16,
-                        statistics=statistics)
+                        detail_sequences=4, statistics=statistics)
     measured = {est.claim: held_bytes(est) for est in res.outcome.estimators}
     cfg = model.config
     expected = statistics_bytes(cfg.hidden_size, cfg.num_hidden_layers, cfg.num_attention_heads, hypotheses,

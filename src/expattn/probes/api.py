@@ -82,7 +82,7 @@ class _Timings:
 def probe(model: nn.Module | str, tokenizer: object | None = None, *, texts: str | list[str] | None = None,
           input_ids: torch.Tensor | None = None, hypotheses: tuple[str, ...] | list[str] = HYPOTHESES,
           tokens: int = 4096, seq_len: int = 128, seed: int = 0, batch_size: int = 16, replicates: int = 200,
-          detail_sequences: int = 4, device: str | None = None, dtype: str | torch.dtype | None = None,
+          detail_sequences: int = 32, device: str | None = None, dtype: str | torch.dtype | None = None,
           out_dir: str | Path | None = None, statistics: str = "float64") -> ProbeResults:
     """Measure hypotheses E1-E8 on ``model`` and return the records (see module docstring).
 

@@ -44,7 +44,7 @@ def _bootstrap(features: int, replicates: int) -> int:
 
 def statistics_bytes(hidden: int, layers: int, heads: int, hypotheses: Iterable[str] = ESTIMATED, *,
                      head_dim: int | None = None, tokens: int = 20_000, seq_len: int = 128,
-                     detail_sequences: int = 4, replicates: int = 200,
+                     detail_sequences: int = 32, replicates: int = 200,
                      statistics: str = "float64") -> dict[str, int]:
     """Bytes each chosen estimator holds after a run (see the module docstring); an upper bound where the
     data decide (E3 buffers at most ``BUFFER`` kept tokens per depth and assumes ``tokens`` reach it).

@@ -29,16 +29,17 @@ TOP = 10  # channels and positions listed
 class MassiveActivations:
     """Streaming summary of massive activations over ``depths`` hidden states ``(B, T, D)``.
 
-    Fitted: ``max_`` ``(depths,)`` largest |x|, ``where_`` ``(depths, 2)`` its (channel, position),
-    ``medians_`` per depth the per-sequence median |x|, ``tokens_`` ``(depths,)`` massive tokens,
-    ``channels_`` channel -> [largest |x|, depths], ``positions_`` position -> count.
+    Fitted (plain Python numbers, a few per depth and one median per sequence and depth): ``max_`` per
+    depth the largest |x|, ``where_`` its (channel, position), ``medians_`` the per-sequence median |x|,
+    ``tokens_`` the massive tokens, ``channels_`` channel -> [largest |x|, depths], ``positions_``
+    position -> count.
     """
 
     def __init__(self, depths: int):
-        self.max_ = np.zeros(depths)
-        self.where_ = np.full((depths, 2), -1, dtype=np.int64)
+        self.max_ = [0.0] * depths
+        self.where_ = [(-1, -1)] * depths
         self.medians_: list[list[float]] = [[] for _ in range(depths)]
-        self.tokens_ = np.zeros(depths, dtype=np.int64)
+        self.tokens_ = [0] * depths
         self.channels_: dict[int, list] = {}
         self.positions_: dict[int, int] = {}
 
@@ -66,11 +67,11 @@ class MassiveActivations:
 
     def merge(self, other: MassiveActivations) -> MassiveActivations:
         """Combine with a summary of other sequences."""
-        better = other.max_ > self.max_
-        self.max_[better], self.where_[better] = other.max_[better], other.where_[better]
-        for mine, theirs in zip(self.medians_, other.medians_, strict=True):
-            mine += theirs
-        self.tokens_ += other.tokens_
+        for d, top in enumerate(other.max_):
+            if top > self.max_[d]:
+                self.max_[d], self.where_[d] = top, other.where_[d]
+            self.medians_[d] += other.medians_[d]
+            self.tokens_[d] += other.tokens_[d]
         for c, (top, depths) in other.channels_.items():
             entry = self.channels_.setdefault(c, [0.0, set()])
             entry[0], entry[1] = max(entry[0], top), entry[1] | depths
@@ -89,11 +90,11 @@ class MassiveActivations:
         return {
             "rule": RULE,
             "onset_layer": onset,
-            "top_magnitude": float(self.max_[top_depth]),
+            "top_magnitude": self.max_[top_depth],
             "median_magnitude": medians[top_depth],
             "per_layer": [
-                {"layer": d, "max": float(self.max_[d]), "channel": int(self.where_[d, 0]),
-                 "position": int(self.where_[d, 1]), "median": medians[d], "tokens": int(self.tokens_[d])}
+                {"layer": d, "max": self.max_[d], "channel": self.where_[d][0], "position": self.where_[d][1],
+                 "median": medians[d], "tokens": self.tokens_[d]}
                 for d in range(len(self.max_))
             ],
             "channels": [{"channel": c, "max": top, "layers": sorted(depths)} for c, (top, depths) in channels],

@@ -83,7 +83,7 @@ class ProbeConfig:
     seed: int = 0
     batch_size: int = 16
     replicates: int = 200
-    detail_sequences: int = 4
+    detail_sequences: int = 32
     hypotheses: tuple[str, ...] = HYPOTHESES
     device: str | None = None
     dtype: str | None = None
@@ -99,7 +99,7 @@ class ProbeConfig:
             model=model,
             tokens=table.get(model, 4_096 if quick else 20_000),
             seed=seed,
-            detail_sequences=2 if quick else 4,
+            detail_sequences=8 if quick else 32,
             replicates=100 if quick else 200,
         )
 
