@@ -125,6 +125,22 @@ def control_rows(record: Record) -> list[tuple[str, str, str, str, str]]:
     return rows
 
 
+PUBLISHED_FIELDS = ("source", "measure", "published", "ours", "note")
+
+
+def published_rows(view: ReportView) -> list[tuple[Card, dict[str, str]]]:
+    """Every record's ``details["published"]`` entries (``{source, measure, published, ours, note}``: a
+    published finding beside our number on the same kind of measurement) as text, with their card."""
+    rows = []
+    for _, _, cards in view.groups:
+        for card in cards:
+            entries = card.record.details.get("published") or []
+            for entry in entries if isinstance(entries, list) else []:
+                if isinstance(entry, dict):
+                    rows.append((card, {k: format_value(entry.get(k, "")) for k in PUBLISHED_FIELDS}))
+    return rows
+
+
 def as_printed_evidence(record: Record) -> list[tuple[str, str]]:
     """The metrics that measure the statement as printed (``as_printed*``) and the tolerance."""
     keys = [k for k in record.metrics if k.startswith("as_printed")] + ["tolerance"]

@@ -14,6 +14,7 @@ from typing import Any
 
 from expattn.report.document import (
     CLAIM_TITLES,
+    PUBLISHED_FIELDS,
     Card,
     ReportView,
     as_printed_evidence,
@@ -22,6 +23,7 @@ from expattn.report.document import (
     cpu,
     details_text,
     format_value,
+    published_rows,
     source_label,
 )
 from expattn.report.figures import Figure, Figures, report_figures
@@ -177,6 +179,21 @@ def _as_printed(view: ReportView) -> str:
     return f'<section id="as-printed"><h2>Statements that fail as printed</h2>{body}</section>'
 
 
+def _published(view: ReportView) -> str:
+    """Published findings beside ours: one row per ``details["published"]`` entry of any record."""
+    rows = "".join(
+        f'<tr><td><a href="#{esc(card.anchor)}">{esc(card.record.id)}</a> <span class="label">{esc(card.label)}'
+        f"</span></td>" + "".join(f"<td>{esc(entry[k])}</td>" for k in PUBLISHED_FIELDS) + "</tr>"
+        for card, entry in published_rows(view)
+    )
+    if not rows:
+        return ""
+    head = "".join(f"<th>{h}</th>" for h in ("record", *PUBLISHED_FIELDS))
+    return ('<section id="published"><h2>Published results beside ours</h2><p class="muted">Each row puts a '
+            "published figure or finding next to our number on the same kind of measurement; the note says how "
+            f"the settings differ.</p><div class=\"scroll\"><table><tr>{head}</tr>{rows}</table></div></section>")
+
+
 def _card(card: Card, plot_root: Path | None) -> str:
     r = card.record
     fields = [("statement", r.statement), ("source", r.source), ("method", r.method), ("kind", r.kind),
@@ -258,7 +275,8 @@ def render_html(document: dict[str, Any], plot_root: Path | None, title: str = "
     figure_section = _figures(figures)
     nav = ['<a href="#models">Per model</a>'] if models else []
     nav += ['<a href="#summary">Summary</a>'] + (['<a href="#figures">Figures</a>'] if figure_section else [])
-    nav += ['<a href="#as-printed">As printed</a>']
+    published = _published(view)
+    nav += ['<a href="#as-printed">As printed</a>'] + (['<a href="#published">Published</a>'] if published else [])
     nav += [f'<a href="#group-{esc(letter)}">{esc(letter)}. {esc(name)}</a>' for letter, name, _ in view.groups]
     nav.append('<a href="#environment">Environment</a>')
     sections = "".join(
@@ -274,6 +292,7 @@ def render_html(document: dict[str, Any], plot_root: Path | None, title: str = "
         f"<title>{esc(view.title)}</title><style>{CSS}</style></head>\n<body><main>"
         f'<header><h1>{esc(view.title)}</h1><p>{counts or "<span class=muted>no records</span>"}</p>'
         f"<nav>{' '.join(nav)}</nav></header>\n"
-        f"{models}\n{_summary(view)}\n{figure_section}\n{_as_printed(view)}\n{sections}\n{_environment(view)}\n"
+        f"{models}\n{_summary(view)}\n{figure_section}\n{_as_printed(view)}\n{published}\n{sections}\n"
+        f"{_environment(view)}\n"
         "</main></body></html>\n"
     )

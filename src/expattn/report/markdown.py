@@ -13,6 +13,7 @@ from typing import Any
 from urllib.parse import quote
 
 from expattn.report.document import (
+    PUBLISHED_FIELDS,
     Card,
     ReportView,
     as_printed_evidence,
@@ -21,6 +22,7 @@ from expattn.report.document import (
     cpu,
     details_text,
     format_value,
+    published_rows,
     source_label,
 )
 from expattn.report.matrix import PER_MODEL, check_verdict
@@ -82,6 +84,14 @@ def _as_printed(view: ReportView) -> list[str]:
     return [*lines, *_table(["ID", "as printed in the seed", "corrected statement (checked)", "evidence"], rows)]
 
 
+def _published(view: ReportView) -> list[str]:
+    rows = [[f"[{md(card.record.id)}](#{card.anchor}) {md(card.label)}", *(md(entry[k]) for k in PUBLISHED_FIELDS)]
+            for card, entry in published_rows(view)]
+    if not rows:
+        return []
+    return ["## Published results beside ours", "", *_table(["record", *PUBLISHED_FIELDS], rows)]
+
+
 def _card(card: Card) -> list[str]:
     r = card.record
     lines = [f'<a id="{card.anchor}"></a>', "", f"### {md(r.id)}: {md(card.label)} ({md(r.verdict)})", ""]
@@ -118,12 +128,12 @@ def render_markdown(document: dict[str, Any], title: str = "expattn report") -> 
     Returns:
         Markdown text with the per-model matrix, the summary table, the as-printed failures, one section per claim
         group (one subsection per record, plots linked relative to the results file) and the
-        environment. Issue 9.
+        environment; published findings beside ours where records carry them.
     """
     view = build_view(document, title)
     counts = ", ".join(f"{n} {md(v)}" for v, n in sorted(view.counts.items())) or "no records"
     lines = [f"# {md(view.title)}", "", f"Records: {counts}.", "", *_matrix(view), *_summary(view),
-             *_as_printed(view)]
+             *_as_printed(view), *_published(view)]
     for letter, name, cards in view.groups:
         lines += [f"## {md(letter)}. {md(name)}", ""]
         for card in cards:
