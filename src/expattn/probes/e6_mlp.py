@@ -8,15 +8,17 @@ R^2_\ell = 1 - \frac{\sum \lVert \Delta - W^\top x - b\rVert^2}{\sum\lVert \Delt
 purely linear layer?). $x$ = ``layers.i.mlp.input`` (what the MLP reads), $\Delta$ =
 ``layers.i.mlp.output`` (the update it adds), $s$ = ``layers.i.mlp.skip`` (the stream it is added
 to). The block $s \mapsto s + \Delta$ is the identity when $\rho$ is small. The affine map is a ridge
-fit ($\lambda = 10^{-3}\operatorname{tr}S_{xx}/D$) on even-indexed sequences scored on odd ones
-and vice versa; the reported $R^2$ is the mean of the two folds (both kept). Null baseline: the
-identity, whose $R^2$ for the update is 0 by construction. Interval: Poisson bootstrap of $\rho$;
+fit on even-indexed sequences scored on odd ones and vice versa, its $\lambda$ chosen from
+``RIDGE_GRID`` $\cdot \operatorname{tr}S_{xx}/D$ by generalised cross-validation on the fit fold alone
+(one eigendecomposition of $S_{xx}$ for the whole grid; the scoring fold takes no part in the choice);
+the reported $R^2$ is the mean of the two folds (both kept). Null baseline: the identity, whose $R^2$
+for the update is 0 by construction. Interval: Poisson bootstrap of $\rho$;
 the two folds bracket $R^2$. Tokens: without the first/special tokens and the block's
 massive-activation tokens (``common.kept_weights``), the same ones E1-E4 set aside, in both $\rho$
 and the fit. Criterion, fixed before the data: supported when most layers are close to the identity
 ($\rho$'s interval below 0.1) or close to linear ($R^2 \ge 0.9$), not supported when most are
-neither. The ridge is stated beforehand; the held-out $R^2$ for a grid of ridges is reported beside
-it (``ridge_grid``). Negative control through the same fit and rule: the update replaced by noise
+neither. The held-out $R^2$ of every ridge of the grid is reported beside the chosen one
+(``ridge_grid``), never chosen from. Negative control through the same fit and rule: the update replaced by noise
 of the skip's size per token ($\rho = 1$, nothing to fit), which must not be supported.
 """
 
@@ -47,8 +49,7 @@ from expattn.probes.common import (
 from expattn.probes.stats import BootstrapMeans, CrossMoments
 from expattn.results.record import Control
 
-RIDGE = 1e-3
-RIDGE_GRID = (1e-5, 1e-4, 1e-3, 1e-2, 1e-1)
+RIDGE_GRID = (1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0)  # lambda / (tr S_xx / D); chosen per fit fold by GCV
 RHO_LIMIT, R2_LIMIT = 0.1, 0.9
 
 
@@ -64,11 +65,15 @@ class E6Mlp(Estimator):
     """Streaming E6 estimator. Fitted: ``folds_`` (per layer, two CrossMoments), ``stats_`` (BootstrapMeans)."""
 
     claim = "E6"
-    method = "update/skip energy ratio (Poisson bootstrap) and two-fold held-out ridge R^2 of the MLP update"
+    method = (
+        "update/skip energy ratio (Poisson bootstrap) and two-fold held-out R^2 of a ridge affine fit of the MLP "
+        "update, ridge chosen by GCV on the fit fold"
+    )
     criterion = (
         f"supported iff in most layers the 95% interval of E|update|^2/E|skip|^2 lies below {RHO_LIMIT} "
-        f"or the two-fold held-out R^2 of a ridge ({RIDGE:g} tr/D) affine fit is >= {R2_LIMIT}; not_supported iff "
-        "in most neither; noise in place of the update must not be supported"
+        f"or the two-fold held-out R^2 of a ridge affine fit is >= {R2_LIMIT} (ridge chosen on the fit fold alone by "
+        "generalised cross-validation, the other fold only tests); not_supported iff in most neither; noise in "
+        "place of the update must not be supported"
     )
 
     def __init__(self, ctx: ProbeContext):
@@ -117,26 +122,38 @@ class E6Mlp(Estimator):
         m = m.view(*m.shape[:-1], self.ctx.layers, len(VARIANTS), 2)
         return m[..., 0] / m[..., 1]  # (..., L, V)
 
-    def _r2(self, i: int, ridge: float = RIDGE, control: bool = False) -> tuple[float, float]:
+    def _fits(self, i: int, control: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Layer ``i``'s ridge fits on each fold over ``RIDGE_GRID`` (one eigendecomposition per fold): the
+        held-out R^2 ``(2,)`` (even -> odd, odd -> even) at the ridge each fit fold's GCV chooses, those ridges
+        ``(2,)``, and the held-out R^2 of every ridge of the grid ``(grid, 2)`` (reported, never chosen from)."""
         a, b = (self.control_ if control else self.folds_)[i]
         if a.n_ < 2 or b.n_ < 2:
             raise ValueError("E6 needs at least one even- and one odd-indexed sequence")
-        wa, ba, _ = a.ridge(ridge)
-        wb, bb, _ = b.ridge(ridge)
-        return b.r_squared(wa, ba), a.r_squared(wb, bb)
+        path_a, path_b = a.ridge_path(RIDGE_GRID), b.ridge_path(RIDGE_GRID)
+        held = np.array([[b.r_squared(wa, ba), a.r_squared(wb, bb)]
+                         for (wa, ba, _, _), (wb, bb, _, _) in zip(path_a, path_b, strict=True)])
+        pick = [int(np.argmin([fit[3] for fit in path])) for path in (path_a, path_b)]
+        return held[pick, [0, 1]], np.array(RIDGE_GRID)[pick], held
 
     def measure(self) -> Measured:
         est, lo, hi = (t.numpy() for t in self.stats_.interval(self._rho))
-        r2 = np.array([self._r2(i) for i in range(self.ctx.layers)])  # (L, 2)
-        r2_control = np.array([np.mean(self._r2(i, control=True)) for i in range(self.ctx.layers)])
+        fits = [self._fits(i) for i in range(self.ctx.layers)]
+        r2 = np.array([f[0] for f in fits])  # (L, 2)
+        chosen = np.array([f[1] for f in fits])  # (L, 2)
+        grid = np.array([f[2].mean(1) for f in fits])  # (L, grid)
+        r2_control = np.array([np.mean(self._fits(i, control=True)[0]) for i in range(self.ctx.layers)])
         v = VARIANTS.index("excl")
         details = {
             "tensors": {"x": "layers.i.mlp.input", "update": "layers.i.mlp.output", "skip": "layers.i.mlp.skip"},
             "heldout_r2_fold_even_to_odd": as_list(r2[:, 0]),
             "heldout_r2_fold_odd_to_even": as_list(r2[:, 1]),
-            "ridge_relative": RIDGE,
-            "ridge_grid": {f"{lam:g}": as_list([np.mean(self._r2(i, lam)) for i in range(self.ctx.layers)])
-                           for lam in RIDGE_GRID},
+            "ridge_chosen_fold_even": as_list(chosen[:, 0]),
+            "ridge_chosen_fold_odd": as_list(chosen[:, 1]),
+            "ridge_grid": {f"{lam:g}": as_list(grid[:, g]) for g, lam in enumerate(RIDGE_GRID)},
+            "fit_tokens_per_fold": [int(m.n_) for m in self.folds_[0]],
+            "ridge_choice": "per fit fold, the ridge of RIDGE_GRID (x tr S_xx / D) with the least generalised "
+            "cross-validation score on that fold; ridge_grid's held-out R^2 are shown, never chosen from. GCV "
+            "cannot validate when a fold has fewer tokens than the width D (quick budgets of wide models)",
             "tokens": "first/special and massive-activation tokens set aside (as in E1-E4)",
         }
         for vi, variant in enumerate(VARIANTS):

@@ -23,6 +23,7 @@ merge), not to the squared mean, however far the data sit from 0. Read-outs (``c
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -357,6 +358,30 @@ class CrossMoments:
         eye = torch.eye(sxx.shape[0], dtype=torch.float64, device=sxx.device)
         w = torch.linalg.solve(sxx + lam * eye, self.sxy_.double())
         return w, self.mean_y_ - w.T @ self.mean_x_, lam
+
+    def ridge_path(self, relatives: tuple[float, ...]) -> list[tuple[Tensor, Tensor, float, float]]:
+        r"""Ridge fits for every ``relatives`` from one eigendecomposition $S_{xx} = Q \operatorname{diag}(e) Q^\top$:
+        $W_\lambda = Q \operatorname{diag}(1/(e + \lambda)) Q^\top S_{xy}$, each with its generalised
+        cross-validation score on these statistics (Golub, Heath and Wahba 1979),
+
+        $$\mathrm{GCV}(\lambda) = \frac{\mathrm{RSS}(\lambda)/n}{(1 - \mathrm{df}(\lambda)/n)^2},\qquad
+        \mathrm{df}(\lambda) = 1 + \sum_i \frac{e_i}{e_i + \lambda}$$
+
+        (the 1: the intercept). Returns ``[(W, b, lambda, gcv)]`` in the order of ``relatives``."""
+        sxx, sxy = self.sxx_.double(), self.sxy_.double()
+        e, q = torch.linalg.eigh(sxx)
+        e = e.clamp_min(0)
+        g = q.T @ sxy
+        out = []
+        for relative in relatives:
+            lam = relative * float(torch.diagonal(sxx).mean())
+            w = q @ (g / (e + lam)[:, None])
+            b = self.mean_y_ - w.T @ self.mean_x_
+            rss = (1 - self.r_squared(w, b)) * float(self.syy_)
+            df = 1 + float((e / (e + lam)).sum())
+            room = 1 - df / self.n_
+            out.append((w, b, lam, rss / self.n_ / room**2 if room > 0 else math.inf))
+        return out
 
     def r_squared(self, w: Tensor, b: Tensor) -> float:
         """$1 - \\sum\\lVert y - W^\\top x - b\\rVert^2 / \\sum\\lVert y - \\bar y\\rVert^2$ on the data of
