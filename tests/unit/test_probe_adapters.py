@@ -12,7 +12,7 @@ from tiny_models import build_tiny
 from expattn.probes.adapters import Capture, adapter_for
 from expattn.probes.attention import AttnWeights, head_outputs, head_updates
 from expattn.probes.common import Batch, ProbeContext
-from expattn.probes.e4_alignment import sym_cos
+from expattn.probes.e4_readings import sym_cos
 from expattn.probes.e5_gradient import E5Gradient
 from expattn.probes.e8_heads import head_cosines, head_gram
 
