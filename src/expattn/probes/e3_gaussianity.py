@@ -61,6 +61,7 @@ from expattn.probes.e3_shape import (
     coordinate_kurtosis,
     direction_moments,
     radius_ratio,
+    spectrum,
 )
 from expattn.probes.massive import MassiveActivations
 from expattn.probes.published import ethayarajh_2019, sun_2024
@@ -215,7 +216,7 @@ class E3Gaussianity(Estimator):
         controls = []
         for name, (kind, cloud) in control_clouds(n, self.ctx.dim, self.ctx.seed + 33).items():
             kurt, skew = direction_moments(cloud, self.directions)
-            rho = radius_ratio(cloud)
+            rho = radius_ratio(spectrum(cloud))
             close, far = close_and_far(*(torch.tensor([v]) for v in (kurt, skew, rho, kurt)))
             verdict = "supported" if close.all() else "not_supported" if far.all() else "inconclusive"
             controls.append(Control(f"{name}, {n} tokens", kind, verdict,
@@ -225,8 +226,10 @@ class E3Gaussianity(Estimator):
     def measure(self) -> Measured:
         est, lo, hi = (t.numpy() for t in self.boot_.interval(self._shape_stats))
         buffers = [torch.cat(b) if b else torch.zeros(0, self.ctx.dim) for b in self.buffer_]
-        rho = np.array([radius_ratio(b) if len(b) > 2 else np.nan for b in buffers])
-        coords = [coordinate_kurtosis(b) if len(b) > 3 else (np.nan, np.nan) for b in buffers]
+        clouds = [spectrum(b) if len(b) > 2 else None for b in buffers]  # one eigendecomposition per depth
+        rho = np.array([np.nan if c is None else radius_ratio(c) for c in clouds])
+        coords = [coordinate_kurtosis(c) if len(b) > 3 else (np.nan, np.nan)
+                  for b, c in zip(buffers, clouds, strict=True)]
         cross = self._cross_context_cosine()
         v = VARIANTS.index("excl")
         alls = [
