@@ -114,7 +114,7 @@ ENTRIES = (
         "the heads' updates are incoherent (not aligned)",
         "seed 000 §5 (B8)",
         modules=("src/expattn/probes/e8_heads.py", "src/expattn/probes/attention.py"),
-        tests=("tests/unit/test_probe_adapters.py", RUNNER_TEST),
+        tests=("tests/unit/test_probe_e8_heads.py", "tests/unit/test_probe_adapters.py", RUNNER_TEST),
         probe=True,
     ),
     Entry(

@@ -92,7 +92,8 @@ def statistics_bytes(hidden: int, layers: int, heads: int, hypotheses: Iterable[
         "E6": 4 * layers * (2 * big + 16 * d + 8) + _bootstrap(layers * v * 2, r),
         "E7": detail * (4 * seq_len * d + 8 * depths),
         "E9": layers * (big + 8 * d + 4 * detail * seq_len * d),  # E4's statistics, held again
-        "E8": 2 * _bootstrap(layers * E8_COLUMNS, r) + 4 * layers * (heads * dh) * (heads * dh + dh),
+        "E8": (2 * _bootstrap(layers * E8_COLUMNS, r) + 4 * layers * (heads * dh) * (heads * dh + dh)
+               + 8 * layers * heads),  # per-head sums
     }
     return {h: table[h] for h in chosen}
 

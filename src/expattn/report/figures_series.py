@@ -174,6 +174,9 @@ HEAD_MAPS = {
            "Cosine of W_q^T W_k with Sigma on the range of Sigma", False),
     "E5": ("identity_f32", r"$\log_{10}$ max error of attention vs $\nabla \log Z$ (float32)",
            "log10 of the max error of attention against grad log Z (float32)", True),
+    "E8": ("head_coherence", "mean cosine with the other heads, minus the other-token null",
+           "Mean cosine of a head's update with the other heads' at the same token, minus the same at other tokens",
+           False),
 }
 
 
