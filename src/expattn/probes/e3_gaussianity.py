@@ -144,7 +144,7 @@ class E3Gaussianity(Estimator):
     def _depth(self, d: int, x: Tensor, batch: Batch, w: Tensor) -> None:
         """Statistics of depth ``d`` from ``x`` ``(B, T, D)``; ``w`` ``(B, kept)`` the block's token weights."""
         kept, keep = self.ctx.kept, w.bool()
-        self.activations_.update(d, x)
+        self.activations_.update(d, x, batch.index)
         y_all = x @ self._directions32  # (B, T, K), float32 projections; moments in float64 below
         moments = shared(batch, "moments kept", x, lambda t: kept_moments(t, kept, keep, self.directions, y_all))
         self.kept_[d].merge(moments)
@@ -252,7 +252,7 @@ class E3Gaussianity(Estimator):
             "max_abs_coordinate_kurtosis_excl": as_list([c for c, _ in coords]),
             "principal_direction_kurtosis_excl": as_list([p for _, p in coords]),
             "anisotropy_cross_context_excl": as_list(cross),
-            "massive_activations": self.activations_.summary(),
+            "massive_activations": self.activations_.summary(self.ctx.token_text),
         }
         for vi, variant in enumerate(VARIANTS):
             for k, name in enumerate(("mean_abs_kurtosis", "mean_abs_skewness", "within_sequence_cosine")):

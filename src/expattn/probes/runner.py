@@ -19,7 +19,7 @@ import os
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -300,7 +300,6 @@ def probe_subject(subject: Subject, config: ProbeConfig, out_dir: Path | None,
     built = [cls for cls in ESTIMATORS if cls.claim in config.hypotheses and cls.claim not in inapplicable]
     require_room(ctx, [cls.claim for cls in built], config.tokens, config.seq_len, config.replicates,
                  config.statistics, subject.device)
-    estimators = [cls(ctx) for cls in built]
     if subject.image is not None:
         if config.seq_len != subject.image_tokens:
             raise ValueError(f"seq_len must be {subject.image_tokens} for this vision model (its patches and [CLS])")
@@ -319,6 +318,13 @@ def probe_subject(subject: Subject, config: ProbeConfig, out_dir: Path | None,
 
         def inputs(i: int) -> torch.Tensor:
             return sequence(text, subject.tokenizer, adapter.family, sample, i)
+    if subject.image is None and subject.tokenizer is not None:
+
+        def token_text(i: int, position: int) -> str:
+            return subject.tokenizer.decode([int(inputs(i)[position])])
+
+        ctx = replace(ctx, token_text=token_text)
+    estimators = [cls(ctx) for cls in built]
     rank, world = _distributed()
     batches = [list(range(b, min(b + config.batch_size, n_seq))) for b in range(0, n_seq, config.batch_size)]
     mine = batches[rank::world]  # whole batches per process: the same forward passes as one process
