@@ -111,8 +111,8 @@ def head_cosines(z: Tensor, gram: HeadGram, heads: int, update: Tensor) -> HeadC
     zt = z.reshape(b * t, heads, dh)  # (N, H, dh): the one copy of a strided view
     sq = torch.linalg.vecdot(torch.bmm(zt.transpose(0, 1), blocks), zt.transpose(0, 1)).clamp_min(1e-30)  # |u_h|^2
     zn = (zt * sq.T.rsqrt().unsqueeze(-1)).view(b, t, hd)  # unit-update scaling, (N, H, dh) kept: no transposed copy
-    rows = stats.gram(zn).view(b, heads, dh * hd).transpose(0, 1)  # (H, B, dh*hd): head h's rows of S
-    same = torch.bmm(rows, off.view(heads, dh * hd, 1)).squeeze(-1).T.double()  # (B, H): <G°_h, S_h>
+    rows, off_rows = stats.gram(zn).view(b, heads, dh * hd), off.view(heads, dh * hd)  # head h's rows of S, G°
+    same = torch.stack([rows[:, h] @ off_rows[h] for h in range(heads)], 1).double()  # (B, H): <G°_h, S_h>, no copy
     total = zn.sum(1).double()  # (B, H*dh); the small products below in float64: they cancel
     across = ((total @ off.double()) * total).view(b, heads, dh).sum(-1) - same  # (B, H)
     energy = (update * update).sum(-1) / sq.sum(0).view(b, t)  # (B, T)
