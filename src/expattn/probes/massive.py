@@ -113,8 +113,10 @@ class MassiveActivations:
                 for d in range(len(self.max_))
             ],
             "channels": [{"channel": c, "max": top, "layers": sorted(depths)} for c, (top, depths) in channels],
-            "tokens": [{"position": t, "token": _text(token_text, t, sequences), "count": n, "sequences": sequences}
-                       for t, (n, sequences) in positions],
+            "tokens": [
+                {"position": t, "token": _text(token_text, t, sequences), "count": n, "sequences": sequences}
+                for t, (n, sequences) in positions
+            ],
         }
 
 

@@ -14,8 +14,9 @@ def sun_2024(massive: dict) -> dict:
     """Sun et al. 2024 (massive activations) beside E3's ``massive_activations`` summary: the carrying tokens
     as position and text (the most common text at that position where the massive entries occur)."""
     channels = [c["channel"] for c in massive["channels"]]
-    tokens = ", ".join(f"{t['position']}" + ("" if t["token"] is None else f" ({t['token']!r})")
-                       for t in massive["tokens"][:4])
+    tokens = ", ".join(
+        f"{t['position']}" + ("" if t["token"] is None else f" ({t['token']!r})") for t in massive["tokens"][:4]
+    )
     onset, top, median = massive["onset_layer"], massive["top_magnitude"], massive["median_magnitude"]
     ours = (
         f"none by the rule (largest |x| {top:.3g}, median {median:.3g})"
