@@ -42,7 +42,18 @@ from expattn.probes.common import (
     shared,
 )
 from expattn.probes.e3_gaussianity import kept_moments
-from expattn.probes.e4_readings import READINGS, judge_reading, random_q95, range_basis, sym_cos
+from expattn.probes.e4_readings import (
+    RANGE_TOL,
+    READINGS,
+    TOLERANCES,
+    judge_reading,
+    margin_verdict,
+    margins,
+    mean_interval,
+    random_q95,
+    range_basis,
+    sym_cos,
+)
 from expattn.probes.stats import Moments, gram
 from expattn.results.record import Control
 
@@ -130,7 +141,8 @@ class E4Alignment(Estimator):
         (``cos_*``) and for as many random heads (``control_*``)."""
         w = self.ctx.attention[i].to(torch.float32)
         sigma = self.inputs_[i].covariance_
-        lam, basis, gap = range_basis(sigma)
+        e, v = torch.linalg.eigh(sigma.double())
+        lam, basis, gap = range_basis(e, v)
         u = basis.float()  # (D, r)
         fisher = u.T @ self.fisher(i) @ u  # (H, r, r)
         fisher_inv, lam_f, clipped = regularised_inverse(fisher)
@@ -153,6 +165,16 @@ class E4Alignment(Estimator):
             out[f"cos_{key}"] = sym_cos(aq, ak, target).double().numpy()
             out[f"control_{key}"] = sym_cos(rq, rk, target).double().numpy()
         out["cos_sigma_inv_ridge"] = sym_cos(wq, wk, regularised_inverse(sigma)[0].float()).double().numpy()
+        for tol in TOLERANCES:  # the Sigma readings again at other cuts of the range
+            lam_t, basis_t, _ = range_basis(e, v, tol)
+            aq_t, ak_t = wq @ basis_t.float(), wk @ basis_t.float()
+            out[f"tolerance_{tol:g}"] = {
+                "rank": lam_t.numel(),
+                "q95": random_q95(lam_t.numel()),
+                "cos": {key: sym_cos(aq_t, ak_t, target).double().numpy()
+                        for key, target in (("sigma_inv", lam_t.reciprocal().float()), ("sigma", lam_t.float()),
+                                            ("identity", None))},
+            }
         return out
 
     def measure(self) -> Measured:
@@ -163,6 +185,17 @@ class E4Alignment(Estimator):
         q95 = np.array([lay["random_q95"] for lay in layers])
         rng = np.random.default_rng(self.ctx.seed + 40)
         readings = {name: judge_reading(READINGS[name], cos, control, q95, rng) for name in self.readings}
+        headline = READINGS[self.readings[0]]
+        tolerance = {f"{RANGE_TOL:g}": {"sigma_rank_min": min(lay["sigma_rank"] for lay in layers),
+                                        **{k: readings[headline.name][k] for k in ("mean_margin", "low", "high",
+                                                                                   "verdict")}}}
+        for tol in TOLERANCES:
+            at = [lay[f"tolerance_{tol:g}"] for lay in layers]
+            m = margins({k: np.stack([a["cos"][k] for a in at]) for k in at[0]["cos"]},
+                        np.array([a["q95"] for a in at]), headline)
+            mean, low, high = mean_interval(m, rng)
+            tolerance[f"{tol:g}"] = {"sigma_rank_min": min(a["rank"] for a in at), "mean_margin": mean, "low": low,
+                                     "high": high, "verdict": margin_verdict(low, high)}
         tokens = min(lay["sigma_tokens"] for lay in layers)
         metrics: dict = {}
         for name, reading in readings.items():
@@ -180,8 +213,9 @@ class E4Alignment(Estimator):
             "fisher_sequences": len(self.detail_[0]),
         }
         details = {k: [as_list(lay[k]) if isinstance(lay[k], np.ndarray) else lay[k] for lay in layers]
-                   for k in layers[0] if not k.startswith("control_")}
+                   for k in layers[0] if not k.startswith(("control_", "tolerance_"))}
         details["readings"] = {name: {k: v for k, v in r.items() if k != "margin"} for name, r in readings.items()}
+        details["range_tolerance"] = tolerance
         details["rope"] = (
             "A_h ignores the rotary rotation (offset-0 form); the Fisher uses the model's rotated attention"
             if self.ctx.attention[0].rope
