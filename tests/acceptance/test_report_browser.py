@@ -1,6 +1,7 @@
 """The report in a real browser: headless Chromium renders it with no console error, every image
-(plots and the SVG figures) loaded, the per-model matrix and the summary figure on the first screen,
-and hostile strings shown as inert text.
+(plots and the SVG figures) loaded, the per-model matrix and the summary figure side by side and wholly
+inside the first screen at 1366 x 768 and 1920 x 1080 (stacked in a narrow window), and hostile strings
+shown as inert text.
 
 Needs Debian's ``chromium`` + ``chromium-driver`` and the ``selenium`` package (installed by
 ``scripts/setup.sh --test``); skipped without them.
@@ -19,6 +20,7 @@ import pytest
 import torch
 
 from expattn.report.html import render_html
+from expattn.report.matrix import HEADLINES
 from expattn.results.record import Record, load_records, results_document
 
 pytest.importorskip("selenium")
@@ -95,11 +97,11 @@ def test_synthetic_report_is_clean_and_escaped(tmp_path, gen):
         matrix = driver.find_element(By.CSS_SELECTOR, "#models table")
         rows = [[c.text for c in r.find_elements(By.XPATH, "./td")] for r in matrix.find_elements(By.TAG_NAME, "tr")]
         e1 = next(r for r in rows if r and r[0] == "E1")
-        assert e1[2] == f"supported {headline:.4g}" and e1[3] == "not_supported 0.5"
-        # The summary figure sits under the matrix, on the first screen (1280 x 1500), wide and drawn.
+        assert e1[2] == f"supported\n{headline:.4g}" and e1[3] == "not_supported\n0.5"  # the number under its badge
+        # The summary figure sits beside the matrix on the first screen, drawn.
         summary = driver.find_element(By.CSS_SELECTOR, "#fig-summary img")
         assert summary.is_displayed() and summary.location["y"] < 1500
-        assert summary.size["width"] > 600 and summary.get_attribute("src").startswith("data:image/svg+xml")
+        assert summary.size["width"] > 400 and summary.get_attribute("src").startswith("data:image/svg+xml")
         assert "relative depth" in driver.find_element(By.CSS_SELECTOR, "#fig-summary figcaption").text
         assert driver.find_element(By.ID, "fig-heads-E4").is_displayed()
         assert driver.find_element(By.ID, "as-printed").text.count("A9") == 1
@@ -127,3 +129,84 @@ def test_real_quick_report_renders(tmp_path):
     check = shot.inspect_report(out / "report.html", tmp_path / "screenshot.png")
     assert_renders_cleanly(check, images=plots + figures)
     assert not list(tmp_path.glob(".report.tmp-*"))  # the staging folder is gone
+
+
+def sweep_and_claims_report(folder: Path, gen: torch.Generator) -> Path:
+    """report.html of a full-size first screen: two probed models on all of E1-E8 with the per-layer
+    details the summary figure draws, and a training sweep of four runs on E1-E3."""
+    layers = 6
+    records = []
+    for model in ("minilm", "smollm2"):
+        values = (0.5 + torch.rand(4, layers, generator=gen, dtype=torch.float64)).tolist()
+        details = {
+            "E1": {"raw_ratio_excl": band(values[0])},
+            "E3": {"mean_abs_kurtosis_excl": band(values[1])},
+            "E4": {"cos_sigma_inv": (torch.rand(layers, 4, generator=gen, dtype=torch.float64) - 0.5).tolist()},
+            "E6": {"heldout_r2_fold_even_to_odd": values[2], "heldout_r2_fold_odd_to_even": values[3]},
+            "E8": {"mean_pairwise_cos": band(values[2])},
+        }
+        for claim, verdict in zip([f"E{i}" for i in range(1, 9)], random_verdicts(gen, 8), strict=True):
+            headline = {HEADLINES[claim][0]: values[0][0] * 1e-3}  # 4 significant digits and an exponent
+            records.append(Record(id=claim, kind="empirical", verdict=verdict, metrics=headline,
+                                  details={"stage": "probe", "model": model, **details.get(claim, {})}))
+    runs = ("identity", "layernorm", "rmsnorm", "sphere")
+    for claim in ("E1", "E2", "E3"):
+        verdicts = dict(zip(runs, random_verdicts(gen, len(runs)), strict=True))
+        metrics = {f"{run}.layer{i}": float(torch.rand(1, generator=gen)) for run in runs for i in range(2)}
+        records.append(Record(id=claim, kind="empirical", verdict="inconclusive", metrics=metrics,
+                              details={"stage": "train", "name": "train --sweep norms", "probe_verdicts": verdicts}))
+    path = folder / "report.html"
+    path.write_text(render_html(results_document(records, "test"), folder), encoding="utf-8")
+    return path
+
+
+def random_verdicts(gen: torch.Generator, n: int) -> list[str]:
+    order = ("fail", "not_supported", "inconclusive", "skipped", "supported", "pass")
+    return [order[i] for i in torch.randint(0, len(order), (n,), generator=gen).tolist()]
+
+
+def boxes(driver, width: int, height: int) -> dict[str, dict[str, float]]:
+    """Bounding boxes of the matrix's box, its table and the summary figure's image, and the viewport, with
+    the viewport set to ``width x height`` CSS pixels."""
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                           {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})
+    return driver.execute_script(
+        "const r = s => { const b = document.querySelector(s).getBoundingClientRect();"
+        " return {left: b.left, top: b.top, right: b.right, bottom: b.bottom}; };"
+        "const box = document.querySelector('#models .box');"
+        "return {matrix: r('#models .box'), table: r('#models table'), figure: r('#fig-summary img'),"
+        " view: {left: 0, top: 0, right: window.innerWidth, bottom: window.innerHeight},"
+        " scroll: {x: box.scrollWidth - box.clientWidth, page: window.scrollY}};"
+    )
+
+
+@pytest.mark.parametrize("size", [(1366, 768), (1920, 1080)])
+def test_matrix_and_summary_figure_fill_the_first_screen(tmp_path, gen, size):
+    path = sweep_and_claims_report(tmp_path, gen)
+    driver, profile = shot.open_report(path, size)
+    try:
+        assert_renders_cleanly(shot.check_page(driver), images=5)  # summary, 4 per-layer, 1 per-head map
+        found = boxes(driver, *size)
+        view = found["view"]
+        assert (view["right"], view["bottom"]) == size and found["scroll"]["page"] == 0
+        for name in ("matrix", "figure"):
+            b = found[name]
+            assert b["left"] >= 0 and b["top"] >= 0, (name, b)
+            assert b["right"] <= view["right"] and b["bottom"] <= view["bottom"], (name, b, view)
+        # Side by side: the figure starts right of the matrix; the matrix needs no sideways scrolling.
+        assert found["figure"]["left"] >= found["matrix"]["right"]
+        assert found["scroll"]["x"] == 0 and found["table"]["bottom"] <= view["bottom"]
+        driver.save_screenshot(str(tmp_path / f"first-{size[0]}.png"))
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def test_first_screen_stacks_in_a_narrow_window(tmp_path, gen):
+    driver, profile = shot.open_report(sweep_and_claims_report(tmp_path, gen), (900, 1400))
+    try:
+        found = boxes(driver, 900, 1400)
+        assert found["figure"]["top"] >= found["matrix"]["bottom"]  # one column: the figure under the matrix
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)

@@ -4,7 +4,7 @@ and the trained-runs table that the matrix's sweep columns link to.
 The first screen is a CSS grid of two columns (one below 1000 px of width), sized so that both the
 matrix and the summary figure fit a 1366 x 768 window: compact rows, the matrix scrolls inside its
 box when it has many claims, the figure's height is bounded by the window's. Every cell is a
-verdict badge linking to its record card (a sweep's cell to the trained-runs table) with the
+verdict badge linking to its record card (a sweep's cell to the trained-runs table) over the
 claim's headline number; the headers explain the numbers as tooltips, and a short list under the
 matrix says what each claim's number is.
 """
@@ -21,7 +21,8 @@ CSS = """
 .first .box { max-height: 52vh; overflow: auto; }
 .matrix { width: auto; font-size: 12.5px; line-height: 1.3; }
 .matrix th, .matrix td { padding: 1px 5px; }
-.matrix td.cell { white-space: nowrap; } .matrix .value { font-variant-numeric: tabular-nums; }
+.matrix td.cell { white-space: nowrap; } .matrix td.title { min-width: 9em; max-width: 13em; }
+.matrix .value { display: block; font-variant-numeric: tabular-nums; }
 .matrix .badge { font-size: 11.5px; padding: 0 6px; margin: 0 1px; }
 .first .caption, .headlines { font-size: 12px; line-height: 1.35; color: var(--muted); margin: 4px 0; }
 .headlines { padding-left: 16px; }
@@ -44,7 +45,10 @@ def matrix_table(matrix: Matrix) -> str:
             )
             cells.append(f'<td class="cell">{shown or "<span class=muted>-</span>"}</td>')
         tip = f' title="{esc(row.headline)}"' if row.headline else ""
-        rows.append(f"<tr><td{tip}><b>{esc(row.claim_id)}</b></td><td{tip}>{esc(row.title)}</td>{''.join(cells)}</tr>")
+        rows.append(
+            f'<tr><td{tip}><b>{esc(row.claim_id)}</b></td><td class="title"{tip}>{esc(row.title)}</td>'
+            f"{''.join(cells)}</tr>"
+        )
     return (
         f'<table class="matrix"><tr><th>ID</th><th title="hover a claim for its headline number">claim</th>'
         f"{head}</tr>{''.join(rows)}</table>"
