@@ -21,7 +21,7 @@ import torch
 
 from expattn.report.html import render_html
 from expattn.report.matrix import HEADLINES
-from expattn.results.record import Record, load_records, results_document
+from expattn.results.record import Control, Record, load_records, results_document
 
 pytest.importorskip("selenium")
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,17 +56,44 @@ def synthetic_report(folder: Path, gen: torch.Generator) -> tuple[Path, list[Rec
     cosines = (torch.rand(2, 4, 3, generator=gen, dtype=torch.float64) - 0.5).tolist()
     records = [
         Record(id="A3", kind="identity", verdict="pass", metrics={"max_error": errors[0]}, plots=["plots/a.png"]),
-        Record(id="A9", kind="identity", verdict="pass", as_printed="fail", statement="B_G(a,b) = KL(p_b || p_a)",
-               metrics={"max_error": errors[1], "as_printed_error": 0.5, "tolerance": 1e-9}),
-        Record(id="E1", kind="empirical", verdict="supported", metrics={"median_raw_ratio_excl": 1 + errors[2]},
-               notes=f"sample text: {EVIL}", plots=["plots/b.png"],
-               details={"stage": "probe", "model": f"model{EVIL}", "raw_ratio_excl": band(ratios[0])}),
-        Record(id="E1", kind="empirical", verdict="not_supported", metrics={"median_raw_ratio_excl": 0.5},
-               details={"stage": "probe", "model": "plain", "raw_ratio_excl": band(ratios[1])}),
-        Record(id="E4", kind="empirical", verdict="not_supported", metrics={"median_cos_sigma_inv": 0.01},
-               details={"stage": "probe", "model": f"model{EVIL}", "cos_sigma_inv": cosines[0]}),
-        Record(id="E4", kind="empirical", verdict="not_supported", metrics={"median_cos_sigma_inv": 0.02},
-               details={"stage": "probe", "model": "plain", "cos_sigma_inv": cosines[1]}),
+        Record(
+            id="A9",
+            kind="identity",
+            verdict="pass",
+            as_printed="fail",
+            statement="B_G(a,b) = KL(p_b || p_a)",
+            metrics={"max_error": errors[1], "as_printed_error": 0.5, "tolerance": 1e-9},
+        ),
+        Record(
+            id="E1",
+            kind="empirical",
+            verdict="supported",
+            metrics={"median_raw_ratio_excl": 1 + errors[2]},
+            notes=f"sample text: {EVIL}",
+            plots=["plots/b.png"],
+            details={"stage": "probe", "model": f"model{EVIL}", "raw_ratio_excl": band(ratios[0])},
+        ),
+        Record(
+            id="E1",
+            kind="empirical",
+            verdict="not_supported",
+            metrics={"median_raw_ratio_excl": 0.5},
+            details={"stage": "probe", "model": "plain", "raw_ratio_excl": band(ratios[1])},
+        ),
+        Record(
+            id="E4",
+            kind="empirical",
+            verdict="not_supported",
+            metrics={"median_cos_sigma_inv": 0.01},
+            details={"stage": "probe", "model": f"model{EVIL}", "cos_sigma_inv": cosines[0]},
+        ),
+        Record(
+            id="E4",
+            kind="empirical",
+            verdict="not_supported",
+            metrics={"median_cos_sigma_inv": 0.02},
+            details={"stage": "probe", "model": "plain", "cos_sigma_inv": cosines[1]},
+        ),
     ]
     path = folder / "report.html"
     path.write_text(render_html(results_document(records, "test"), folder), encoding="utf-8")
@@ -118,7 +145,10 @@ def test_real_quick_report_renders(tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     run = subprocess.run(
         [sys.executable, "-m", "expattn.cli", "report", "--quick", "--models", "minilm", "--out", str(out)],
-        capture_output=True, text=True, env=env, timeout=600,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
     )
     assert run.returncode in (0, 1), run.stderr  # 1: some record failed; the report is still written
     records = load_records(out / "results.json")
@@ -147,14 +177,32 @@ def sweep_and_claims_report(folder: Path, gen: torch.Generator) -> Path:
         }
         for claim, verdict in zip([f"E{i}" for i in range(1, 9)], random_verdicts(gen, 8), strict=True):
             headline = {HEADLINES[claim][0]: values[0][0] * 1e-3}  # 4 significant digits and an exponent
-            records.append(Record(id=claim, kind="empirical", verdict=verdict, metrics=headline,
-                                  details={"stage": "probe", "model": model, **details.get(claim, {})}))
+            records.append(
+                Record(
+                    id=claim,
+                    kind="empirical",
+                    verdict=verdict,
+                    metrics=headline,
+                    details={"stage": "probe", "model": model, **details.get(claim, {})},
+                    # A control with many numbers: one long line that must wrap inside the page.
+                    controls=[
+                        Control("shuffled keys", "negative", "not_supported", {f"D={d}/x": d for d in range(60)})
+                    ],
+                )
+            )
     runs = ("identity", "layernorm", "rmsnorm", "sphere")
     for claim in ("E1", "E2", "E3"):
         verdicts = dict(zip(runs, random_verdicts(gen, len(runs)), strict=True))
         metrics = {f"{run}.layer{i}": float(torch.rand(1, generator=gen)) for run in runs for i in range(2)}
-        records.append(Record(id=claim, kind="empirical", verdict="inconclusive", metrics=metrics,
-                              details={"stage": "train", "name": "train --sweep norms", "probe_verdicts": verdicts}))
+        records.append(
+            Record(
+                id=claim,
+                kind="empirical",
+                verdict="inconclusive",
+                metrics=metrics,
+                details={"stage": "train", "name": "train --sweep norms", "probe_verdicts": verdicts},
+            )
+        )
     path = folder / "report.html"
     path.write_text(render_html(results_document(records, "test"), folder), encoding="utf-8")
     return path
@@ -168,19 +216,20 @@ def random_verdicts(gen: torch.Generator, n: int) -> list[str]:
 def boxes(driver, width: int, height: int) -> dict[str, dict[str, float]]:
     """Bounding boxes of the matrix's box, its table and the summary figure's image, and the viewport, with
     the viewport set to ``width x height`` CSS pixels."""
-    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
-                           {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})
+    shot.set_viewport(driver, (width, height))
     return driver.execute_script(
         "const r = s => { const b = document.querySelector(s).getBoundingClientRect();"
         " return {left: b.left, top: b.top, right: b.right, bottom: b.bottom}; };"
         "const box = document.querySelector('#models .box');"
         "return {matrix: r('#models .box'), table: r('#models table'), figure: r('#fig-summary img'),"
         " view: {left: 0, top: 0, right: window.innerWidth, bottom: window.innerHeight},"
-        " scroll: {x: box.scrollWidth - box.clientWidth, page: window.scrollY}};"
+        " scroll: {x: box.scrollWidth - box.clientWidth, page: window.scrollY,"
+        " pageX: document.documentElement.scrollWidth - document.documentElement.clientWidth}};"
     )
 
 
-@pytest.mark.parametrize("size", [(1366, 768), (1920, 1080)])
+# The two screens, and what a 1366 x 768 window leaves of the page under its toolbars (headless Chromium: 625).
+@pytest.mark.parametrize("size", [(1366, 768), (1920, 1080), (1366, 625)])
 def test_matrix_and_summary_figure_fill_the_first_screen(tmp_path, gen, size):
     path = sweep_and_claims_report(tmp_path, gen)
     driver, profile = shot.open_report(path, size)
@@ -189,6 +238,7 @@ def test_matrix_and_summary_figure_fill_the_first_screen(tmp_path, gen, size):
         found = boxes(driver, *size)
         view = found["view"]
         assert (view["right"], view["bottom"]) == size and found["scroll"]["page"] == 0
+        assert found["scroll"]["pageX"] == 0  # nothing on the page is wider than the window
         for name in ("matrix", "figure"):
             b = found[name]
             assert b["left"] >= 0 and b["top"] >= 0, (name, b)

@@ -19,20 +19,51 @@ def records() -> list[Record]:
     support E3) pools them into majority records."""
     return [
         Record(id="A3", kind="identity", verdict="pass", details={"stage": "verify"}),
-        Record(id="E1", kind="empirical", verdict="supported", metrics={"median_raw_ratio_excl": 1.2345678},
-               details={"stage": "probe", "model": "minilm"}),
-        Record(id="E1", kind="empirical", verdict="not_supported", metrics={"median_raw_ratio_excl": 0.75},
-               details={"stage": "probe", "model": "smollm2"}),
-        Record(id="E4", kind="empirical", verdict="skipped", notes="no weights",
-               details={"stage": "probe", "model": EVIL}),
-        Record(id="E3", kind="empirical", verdict="supported",
-               metrics={"a.depth0": 4.0, "a.depth1": 6.0, "b.depth0": 1.0},
-               details={"stage": "train", "name": "sweep", "probe_verdicts": {"a": "supported", "b": "supported"}}),
-        Record(id="E1", kind="empirical", verdict="not_supported",
-               metrics={"a.layer0": 1.0, "a.layer1": 3.0, "a.layer2": 2.5, "normalized.a.layer0": 9.0,
-                        "b.layer0": 0.5, "ab.layer0": 7.0, "b.val_loss": 2.0, "c.layer0": 0.25, "c.layer1": 1.25},
-               details={"stage": "train", "name": "sweep",
-                        "probe_verdicts": {"a": "supported", "b": "not_supported", "c": "not_supported"}}),
+        Record(
+            id="E1",
+            kind="empirical",
+            verdict="supported",
+            metrics={"median_raw_ratio_excl": 1.2345678},
+            details={"stage": "probe", "model": "minilm"},
+        ),
+        Record(
+            id="E1",
+            kind="empirical",
+            verdict="not_supported",
+            metrics={"median_raw_ratio_excl": 0.75},
+            details={"stage": "probe", "model": "smollm2"},
+        ),
+        Record(
+            id="E4", kind="empirical", verdict="skipped", notes="no weights", details={"stage": "probe", "model": EVIL}
+        ),
+        Record(
+            id="E3",
+            kind="empirical",
+            verdict="supported",
+            metrics={"a.depth0": 4.0, "a.depth1": 6.0, "b.depth0": 1.0},
+            details={"stage": "train", "name": "sweep", "probe_verdicts": {"a": "supported", "b": "supported"}},
+        ),
+        Record(
+            id="E1",
+            kind="empirical",
+            verdict="not_supported",
+            metrics={
+                "a.layer0": 1.0,
+                "a.layer1": 3.0,
+                "a.layer2": 2.5,
+                "normalized.a.layer0": 9.0,
+                "b.layer0": 0.5,
+                "ab.layer0": 7.0,
+                "b.val_loss": 2.0,
+                "c.layer0": 0.25,
+                "c.layer1": 1.25,
+            },
+            details={
+                "stage": "train",
+                "name": "sweep",
+                "probe_verdicts": {"a": "supported", "b": "not_supported", "c": "not_supported"},
+            },
+        ),
     ]
 
 
@@ -109,14 +140,20 @@ def test_markdown_matrix_and_trained_runs_agree_and_link():
         return [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]
 
     e1 = next(line for line in section.splitlines() if line.startswith("| **E1**"))
-    assert cells(e1)[2:] == ["[supported](#rec-1) 1.235", "[not\\_supported](#rec-2) 0.75", "-",
-                             "[not\\_supported](#trained-runs) 2/3 runs"]
+    assert cells(e1)[2:] == [
+        "[supported](#rec-1) 1.235",
+        "[not\\_supported](#rec-2) 0.75",
+        "-",
+        "[not\\_supported](#trained-runs) 2/3 runs",
+    ]
     assert f"- **E1**: {HEADLINES['E1'][1]}" in section.replace("\\", "")
     runs = text.split("\n## Trained runs\n")[1].split("\n## ")[0]
     lines = [cells(line) for line in runs.splitlines() if line.startswith("| sweep | **")]
-    assert [c[1:] for c in lines] == [["**E1**", "a", "[supported](#rec-5)", "2.5"],
-                                      ["**E1**", "b", "[not\\_supported](#rec-5)", "0.5"],
-                                      ["**E1**", "c", "[not\\_supported](#rec-5)", "0.75"],
-                                      ["**E3**", "a", "[supported](#rec-4)", "5"],
-                                      ["**E3**", "b", "[supported](#rec-4)", "1"]]
+    assert [c[1:] for c in lines] == [
+        ["**E1**", "a", "[supported](#rec-5)", "2.5"],
+        ["**E1**", "b", "[not\\_supported](#rec-5)", "0.5"],
+        ["**E1**", "c", "[not\\_supported](#rec-5)", "0.75"],
+        ["**E3**", "a", "[supported](#rec-4)", "5"],
+        ["**E3**", "b", "[supported](#rec-4)", "1"],
+    ]
     assert '<a id="trained-runs"></a>' in text and "<script" not in text.lower()

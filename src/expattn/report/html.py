@@ -46,6 +46,7 @@ table { border-collapse: collapse; width: 100%; background: var(--card); }
 th, td { border: 1px solid var(--line); padding: 4px 8px; text-align: left; vertical-align: top; }
 th { background: #eef1f5; }
 td.num { font-variant-numeric: tabular-nums; white-space: nowrap; }
+.controls td.num { white-space: normal; overflow-wrap: anywhere; }
 .badge { display: inline-block; padding: 1px 8px; margin: 1px 2px; border-radius: 10px; font-size: 13px;
          color: #fff; background: #7a8594; text-decoration: none; white-space: nowrap; }
 .pass, .supported, .ok { background: #2e7d32; } .fail, .not_supported { background: #c62828; }
