@@ -187,7 +187,7 @@ def probe(
     seed: Annotated[int, typer.Option(help="Seed of the sample, bootstrap and baselines.")] = 0,
     hypotheses: Annotated[str, typer.Option("--only", "--hypotheses",
                                             help="Comma-separated hypotheses to measure, e.g. E1,E2,E3.")] = (
-        "E1,E2,E3,E4,E5,E6,E7,E8"
+        "E1,E2,E3,E4,E5,E6,E7,E8,E9"
     ),
     verbose: Annotated[bool, typer.Option("--verbose", help="Show the model loader's own report.")] = False,
     device: Annotated[str | None, typer.Option(help="cpu, cuda or cuda:N (default: cpu; this rank's GPU under "
@@ -199,7 +199,7 @@ def probe(
     statistics: Annotated[str, typer.Option(help="dtype of the (D, D) statistics of E3, E4, E6: float64 or float32 "
                                                  "(half the memory; docs/MEMORY.md).")] = "float64",
 ) -> None:
-    """Measure hypotheses E1-E8 on a pretrained transformer and real text; writes results.json and plots."""
+    """Measure hypotheses E1-E9 on a pretrained transformer and real text; writes results.json and plots."""
     checked_seed(seed)
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 

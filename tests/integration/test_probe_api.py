@@ -1,5 +1,6 @@
 """``expattn.probe`` on a model in memory: the same numbers as ``expattn probe`` on the same folder and
-text; ``input_ids`` fed as they are; results as a DataFrame and saved as the CLI saves them."""
+text; ``input_ids`` fed as they are (a planted massive activation named by its token's text); results as a
+DataFrame and saved as the CLI saves them."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import torch
 from typer.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).parent))
-from tiny_models import build_tiny, save_tiny
+from tiny_models import build_tiny, minilm_tokenizer_dir, save_tiny
 
 import expattn
 from expattn.cli import app
@@ -71,3 +72,23 @@ def test_input_ids_and_bad_arguments():
         expattn.probe(model, input_ids=ids, dtype="float8")
     with pytest.raises(TypeError, match="model must be a HuggingFace transformers model"):
         expattn.probe(torch.nn.Linear(2, 2), input_ids=ids)
+
+
+def test_massive_activation_named_by_its_token_text():
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(minilm_tokenizer_dir())
+    comma = tokenizer.convert_tokens_to_ids(",")
+    model = build_tiny("llama")
+    with torch.no_grad():  # the embedding (depth 0) of "," gets one entry of 5000: massive by the rule at depth 0
+        model.get_input_embeddings().weight[comma, 3] = 5000.0
+    ids = torch.randint(1000, 2000, (4, 16), generator=torch.Generator().manual_seed(0))
+    ids[[1, 3], 5] = comma  # position 5 of sequences 1 and 3
+    res = expattn.probe(model, tokenizer, input_ids=ids, hypotheses=("E3",), replicates=2, detail_sequences=2)
+    massive = res.records[0].details["massive_activations"]
+    assert massive["onset_layer"] == 0
+    entry = massive["tokens"][0]  # its count: 2 sequences x the depths where the residual stream keeps the entry
+    assert (entry["position"], entry["token"], entry["sequences"]) == (5, ",", [1, 3])
+    assert "position(s) 5 (',')" in res.records[0].details["published"][0]["ours"]
+    without = expattn.probe(model, input_ids=ids, hypotheses=("E3",), replicates=2, detail_sequences=2)
+    assert without.records[0].details["massive_activations"]["tokens"][0]["token"] is None

@@ -25,7 +25,7 @@ def test_probe_minilm_end_to_end(tmp_path):
     assert doc["model"]["family"] == "bert" and doc["model"]["layers"] == 6 and doc["model"]["heads"] == 12
     assert 0 < doc["forward_seconds"] < doc["seconds"]
     records = load_records(out / "results.json")
-    assert [r.id for r in records] == [f"E{i}" for i in range(1, 9)]
+    assert [r.id for r in records] == [f"E{i}" for i in range(1, 10)]
     for r in records:
         if r.id == "E5":  # the probe's self-check: an identity
             assert r.kind == "identity" and r.verdict == "pass", r

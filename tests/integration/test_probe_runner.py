@@ -34,7 +34,7 @@ def tiny_config(path: Path, seed: int = 0) -> ProbeConfig:
 
 def statistics(estimators: list) -> dict[str, torch.Tensor]:
     """The merged streaming statistics of a run, by name (float64)."""
-    e1, e2, e3, e4, _, e6, _, e8 = estimators
+    e1, e2, e3, e4, _, e6, _, e8, e9 = estimators
     out = {
         "e1_sum": e1.stats_.sum_,
         "e1_rep": e1.stats_.rep_sum_,
@@ -45,8 +45,8 @@ def statistics(estimators: list) -> dict[str, torch.Tensor]:
     }
     for d, m in enumerate(e3.kept_):
         out[f"e3_mean_{d}"], out[f"e3_scatter_{d}"], out[f"e3_m4_{d}"] = m.mean_, m.scatter_, m.proj_m4_
-    for i, m in enumerate(e4.inputs_):
-        out[f"e4_scatter_{i}"] = m.scatter_
+    for i, (m, m9) in enumerate(zip(e4.inputs_, e9.inputs_, strict=True)):
+        out[f"e4_scatter_{i}"], out[f"e9_scatter_{i}"] = m.scatter_, m9.scatter_
     for i, (a, b) in enumerate(e6.folds_):
         out[f"e6_sxy_{i}"], out[f"e6_sxx_{i}"] = a.sxy_ + b.sxy_, b.sxx_
     return {k: v.double().contiguous() for k, v in out.items()}
@@ -62,7 +62,7 @@ def test_same_seed_same_numbers_other_seed_other_numbers(model_dir, tmp_path):
     first = probe(tiny_config(model_dir), tmp_path / "a")
     again = probe(tiny_config(model_dir), None)
     other = probe(tiny_config(model_dir, seed=1), None)
-    assert [r.id for r in first.records] == [f"E{i}" for i in range(1, 9)]
+    assert [r.id for r in first.records] == [f"E{i}" for i in range(1, 10)]
     for a, b in zip(first.records, again.records, strict=True):
         assert {k: v for k, v in a.metrics.items() if "seconds" not in k} == {
             k: v for k, v in b.metrics.items() if "seconds" not in k

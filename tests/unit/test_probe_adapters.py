@@ -12,7 +12,7 @@ from tiny_models import build_tiny
 from expattn.probes.adapters import Capture, adapter_for
 from expattn.probes.attention import AttnWeights, head_outputs, head_updates
 from expattn.probes.common import Batch, ProbeContext
-from expattn.probes.e4_alignment import sym_cos
+from expattn.probes.e4_readings import sym_cos
 from expattn.probes.e5_gradient import E5Gradient
 from expattn.probes.e8_heads import head_cosines, head_gram
 
@@ -131,7 +131,7 @@ def test_head_cosines_match_explicit_updates(gen):
     zeros = torch.zeros(heads * dh, d, dtype=torch.float64)
     w = AttnWeights(zeros, None, zeros, None, zeros, None, wo, None, heads, heads, 1.0, False)
     z = torch.randn(b, t, heads * dh, generator=gen, dtype=torch.float64)
-    same, null, energy = head_cosines(z, head_gram(w), heads, z @ wo.T)
+    same, null, energy, _ = head_cosines(z, head_gram(w), heads, z @ wo.T)
     u = head_updates(z, w)  # (B, T, H, D)
     un = u / u.norm(dim=-1, keepdim=True)
     off = ~torch.eye(heads, dtype=torch.bool)

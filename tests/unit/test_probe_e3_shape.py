@@ -7,7 +7,14 @@ import math
 import pytest
 import torch
 
-from expattn.probes.e3_shape import close_and_far, control_clouds, coordinate_kurtosis, direction_moments, radius_ratio
+from expattn.probes.e3_shape import (
+    close_and_far,
+    control_clouds,
+    coordinate_kurtosis,
+    direction_moments,
+    radius_ratio,
+    spectrum,
+)
 
 
 def _mix(gen, dim):
@@ -21,9 +28,9 @@ def test_radius_ratio_separates_sphere_gaussian_and_student_t(seed):
     g = torch.randn(n, dim, generator=gen, dtype=torch.float64)
     mix = _mix(gen, dim)  # an anisotropic linear image: the statistic is affine invariant
     chi2 = 2 * torch._standard_gamma(torch.full((n, 1), 2.5, dtype=torch.float64), generator=gen)
-    gaussian = radius_ratio(g @ mix)
-    sphere = radius_ratio((g / g.norm(dim=1, keepdim=True)) @ mix)
-    student = radius_ratio((g / (chi2 / 5).sqrt()) @ mix)
+    gaussian = radius_ratio(spectrum(g @ mix))
+    sphere = radius_ratio(spectrum((g / g.norm(dim=1, keepdim=True)) @ mix))
+    student = radius_ratio(spectrum((g / (chi2 / 5).sqrt()) @ mix))
     # Var(d) of the Gaussian is the exact Beta value; its estimate from 2000 points has a relative sd of about
     # sqrt(2/n) * 2 (d is skewed): 0.85-1.18 is about 2.5 sd either side.
     assert 0.85 < gaussian < 1.18
@@ -37,12 +44,12 @@ def test_radius_ratio_uses_the_range_of_a_singular_covariance():
     gen = torch.Generator().manual_seed(3)
     g = torch.randn(1500, 30, generator=gen, dtype=torch.float64)
     flat = torch.cat([g, g[:, :1] + g[:, 1:2]], dim=1)  # 31 coordinates, rank 30: like LayerNorm's hyperplane
-    assert 0.85 < radius_ratio(flat) < 1.18
+    assert 0.85 < radius_ratio(spectrum(flat)) < 1.18
 
 
 def test_too_few_tokens_for_the_rank_gives_nan():
     x = torch.randn(10, 20, dtype=torch.float64)
-    assert math.isnan(radius_ratio(x))
+    assert math.isnan(radius_ratio(spectrum(x)))
 
 
 def test_random_directions_alone_cannot_tell_a_sphere_from_a_gaussian_but_the_rule_can():
@@ -52,7 +59,7 @@ def test_random_directions_alone_cannot_tell_a_sphere_from_a_gaussian_but_the_ru
     verdicts = {}
     for name, (kind, cloud) in clouds.items():
         kurt, skew = direction_moments(cloud, directions)
-        close, far = close_and_far(*(torch.tensor([v]) for v in (kurt, skew, radius_ratio(cloud), kurt)))
+        close, far = close_and_far(*(torch.tensor([v]) for v in (kurt, skew, radius_ratio(spectrum(cloud)), kurt)))
         verdicts[name] = (kind, bool(close), bool(far), kurt)
     # both are below the kurtosis limit along random directions ...
     assert verdicts["Gaussian cloud"][3] < 1 and verdicts["points on a sphere"][3] < 1
@@ -65,8 +72,8 @@ def test_random_directions_alone_cannot_tell_a_sphere_from_a_gaussian_but_the_ru
 def test_coordinate_and_principal_kurtosis_of_a_gaussian_are_near_zero_and_of_a_spike_large():
     gen = torch.Generator().manual_seed(4)
     g = torch.randn(4000, 8, generator=gen, dtype=torch.float64)
-    worst, principal = coordinate_kurtosis(g)
+    worst, principal = coordinate_kurtosis(spectrum(g))
     assert worst < 0.5 and abs(principal) < 0.5  # sd of sample excess kurtosis is sqrt(24/4000) = 0.08
     g[:20, 3] *= 30  # a few outliers on one channel, as a massive activation would make
-    worst, principal = coordinate_kurtosis(g)
+    worst, principal = coordinate_kurtosis(spectrum(g))
     assert worst > 50 and principal > 50

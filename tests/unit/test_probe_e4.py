@@ -1,16 +1,20 @@
-"""E4 pieces against independent computations: the regularised inverse, the closed-form random
-baseline (Monte Carlo) and the attention Fisher matrix (explicit per-query covariances)."""
+"""E4 and E9 pieces against independent computations: the regularised inverse, the range of Sigma, the
+closed-form random baseline (Monte Carlo), the attention Fisher matrix (explicit per-query covariances); and
+the whole rule on heads planted with each reading, so that each record can be seen to fail."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 from tiny_models import build_tiny
 
 from expattn.probes.adapters import adapter_for
 from expattn.probes.attention import attention_probs
 from expattn.probes.common import ProbeContext
-from expattn.probes.e4_alignment import E4Alignment, random_q95, regularised_inverse, sym_cos
+from expattn.probes.e4_alignment import E4Alignment, E9Covariance, regularised_inverse
+from expattn.probes.e4_readings import random_q95, range_basis, sym_cos
+from expattn.probes.stats import Moments
 
 
 def test_regularised_inverse_matches_float64_inverse(gen):
@@ -73,3 +77,73 @@ def test_fisher_is_the_mean_covariance_under_the_attention_weights(gen):
     # float32 attention weights and products: 1e-5 relative to the matrix scale
     assert got.dtype == torch.float32
     torch.testing.assert_close(got.double(), ref, rtol=1e-4, atol=1e-5 * ref.abs().max().item())
+
+
+def test_range_basis_drops_the_direction_a_hyperplane_never_varies_along(gen):
+    x = torch.randn(500, 12, generator=gen, dtype=torch.float64) * torch.linspace(0.5, 3, 12, dtype=torch.float64)
+    x -= x.mean(1, keepdim=True)  # centred per token, as LayerNorm's output: every x is orthogonal to 1
+    sigma = torch.cov(x.T)
+    lam, u, gap = range_basis(sigma)
+    assert lam.numel() == 11 and u.shape == (12, 11)
+    ones = torch.ones(12, dtype=torch.float64) / 12**0.5
+    assert (u.T @ ones).abs().max().item() < 1e-12  # the dropped direction is the normal of the hyperplane
+    assert 0 <= gap < 1e-12  # rounding-level eigenvalue against genuine ones of order 0.1
+    torch.testing.assert_close(u @ torch.diag(lam) @ u.T, sigma, rtol=0, atol=1e-12)
+
+
+def test_sym_cos_with_a_diagonal_equals_the_full_matrix(gen):
+    u, v = torch.randn(3, 4, 10, generator=gen, dtype=torch.float64), torch.randn(3, 4, 10, generator=gen,
+                                                                                 dtype=torch.float64)
+    d = torch.rand(10, generator=gen, dtype=torch.float64) + 0.1
+    torch.testing.assert_close(sym_cos(u, v, d), sym_cos(u, v, torch.diag(d)), rtol=1e-12, atol=1e-12)
+
+
+def _planted(gen, reading: str):
+    """A one-layer context whose 4 heads all have W_q = W_k = the top-4 eigen-directions of the reading's target
+    (scaled by the square root of its eigenvalues), fed tokens on a hyperplane with a spread spectrum."""
+    dim, tokens = 16, 2048
+    model = build_tiny("llama", 0, vocab_size=50, hidden_size=dim, num_hidden_layers=1, intermediate_size=24,
+                       max_position_embeddings=64)
+    adapter = adapter_for("llama")
+    q, _ = torch.linalg.qr(torch.randn(dim, dim, generator=gen, dtype=torch.float64))
+    q[:, -1] = 1 / dim**0.5  # last direction: the hyperplane's normal (no variance)
+    q, _ = torch.linalg.qr(q.flip(1))
+    q = q.flip(1)
+    scale = torch.logspace(0, 1.5, dim - 1, dtype=torch.float64)  # standard deviations 1 .. 31.6
+    x = (torch.randn(tokens, dim - 1, generator=gen, dtype=torch.float64) * scale) @ q[:, : dim - 1].T
+    target = scale.square() if reading == "sigma" else scale.square().reciprocal()
+    top = target.argsort(descending=True)[:4]
+    rows = (q[:, top] * target[top].sqrt()).T.float()  # (4, D): sym(rows^T rows) = the target's rank-4 part
+    attn = model.layers[0].self_attn
+    with torch.no_grad():
+        attn.q_proj.weight.copy_(rows.repeat(4, 1))
+        attn.k_proj.weight.copy_(rows.repeat(attn.k_proj.weight.shape[0] // 4, 1))
+    w = adapter.attention(model, 0)
+    ctx = ProbeContext(model, adapter, (w,), 1, dim, torch.zeros(32, dtype=torch.bool), 0, 10, 8, "planted")
+    return ctx, x.float()
+
+
+@pytest.mark.parametrize("planted", ["sigma_inv", "sigma"])
+def test_each_reading_is_supported_on_its_planted_heads_and_not_on_the_other(gen, planted):
+    ctx, x = _planted(gen, planted)
+    verdicts = {}
+    for cls in (E4Alignment, E9Covariance):
+        est = cls(ctx)
+        est.inputs_[0] = Moments.of(x)
+        est.detail_[0] = dict(enumerate(x[:256].view(8, 32, -1)))
+        record = est.result(None)
+        verdicts[cls.claim] = record.verdict
+        assert record.details["sigma_rank"] == [15]  # the hyperplane's normal is dropped
+        assert [c.verdict for c in record.controls] == ["not_supported", "not_supported"]  # random heads
+    assert verdicts == ({"E4": "supported", "E9": "not_supported"} if planted == "sigma_inv"
+                        else {"E4": "not_supported", "E9": "supported"})
+
+
+def test_too_few_tokens_make_the_verdict_inconclusive(gen):
+    ctx, x = _planted(gen, "sigma_inv")
+    est = E4Alignment(ctx)
+    est.inputs_[0] = Moments.of(x[:60])  # 60 tokens < 4 D = 64
+    est.detail_[0] = dict(enumerate(x[:256].view(8, 32, -1)))
+    record = est.result(None)
+    assert record.verdict == "inconclusive" and "fewer than 4 D" in record.notes
+    assert record.details["readings"]["sigma_inv"]["verdict"] == "supported"  # the rule itself, reported

@@ -27,7 +27,8 @@ def band(est: list[float]) -> dict[str, list[float]]:
 
 
 def records(gen) -> list[Record]:
-    """Two models of different depth (3 and 5 layers) with E1, E4, E5, E8; a verify record."""
+    """Two models of different depth (3 and 5 layers) with E1, E4, E5, E8 (E8 with its per-head margins in the
+    deeper model only); a verify record."""
     out = [Record(id="A3", kind="identity", verdict="pass", details={"stage": "verify"})]
     for model, layers in (("small", 3), (f"deep{EVIL}", 5)):
         ratio = (1 + torch_rand(gen, layers)).tolist()
@@ -36,7 +37,8 @@ def records(gen) -> list[Record]:
             probe("E1", model, {"raw_ratio_excl": band(ratio), "raw_ratio_all": band(ratio)}),
             probe("E4", model, {"cos_sigma_inv": (torch_rand(gen, layers * 4).reshape(layers, 4) - 0.5).tolist()}),
             probe("E5", model, {"identity_f32": (1e-7 + 1e-6 * heads).tolist()}),
-            probe("E8", model, {"mean_pairwise_cos": band((torch_rand(gen, layers) - 0.5).tolist())}),
+            probe("E8", model, {"mean_pairwise_cos": band((torch_rand(gen, layers) - 0.5).tolist())}
+                  | ({} if model == "small" else {"head_coherence": (heads - 0.5).tolist()})),
         ]
     return out
 
@@ -90,11 +92,17 @@ def test_figures_of_two_models(gen):
     assert "<script" not in summary
     assert [f.anchor for f in figures.layers] == ["fig-layers-E1", "fig-layers-E8"]
     assert "raw_ratio_excl" in figures.layers[0].caption and "raw_ratio_all" not in figures.layers[0].caption
-    assert [f.anchor for f in figures.heads] == ["fig-heads-E4", "fig-heads-E5"]
-    # One layer x head map per model.
+    assert [f.anchor for f in figures.heads] == ["fig-heads-E4", "fig-heads-E5", "fig-heads-E8"]
+    # One layer x head map per model that has the numbers: E8's only in the deeper model, so no note.
     heads = svg(figures.heads[0].uri)
     assert len(re.findall(r'<g id="QuadMesh_\d+"', heads)) == 2
-    assert figures.notes and "E8" in figures.notes[0]
+    assert len(re.findall(r'<g id="QuadMesh_\d+"', svg(figures.heads[2].uri))) == 1
+    assert "head_coherence" in figures.heads[2].caption and not figures.notes
+    # E8 records without per-head numbers (older results): no map, and a note says why.
+    older = [r for r in records(gen) if r.id != "E8" or "head_coherence" not in r.details]
+    figures = report_figures(older, CLAIM_TITLES)
+    assert [f.anchor for f in figures.heads] == ["fig-heads-E4", "fig-heads-E5"]
+    assert len(figures.notes) == 1 and "E8" in figures.notes[0] and "head_coherence" in figures.notes[0]
 
 
 def test_no_probe_record_no_figure():
@@ -114,6 +122,6 @@ def test_page_places_summary_figure_after_matrix(gen):
     assert text.index('id="summary"') < text.index('id="figures"') < text.index('id="fig-heads-E5"')
     assert f'content="{CSP}"' in text and "img-src data:" in CSP
     images = re.findall(r'<img src="([^"]*)"', text)
-    assert len(images) == 1 + 2 + 2 and all(i.startswith("data:image/svg+xml;base64,") for i in images)
+    assert len(images) == 1 + 2 + 3 and all(i.startswith("data:image/svg+xml;base64,") for i in images)
     assert EVIL not in text.replace("&lt;", "<").split("<main>")[0]  # nothing in the head
     assert page.rows["models"][0][2:] == ["small", f"deep{EVIL}"]  # the matrix above the figure, names as text

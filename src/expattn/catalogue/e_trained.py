@@ -1,4 +1,4 @@
-"""Claims E1-E8: hypotheses measured on trained transformers by ``expattn probe``."""
+"""Claims E1-E9: hypotheses measured on trained transformers by ``expattn probe``."""
 
 from __future__ import annotations
 
@@ -63,9 +63,11 @@ ENTRIES = (
         "E4",
         "W_q^T W_k vs Sigma^-1",
         "empirical",
-        "sym(W_q^T W_k) of each head aligns with Sigma^-1 (or the inverse Fisher) of its input",
-        "seed 000 §3.2, §6 (A11)",
-        modules=("src/expattn/probes/e4_alignment.py", "src/expattn/probes/attention.py"),
+        "sym(W_q^T W_k) of each head aligns with Sigma^-1 of its input, on the range of Sigma (second reading: "
+        "the inverse attention Fisher)",
+        "seed 000 §3.2 (A11)",
+        modules=("src/expattn/probes/e4_alignment.py", "src/expattn/probes/e4_readings.py",
+                 "src/expattn/probes/attention.py"),
         tests=("tests/unit/test_probe_e4.py", "tests/unit/test_probe_adapters.py", RUNNER_TEST),
         probe=True,
     ),
@@ -112,7 +114,19 @@ ENTRIES = (
         "the heads' updates are incoherent (not aligned)",
         "seed 000 §5 (B8)",
         modules=("src/expattn/probes/e8_heads.py", "src/expattn/probes/attention.py"),
-        tests=("tests/unit/test_probe_adapters.py", RUNNER_TEST),
+        tests=("tests/unit/test_probe_e8_heads.py", "tests/unit/test_probe_adapters.py", RUNNER_TEST),
+        probe=True,
+    ),
+    Entry(
+        "E9",
+        "W_q^T W_k vs Sigma (the Fisher reading)",
+        "empirical",
+        "sym(W_q^T W_k) of each head aligns with the Fisher matrix of its input's carrier: Sigma for a Gaussian "
+        "carrier, on the range of Sigma (second reading: the attention Fisher E_i Cov_p(j|i)[x_j])",
+        "seed 000 §6",
+        modules=("src/expattn/probes/e4_alignment.py", "src/expattn/probes/e4_readings.py",
+                 "src/expattn/probes/attention.py"),
+        tests=("tests/unit/test_probe_e4.py", RUNNER_TEST),
         probe=True,
     ),
 )

@@ -3,7 +3,7 @@
 ``--stages`` picks a subset (always run in that order). Every stage runs inside one rich
 progress display; a stage that raises is ``fail`` with its reason, and the other stages
 still run. A model that cannot be probed here (unknown name, missing optional package, a
-folder the probe refuses with ``ValueError``) gives ``skipped`` records E1-E8 that carry the
+folder the probe refuses with ``ValueError``) gives ``skipped`` records E1-E9 that carry the
 reason. Everything is written into a staging folder beside
 ``--out`` and moved into place at the end, so an interrupted run leaves no partial files.
 """

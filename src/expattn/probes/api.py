@@ -1,4 +1,4 @@
-"""``expattn.probe``: hypotheses E1-E8 on a model already in memory (or named as on the command line).
+"""``expattn.probe``: hypotheses E1-E9 on a model already in memory (or named as on the command line).
 
 ```python
 import expattn
@@ -84,7 +84,7 @@ def probe(model: nn.Module | str, tokenizer: object | None = None, *, texts: str
           tokens: int = 4096, seq_len: int = 128, seed: int = 0, batch_size: int = 16, replicates: int = 200,
           detail_sequences: int = 32, device: str | None = None, dtype: str | torch.dtype | None = None,
           out_dir: str | Path | None = None, statistics: str = "float64") -> ProbeResults:
-    """Measure hypotheses E1-E8 on ``model`` and return the records (see module docstring).
+    """Measure hypotheses E1-E9 on ``model`` and return the records (see module docstring).
 
     Args:
         model: a HuggingFace model in memory (a backbone, a model with a head, or an encoder-decoder, whose

@@ -38,6 +38,8 @@ class ProbeContext:
         detail_sequences: sequences (lowest indices) used by the costly per-sequence analyses (E4 Fisher, E5, E7).
         model_name: for titles.
         statistics: dtype of the ``(D, D)`` accumulators of E3, E4 and E6 (``torch.float32``: half the memory).
+        token_text: ``(sequence index, position) ->`` the decoded text of that token (None: the run has no
+            tokenizer); E3 names the tokens that carry massive activations with it.
     """
 
     model: nn.Module
@@ -51,6 +53,7 @@ class ProbeContext:
     detail_sequences: int
     model_name: str
     statistics: torch.dtype = torch.float64
+    token_text: Callable[[int, int], str | None] | None = None
 
     @property
     def kept(self) -> slice | Tensor:

@@ -61,6 +61,7 @@ from expattn.probes.e3_shape import (
     coordinate_kurtosis,
     direction_moments,
     radius_ratio,
+    spectrum,
 )
 from expattn.probes.massive import MassiveActivations
 from expattn.probes.published import ethayarajh_2019, sun_2024
@@ -143,7 +144,7 @@ class E3Gaussianity(Estimator):
     def _depth(self, d: int, x: Tensor, batch: Batch, w: Tensor) -> None:
         """Statistics of depth ``d`` from ``x`` ``(B, T, D)``; ``w`` ``(B, kept)`` the block's token weights."""
         kept, keep = self.ctx.kept, w.bool()
-        self.activations_.update(d, x)
+        self.activations_.update(d, x, batch.index)
         y_all = x @ self._directions32  # (B, T, K), float32 projections; moments in float64 below
         moments = shared(batch, "moments kept", x, lambda t: kept_moments(t, kept, keep, self.directions, y_all))
         self.kept_[d].merge(moments)
@@ -215,7 +216,7 @@ class E3Gaussianity(Estimator):
         controls = []
         for name, (kind, cloud) in control_clouds(n, self.ctx.dim, self.ctx.seed + 33).items():
             kurt, skew = direction_moments(cloud, self.directions)
-            rho = radius_ratio(cloud)
+            rho = radius_ratio(spectrum(cloud))
             close, far = close_and_far(*(torch.tensor([v]) for v in (kurt, skew, rho, kurt)))
             verdict = "supported" if close.all() else "not_supported" if far.all() else "inconclusive"
             controls.append(Control(f"{name}, {n} tokens", kind, verdict,
@@ -225,8 +226,10 @@ class E3Gaussianity(Estimator):
     def measure(self) -> Measured:
         est, lo, hi = (t.numpy() for t in self.boot_.interval(self._shape_stats))
         buffers = [torch.cat(b) if b else torch.zeros(0, self.ctx.dim) for b in self.buffer_]
-        rho = np.array([radius_ratio(b) if len(b) > 2 else np.nan for b in buffers])
-        coords = [coordinate_kurtosis(b) if len(b) > 3 else (np.nan, np.nan) for b in buffers]
+        clouds = [spectrum(b) if len(b) > 2 else None for b in buffers]  # one eigendecomposition per depth
+        rho = np.array([np.nan if c is None else radius_ratio(c) for c in clouds])
+        coords = [coordinate_kurtosis(c) if len(b) > 3 else (np.nan, np.nan)
+                  for b, c in zip(buffers, clouds, strict=True)]
         cross = self._cross_context_cosine()
         v = VARIANTS.index("excl")
         alls = [
@@ -249,7 +252,7 @@ class E3Gaussianity(Estimator):
             "max_abs_coordinate_kurtosis_excl": as_list([c for c, _ in coords]),
             "principal_direction_kurtosis_excl": as_list([p for _, p in coords]),
             "anisotropy_cross_context_excl": as_list(cross),
-            "massive_activations": self.activations_.summary(),
+            "massive_activations": self.activations_.summary(self.ctx.token_text),
         }
         for vi, variant in enumerate(VARIANTS):
             for k, name in enumerate(("mean_abs_kurtosis", "mean_abs_skewness", "within_sequence_cosine")):

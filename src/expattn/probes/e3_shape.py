@@ -20,6 +20,7 @@ in ``RADIUS_BAND``; far when the kurtosis is above its limit or $\rho$ outside t
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -29,12 +30,28 @@ RADIUS_BAND = (0.75, 1.33)  # Gaussian clouds of n=1024, p=384-576: rho 1.02-1.0
 BUFFER = 1024  # tokens kept per depth for the radius ratio (float32)
 
 
-def radius_ratio(x: Tensor) -> float:
-    """$\\rho$ of ``x`` ``(n, D)`` (see module); NaN when $n < p + 3$ (too few tokens for the rank)."""
+class Spectrum(NamedTuple):
+    r"""A cloud centred and its covariance diagonalised, shared by ``radius_ratio`` and ``coordinate_kurtosis``:
+    ``centred`` $X - \bar x$ ``(n, D)`` float64, ``eig`` ``(D,)`` ascending eigenvalues and ``vec`` ``(D, D)``
+    eigenvectors of $S = (X - \bar x)^\top (X - \bar x) / n$."""
+
+    centred: Tensor
+    eig: Tensor
+    vec: Tensor
+
+
+def spectrum(x: Tensor) -> Spectrum:
+    """``Spectrum`` of ``x`` ``(n, D)``: one eigendecomposition for all the shape statistics of a cloud."""
     x = x.double()
-    n = x.shape[0]
     xc = x - x.mean(0)
-    eig, vec = torch.linalg.eigh(xc.T @ xc / n)
+    eig, vec = torch.linalg.eigh(xc.T @ xc / x.shape[0])
+    return Spectrum(xc, eig, vec)
+
+
+def radius_ratio(cloud: Spectrum) -> float:
+    """$\\rho$ of a cloud (see module); NaN when $n < p + 3$ (too few tokens for the rank)."""
+    xc, eig, vec = cloud
+    n = xc.shape[0]
     keep = eig > eig.max() * 1e-6
     p = int(keep.sum())
     if n < p + 3:
@@ -51,13 +68,11 @@ def _excess_kurtosis(y: Tensor) -> Tensor:
     return (yc**4).mean(0) / (yc**2).mean(0).clamp_min(1e-300) ** 2 - 3
 
 
-def coordinate_kurtosis(x: Tensor) -> tuple[float, float]:
-    """Largest |excess kurtosis| over the coordinates of ``x`` ``(n, D)``, and the excess kurtosis along its
-    top principal direction."""
-    x = x.double()
-    xc = x - x.mean(0)
-    top = torch.linalg.eigh(xc.T @ xc)[1][:, -1]
-    return float(_excess_kurtosis(x).abs().max()), float(_excess_kurtosis(xc @ top))
+def coordinate_kurtosis(cloud: Spectrum) -> tuple[float, float]:
+    """Largest |excess kurtosis| over the coordinates of a cloud, and the excess kurtosis along its top
+    principal direction."""
+    xc, _, vec = cloud
+    return float(_excess_kurtosis(xc).abs().max()), float(_excess_kurtosis(xc @ vec[:, -1]))
 
 
 def direction_moments(x: Tensor, directions: Tensor) -> tuple[float, float]:

@@ -9,11 +9,18 @@ $z$ = ``layers.i.attn.heads``, split per head and mapped through that head's col
 projection, so $\sum_h u_h + b_o$ = ``layers.i.attn.output``. $\gamma = 1$ for orthogonal updates and
 $H$ for identical ones. Null baseline: the same cosine between head $h$ at token $t$ and head
 $h'$ at another token $s \ne t$ of the sequence, averaged over every such pair (shared directions
-that are not specific to the token). Verdict (without first/special tokens): the heads are
-incoherent (supported) when in most layers the 95% interval of $C - C_{null}$ lies within $\pm 0.1$;
-not supported when it lies outside. Negative control, through the same code and rule on the detail
-sequences: coherent heads, every head replaced by a copy of head 0 (its $z$ and its columns of
-$W_o$), so the heads' updates of a token coincide; it must not come out incoherent.
+that are not specific to the token). Per head, with the same null, ``details["head_coherence"]``
+(layers x heads; per sequence, then averaged over sequences; the mean over heads is the layer's margin):
+
+$$c_{\ell,h} = \frac{1}{T(H-1)} \sum_t \sum_{h' \ne h} \cos(u_{h,t}, u_{h',t})
+- \frac{1}{T(T-1)(H-1)} \sum_{s \ne t} \sum_{h' \ne h} \cos(u_{h,t}, u_{h',s}),
+\qquad \frac1H \sum_h c_{\ell,h} = C_\ell - C_{\ell,null}.$$
+
+Verdict (without first/special tokens): the heads are incoherent (supported) when in most layers the 95%
+interval of $C - C_{null}$ lies within $\pm 0.1$; not supported when it lies outside. Negative control,
+through the same code and rule on the detail sequences: coherent heads, every head replaced by a copy of
+head 0 (its $z$ and its columns of $W_o$), so the heads' updates of a token coincide; it must not come out
+incoherent.
 """
 
 from __future__ import annotations
@@ -71,18 +78,30 @@ def copied_head(w: AttnWeights) -> HeadGram:
     return head_gram(SimpleNamespace(wo=wo, heads=w.heads, head_dim=w.head_dim))
 
 
-def head_cosines(z: Tensor, gram: HeadGram, heads: int, update: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+class HeadCosines(NamedTuple):
+    """Per sequence, float64 (``head_cosines``): ``same``, ``null`` and ``energy`` ``(batch,)`` and the per-head
+    margin ``head`` ``(batch, heads)``."""
+
+    same: Tensor
+    null: Tensor
+    energy: Tensor
+    head: Tensor
+
+
+def head_cosines(z: Tensor, gram: HeadGram, heads: int, update: Tensor) -> HeadCosines:
     r"""Per sequence ``(batch,)`` float64: the mean over tokens of the mean pairwise cosine of the heads'
-    updates; the mean cosine between head $h$ at token $t$ and head $h'$ at any other token $s \ne t$; and the
-    mean over tokens of $\lVert\sum_h u_h\rVert^2 / \sum_h\lVert u_h\rVert^2$.
+    updates; the mean cosine between head $h$ at token $t$ and head $h'$ at any other token $s \ne t$; the
+    mean over tokens of $\lVert\sum_h u_h\rVert^2 / \sum_h\lVert u_h\rVert^2$; and ``(batch, heads)`` each head's
+    margin $c_h$ (module docstring), the first two restricted to pairs that contain head $h$.
 
     Works in the heads' value space through ``gram`` (``head_gram``; no ``(token, head, dim)`` tensor). With
     $\hat z_h = z_h / \lVert u_h\rVert$ and $G^\circ$ = $G$ with its diagonal blocks $G_{hh}$ set to 0,
-    $\sum_{h\ne h'}\cos(u_{h,t}, u_{h',t}) = \hat z_t^\top G^\circ \hat z_t$, so a sequence's sum over tokens is
-    $\langle G^\circ, S\rangle_F$ with the per-sequence scatter $S = \sum_t \hat z_t \hat z_t^\top$ (a ``syrk``:
-    half the multiply-adds of the token-by-token products). Over all pairs of tokens, with
-    $Z = \sum_t \hat z_t$: $\sum_{s \ne t}\sum_{h\ne h'} \hat z_{h,t}^\top G_{hh'} \hat z_{h',s}
-    = Z^\top G^\circ Z - \langle G^\circ, S\rangle_F$.
+    $\sum_{h'\ne h}\cos(u_{h,t}, u_{h',t}) = \hat z_{h,t}^\top (G^\circ \hat z_t)_h$, so a sequence's sum over
+    tokens is $\langle G^\circ_h, S_h\rangle_F$, the rows of head $h$ of $G^\circ$ and of the per-sequence
+    scatter $S = \sum_t \hat z_t \hat z_t^\top$ (a ``syrk``: half the multiply-adds of the token-by-token
+    products); the sum over $h$ is $\langle G^\circ, S\rangle_F$. Over all pairs of tokens, with
+    $Z = \sum_t \hat z_t$: $\sum_{s \ne t}\sum_{h'\ne h} \hat z_{h,t}^\top G_{hh'} \hat z_{h',s}
+    = Z_h^\top (G^\circ Z)_h - \langle G^\circ_h, S_h\rangle_F$.
     ``update`` ``(batch, token, D)`` is $\sum_h u_h = W_o z$ (the output projection without its bias,
     which the model has already computed), so the energy needs no second product with $G$.
     """
@@ -92,12 +111,13 @@ def head_cosines(z: Tensor, gram: HeadGram, heads: int, update: Tensor) -> tuple
     zt = z.reshape(b * t, heads, dh)  # (N, H, dh): the one copy of a strided view
     sq = torch.linalg.vecdot(torch.bmm(zt.transpose(0, 1), blocks), zt.transpose(0, 1)).clamp_min(1e-30)  # |u_h|^2
     zn = (zt * sq.T.rsqrt().unsqueeze(-1)).view(b, t, hd)  # unit-update scaling, (N, H, dh) kept: no transposed copy
-    same = (stats.gram(zn).view(b, -1) @ off.view(-1)).double()  # (B,): <G°, S> per sequence
+    rows, off_rows = stats.gram(zn).view(b, heads, dh * hd), off.view(heads, dh * hd)  # head h's rows of S, G°
+    same = torch.stack([rows[:, h] @ off_rows[h] for h in range(heads)], 1).double()  # (B, H): <G°_h, S_h>, no copy
     total = zn.sum(1).double()  # (B, H*dh); the small products below in float64: they cancel
-    across = ((total @ off.double()) * total).sum(-1) - same
-    pairs = heads * (heads - 1)
+    across = ((total @ off.double()) * total).view(b, heads, dh).sum(-1) - same  # (B, H)
     energy = (update * update).sum(-1) / sq.sum(0).view(b, t)  # (B, T)
-    return same / (t * pairs), across / (t * (t - 1) * pairs), energy.double().mean(1)
+    same, across = same / (t * (heads - 1)), across / (t * (t - 1) * (heads - 1))  # per head: mean over h' != h
+    return HeadCosines(same.mean(1), across.mean(1), energy.double().mean(1), same - across)
 
 
 def _judge(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -106,7 +126,8 @@ def _judge(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 class E8Heads(Estimator):
-    """Streaming E8 estimator. Fitted: ``stats_`` (BootstrapMeans)."""
+    """Streaming E8 estimator. Fitted: ``stats_`` (BootstrapMeans), ``head_sum_`` (per layer, ``(heads,)`` sums
+    over sequences of each head's margin $c_h$)."""
 
     claim = "E8"
     method = "pairwise cosines of per-head updates W_o[:, h] z_h at the same token vs other tokens; Poisson bootstrap"
@@ -121,6 +142,7 @@ class E8Heads(Estimator):
         self.stats_ = BootstrapMeans(ctx.layers * _F, ctx.replicates)
         self.grams = [head_gram(w) for w in ctx.attention]
         self._rows: dict[int, list[Tensor]] = {}
+        self.head_sum_ = [torch.zeros(w.heads, dtype=torch.float64) for w in ctx.attention]
         self.control_ = BootstrapMeans(ctx.layers * _F, ctx.replicates)  # coherent heads, detail sequences
         self._control_rows: dict[int, list[Tensor]] = {}
 
@@ -129,13 +151,14 @@ class E8Heads(Estimator):
         z = tensors["attn.heads"][:, kept]
         update = tensors["attn.output"][:, kept]
         update = update if w.bo is None else update - w.bo.to(update.dtype).view(1, 1, -1)  # 3-D: 4x faster
-        same, null, energy = head_cosines(z, self.grams[i], w.heads, update)
-        self._rows[i] = [same, null, energy]
+        cos = head_cosines(z, self.grams[i], w.heads, update)
+        self._rows[i] = [cos.same, cos.null, cos.energy]
+        self.head_sum_[i] = self.head_sum_[i].to(cos.head.device) + cos.head.sum(0)
         rows = batch.index < self.ctx.detail_sequences
         if rows.any():
             z0 = z[rows][..., : w.head_dim]
             copied = z0 @ w.wo[:, : w.head_dim].T.to(z0.dtype) * w.heads
-            self._control_rows[i] = list(head_cosines(z0.repeat(1, 1, w.heads), copied_head(w), w.heads, copied))
+            self._control_rows[i] = list(head_cosines(z0.repeat(1, 1, w.heads), copied_head(w), w.heads, copied)[:3])
         if i == self.ctx.layers - 1:
             values = torch.stack([c for j in range(self.ctx.layers) for c in self._rows.pop(j)], dim=1)
             self.stats_.update(values, batch.weights)
@@ -146,6 +169,7 @@ class E8Heads(Estimator):
     def merge(self, other: E8Heads) -> E8Heads:
         self.stats_.merge(other.stats_)
         self.control_.merge(other.control_)
+        self.head_sum_ = [a + b.to(a.device) for a, b in zip(self.head_sum_, other.head_sum_, strict=True)]
         return self
 
     def _stats(self, m: Tensor) -> Tensor:
@@ -161,6 +185,7 @@ class E8Heads(Estimator):
         }
         for k, name in enumerate(("mean_pairwise_cos", "null_cos", "energy_ratio", "cos_minus_null")):
             details[name] = {"estimate": as_list(est[:, k]), "low": as_list(lo[:, k]), "high": as_list(hi[:, k])}
+        details["head_coherence"] = [as_list(h.cpu() / self.stats_.n_) for h in self.head_sum_]  # (layers, heads)
         metrics = {
             "layers": self.ctx.layers,
             "median_pairwise_cos": float(np.median(est[:, 0])),

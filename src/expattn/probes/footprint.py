@@ -5,10 +5,10 @@ sequences of $T$ tokens, $s$ = 8 (float64) or 4 (float32, ``statistics="float32"
 the $(D, D)$ accumulators:
 
 $$\text{E3} \approx 2(L+1)\,D^2 s,\quad \text{E4} \approx L\,D^2 s + 4LSTD,\quad
-\text{E6} \approx 8L\,D^2 s,\quad \text{E8} \approx 4L\,(H d_h)^2$$
+\text{E6} \approx 8L\,D^2 s,\quad \text{E8} \approx 4L\,(H d_h)^2,\quad \text{E9} = \text{E4}$$
 
-(E3: scatter of the kept and of the set-aside tokens per depth; E4: scatter of each attention input;
-E6: $S_{xx}$ and $S_{xy}$ of two folds, for the fit and its noise control; E8: the Gram matrix
+(E3: scatter of the kept and of the set-aside tokens per depth; E4 and E9, each its own copy: scatter of each
+attention input; E6: $S_{xx}$ and $S_{xy}$ of two folds, for the fit and its noise control; E8: the Gram matrix
 $W_o^\top W_o$ in float32, not an accumulator, so ``statistics`` leaves it as it is). E1, E2, E5 and
 E7 keep bootstrap sums and per-sequence curves of $O(L R)$ and $O(S T D)$ bytes. The
 intermediate (MLP) width does not enter: E6 regresses the MLP's output on its input, both of width
@@ -34,7 +34,7 @@ from expattn.probes.e5_gradient import E5Gradient
 from expattn.probes.e8_heads import _F as E8_COLUMNS
 
 STATISTICS = {"float64": 8, "float32": 4}  # bytes per entry of the (D, D) accumulators
-ESTIMATED = ("E1", "E2", "E3", "E4", "E5", "E6", "E7", "E8")
+ESTIMATED = ("E1", "E2", "E3", "E4", "E5", "E6", "E7", "E8", "E9")
 
 
 def _bootstrap(features: int, replicates: int) -> int:
@@ -51,7 +51,7 @@ def statistics_bytes(hidden: int, layers: int, heads: int, hypotheses: Iterable[
 
     Args:
         hidden, layers, heads: the model's width $D$, blocks $L$ and query heads $H$.
-        hypotheses: the estimators built (ids among E1-E8).
+        hypotheses: the estimators built (ids among E1-E9).
         head_dim: width of a head (default ``hidden // heads``).
         tokens, seq_len, detail_sequences, replicates: as ``ProbeConfig``.
         statistics: ``float64`` or ``float32``, the dtype of the ``(D, D)`` accumulators.
@@ -91,7 +91,9 @@ def statistics_bytes(hidden: int, layers: int, heads: int, hypotheses: Iterable[
         "E5": 8 * detail * len(E5Gradient.KINDS) * layers * heads,
         "E6": 4 * layers * (2 * big + 16 * d + 8) + _bootstrap(layers * v * 2, r),
         "E7": detail * (4 * seq_len * d + 8 * depths),
-        "E8": 2 * _bootstrap(layers * E8_COLUMNS, r) + 4 * layers * (heads * dh) * (heads * dh + dh),
+        "E9": layers * (big + 8 * d + 4 * detail * seq_len * d),  # E4's statistics, held again
+        "E8": (2 * _bootstrap(layers * E8_COLUMNS, r) + 4 * layers * (heads * dh) * (heads * dh + dh)
+               + 8 * layers * heads),  # per-head sums
     }
     return {h: table[h] for h in chosen}
 

@@ -5,7 +5,7 @@ each block's roles (``expattn.probes.roles``) and returns an ``Adapter`` whose c
 probe's named tensors (``expattn.probes.adapters``) from those roles on every forward pass, and
 whose ``AttnWeights`` recompute attention through the model's own attention modules. An attention
 module that calls no readable kernel but returns its head outputs (DeBERTa's disentangled
-attention) is read passively: its tensors feed E1-E3, E6 and E8, and E4, E5, E7, which recompute
+attention) is read passively: its tensors feed E1-E3, E6 and E8, and E4, E5, E7, E9, which recompute
 attention, are skipped with the reason.
 """
 
@@ -204,13 +204,14 @@ class GenericReading:
             why = (f"{type(self.roles[0].tap.module).__name__} computes attention in its own code, not through a "
                    "kernel the probe reads (for DeBERTa: disentangled content-to-position terms whose keys depend "
                    "on the query position, not softmax of one bilinear form plus a bias)")
-            out |= {"E4": why, "E5": why, "E7": why}
+            out |= {"E4": why, "E5": why, "E7": why, "E9": why}
         elif w.softcap is not None:
             why = (f"the logits are soft-capped (c tanh(s q.k / c), c = {w.softcap:g}): attention is not the "
                    "gradient of the log-normalizer of a bilinear form")
-            out |= {"E4": why, "E5": why}
+            out |= {"E4": why, "E5": why, "E9": why}
         elif not self.affine:
-            out["E4"] = "queries and keys are normalized per head (q/k norms): no bilinear form W_q^T W_k to compare"
+            why = "queries and keys are normalized per head (q/k norms): no bilinear form W_q^T W_k to compare"
+            out |= {"E4": why, "E9": why}
         r = self.roles[0]
         if "E7" not in out and (r.a != r.o or r.scale != 1.0):
             out["E7"] = ("the attention update is not W_o z + b_o (a norm after the output projection or a residual "

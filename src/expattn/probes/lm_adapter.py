@@ -24,7 +24,7 @@ from expattn.nn.vocab import CharTokenizer
 from expattn.probes.adapters import Adapter, _linear, register_adapter
 from expattn.probes.attention import AttnWeights
 
-SOFTMAX_ONLY = ("E4", "E5", "E7", "E8")
+SOFTMAX_ONLY = ("E4", "E5", "E7", "E8", "E9")
 
 
 class ProbedLM(nn.Module):

@@ -9,10 +9,14 @@ massive if its magnitude surpasses 100 and is about 1,000 times the median magni
 state). ``MassiveActivations`` streams over sequences and depths and keeps only small summaries: per
 depth the largest magnitude with its channel and position, the per-sequence medians, and the count of
 tokens holding a massive entry; per channel its largest magnitude and the depths where it is massive;
-per position the number of (sequence, depth) pairs where it holds one.
+per position the number of (sequence, depth) pairs where it holds one and the first ``SEQUENCES`` sequence
+indices (smallest first) where it does, which name the token: its text is read from those sequences.
 """
 
 from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -24,6 +28,7 @@ RULE = (
     "(T x D) at that depth; depth 0 = embeddings"
 )
 TOP = 10  # channels and positions listed
+SEQUENCES = 8  # sequence indices kept per position
 
 
 class MassiveActivations:
@@ -32,7 +37,7 @@ class MassiveActivations:
     Fitted (plain Python numbers, a few per depth and one median per sequence and depth): ``max_`` per
     depth the largest |x|, ``where_`` its (channel, position), ``medians_`` the per-sequence median |x|,
     ``tokens_`` the massive tokens, ``channels_`` channel -> [largest |x|, depths], ``positions_``
-    position -> count.
+    position -> [count, the smallest ``SEQUENCES`` sequence indices].
     """
 
     def __init__(self, depths: int):
@@ -41,10 +46,10 @@ class MassiveActivations:
         self.medians_: list[list[float]] = [[] for _ in range(depths)]
         self.tokens_ = [0] * depths
         self.channels_: dict[int, list] = {}
-        self.positions_: dict[int, int] = {}
+        self.positions_: dict[int, list] = {}
 
-    def update(self, depth: int, x: Tensor) -> None:
-        """Add the hidden states ``x`` ``(B, T, D)`` of depth ``depth``."""
+    def update(self, depth: int, x: Tensor, index: Tensor) -> None:
+        """Add the hidden states ``x`` ``(B, T, D)`` of depth ``depth`` of the sequences ``index`` ``(B,)``."""
         a = x.detach().abs().float()
         median = a.flatten(1).median(dim=1).values  # (B,)
         self.medians_[depth] += median.tolist()
@@ -62,8 +67,13 @@ class MassiveActivations:
             entry = self.channels_.setdefault(c, [0.0, set()])
             entry[0] = max(entry[0], float(a[b, t, c]))
             entry[1].add(depth)
-        for t in torch.unique(hits[:, :2], dim=0)[:, 1].tolist():
-            self.positions_[t] = self.positions_.get(t, 0) + 1
+        for b, t in torch.unique(hits[:, :2], dim=0).tolist():
+            self._add_position(t, 1, [int(index[b])])
+
+    def _add_position(self, t: int, count: int, sequences: list[int]) -> None:
+        entry = self.positions_.setdefault(t, [0, []])
+        entry[0] += count
+        entry[1] = sorted(set(entry[1]) | set(sequences))[:SEQUENCES]
 
     def merge(self, other: MassiveActivations) -> MassiveActivations:
         """Combine with a summary of other sequences."""
@@ -75,18 +85,23 @@ class MassiveActivations:
         for c, (top, depths) in other.channels_.items():
             entry = self.channels_.setdefault(c, [0.0, set()])
             entry[0], entry[1] = max(entry[0], top), entry[1] | depths
-        for t, n in other.positions_.items():
-            self.positions_[t] = self.positions_.get(t, 0) + n
+        for t, (n, sequences) in other.positions_.items():
+            self._add_position(t, n, sequences)
         return self
 
-    def summary(self) -> dict:
+    def summary(self, token_text: Callable[[int, int], str | None] | None = None) -> dict:
         """The record's ``massive_activations``: rule, onset depth, top and median magnitude, per depth,
-        channels and positions (largest first, ``TOP`` of each)."""
+        channels and positions (largest first, ``TOP`` of each).
+
+        A position's entry is ``{position, token, count, sequences}``: ``sequences`` the smallest ``SEQUENCES``
+        sequence indices where it holds a massive entry, ``token`` the most common text
+        ``token_text(sequence, position)`` over them (the first sequence's on a tie; None without
+        ``token_text`` or text)."""
         medians = [float(np.median(m)) if m else float("nan") for m in self.medians_]
         onset = next((d for d, n in enumerate(self.tokens_) if n), None)
         top_depth = int(np.argmax(self.max_))
         channels = sorted(self.channels_.items(), key=lambda kv: -kv[1][0])[:TOP]
-        positions = sorted(self.positions_.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP]
+        positions = sorted(self.positions_.items(), key=lambda kv: (-kv[1][0], kv[0]))[:TOP]
         return {
             "rule": RULE,
             "onset_layer": onset,
@@ -98,5 +113,14 @@ class MassiveActivations:
                 for d in range(len(self.max_))
             ],
             "channels": [{"channel": c, "max": top, "layers": sorted(depths)} for c, (top, depths) in channels],
-            "tokens": [{"position": t, "count": n} for t, n in positions],
+            "tokens": [
+                {"position": t, "token": _text(token_text, t, sequences), "count": n, "sequences": sequences}
+                for t, (n, sequences) in positions
+            ],
         }
+
+
+def _text(token_text: Callable[[int, int], str | None] | None, position: int, sequences: list[int]) -> str | None:
+    texts = [] if token_text is None else [token_text(i, position) for i in sequences]
+    texts = [t for t in texts if t is not None]
+    return Counter(texts).most_common(1)[0][0] if texts else None

@@ -11,15 +11,18 @@ import numpy as np
 
 
 def sun_2024(massive: dict) -> dict:
-    """Sun et al. 2024 (massive activations) beside E3's ``massive_activations`` summary."""
+    """Sun et al. 2024 (massive activations) beside E3's ``massive_activations`` summary: the carrying tokens
+    as position and text (the most common text at that position where the massive entries occur)."""
     channels = [c["channel"] for c in massive["channels"]]
-    positions = [t["position"] for t in massive["tokens"]]
+    tokens = ", ".join(
+        f"{t['position']}" + ("" if t["token"] is None else f" ({t['token']!r})") for t in massive["tokens"][:4]
+    )
     onset, top, median = massive["onset_layer"], massive["top_magnitude"], massive["median_magnitude"]
     ours = (
         f"none by the rule (largest |x| {top:.3g}, median {median:.3g})"
         if onset is None
-        else f"largest |x| {top:.3g} ({top / median:.3g}x the median) in channel(s) {channels[:4]}, at "
-        f"position(s) {positions[:4]}, from depth {onset} on"
+        else f"largest |x| {top:.3g} ({top / median:.3g}x the median) in channel(s) {channels[:4]}, carried by "
+        f"the token(s) at position(s) {tokens}, from depth {onset} on"
     )
     return {
         "source": "Sun, Chen, Kolter and Liu 2024, Massive activations in large language models",

@@ -1,4 +1,4 @@
-"""``expattn probe``: measure hypotheses E1-E8 on a real pretrained transformer and real text.
+"""``expattn probe``: measure hypotheses E1-E9 on a real pretrained transformer and real text.
 
 The model is a HuggingFace model directory (BERT, GPT-2, Llama families) or a folder written by
 ``expattn train`` (expattn's own LM). ``ProbeConfig.hypotheses`` chooses which estimators are
@@ -6,7 +6,7 @@ built and fed; a chosen hypothesis that cannot apply to the model (the adapter's
 ``inapplicable``, e.g. E5 on a non-softmax carrier) gets a ``skipped`` record with the reason.
 
 One pass over a deterministic token sample: the model runs batch by batch with forward hooks
-(``expattn.probes.adapters.Capture``); after each block the estimators of E1-E8 update their
+(``expattn.probes.adapters.Capture``); after each block the estimators of E1-E9 update their
 streaming statistics from that block's tensors and the tensors are dropped. Under ``torchrun``
 (gloo on CPU, NCCL on GPU) every process takes the batches ``rank, rank + world, ...`` and the
 fitted statistics are merged on rank 0, which computes the records and draws the plots.
@@ -19,7 +19,7 @@ import os
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -31,7 +31,7 @@ from expattn.probes.corpus import TokenSample, excluded_positions, load_text, se
 from expattn.probes.e1_expansion import E1Expansion
 from expattn.probes.e2_normalization import E2Normalization
 from expattn.probes.e3_gaussianity import E3Gaussianity
-from expattn.probes.e4_alignment import E4Alignment
+from expattn.probes.e4_alignment import E4Alignment, E9Covariance
 from expattn.probes.e5_gradient import E5Gradient
 from expattn.probes.e6_mlp import E6Mlp
 from expattn.probes.e7_collapse import E7Collapse
@@ -43,7 +43,8 @@ from expattn.probes.subject import Subject, parse_device, parse_dtype, place, su
 from expattn.results.record import Record, enforce_controls, results_document
 from expattn.seeds import check_seed
 
-ESTIMATORS = (E1Expansion, E2Normalization, E3Gaussianity, E4Alignment, E5Gradient, E6Mlp, E7Collapse, E8Heads)
+ESTIMATORS = (E1Expansion, E2Normalization, E3Gaussianity, E4Alignment, E5Gradient, E6Mlp, E7Collapse, E8Heads,
+              E9Covariance)
 HYPOTHESES = tuple(cls.claim for cls in ESTIMATORS)
 
 DEFAULT_TOKENS = {"minilm": 20_000, "smollm2": 8_192}
@@ -299,7 +300,6 @@ def probe_subject(subject: Subject, config: ProbeConfig, out_dir: Path | None,
     built = [cls for cls in ESTIMATORS if cls.claim in config.hypotheses and cls.claim not in inapplicable]
     require_room(ctx, [cls.claim for cls in built], config.tokens, config.seq_len, config.replicates,
                  config.statistics, subject.device)
-    estimators = [cls(ctx) for cls in built]
     if subject.image is not None:
         if config.seq_len != subject.image_tokens:
             raise ValueError(f"seq_len must be {subject.image_tokens} for this vision model (its patches and [CLS])")
@@ -318,6 +318,13 @@ def probe_subject(subject: Subject, config: ProbeConfig, out_dir: Path | None,
 
         def inputs(i: int) -> torch.Tensor:
             return sequence(text, subject.tokenizer, adapter.family, sample, i)
+    if subject.image is None and subject.tokenizer is not None:
+
+        def token_text(i: int, position: int) -> str:
+            return subject.tokenizer.decode([int(inputs(i)[position])])
+
+        ctx = replace(ctx, token_text=token_text)
+    estimators = [cls(ctx) for cls in built]
     rank, world = _distributed()
     batches = [list(range(b, min(b + config.batch_size, n_seq))) for b in range(0, n_seq, config.batch_size)]
     mine = batches[rank::world]  # whole batches per process: the same forward passes as one process
@@ -357,5 +364,5 @@ def probe_subject(subject: Subject, config: ProbeConfig, out_dir: Path | None,
 def run_probe(
     config: ProbeConfig, out_dir: Path | None, progress: Callable[[int, int], None] | None = None
 ) -> list[Record]:
-    """Records of E1-E8 for ``config`` (plots written into ``out_dir``); see ``probe`` for the details."""
+    """Records of E1-E9 for ``config`` (plots written into ``out_dir``); see ``probe`` for the details."""
     return probe(config, out_dir, progress).records

@@ -3,7 +3,7 @@
 - the summary: each hypothesis's headline measure per layer against relative depth, one line per
   model, with its band (``figures_curves.summary_uri``);
 - per hypothesis, every per-layer interval of its records, models overlaid (``layer_uri``);
-- per-head maps, layer x head, for E4's alignment and E5's error (``figures_heads.head_uri``).
+- per-head maps, layer x head, for E4's alignment, E5's error and E8's coherence (``figures_heads.head_uri``).
 
 Each figure is an SVG data URI with a title and a caption; renderers place them (``report.html``).
 """
@@ -71,16 +71,15 @@ def report_figures(records: Sequence[Record], titles: dict[str, str]) -> Figures
                 f"Per-layer estimates with 95% intervals ({', '.join(keys)}) against {RELATIVE_DEPTH}; "
                 "one colour per model. Where a quantity exists for all tokens and without first/special and "
                 "massive tokens, the latter (the verdict's reading) is shown.", uri))
-    heads = []
+    heads, notes = [], []
     for claim in HEAD_MAPS:
         uri = head_uri(probed, claim)
+        key, _, label, _ = HEAD_MAPS[claim]
         if uri is not None:
-            key, _, label, _ = HEAD_MAPS[claim]
             heads.append(Figure(f"fig-heads-{claim}", f"{claim}: per head",
                                 f"{label}, per layer (rows, first at the top) and head (columns); one panel per "
                                 f"model, one colour scale for all ({key} in the record's details).", uri))
-    notes = []
-    if "E8" in claims:
-        notes.append("E8's records hold per-layer means over head pairs, not a number per head: its coherence is "
-                     "drawn per layer (summary and per-layer figures), not as a layer x head map.")
+        elif claim in claims:
+            notes.append(f"{claim}'s records hold no {key} (a number per layer and head), so there is no layer x "
+                         "head map of it; its per-layer numbers are drawn in the summary and per-layer figures.")
     return Figures(summary, tuple(layers), tuple(heads), tuple(notes))

@@ -1,4 +1,4 @@
-r"""Per-head maps (layer x head), one panel per model: E4's alignment and E5's error.
+r"""Per-head maps (layer x head), one panel per model: E4's alignment, E5's error and E8's coherence.
 
 Cell $(l, h)$ is the record's own number for head $h$ of layer $l$ (``figures_series.HEAD_MAPS``).
 A diverging scale centred on 0 for cosines (symmetric limits $\pm \max |c|$), ``log10`` for

@@ -152,7 +152,8 @@ HEADLINE_CURVES = {
                    + _one(interval(d, "norm2_normalized_ratio_excl", "norm2", "dashed")), reference=1.0),
     "E3": Headline("mean |excess kurtosis|", "95% interval", lambda d: _one(interval(d, "mean_abs_kurtosis_excl")),
                    log=True),
-    "E4": Headline(r"$\cos(W_q^\top W_k,\ \Sigma^{-1})$", "median over heads, band: quartiles over heads",
+    "E4": Headline(r"$\cos(W_q^\top W_k,\ \Sigma^{+})$ on the range of $\Sigma$",
+                   "median over heads, band: quartiles over heads",
                    lambda d: _one(_over_heads(d.get("cos_sigma_inv"), "median over heads")), reference=0.0),
     "E5": Headline(r"max error vs $\nabla \log Z$", "band: min to max over heads",
                    lambda d: _one(_max_over_heads(d.get("identity_f32"), "max over heads")), log=True),
@@ -160,14 +161,22 @@ HEADLINE_CURVES = {
     "E7": Headline("log10 residual / depth 0", "no interval; solid no skip, dashed with skip", _residual),
     "E8": Headline("mean pairwise cos of heads", "95% interval", lambda d: _one(interval(d, "mean_pairwise_cos")),
                    reference=0.0),
+    "E9": Headline(r"$\cos(W_q^\top W_k,\ \Sigma)$ on the range of $\Sigma$",
+                   "median over heads, band: quartiles over heads",
+                   lambda d: _one(_over_heads(d.get("cos_sigma"), "median over heads")), reference=0.0),
 }
 
 # Per-head maps (layer x head): details key, colour-bar label, the same as plain text, log10 colour scale.
 HEAD_MAPS = {
-    "E4": ("cos_sigma_inv", r"cosine of $W_q^\top W_k$ with $\Sigma^{-1}$", "Cosine of W_q^T W_k with Sigma^-1",
-           False),
+    "E4": ("cos_sigma_inv", r"cosine of $W_q^\top W_k$ with $\Sigma^{+}$ (range of $\Sigma$)",
+           "Cosine of W_q^T W_k with Sigma^+ on the range of Sigma", False),
+    "E9": ("cos_sigma", r"cosine of $W_q^\top W_k$ with $\Sigma$ (range of $\Sigma$)",
+           "Cosine of W_q^T W_k with Sigma on the range of Sigma", False),
     "E5": ("identity_f32", r"$\log_{10}$ max error of attention vs $\nabla \log Z$ (float32)",
            "log10 of the max error of attention against grad log Z (float32)", True),
+    "E8": ("head_coherence", "mean cosine with the other heads, minus the other-token null",
+           "Mean cosine of a head's update with the other heads' at the same token, minus the same at other tokens",
+           False),
 }
 
 

@@ -9,7 +9,7 @@ DistributedDataParallel. Files in ``cfg.out`` (written by the main process only)
   ``ckpt_every`` steps and at the end;
 - ``config.json``: the model and training configs;
 - ``model/``: a loadable copy of the weights and vocabulary (``expattn.nn.export``), replaced
-  with every checkpoint: ``expattn probe --model OUT/model`` measures E1-E8 on it.
+  with every checkpoint: ``expattn probe --model OUT/model`` measures E1-E9 on it.
 
 Exact resume: every random draw of a step comes from generators whose states the checkpoint
 holds, so a run killed at any point and resumed replays the losses of an uninterrupted run.
