@@ -1,6 +1,9 @@
 """Open a report.html in headless Chromium, check that it renders cleanly, save a screenshot.
 
-    .venv/bin/python scripts/screenshot_report.py report/report.html docs/report-screenshot.png
+    .venv/bin/python scripts/screenshot_report.py report/report.html docs/report-screenshot.png [1366x768]
+
+The optional size is the page's viewport in CSS pixels (default 1280x1500), set exactly (a window of
+that size would lose its toolbars' height).
 
 Uses Debian's ``chromium`` and ``chromium-driver`` through selenium with the driver path set
 explicitly (selenium then skips its driver manager: nothing is downloaded). Exit code 1 if the
@@ -26,8 +29,7 @@ CHROMIUM_FLAGS = (
 )
 # Runs before the page's own code: counts dialogs instead of opening them.
 DIALOG_TRAP = (
-    "window.__dialogs = 0;"
-    "for (const f of ['alert', 'confirm', 'prompt']) window[f] = () => { window.__dialogs++; };"
+    "window.__dialogs = 0;for (const f of ['alert', 'confirm', 'prompt']) window[f] = () => { window.__dialogs++; };"
 )
 
 
@@ -88,10 +90,17 @@ def check_page(driver) -> PageCheck:
     )
 
 
-def inspect_report(html_path: Path, screenshot: Path | None = None) -> PageCheck:
-    """Open, check and (optionally) screenshot a report; always closes the browser."""
-    driver, profile = open_report(html_path)
+def set_viewport(driver, size: tuple[int, int]) -> None:
+    """Make the page's viewport exactly ``size`` (width, height) CSS pixels at one device pixel each."""
+    metrics = {"width": size[0], "height": size[1], "deviceScaleFactor": 1, "mobile": False}
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", metrics)
+
+
+def inspect_report(html_path: Path, screenshot: Path | None = None, size: tuple[int, int] = (1280, 1500)) -> PageCheck:
+    """Open, check and (optionally) screenshot a report with a ``size`` viewport; always closes the browser."""
+    driver, profile = open_report(html_path, size)
     try:
+        set_viewport(driver, size)
         check = check_page(driver)
         if screenshot is not None:
             screenshot.parent.mkdir(parents=True, exist_ok=True)
@@ -103,10 +112,11 @@ def inspect_report(html_path: Path, screenshot: Path | None = None) -> PageCheck
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
-        print("usage: screenshot_report.py REPORT_HTML SCREENSHOT_PNG", file=sys.stderr)
+    if len(argv) not in (2, 3):
+        print("usage: screenshot_report.py REPORT_HTML SCREENSHOT_PNG [WIDTHxHEIGHT]", file=sys.stderr)
         return 2
-    check = inspect_report(Path(argv[0]), Path(argv[1]))
+    size = tuple(int(n) for n in argv[2].split("x")) if len(argv) == 3 else (1280, 1500)
+    check = inspect_report(Path(argv[0]), Path(argv[1]), size)
     print(f"{check.title}: {len(check.images)} images, console errors {check.console_errors}, dialogs {check.dialogs}")
     return 0 if check.ok else 1
 

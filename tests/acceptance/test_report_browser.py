@@ -1,6 +1,7 @@
 """The report in a real browser: headless Chromium renders it with no console error, every image
-(plots and the SVG figures) loaded, the per-model matrix and the summary figure on the first screen,
-and hostile strings shown as inert text.
+(plots and the SVG figures) loaded, the per-model matrix and the summary figure side by side and wholly
+inside the first screen at 1366 x 768 and 1920 x 1080 (stacked in a narrow window), and hostile strings
+shown as inert text.
 
 Needs Debian's ``chromium`` + ``chromium-driver`` and the ``selenium`` package (installed by
 ``scripts/setup.sh --test``); skipped without them.
@@ -19,7 +20,8 @@ import pytest
 import torch
 
 from expattn.report.html import render_html
-from expattn.results.record import Record, load_records, results_document
+from expattn.report.matrix import HEADLINES
+from expattn.results.record import Control, Record, load_records, results_document
 
 pytest.importorskip("selenium")
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,17 +56,44 @@ def synthetic_report(folder: Path, gen: torch.Generator) -> tuple[Path, list[Rec
     cosines = (torch.rand(2, 4, 3, generator=gen, dtype=torch.float64) - 0.5).tolist()
     records = [
         Record(id="A3", kind="identity", verdict="pass", metrics={"max_error": errors[0]}, plots=["plots/a.png"]),
-        Record(id="A9", kind="identity", verdict="pass", as_printed="fail", statement="B_G(a,b) = KL(p_b || p_a)",
-               metrics={"max_error": errors[1], "as_printed_error": 0.5, "tolerance": 1e-9}),
-        Record(id="E1", kind="empirical", verdict="supported", metrics={"median_raw_ratio_excl": 1 + errors[2]},
-               notes=f"sample text: {EVIL}", plots=["plots/b.png"],
-               details={"stage": "probe", "model": f"model{EVIL}", "raw_ratio_excl": band(ratios[0])}),
-        Record(id="E1", kind="empirical", verdict="not_supported", metrics={"median_raw_ratio_excl": 0.5},
-               details={"stage": "probe", "model": "plain", "raw_ratio_excl": band(ratios[1])}),
-        Record(id="E4", kind="empirical", verdict="not_supported", metrics={"median_cos_sigma_inv": 0.01},
-               details={"stage": "probe", "model": f"model{EVIL}", "cos_sigma_inv": cosines[0]}),
-        Record(id="E4", kind="empirical", verdict="not_supported", metrics={"median_cos_sigma_inv": 0.02},
-               details={"stage": "probe", "model": "plain", "cos_sigma_inv": cosines[1]}),
+        Record(
+            id="A9",
+            kind="identity",
+            verdict="pass",
+            as_printed="fail",
+            statement="B_G(a,b) = KL(p_b || p_a)",
+            metrics={"max_error": errors[1], "as_printed_error": 0.5, "tolerance": 1e-9},
+        ),
+        Record(
+            id="E1",
+            kind="empirical",
+            verdict="supported",
+            metrics={"median_raw_ratio_excl": 1 + errors[2]},
+            notes=f"sample text: {EVIL}",
+            plots=["plots/b.png"],
+            details={"stage": "probe", "model": f"model{EVIL}", "raw_ratio_excl": band(ratios[0])},
+        ),
+        Record(
+            id="E1",
+            kind="empirical",
+            verdict="not_supported",
+            metrics={"median_raw_ratio_excl": 0.5},
+            details={"stage": "probe", "model": "plain", "raw_ratio_excl": band(ratios[1])},
+        ),
+        Record(
+            id="E4",
+            kind="empirical",
+            verdict="not_supported",
+            metrics={"median_cos_sigma_inv": 0.01},
+            details={"stage": "probe", "model": f"model{EVIL}", "cos_sigma_inv": cosines[0]},
+        ),
+        Record(
+            id="E4",
+            kind="empirical",
+            verdict="not_supported",
+            metrics={"median_cos_sigma_inv": 0.02},
+            details={"stage": "probe", "model": "plain", "cos_sigma_inv": cosines[1]},
+        ),
     ]
     path = folder / "report.html"
     path.write_text(render_html(results_document(records, "test"), folder), encoding="utf-8")
@@ -95,11 +124,11 @@ def test_synthetic_report_is_clean_and_escaped(tmp_path, gen):
         matrix = driver.find_element(By.CSS_SELECTOR, "#models table")
         rows = [[c.text for c in r.find_elements(By.XPATH, "./td")] for r in matrix.find_elements(By.TAG_NAME, "tr")]
         e1 = next(r for r in rows if r and r[0] == "E1")
-        assert e1[2] == f"supported {headline:.4g}" and e1[3] == "not_supported 0.5"
-        # The summary figure sits under the matrix, on the first screen (1280 x 1500), wide and drawn.
+        assert e1[2] == f"supported\n{headline:.4g}" and e1[3] == "not_supported\n0.5"  # the number under its badge
+        # The summary figure sits beside the matrix on the first screen, drawn.
         summary = driver.find_element(By.CSS_SELECTOR, "#fig-summary img")
         assert summary.is_displayed() and summary.location["y"] < 1500
-        assert summary.size["width"] > 600 and summary.get_attribute("src").startswith("data:image/svg+xml")
+        assert summary.size["width"] > 400 and summary.get_attribute("src").startswith("data:image/svg+xml")
         assert "relative depth" in driver.find_element(By.CSS_SELECTOR, "#fig-summary figcaption").text
         assert driver.find_element(By.ID, "fig-heads-E4").is_displayed()
         assert driver.find_element(By.ID, "as-printed").text.count("A9") == 1
@@ -116,7 +145,10 @@ def test_real_quick_report_renders(tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     run = subprocess.run(
         [sys.executable, "-m", "expattn.cli", "report", "--quick", "--models", "minilm", "--out", str(out)],
-        capture_output=True, text=True, env=env, timeout=600,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
     )
     assert run.returncode in (0, 1), run.stderr  # 1: some record failed; the report is still written
     records = load_records(out / "results.json")
@@ -127,3 +159,112 @@ def test_real_quick_report_renders(tmp_path):
     check = shot.inspect_report(out / "report.html", tmp_path / "screenshot.png")
     assert_renders_cleanly(check, images=plots + figures)
     assert not list(tmp_path.glob(".report.tmp-*"))  # the staging folder is gone
+
+
+def sweep_and_claims_report(folder: Path, gen: torch.Generator) -> Path:
+    """report.html of a full-size first screen: two probed models on all of E1-E9 with the per-layer
+    details the summary figure draws (one panel per hypothesis), and a training sweep of four runs on E1-E3."""
+    layers = 6
+    records = []
+    for model in ("minilm", "smollm2"):
+        values = (0.5 + torch.rand(4, layers, generator=gen, dtype=torch.float64)).tolist()
+        heads = torch.rand(layers, 4, generator=gen, dtype=torch.float64)
+        details = {
+            "E1": {"raw_ratio_excl": band(values[0])},
+            "E2": {"norm1_normalized_ratio_excl": band(values[1]), "norm2_normalized_ratio_excl": band(values[2])},
+            "E3": {"mean_abs_kurtosis_excl": band(values[1])},
+            "E5": {"identity_f32": (heads * 1e-6).tolist()},
+            "E7": {"res_no_skip": [[1.0, *(heads[:, 0].cumprod(0)).tolist()]]},
+            "E4": {"cos_sigma_inv": (torch.rand(layers, 4, generator=gen, dtype=torch.float64) - 0.5).tolist()},
+            "E6": {"heldout_r2_fold_even_to_odd": values[2], "heldout_r2_fold_odd_to_even": values[3]},
+            "E8": {"mean_pairwise_cos": band(values[2])},
+            "E9": {"cos_sigma": (torch.rand(layers, 4, generator=gen, dtype=torch.float64) - 0.5).tolist()},
+        }
+        for claim, verdict in zip([f"E{i}" for i in range(1, 10)], random_verdicts(gen, 9), strict=True):
+            key = HEADLINES.get(claim, (f"median_{claim}",))[0]
+            headline = {key: values[0][0] * 1e-3}  # 4 significant digits and an exponent
+            records.append(
+                Record(
+                    id=claim,
+                    kind="empirical",
+                    verdict=verdict,
+                    metrics=headline,
+                    details={"stage": "probe", "model": model, **details.get(claim, {})},
+                    # A control with many numbers: one long line that must wrap inside the page.
+                    controls=[
+                        Control("shuffled keys", "negative", "not_supported", {f"D={d}/x": d for d in range(60)})
+                    ],
+                )
+            )
+    runs = ("identity", "layernorm", "rmsnorm", "sphere")
+    for claim in ("E1", "E2", "E3"):
+        verdicts = dict(zip(runs, random_verdicts(gen, len(runs)), strict=True))
+        metrics = {f"{run}.layer{i}": float(torch.rand(1, generator=gen)) for run in runs for i in range(2)}
+        records.append(
+            Record(
+                id=claim,
+                kind="empirical",
+                verdict="inconclusive",
+                metrics=metrics,
+                details={"stage": "train", "name": "train --sweep norms", "probe_verdicts": verdicts},
+            )
+        )
+    path = folder / "report.html"
+    path.write_text(render_html(results_document(records, "test"), folder), encoding="utf-8")
+    return path
+
+
+def random_verdicts(gen: torch.Generator, n: int) -> list[str]:
+    order = ("fail", "not_supported", "inconclusive", "skipped", "supported", "pass")
+    return [order[i] for i in torch.randint(0, len(order), (n,), generator=gen).tolist()]
+
+
+def boxes(driver, width: int, height: int) -> dict[str, dict[str, float]]:
+    """Bounding boxes of the matrix's box, its table and the summary figure's image, and the viewport, with
+    the viewport set to ``width x height`` CSS pixels."""
+    shot.set_viewport(driver, (width, height))
+    return driver.execute_script(
+        "const r = s => { const b = document.querySelector(s).getBoundingClientRect();"
+        " return {left: b.left, top: b.top, right: b.right, bottom: b.bottom}; };"
+        "const box = document.querySelector('#models .box');"
+        "return {matrix: r('#models .box'), table: r('#models table'), figure: r('#fig-summary img'),"
+        " view: {left: 0, top: 0, right: window.innerWidth, bottom: window.innerHeight},"
+        " scroll: {x: box.scrollWidth - box.clientWidth, page: window.scrollY,"
+        " pageX: document.documentElement.scrollWidth - document.documentElement.clientWidth}};"
+    )
+
+
+# The two screens, and what a 1366 x 768 window leaves of the page under its toolbars (headless Chromium: 625).
+@pytest.mark.parametrize("size", [(1366, 768), (1920, 1080), (1366, 625)])
+def test_matrix_and_summary_figure_fill_the_first_screen(tmp_path, gen, size):
+    path = sweep_and_claims_report(tmp_path, gen)
+    driver, profile = shot.open_report(path, size)
+    try:
+        images = path.read_text(encoding="utf-8").count("<img ")
+        assert images >= 5  # the summary, per-layer figures (E1, E3, E8) and E4's per-head map at least
+        assert_renders_cleanly(shot.check_page(driver), images=images)
+        found = boxes(driver, *size)
+        view = found["view"]
+        assert (view["right"], view["bottom"]) == size and found["scroll"]["page"] == 0
+        assert found["scroll"]["pageX"] == 0  # nothing on the page is wider than the window
+        for name in ("matrix", "figure"):
+            b = found[name]
+            assert b["left"] >= 0 and b["top"] >= 0, (name, b)
+            assert b["right"] <= view["right"] and b["bottom"] <= view["bottom"], (name, b, view)
+        # Side by side: the figure starts right of the matrix; the matrix needs no sideways scrolling.
+        assert found["figure"]["left"] >= found["matrix"]["right"]
+        assert found["scroll"]["x"] == 0 and found["table"]["bottom"] <= view["bottom"]
+        driver.save_screenshot(str(tmp_path / f"first-{size[0]}.png"))
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def test_first_screen_stacks_in_a_narrow_window(tmp_path, gen):
+    driver, profile = shot.open_report(sweep_and_claims_report(tmp_path, gen), (900, 1400))
+    try:
+        found = boxes(driver, 900, 1400)
+        assert found["figure"]["top"] >= found["matrix"]["bottom"]  # one column: the figure under the matrix
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)

@@ -217,10 +217,23 @@ def test_as_printed_evidence_and_fallback_text(gen):
 @given(text=st.text(min_size=1, max_size=40))
 def test_any_string_changes_no_markup_and_reads_back(text):
     def page(value: str) -> Page:
-        record = Record(id="E1", kind="empirical", verdict="inconclusive", statement=value, notes=value,
-                        details={"stage": "probe", "model": value})
-        return parse(render_html(results_document([record], value), None))
+        record = Record(
+            id="E1",
+            kind="empirical",
+            verdict="inconclusive",
+            statement=value,
+            notes=value,
+            details={"stage": "probe", "model": value},
+        )
+        sweep = Record(
+            id="E2",
+            kind="empirical",
+            verdict="supported",
+            details={"stage": "train", "name": value, "probe_verdicts": {value: "supported"}},
+        )
+        return parse(render_html(results_document([record, sweep], value), None))
 
     fuzzed, plain = page(text), page("x")
     assert [t for t, _ in fuzzed.tags] == [t for t, _ in plain.tags]  # same elements, in the same order
-    assert "".join(fuzzed.text).count(text) >= 3  # statement, notes and label read back as written
+    # Statement, notes, label, the model's and the sweep's columns, the run and its sweep read back as written.
+    assert "".join(fuzzed.text).count(text) >= 6

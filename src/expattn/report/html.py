@@ -8,7 +8,6 @@ escaped escaping could neither run nor load anything.
 from __future__ import annotations
 
 import base64
-import html
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,10 @@ from expattn.report.document import (
     source_label,
 )
 from expattn.report.figures import Figure, Figures, report_figures
-from expattn.report.matrix import PER_MODEL, check_verdict
+from expattn.report.first_screen import CSS as FIRST_SCREEN_CSS
+from expattn.report.first_screen import first_screen, trained_runs
+from expattn.report.html_text import badge, esc
+from expattn.report.matrix import PER_MODEL, RUNS_ANCHOR, check_verdict
 
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
 
@@ -36,14 +38,15 @@ CSS = """
 * { box-sizing: border-box; }
 body { margin:0; font: 15px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif;
        color:var(--fg); background:var(--bg); }
-main { max-width: 1100px; margin: 0 auto; padding: 24px; }
-h1 { margin: 0 0 4px; font-size: 28px; } h2 { margin-top: 36px; border-bottom: 2px solid var(--line); }
+main { max-width: 1440px; margin: 0 auto; padding: 12px 20px 24px; }
+h1 { margin: 0 0 2px; font-size: 24px; } h2 { margin-top: 36px; border-bottom: 2px solid var(--line); }
 h3 { margin: 0; font-size: 17px; }
-nav a { margin-right: 14px; color: #2457a6; }
+header p { margin: 2px 0; } nav { font-size: 14px; } nav a { margin-right: 12px; color: #2457a6; }
 table { border-collapse: collapse; width: 100%; background: var(--card); }
 th, td { border: 1px solid var(--line); padding: 4px 8px; text-align: left; vertical-align: top; }
 th { background: #eef1f5; }
 td.num { font-variant-numeric: tabular-nums; white-space: nowrap; }
+.controls td.num { white-space: normal; overflow-wrap: anywhere; }
 .badge { display: inline-block; padding: 1px 8px; margin: 1px 2px; border-radius: 10px; font-size: 13px;
          color: #fff; background: #7a8594; text-decoration: none; white-space: nowrap; }
 .pass, .supported, .ok { background: #2e7d32; } .fail, .not_supported { background: #c62828; }
@@ -60,16 +63,10 @@ figure { margin: 10px 0; } figure img { max-width: 100%; height: auto; border: 1
 figcaption, .missing { color: var(--muted); font-size: 13px; }
 pre { background: #f0f2f5; padding: 8px; overflow-x: auto; font-size: 12px; max-height: 400px; }
 .muted { color: var(--muted); }
-.matrix td.cell { white-space: nowrap; } .matrix .value { font-variant-numeric: tabular-nums; }
 .per-model { background: #2457a6; } .scroll { overflow-x: auto; }
 """
 
 IMAGE_TYPES = {b"\x89PNG\r\n\x1a\n": "image/png", b"\xff\xd8\xff": "image/jpeg", b"GIF8": "image/gif"}
-
-
-def esc(value: Any) -> str:
-    """``html.escape`` of ``str(value)``, quotes included (safe in text and in attributes)."""
-    return html.escape(str(value), quote=True)
 
 
 def image_data_uri(plot_root: Path | None, relative: str) -> tuple[str | None, str]:
@@ -93,15 +90,6 @@ def image_data_uri(plot_root: Path | None, relative: str) -> tuple[str | None, s
     return f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}", ""
 
 
-def badge(verdict: str, href: str | None = None, text: str | None = None) -> str:
-    """A coloured verdict badge, optionally a link to a card."""
-    css = esc(verdict.replace(" ", "-"))
-    body = esc(text if text is not None else verdict)
-    if href is None:
-        return f'<span class="badge {css}">{body}</span>'
-    return f'<a class="badge {css}" href="#{esc(href)}">{body}</a>'
-
-
 def _summary(view: ReportView) -> str:
     rows = []
     for row in view.summary:
@@ -116,38 +104,12 @@ def _summary(view: ReportView) -> str:
     return f'<section id="summary"><h2>Summary</h2><table>{head}{"".join(rows)}</table></section>'
 
 
-def _matrix(view: ReportView) -> str:
-    """The claim x (model or run) table: each cell a verdict badge linking to its card, and the headline number."""
-    matrix = view.matrix
-    if matrix is None or not matrix.rows:
-        return ""
-    head = "".join(f"<th>{esc(c)}</th>" for c in matrix.columns)
-    rows = []
-    for row in matrix.rows:
-        cells = []
-        for found in row.cells:
-            shown = " ".join(
-                badge(c.verdict, c.anchor) + (f' <span class="value">{esc(c.value)}</span>' if c.value else "")
-                for c in found
-            )
-            cells.append(f'<td class="cell">{shown or "<span class=muted>-</span>"}</td>')
-        rows.append(
-            f"<tr><td><b>{esc(row.claim_id)}</b></td><td>{esc(row.title)}<br>"
-            f'<span class="label">{esc(row.headline)}</span></td>{"".join(cells)}</tr>'
-        )
-    return (
-        '<section id="models"><h2>Per model</h2><p class="muted">Each model or trained run has its own verdict; '
-        "the number is the claim's headline measure. Verdicts are never pooled across models.</p>"
-        f'<div class="scroll"><table class="matrix"><tr><th>ID</th><th>claim (headline number)</th>{head}</tr>'
-        f'{"".join(rows)}</table></div></section>'
-
-    )
-
-
 def _figure(figure: Figure) -> str:
     """A figure as an image (its data URI) with its title and caption."""
-    return (f'<figure class="plot" id="{esc(figure.anchor)}"><img src="{esc(figure.uri)}" alt="{esc(figure.title)}">'
-            f"<figcaption><b>{esc(figure.title)}.</b> {esc(figure.caption)}</figcaption></figure>")
+    return (
+        f'<figure class="plot" id="{esc(figure.anchor)}"><img src="{esc(figure.uri)}" alt="{esc(figure.title)}">'
+        f"<figcaption><b>{esc(figure.title)}.</b> {esc(figure.caption)}</figcaption></figure>"
+    )
 
 
 def _figures(figures: Figures) -> str:
@@ -156,8 +118,10 @@ def _figures(figures: Figures) -> str:
     parts += [f'<p class="muted">{esc(note)}</p>' for note in figures.notes]
     if not parts:
         return ""
-    return ('<section id="figures"><h2>Figures</h2><p class="muted">Drawn from the records of the probed '
-            f"models (results.json); no new measurement.</p>{''.join(parts)}</section>")
+    return (
+        '<section id="figures"><h2>Figures</h2><p class="muted">Drawn from the records of the probed '
+        f"models (results.json); no new measurement.</p>{''.join(parts)}</section>"
+    )
 
 
 def _as_printed(view: ReportView) -> str:
@@ -189,15 +153,22 @@ def _published(view: ReportView) -> str:
     if not rows:
         return ""
     head = "".join(f"<th>{h}</th>" for h in ("record", *PUBLISHED_FIELDS))
-    return ('<section id="published"><h2>Published results beside ours</h2><p class="muted">Each row puts a '
-            "published figure or finding next to our number on the same kind of measurement; the note says how "
-            f"the settings differ.</p><div class=\"scroll\"><table><tr>{head}</tr>{rows}</table></div></section>")
+    return (
+        '<section id="published"><h2>Published results beside ours</h2><p class="muted">Each row puts a '
+        "published figure or finding next to our number on the same kind of measurement; the note says how "
+        f'the settings differ.</p><div class="scroll"><table><tr>{head}</tr>{rows}</table></div></section>'
+    )
 
 
 def _card(card: Card, plot_root: Path | None) -> str:
     r = card.record
-    fields = [("statement", r.statement), ("source", r.source), ("method", r.method), ("kind", r.kind),
-              ("criterion", r.criterion)]
+    fields = [
+        ("statement", r.statement),
+        ("source", r.source),
+        ("method", r.method),
+        ("kind", r.kind),
+        ("criterion", r.criterion),
+    ]
     if r.as_printed is not None:
         fields.append(("as printed", r.as_printed))
     dl = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in fields if v)
@@ -217,8 +188,10 @@ def _card(card: Card, plot_root: Path | None) -> str:
         for name, kind, verdict, expected, numbers in control_rows(r)
     )
     if controls:
-        parts.append('<table class="controls"><tr><th>control</th><th>kind</th><th>verdict</th>'
-                     f"<th>must be</th><th>numbers</th></tr>{controls}</table>")
+        parts.append(
+            '<table class="controls"><tr><th>control</th><th>kind</th><th>verdict</th>'
+            f"<th>must be</th><th>numbers</th></tr>{controls}</table>"
+        )
     if r.notes:
         parts.append(f'<p class="notes">{esc(r.notes)}</p>')
     for plot in r.plots:
@@ -264,16 +237,18 @@ def render_html(document: dict[str, Any], plot_root: Path | None, title: str = "
         title: page heading.
 
     Returns:
-        The complete HTML text: the per-model matrix and the summary figure, summary table,
-        figures, as-printed failures, one section per claim group with one card per record, and
-        the environment.
+        The complete HTML text: the first screen (the per-model matrix beside the summary figure),
+        summary table, every trained run's verdicts, figures, as-printed failures, one section per
+        claim group with one card per record, and the environment.
     """
     view = build_view(document, title)
     counts = " ".join(badge(v, text=f"{n} {v}") for v, n in sorted(view.counts.items()))
     figures = report_figures(view.records, CLAIM_TITLES)
-    models = _matrix(view) + ("" if figures.summary is None else _figure(figures.summary))
+    models = first_screen(view.matrix, "" if figures.summary is None else _figure(figures.summary))
+    runs = trained_runs(view.matrix)
     figure_section = _figures(figures)
     nav = ['<a href="#models">Per model</a>'] if models else []
+    nav += [f'<a href="#{RUNS_ANCHOR}">Trained runs</a>'] if runs else []
     nav += ['<a href="#summary">Summary</a>'] + (['<a href="#figures">Figures</a>'] if figure_section else [])
     published = _published(view)
     nav += ['<a href="#as-printed">As printed</a>'] + (['<a href="#published">Published</a>'] if published else [])
@@ -289,10 +264,10 @@ def render_html(document: dict[str, Any], plot_root: Path | None, title: str = "
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{esc(view.title)}</title><style>{CSS}</style></head>\n<body><main>"
-        f'<header><h1>{esc(view.title)}</h1><p>{counts or "<span class=muted>no records</span>"}</p>'
+        f"<title>{esc(view.title)}</title><style>{CSS}{FIRST_SCREEN_CSS}</style></head>\n<body><main>"
+        f"<header><h1>{esc(view.title)}</h1><p>{counts or '<span class=muted>no records</span>'}</p>"
         f"<nav>{' '.join(nav)}</nav></header>\n"
-        f"{models}\n{_summary(view)}\n{figure_section}\n{_as_printed(view)}\n{published}\n{sections}\n"
+        f"{models}\n{_summary(view)}\n{runs}\n{figure_section}\n{_as_printed(view)}\n{published}\n{sections}\n"
         f"{_environment(view)}\n"
         "</main></body></html>\n"
     )

@@ -25,7 +25,7 @@ from expattn.report.document import (
     published_rows,
     source_label,
 )
-from expattn.report.matrix import PER_MODEL, check_verdict
+from expattn.report.matrix import PER_MODEL, RUNS_ANCHOR, check_verdict
 
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
 
@@ -53,7 +53,8 @@ def _summary(view: ReportView) -> list[str]:
 
 
 def _matrix(view: ReportView) -> list[str]:
-    """The claim x (model or run) table: verdict (linked to its card) and headline number per cell."""
+    """The claim x (model or sweep) table: verdict (linked to its card or the trained runs) and headline number
+    per cell, then what each claim's number is."""
     matrix = view.matrix
     if matrix is None or not matrix.rows:
         return []
@@ -64,12 +65,59 @@ def _matrix(view: ReportView) -> list[str]:
             or "-"
             for found in row.cells
         ]
-        rows.append([f"**{md(row.claim_id)}**", f"{md(row.title)} ({md(row.headline)})", *cells])
-    intro = ("Each model or trained run has its own verdict; the number is the claim's headline measure. "
-             "Verdicts are never pooled across models. The figures (headline measures against relative depth, "
-             "per-layer curves, per-head maps) are in report.html.")
-    header = ["ID", "claim (headline number)", *(md(c) for c in matrix.columns)]
-    return ['<a id="models"></a>', "", "## Per model", "", intro, "", *_table(header, rows)]
+        rows.append([f"**{md(row.claim_id)}**", md(row.title), *cells])
+    intro = (
+        "Each cell: one model's own verdict (linked to its record) and the claim's headline number; verdicts "
+        "are never pooled across models."
+    )
+    if matrix.runs:
+        intro += (
+            " A sweep's column pools the trained runs of that one sweep: the worst verdict over its runs and "
+            "n/m runs (n of its m runs gave that verdict), acceptable only because every run's own verdict "
+            f"and number is in [Trained runs](#{RUNS_ANCHOR})."
+        )
+    intro += (
+        " The figures (headline measures against relative depth, per-layer curves, per-head maps) are in report.html."
+    )
+    header = ["ID", "claim", *(md(c.name) for c in matrix.columns)]
+    headlines = [f"- **{md(r.claim_id)}**: {md(r.headline)}" for r in matrix.rows if r.headline]
+    return [
+        '<a id="models"></a>',
+        "",
+        "## Per model",
+        "",
+        intro,
+        "",
+        *_table(header, rows),
+        "Headline numbers (what each claim's cell shows):",
+        "",
+        *headlines,
+        "",
+    ]
+
+
+def _trained_runs(view: ReportView) -> list[str]:
+    """One row per trained run and claim: the run's own verdict (linked to its sweep's record) and number."""
+    if view.matrix is None or not view.matrix.runs:
+        return []
+    rows = [
+        [md(r.sweep), f"**{md(r.claim_id)}**", md(r.run), f"[{md(r.verdict)}](#{r.anchor})", md(r.value) or "-"]
+        for r in view.matrix.runs
+    ]
+    intro = (
+        "Every run of every training sweep with its own verdict and headline number (the median of its "
+        "per-layer values), by sweep, claim and run; the per-model matrix shows each sweep's worst verdict over "
+        "these rows."
+    )
+    return [
+        f'<a id="{RUNS_ANCHOR}"></a>',
+        "",
+        "## Trained runs",
+        "",
+        intro,
+        "",
+        *_table(["sweep", "claim", "run", "verdict", "headline number"], rows),
+    ]
 
 
 def _as_printed(view: ReportView) -> list[str]:
@@ -85,8 +133,10 @@ def _as_printed(view: ReportView) -> list[str]:
 
 
 def _published(view: ReportView) -> list[str]:
-    rows = [[f"[{md(card.record.id)}](#{card.anchor}) {md(card.label)}", *(md(entry[k]) for k in PUBLISHED_FIELDS)]
-            for card, entry in published_rows(view)]
+    rows = [
+        [f"[{md(card.record.id)}](#{card.anchor}) {md(card.label)}", *(md(entry[k]) for k in PUBLISHED_FIELDS)]
+        for card, entry in published_rows(view)
+    ]
     if not rows:
         return []
     return ["## Published results beside ours", "", *_table(["record", *PUBLISHED_FIELDS], rows)]
@@ -95,8 +145,13 @@ def _published(view: ReportView) -> list[str]:
 def _card(card: Card) -> list[str]:
     r = card.record
     lines = [f'<a id="{card.anchor}"></a>', "", f"### {md(r.id)}: {md(card.label)} ({md(r.verdict)})", ""]
-    fields = [("statement", r.statement), ("source", r.source), ("method", r.method), ("kind", r.kind),
-              ("criterion", r.criterion)]
+    fields = [
+        ("statement", r.statement),
+        ("source", r.source),
+        ("method", r.method),
+        ("kind", r.kind),
+        ("criterion", r.criterion),
+    ]
     if r.as_printed is not None:
         fields.append(("as printed", r.as_printed))
     lines += [f"- **{name}**: {md(value)}" for name, value in fields if value]
@@ -113,8 +168,16 @@ def _card(card: Card) -> list[str]:
     text = details_text(r)
     if text:
         fence = "~~~~" if "~~~" in text else "~~~"
-        lines += ["<details><summary>details</summary>", "", fence, html.escape(text, quote=False), fence, "",
-                  "</details>", ""]
+        lines += [
+            "<details><summary>details</summary>",
+            "",
+            fence,
+            html.escape(text, quote=False),
+            fence,
+            "",
+            "</details>",
+            "",
+        ]
     return lines
 
 
@@ -126,14 +189,23 @@ def render_markdown(document: dict[str, Any], title: str = "expattn report") -> 
         title: top heading.
 
     Returns:
-        Markdown text with the per-model matrix, the summary table, the as-printed failures, one section per claim
-        group (one subsection per record, plots linked relative to the results file) and the
-        environment; published findings beside ours where records carry them.
+        Markdown text with the per-model matrix, the summary table, every trained run's verdicts, the
+        as-printed failures, one section per claim group (one subsection per record, plots linked
+        relative to the results file) and the environment; published findings beside ours where records carry them.
     """
     view = build_view(document, title)
     counts = ", ".join(f"{n} {md(v)}" for v, n in sorted(view.counts.items())) or "no records"
-    lines = [f"# {md(view.title)}", "", f"Records: {counts}.", "", *_matrix(view), *_summary(view),
-             *_as_printed(view), *_published(view)]
+    lines = [
+        f"# {md(view.title)}",
+        "",
+        f"Records: {counts}.",
+        "",
+        *_matrix(view),
+        *_summary(view),
+        *_trained_runs(view),
+        *_as_printed(view),
+        *_published(view),
+    ]
     for letter, name, cards in view.groups:
         lines += [f"## {md(letter)}. {md(name)}", ""]
         for card in cards:

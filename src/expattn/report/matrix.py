@@ -1,9 +1,12 @@
-"""The per-model summary: a claim x (model or run) matrix of verdicts, each cell with its headline number.
+"""The per-model summary: a claim x (model or sweep) matrix of verdicts, each cell with its headline number.
 
-Verdicts are never pooled across models: a probe record fills the cell of its model, and a
+Verdicts are never pooled across models: a probe record fills the cell of its model. A
 training-sweep record (one record over several trained runs, ``details["probe_verdicts"]`` per
-run) fills one cell per run with that run's own verdict. Records that belong to no model (verify,
-simulate) stay in the claim summary, where the worst verdict pools only them.
+run) fills one cell for the whole sweep: the worst verdict over its runs and ``n/m runs`` (``n`` of
+its ``m`` runs gave that worst verdict). That pools runs of one sweep only, and every run keeps its
+own verdict and number in the trained-runs table (``Matrix.runs``), which the cell links to.
+Records that belong to no model (verify, simulate) stay in the claim summary, where the worst
+verdict pools only them.
 
 The headline number of a cell is one metric per hypothesis (``HEADLINES``); a sweep run's number
 is the median of that run's per-layer values (``SWEEP_KEYS``), the same quantity the probe
@@ -23,8 +26,10 @@ from expattn.report.document import Card, claim_key, format_value, worst
 HEADLINES = {
     "E1": ("median_raw_ratio_excl", "median spread ratio (x + attn) / x over layers"),
     "E2": ("median_raw_ratio_excl", "median spread ratio after / before norm (the verdict's raw reading)"),
-    "E3": ("median_abs_kurtosis_excl", "median |excess kurtosis| along random directions over depths (the verdict "
-           "also reads the radius ratio)"),
+    "E3": (
+        "median_abs_kurtosis_excl",
+        "median |excess kurtosis| along random directions over depths (the verdict also reads the radius ratio)",
+    ),
     "E4": ("median_cos_sigma_inv", "median cosine of W_q^T W_k with Sigma^+ over heads, on the range of Sigma"),
     "E5": ("max_error", "max error of attention vs grad log Z"),
     "E6": ("median_heldout_r2", "median held-out R^2 of a linear FC fit"),
@@ -41,15 +46,27 @@ SWEEP_KEYS = {
 }
 
 PER_MODEL = "per model"
+# Anchor of the trained-runs table (one row per run and claim) that each sweep cell links to.
+RUNS_ANCHOR = "trained-runs"
 
 
 @dataclass(frozen=True)
 class Cell:
-    """One record's verdict for one model or run, its headline number (``""``: none) and its card."""
+    """One record's verdict for one model or sweep, its number (``""``: none), the anchor it links to and a
+    tooltip (``""``: none)."""
 
     verdict: str
     value: str
     anchor: str
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Column:
+    """A model or a sweep, and what its cells show."""
+
+    name: str
+    description: str
 
 
 @dataclass(frozen=True)
@@ -63,11 +80,25 @@ class MatrixRow:
 
 
 @dataclass(frozen=True)
-class Matrix:
-    """Columns (models and sweep runs, in order of appearance) and one row per claim measured on them."""
+class RunRow:
+    """One trained run's own verdict and headline number on one claim, and the card of its sweep's record."""
 
-    columns: tuple[str, ...]
+    sweep: str
+    run: str
+    claim_id: str
+    verdict: str
+    value: str
+    anchor: str
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """Columns (models and sweeps, in order of appearance), one row per claim measured on them, and every
+    trained run's verdict per claim (by sweep, claim, run)."""
+
+    columns: tuple[Column, ...]
     rows: tuple[MatrixRow, ...]
+    runs: tuple[RunRow, ...] = ()
 
 
 def _sweep_value(card: Card, run: str) -> str:
@@ -79,44 +110,81 @@ def _sweep_value(card: Card, run: str) -> str:
     return format_value(float(statistics.median(values))) if values else ""
 
 
-def model_cells(card: Card) -> list[tuple[str, Cell]]:
-    """The (column, cell) pairs of a record: one for a probed model, one per run of a sweep, none otherwise."""
-    record, details = card.record, card.record.details
-    runs = details.get("probe_verdicts")
-    if isinstance(runs, dict) and runs:
-        source = str(details.get("name") or details.get("stage") or "sweep")
-        return [
-            (f"{source}: {run}", Cell(str(v), _sweep_value(card, str(run)), card.anchor)) for run, v in runs.items()
-        ]
-    model = details.get("model")
+def _runs(card: Card) -> dict[str, str]:
+    """A sweep record's verdict per run (empty: not a sweep record)."""
+    runs = card.record.details.get("probe_verdicts")
+    return {str(k): str(v) for k, v in runs.items()} if isinstance(runs, dict) else {}
+
+
+def _sweep(card: Card) -> str:
+    details = card.record.details
+    return str(details.get("name") or details.get("stage") or "sweep")
+
+
+def sweep_cell(verdicts: Sequence[str]) -> Cell:
+    """A sweep's cell: the worst of its runs' verdicts, and ``n/m runs`` (``n`` of ``m`` runs gave it)."""
+    low = worst(list(verdicts))
+    n, m = sum(v == low for v in verdicts), len(verdicts)
+    note = (
+        f"worst verdict over this sweep's {m} trained runs; {n} of them gave it. "
+        "Each run's own verdict and number: Trained runs"
+    )
+    return Cell(low, f"{n}/{m} runs", RUNS_ANCHOR, note)
+
+
+def model_cells(card: Card) -> list[tuple[Column, Cell]]:
+    """The (column, cell) pairs of a record: one for a probed model, one for a sweep, none otherwise."""
+    record = card.record
+    runs = _runs(card)
+    if runs:
+        name = _sweep(card)
+        description = (
+            f"{name}: small LMs trained by one sweep; each cell is the worst verdict over the sweep's "
+            "runs and how many runs gave it (n/m runs); every run: Trained runs"
+        )
+        return [(Column(name, description), sweep_cell(list(runs.values())))]
+    model = record.details.get("model")
     if model in (None, ""):
         return []
     key = HEADLINES.get(record.id, ("", ""))[0]
     value = record.metrics.get(key)
     shown = format_value(value) if isinstance(value, int | float) and not isinstance(value, bool) else ""
-    return [(str(model), Cell(record.verdict, shown, card.anchor))]
+    description = f"model {model}: each cell is this model's own record, its verdict and headline number"
+    return [(Column(str(model), description), Cell(record.verdict, shown, card.anchor))]
+
+
+def run_rows(cards: Sequence[Card]) -> tuple[RunRow, ...]:
+    """Every trained run's verdict and headline number per claim, ordered by sweep, claim, then run."""
+    rows = [
+        RunRow(_sweep(card), run, card.record.id, verdict, _sweep_value(card, run), card.anchor)
+        for card in cards
+        for run, verdict in _runs(card).items()
+    ]
+    sweeps = list(dict.fromkeys(r.sweep for r in rows))
+    return tuple(sorted(rows, key=lambda r: (sweeps.index(r.sweep), claim_key(r.claim_id))))
 
 
 def build_matrix(cards: Sequence[Card], titles: dict[str, str]) -> Matrix:
-    """The claim x (model or run) matrix of ``cards`` (records of no model are left out).
+    """The claim x (model or sweep) matrix of ``cards`` (records of no model are left out) and its trained runs.
 
     Args:
         cards: the report's cards, in record order.
         titles: short claim titles by ID.
     """
-    columns: dict[str, None] = {}
+    columns: dict[str, Column] = {}
     found: dict[tuple[str, str], list[Cell]] = {}
     for card in cards:
         for column, cell in model_cells(card):
-            columns.setdefault(column)
-            found.setdefault((card.record.id, column), []).append(cell)
+            columns.setdefault(column.name, column)
+            found.setdefault((card.record.id, column.name), []).append(cell)
     ids = sorted({claim_id for claim_id, _ in found}, key=claim_key)
     rows = tuple(
-        MatrixRow(i, titles.get(i, ""), HEADLINES.get(i, ("", ""))[1],
-                  tuple(tuple(found.get((i, c), ())) for c in columns))
+        MatrixRow(
+            i, titles.get(i, ""), HEADLINES.get(i, ("", ""))[1], tuple(tuple(found.get((i, c), ())) for c in columns)
+        )
         for i in ids
     )
-    return Matrix(tuple(columns), rows)
+    return Matrix(tuple(columns.values()), rows, run_rows(cards))
 
 
 def check_verdict(cards: Sequence[Card]) -> str:

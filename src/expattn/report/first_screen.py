@@ -1,0 +1,106 @@
+"""The report's first screen: the claim x (model or sweep) matrix beside the one-screen summary figure,
+and the trained-runs table that the matrix's sweep columns link to.
+
+The first screen is a CSS grid of two columns (one below 1000 px of width), sized so that both the
+matrix and the summary figure fit a 1366 x 768 window: compact rows, the matrix scrolls inside its
+box when it has many claims, the figure's height is bounded by the window's. Every cell is a
+verdict badge linking to its record card (a sweep's cell to the trained-runs table) over the
+claim's headline number; the headers explain the numbers as tooltips, and a short list under the
+matrix says what each claim's number is.
+"""
+
+from __future__ import annotations
+
+from expattn.report.html_text import badge, esc
+from expattn.report.matrix import RUNS_ANCHOR, Matrix
+
+CSS = """
+.first { display: grid; grid-template-columns: minmax(0, 5fr) minmax(0, 6fr); gap: 18px; align-items: start; }
+@media (max-width: 1000px) { .first { grid-template-columns: minmax(0, 1fr); } }
+.first h2 { margin: 6px 0 4px; font-size: 18px; }
+.first .box { max-height: 52vh; overflow: auto; }
+.matrix { width: auto; font-size: 12.5px; line-height: 1.3; }
+.matrix th, .matrix td { padding: 1px 5px; }
+.matrix td.cell { white-space: nowrap; } .matrix td.title { min-width: 9em; max-width: 13em; }
+.matrix .value { display: block; font-variant-numeric: tabular-nums; }
+.matrix .badge { font-size: 11.5px; padding: 0 6px; margin: 0 1px; }
+.first .caption, .headlines { font-size: 12px; line-height: 1.35; color: var(--muted); margin: 4px 0; }
+.headlines { padding-left: 16px; }
+.first figure { margin: 0; } .first figure img { max-height: 60vh; width: auto; max-width: 100%; }
+.first figcaption { font-size: 12px; line-height: 1.35; }
+"""
+
+
+def matrix_table(matrix: Matrix) -> str:
+    """The matrix as a table: claim rows, model and sweep columns, headline descriptions as header tooltips."""
+    head = "".join(f'<th title="{esc(c.description)}">{esc(c.name)}</th>' for c in matrix.columns)
+    rows = []
+    for row in matrix.rows:
+        cells = []
+        for found in row.cells:
+            shown = " ".join(
+                badge(c.verdict, c.anchor, title=c.note)
+                + (f' <span class="value">{esc(c.value)}</span>' if c.value else "")
+                for c in found
+            )
+            cells.append(f'<td class="cell">{shown or "<span class=muted>-</span>"}</td>')
+        tip = f' title="{esc(row.headline)}"' if row.headline else ""
+        rows.append(
+            f'<tr><td{tip}><b>{esc(row.claim_id)}</b></td><td class="title"{tip}>{esc(row.title)}</td>'
+            f"{''.join(cells)}</tr>"
+        )
+    return (
+        f'<table class="matrix"><tr><th>ID</th><th title="hover a claim for its headline number">claim</th>'
+        f"{head}</tr>{''.join(rows)}</table>"
+    )
+
+
+def _caption(matrix: Matrix) -> str:
+    text = (
+        "Each cell: one model's own verdict (linked to its record) and the claim's headline number; verdicts "
+        "are never pooled across models."
+    )
+    if matrix.runs:
+        text += (
+            " A sweep's column pools the trained runs of that one sweep: the worst verdict over its runs and "
+            "n/m runs (n of its m runs gave that verdict), acceptable only because every run's own verdict "
+            "and number is one click away in Trained runs."
+        )
+    return f'<p class="caption">{esc(text)}</p>'
+
+
+def _headlines(matrix: Matrix) -> str:
+    items = "".join(f"<li><b>{esc(r.claim_id)}</b>: {esc(r.headline)}</li>" for r in matrix.rows if r.headline)
+    return f'<ul class="headlines" aria-label="headline numbers">{items}</ul>' if items else ""
+
+
+def first_screen(matrix: Matrix | None, figure: str) -> str:
+    """The first screen: the matrix with its caption and headline list beside ``figure`` (the summary
+    figure's HTML, ``""``: none); ``""`` when there is neither."""
+    if (matrix is None or not matrix.rows) and not figure:
+        return ""
+    left = ""
+    if matrix is not None and matrix.rows:
+        left = (
+            f'<div class="box">{matrix_table(matrix)}</div>{_caption(matrix)}'
+            f'<p class="caption"><b>Headline numbers</b> (what each claim\'s cell shows):</p>{_headlines(matrix)}'
+        )
+    return f'<section id="models" class="first"><div><h2>Per model</h2>{left}</div><div>{figure}</div></section>'
+
+
+def trained_runs(matrix: Matrix | None) -> str:
+    """One row per trained run and claim: the run's own verdict (linked to its sweep's record) and number."""
+    if matrix is None or not matrix.runs:
+        return ""
+    rows = "".join(
+        f"<tr><td>{esc(r.sweep)}</td><td><b>{esc(r.claim_id)}</b></td><td>{esc(r.run)}</td>"
+        f'<td>{badge(r.verdict, r.anchor)}</td><td class="num">{esc(r.value) or "-"}</td></tr>'
+        for r in matrix.runs
+    )
+    head = "".join(f"<th>{h}</th>" for h in ("sweep", "claim", "run", "verdict", "headline number"))
+    return (
+        f'<section id="{RUNS_ANCHOR}"><h2>Trained runs</h2><p class="muted">Every run of every training sweep '
+        "with its own verdict and headline number (the median of its per-layer values), by sweep, claim and "
+        "run; the per-model matrix shows each sweep's worst verdict over these rows.</p>"
+        f'<div class="scroll"><table class="runs"><tr>{head}</tr>{rows}</table></div></section>'
+    )
