@@ -108,7 +108,7 @@ def test_all_stages_run_and_are_reported(tmp_path, stages):
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.tmp-")]
     status = {s.name: (s.status, s.records) for s in result.stages}
     assert status == {
-        "verify": ("ok", 2), "simulate": ("ok", 1), "probe minilm": ("ok", 1), "probe smollm2": ("skipped", 8),
+        "verify": ("ok", 2), "simulate": ("ok", 1), "probe minilm": ("ok", 1), "probe smollm2": ("skipped", 9),
         "train": ("ok", 0),
     }
     assert seen["train"].quick and seen["train"].seed == 7
