@@ -167,13 +167,13 @@ def test_export_roundtrip_and_bad_folders(gen, tmp_path):
 def test_unknown_character_and_hypothesis(gen, tmp_path):
     with pytest.raises(ValueError, match="'z'"):
         CharTokenizer(VOCAB)("abz")
-    with pytest.raises(ValueError, match="unknown hypothesis 'E9'"):
-        ProbeConfig(hypotheses=("E1", "E9")).validate()
+    with pytest.raises(ValueError, match="unknown hypothesis 'E10'"):
+        ProbeConfig(hypotheses=("E1", "E10")).validate()
     folder = export_model(_model(gen), VOCAB, tmp_path / "model")
     bad = tmp_path / "bad.txt"
     bad.write_text("abc" * 200 + "z" + "abc" * 200)
     for args, fragment in (
-        (["--hypotheses", "E1,E9"], "unknown hypothesis 'E9'"),
+        (["--hypotheses", "E1,E10"], "unknown hypothesis 'E10'"),
         (["--text", str(bad), "--tokens", "640", "--seq-len", "16"], "'z'"),
     ):
         result = CliRunner().invoke(app, ["probe", "--model", str(folder), "--out", str(tmp_path / "o"), *args])

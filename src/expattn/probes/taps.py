@@ -11,9 +11,10 @@ masks and the relative-position bias (T5, ALiBi). Two ways in, both reading the 
 - HuggingFace modules that call ``ALL_ATTENTION_FUNCTIONS`` get the implementation ``"expattn"``:
   it records the call and then runs PyTorch SDPA (or, with a soft-cap, which SDPA lacks, the
   module's own eager function), with masks materialised as additive floats (``eager_mask``);
-- modules with their own ``_attn(query, key, value, attention_mask)`` method (GPT-Neo, GPT-J) get
-  that method wrapped on the instance, Falcon's calls to torch's SDPA are recorded while it runs,
-  BLOOM's ``_reshape`` gives $q, k, v$ and its ALiBi tensor the bias (``WRAPPERS``).
+- modules with their own ``_attn(query, key, value, attention_mask)`` method (GPT-Neo; GPT-J in transformers
+  releases before it moved to the interface, see ``wrapper_of``) get that method wrapped on the instance,
+  Falcon's calls to torch's SDPA are recorded while it runs, BLOOM's ``_reshape`` gives $q, k, v$ and its
+  ALiBi tensor the bias (``WRAPPERS``).
 
 A tap also keeps the attention module's call arguments, so ``Replay`` can run the module on any
 input of the same length and read $q, k, v$ (the call stops at the kernel then): that is how the probe
@@ -232,15 +233,24 @@ WRAPPERS: dict[str, Callable[[nn.Module, Tap], None]] = {
 }
 
 
+def wrapper_of(module: nn.Module) -> Callable[[nn.Module, Tap], None] | None:
+    """How ``module``'s kernel is tapped when it does not call HuggingFace's attention interface, or None when it
+    does (GPT-J's attention calls the interface in recent transformers releases and has no ``_attn`` method there)."""
+    name = type(module).__name__
+    if name in METHOD_KERNELS and not hasattr(module, "_attn"):
+        return None
+    return WRAPPERS.get(name)
+
+
 def install(model: nn.Module) -> list[Tap]:
     """Taps on the modules of ``model`` listed in ``WRAPPERS``, and the ``"expattn"`` implementation for the
     others (a module calling it is tapped on a forward pass run with ``AUTOTAP`` set)."""
     register_implementation()
     taps = []
     for module in model.modules():
-        if type(module).__name__ in WRAPPERS and getattr(module, "_expattn_tap", None) is None:
+        if (wrap := wrapper_of(module)) is not None and getattr(module, "_expattn_tap", None) is None:
             tap = Tap(module)
-            WRAPPERS[type(module).__name__](module, tap)
+            wrap(module, tap)
             taps.append(tap)
     if hasattr(model, "set_attn_implementation") and getattr(model.config, "_attn_implementation", None):
         model.set_attn_implementation(IMPLEMENTATION)
@@ -287,8 +297,8 @@ class Replay:
                 sub._forward_hooks.clear()
                 sub._forward_pre_hooks.clear()
             runner = Tap(module)
-            if type(module).__name__ in WRAPPERS:
-                WRAPPERS[type(module).__name__](module, runner)
+            if (wrap := wrapper_of(module)) is not None:
+                wrap(module, runner)
             self._copies[dtype] = Replay(self.origin, runner, dtype)
         return self._copies[dtype]
 
