@@ -40,6 +40,8 @@ class ProbeContext:
         statistics: dtype of the ``(D, D)`` accumulators of E3, E4 and E6 (``torch.float32``: half the memory).
         token_text: ``(sequence index, position) ->`` the decoded text of that token (None: the run has no
             tokenizer); E3 names the tokens that carry massive activations with it.
+        analyses: results that two estimators compute from identical statistics, computed once per run and
+            keyed by a fingerprint of those statistics (E4 and E9 read the same per-layer cosines).
     """
 
     model: nn.Module
@@ -54,6 +56,7 @@ class ProbeContext:
     model_name: str
     statistics: torch.dtype = torch.float64
     token_text: Callable[[int, int], str | None] | None = None
+    analyses: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def kept(self) -> slice | Tensor:

@@ -177,9 +177,18 @@ class E4Alignment(Estimator):
             }
         return out
 
+    def _layers(self) -> list[dict]:
+        """``_layer`` of every layer, shared with an E4/E9 sibling fed the same statistics (``ctx.analyses``): the
+        fingerprint is each layer's token count and scatter trace and the detail sequences' indices."""
+        key = ("E4/E9 layers", tuple((m.n_, float(m.scatter_.diagonal().sum())) for m in self.inputs_),
+               tuple(tuple(sorted(d)) for d in self.detail_))
+        if key not in self.ctx.analyses:
+            gen = torch.Generator().manual_seed(self.ctx.seed + 4)
+            self.ctx.analyses[key] = [self._layer(i, gen) for i in range(self.ctx.layers)]
+        return self.ctx.analyses[key]
+
     def measure(self) -> Measured:
-        gen = torch.Generator().manual_seed(self.ctx.seed + 4)
-        layers = [self._layer(i, gen) for i in range(self.ctx.layers)]
+        layers = self._layers()
         cos = {k: np.stack([lay[f"cos_{k}"] for lay in layers]) for k in TARGETS}  # (L, H)
         control = {k: np.stack([lay[f"control_{k}"] for lay in layers]) for k in TARGETS}
         q95 = np.array([lay["random_q95"] for lay in layers])
