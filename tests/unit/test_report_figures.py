@@ -125,3 +125,20 @@ def test_page_places_summary_figure_after_matrix(gen):
     assert len(images) == 1 + 2 + 3 and all(i.startswith("data:image/svg+xml;base64,") for i in images)
     assert EVIL not in text.replace("&lt;", "<").split("<main>")[0]  # nothing in the head
     assert page.rows["models"][0][2:] == ["small", f"deep{EVIL}"]  # the matrix above the figure, names as text
+
+
+def test_massive_profile_draws_each_models_maxima_and_their_ratio_to_the_median():
+    rows = [{"layer": i, "max": m, "median": 1.5, "channel": 7, "position": 0, "tokens": 0}
+            for i, m in enumerate((2.0, 300.0, 24926.0))]
+    recs = [probe("E3", f"big{EVIL}", {"massive_activations": {"per_layer": rows}}),
+            probe("E3", "none", {"massive_activations": None}), probe("E1", "none", {"raw_ratio_excl": band([1.0])})]
+    figures = report_figures(recs, CLAIM_TITLES)
+    assert figures.massive is not None and "100" in figures.massive.caption and "1000" in figures.massive.caption
+    drawn = svg(figures.massive.uri)
+    assert "big&lt;script&gt;alert(1)&lt;/script&gt;" in drawn and "<script" not in drawn
+    # three-point paths: the one profile in each of the two panels and the legend's sample; the model without a
+    # profile draws nothing
+    assert len(re.findall(r'<g id="line2d_\d+">\s*<path d="M[^"L]*L[^"L]*L[^"L]*"', drawn)) == 3
+    assert report_figures(recs[1:], CLAIM_TITLES).massive is None
+    page = render_html(results_document(recs, "test"), None)
+    assert page.index('id="figures"') < page.index('id="fig-massive"')

@@ -3,7 +3,8 @@
 - the summary: each hypothesis's headline measure per layer against relative depth, one line per
   model, with its band (``figures_curves.summary_uri``);
 - per hypothesis, every per-layer interval of its records, models overlaid (``layer_uri``);
-- per-head maps, layer x head, for E4's alignment, E5's error and E8's coherence (``figures_heads.head_uri``).
+- per-head maps, layer x head, for E4's alignment, E5's error and E8's coherence (``figures_heads.head_uri``);
+- the massive-activation profile from E3's records (``figures_massive.massive_uri``).
 
 Each figure is an SVG data URI with a title and a caption; renderers place them (``report.html``).
 """
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 
 from expattn.report.figures_curves import layer_uri, summary_uri
 from expattn.report.figures_heads import head_uri
+from expattn.report.figures_massive import ABSOLUTE, RATIO, massive_uri
 from expattn.report.figures_series import HEAD_MAPS, HEADLINE_CURVES, probe_records
 from expattn.results.record import Record
 
@@ -33,13 +35,14 @@ class Figure:
 
 @dataclass(frozen=True)
 class Figures:
-    """The summary figure (None: no probe record), per-layer figures, per-head maps, and notes on
-    figures that the records cannot give."""
+    """The summary figure (None: no probe record), per-layer figures, per-head maps, notes on
+    figures that the records cannot give, and the massive-activation profile (None: no E3 profile)."""
 
     summary: Figure | None
     layers: tuple[Figure, ...]
     heads: tuple[Figure, ...]
     notes: tuple[str, ...]
+    massive: Figure | None = None
 
 
 def summary_caption(claims: Sequence[str]) -> str:
@@ -82,4 +85,10 @@ def report_figures(records: Sequence[Record], titles: dict[str, str]) -> Figures
         elif claim in claims:
             notes.append(f"{claim}'s records hold no {key} (a number per layer and head), so there is no layer x "
                          "head map of it; its per-layer numbers are drawn in the summary and per-layer figures.")
-    return Figures(summary, tuple(layers), tuple(heads), tuple(notes))
+    uri = massive_uri(probed)
+    massive = None if uri is None else Figure(
+        "fig-massive", "Massive activations (Sun et al. 2024): largest |x| per depth",
+        f"Largest |x| of the residual stream at each depth (0: the embeddings) against {RELATIVE_DEPTH}, and the "
+        f"same over the depth's median |x|; dotted: the rule's thresholds |x| = {ABSOLUTE:g} and {RATIO:g} x the "
+        "median (a depth has massive activations where a curve is above both). From E3's records.", uri)
+    return Figures(summary, tuple(layers), tuple(heads), tuple(notes), massive)

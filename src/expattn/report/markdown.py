@@ -77,7 +77,8 @@ def _matrix(view: ReportView) -> list[str]:
             f"and number is in [Trained runs](#{RUNS_ANCHOR})."
         )
     intro += (
-        " The figures (headline measures against relative depth, per-layer curves, per-head maps) are in report.html."
+        " The figures (headline measures against relative depth, per-layer curves, per-head maps, the "
+        "massive-activation profile) are in report.html."
     )
     header = ["ID", "claim", *(md(c.name) for c in matrix.columns)]
     headlines = [f"- **{md(r.claim_id)}**: {md(r.headline)}" for r in matrix.rows if r.headline]
