@@ -152,8 +152,8 @@ HEADLINE_CURVES = {
                    + _one(interval(d, "norm2_normalized_ratio_excl", "norm2", "dashed")), reference=1.0),
     "E3": Headline("mean |excess kurtosis|", "95% interval", lambda d: _one(interval(d, "mean_abs_kurtosis_excl")),
                    log=True),
-    "E4": Headline(r"$\cos(W_q^\top W_k,\ \Sigma^{+})$ on the range of $\Sigma$",
-                   "median over heads, band: quartiles over heads",
+    "E4": Headline(r"$\cos(W_q^\top W_k,\ \Sigma^{+})$",
+                   "median over heads on the range of Sigma, band: quartiles over heads",
                    lambda d: _one(_over_heads(d.get("cos_sigma_inv"), "median over heads")), reference=0.0),
     "E5": Headline(r"max error vs $\nabla \log Z$", "band: min to max over heads",
                    lambda d: _one(_max_over_heads(d.get("identity_f32"), "max over heads")), log=True),
@@ -161,8 +161,8 @@ HEADLINE_CURVES = {
     "E7": Headline("log10 residual / depth 0", "no interval; solid no skip, dashed with skip", _residual),
     "E8": Headline("mean pairwise cos of heads", "95% interval", lambda d: _one(interval(d, "mean_pairwise_cos")),
                    reference=0.0),
-    "E9": Headline(r"$\cos(W_q^\top W_k,\ \Sigma)$ on the range of $\Sigma$",
-                   "median over heads, band: quartiles over heads",
+    "E9": Headline(r"$\cos(W_q^\top W_k,\ \Sigma)$",
+                   "median over heads on the range of Sigma, band: quartiles over heads",
                    lambda d: _one(_over_heads(d.get("cos_sigma"), "median over heads")), reference=0.0),
 }
 
