@@ -174,6 +174,7 @@ def test_unknown_character_and_hypothesis(gen, tmp_path):
     bad.write_text("abc" * 200 + "z" + "abc" * 200)
     for args, fragment in (
         (["--hypotheses", "E1,E10"], "unknown hypothesis 'E10'"),
+        (["--detail-sequences", "0"], "detail_sequences must be an integer >= 1, got 0"),
         (["--text", str(bad), "--tokens", "640", "--seq-len", "16"], "'z'"),
     ):
         result = CliRunner().invoke(app, ["probe", "--model", str(folder), "--out", str(tmp_path / "o"), *args])
