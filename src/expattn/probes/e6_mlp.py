@@ -62,7 +62,8 @@ def fold_rows(index: Tensor, fold: int) -> slice | Tensor:
 
 
 class E6Mlp(Estimator):
-    """Streaming E6 estimator. Fitted: ``folds_`` (per layer, two CrossMoments), ``stats_`` (BootstrapMeans)."""
+    """Streaming E6 estimator. Fitted: ``folds_`` (per layer, two CrossMoments: $x$ against the update and its noise
+    control side by side, columns ``:D`` and ``D:``, one $S_{xx}$), ``stats_`` (BootstrapMeans)."""
 
     claim = "E6"
     method = (
@@ -78,9 +79,8 @@ class E6Mlp(Estimator):
 
     def __init__(self, ctx: ProbeContext):
         self.ctx = ctx
-        pair = (ctx.dim, ctx.dim, ctx.statistics)
+        pair = (ctx.dim, 2 * ctx.dim, ctx.statistics)
         self.folds_ = [[CrossMoments(*pair), CrossMoments(*pair)] for _ in range(ctx.layers)]
-        self.control_ = [[CrossMoments(*pair), CrossMoments(*pair)] for _ in range(ctx.layers)]
         self.stats_ = BootstrapMeans(ctx.layers * len(VARIANTS) * 2, ctx.replicates)
         self._rows: dict[int, list[Tensor]] = {}
 
@@ -98,8 +98,7 @@ class E6Mlp(Estimator):
             xs, ds, ns, k = x[rows][:, kept], delta[rows][:, kept], noise[rows], keep[rows]
             if not bool(k.all()):
                 xs, ds, ns = xs[k], ds[k], ns[k]
-            self.folds_[i][fold].update(xs, ds)
-            self.control_[i][fold].update(xs, ns)
+            self.folds_[i][fold].update(xs, torch.cat((ds, ns), -1))
         cols = []
         for variant in VARIANTS:
             if variant == "all":
@@ -112,7 +111,7 @@ class E6Mlp(Estimator):
             self.stats_.update(values, batch.weights)
 
     def merge(self, other: E6Mlp) -> E6Mlp:
-        for mine, theirs in zip(self.folds_ + self.control_, other.folds_ + other.control_, strict=True):
+        for mine, theirs in zip(self.folds_, other.folds_, strict=True):
             mine[0].merge(theirs[0])
             mine[1].merge(theirs[1])
         self.stats_.merge(other.stats_)
@@ -122,26 +121,32 @@ class E6Mlp(Estimator):
         m = m.view(*m.shape[:-1], self.ctx.layers, len(VARIANTS), 2)
         return m[..., 0] / m[..., 1]  # (..., L, V)
 
-    def _fits(self, i: int, control: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Layer ``i``'s ridge fits on each fold over ``RIDGE_GRID`` (one eigendecomposition per fold): the
-        held-out R^2 ``(2,)`` (even -> odd, odd -> even) at the ridge each fit fold's GCV chooses, those ridges
-        ``(2,)``, and the held-out R^2 of every ridge of the grid ``(grid, 2)`` (reported, never chosen from)."""
-        a, b = (self.control_ if control else self.folds_)[i]
+    def _fits(self, i: int) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Layer ``i``'s ridge fits on each fold over ``RIDGE_GRID`` (one eigendecomposition per fold), for the
+        update and for its noise control: per one, the held-out R^2 ``(2,)`` (even -> odd, odd -> even) at the
+        ridge each fit fold's GCV chooses, those ridges ``(2,)``, and the held-out R^2 of every ridge of the grid
+        ``(grid, 2)`` (reported, never chosen from)."""
+        a, b = self.folds_[i]
         if a.n_ < 2 or b.n_ < 2:
             raise ValueError("E6 needs at least one even- and one odd-indexed sequence")
-        path_a, path_b = a.ridge_path(RIDGE_GRID), b.ridge_path(RIDGE_GRID)
-        held = np.array([[b.r_squared(wa, ba), a.r_squared(wb, bb)]
-                         for (wa, ba, _, _), (wb, bb, _, _) in zip(path_a, path_b, strict=True)])
-        pick = [int(np.argmin([fit[3] for fit in path])) for path in (path_a, path_b)]
-        return held[pick, [0, 1]], np.array(RIDGE_GRID)[pick], held
+        blocks = (slice(0, self.ctx.dim), slice(self.ctx.dim, 2 * self.ctx.dim))  # update, noise control
+        out = []
+        for block, path_a, path_b in zip(blocks, a.ridge_path(RIDGE_GRID, blocks), b.ridge_path(RIDGE_GRID, blocks),
+                                         strict=True):
+            held = np.array([[b.r_squared(wa, ba, block), a.r_squared(wb, bb, block)]
+                             for (wa, ba, _, _), (wb, bb, _, _) in zip(path_a, path_b, strict=True)])
+            pick = [int(np.argmin([fit[3] for fit in path])) for path in (path_a, path_b)]
+            out.append((held[pick, [0, 1]], np.array(RIDGE_GRID)[pick], held))
+        return out
 
     def measure(self) -> Measured:
         est, lo, hi = (t.numpy() for t in self.stats_.interval(self._rho))
-        fits = [self._fits(i) for i in range(self.ctx.layers)]
+        both = [self._fits(i) for i in range(self.ctx.layers)]
+        fits = [update for update, _ in both]
         r2 = np.array([f[0] for f in fits])  # (L, 2)
         chosen = np.array([f[1] for f in fits])  # (L, 2)
         grid = np.array([f[2].mean(1) for f in fits])  # (L, grid)
-        r2_control = np.array([np.mean(self._fits(i, control=True)[0]) for i in range(self.ctx.layers)])
+        r2_control = np.array([np.mean(control[0]) for _, control in both])
         v = VARIANTS.index("excl")
         details = {
             "tensors": {"x": "layers.i.mlp.input", "update": "layers.i.mlp.output", "skip": "layers.i.mlp.skip"},

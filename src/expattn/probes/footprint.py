@@ -5,10 +5,11 @@ sequences of $T$ tokens, $s$ = 8 (float64) or 4 (float32, ``statistics="float32"
 the $(D, D)$ accumulators:
 
 $$\text{E3} \approx 2(L+1)\,D^2 s,\quad \text{E4} \approx L\,D^2 s + 4LSTD,\quad
-\text{E6} \approx 8L\,D^2 s,\quad \text{E8} \approx 4L\,(H d_h)^2,\quad \text{E9} = \text{E4}$$
+\text{E6} \approx 6L\,D^2 s,\quad \text{E8} \approx 4L\,(H d_h)^2,\quad \text{E9} = \text{E4}$$
 
 (E3: scatter of the kept and of the set-aside tokens per depth; E4 and E9, each its own copy: scatter of each
-attention input; E6: $S_{xx}$ and $S_{xy}$ of two folds, for the fit and its noise control; E8: the Gram matrix
+attention input; E6: per fold, one $S_{xx}$ and $S_{xy}$ of the update and of its noise control side by
+side, $(D, 2D)$; E8: the Gram matrix
 $W_o^\top W_o$ in float32, not an accumulator, so ``statistics`` leaves it as it is). E1, E2, E5 and
 E7 keep bootstrap sums and per-sequence curves of $O(L R)$ and $O(S T D)$ bytes. The
 intermediate (MLP) width does not enter: E6 regresses the MLP's output on its input, both of width
@@ -89,7 +90,7 @@ def statistics_bytes(hidden: int, layers: int, heads: int, hypotheses: Iterable[
                + 8 * depths * (d + 3)),  # cross-sequence cosine sums
         "E4": layers * (big + 8 * d + 4 * detail * seq_len * d),
         "E5": 8 * detail * len(E5Gradient.KINDS) * layers * heads,
-        "E6": 4 * layers * (2 * big + 16 * d + 8) + _bootstrap(layers * v * 2, r),
+        "E6": 2 * layers * (3 * big + 40 * d) + _bootstrap(layers * v * 2, r),  # means of x, y and diag S_yy
         "E7": detail * (4 * seq_len * d + 8 * depths),
         "E9": layers * (big + 8 * d + 4 * detail * seq_len * d),  # E4's statistics, held again
         "E8": (2 * _bootstrap(layers * E8_COLUMNS, r) + 4 * layers * (heads * dh) * (heads * dh + dh)

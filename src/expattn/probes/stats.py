@@ -300,10 +300,12 @@ class BootstrapMeans:
 class CrossMoments:
     """Sufficient statistics of an affine regression $y \\approx W^\\top x + b$, mergeable.
 
-    Keeps $n$, means of $x$ (D) and $y$ (E), $S_{xx}$ (D, D), $S_{xy}$ (D, E) and the scalar
-    $\\operatorname{tr} S_{yy}$, all centred, merged with Chan's update
+    Keeps $n$, means of $x$ (D) and $y$ (E), $S_{xx}$ (D, D), $S_{xy}$ (D, E) and the diagonal of
+    $S_{yy}$ (E), all centred, merged with Chan's update
     $S_{xy} = S_{xy,a} + S_{xy,b} + \\delta_x \\delta_y^\\top n_a n_b / n$. ``dtype``: of $S_{xx}$ and
     $S_{xy}$, ``torch.float64`` or ``torch.float32`` (half the memory; see the module docstring).
+    Several responses regressed on the same $x$ are one ``CrossMoments`` with their columns side by side: the fits
+    and scores take a ``block`` of columns, and every block shares $S_{xx}$ and its eigendecomposition.
     """
 
     def __init__(self, dim_x: int, dim_y: int, dtype: torch.dtype = torch.float64):
@@ -312,7 +314,7 @@ class CrossMoments:
         self.mean_y_ = torch.zeros(dim_y, dtype=torch.float64)
         self.sxx_ = torch.zeros(dim_x, dim_x, dtype=accumulator_dtype(dtype))
         self.sxy_ = torch.zeros(dim_x, dim_y, dtype=dtype)
-        self.syy_ = torch.zeros((), dtype=torch.float64)
+        self.syy_ = torch.zeros(dim_y, dtype=torch.float64)
 
     def update(self, x: Float[Tensor, "*token dx"], y: Float[Tensor, "*token dy"]) -> CrossMoments:
         """Add paired vectors; every leading index of ``x`` ``(..., dx)`` and ``y`` ``(..., dy)`` is a token."""
@@ -327,7 +329,7 @@ class CrossMoments:
         n = other.n_ = xc.shape[0]
         other.sxx_ = gram(xc).double().addr_(rx, rx, alpha=-n)
         other.sxy_ = cross(xc, yc).double().addr_(rx, ry, alpha=-n)
-        other.syy_ = (yc * yc).sum(-1).double().sum() - n * ry.pow(2).sum()
+        other.syy_ = torch.linalg.vector_norm(yc, dim=0).double().square() - n * ry.pow(2)
         return self.merge(other)
 
     def merge(self, other: CrossMoments) -> CrossMoments:
@@ -344,7 +346,7 @@ class CrossMoments:
         # in place: the accumulators are this object's own
         self.sxx_.add_(other.sxx_.to(dev, dtype)).addr_(dx.to(dtype), dx.to(dtype), alpha=f)
         self.sxy_.add_(other.sxy_.to(dev, dtype)).addr_(dx.to(dtype), dy.to(dtype), alpha=f)
-        self.syy_ = self.syy_ + other.syy_.to(dev) + dy.pow(2).sum() * f
+        self.syy_ = self.syy_ + other.syy_.to(dev) + dy.pow(2) * f
         self.mean_x_ = self.mean_x_ + dx * (nb / n)
         self.mean_y_ = self.mean_y_ + dy * (nb / n)
         self.n_ = n
@@ -359,7 +361,8 @@ class CrossMoments:
         w = torch.linalg.solve(sxx + lam * eye, self.sxy_.double())
         return w, self.mean_y_ - w.T @ self.mean_x_, lam
 
-    def ridge_path(self, relatives: tuple[float, ...]) -> list[tuple[Tensor, Tensor, float, float]]:
+    def ridge_path(self, relatives: tuple[float, ...], blocks: tuple[slice, ...] = (slice(None),)
+                   ) -> list[list[tuple[Tensor, Tensor, float, float]]]:
         r"""Ridge fits for every ``relatives`` from one eigendecomposition $S_{xx} = Q \operatorname{diag}(e) Q^\top$:
         $W_\lambda = Q \operatorname{diag}(1/(e + \lambda)) Q^\top S_{xy}$, each with its generalised
         cross-validation score on these statistics (Golub, Heath and Wahba 1979),
@@ -367,26 +370,30 @@ class CrossMoments:
         $$\mathrm{GCV}(\lambda) = \frac{\mathrm{RSS}(\lambda)/n}{(1 - \mathrm{df}(\lambda)/n)^2},\qquad
         \mathrm{df}(\lambda) = 1 + \sum_i \frac{e_i}{e_i + \lambda}$$
 
-        (the 1: the intercept). Returns ``[(W, b, lambda, gcv)]`` in the order of ``relatives``."""
-        sxx, sxy = self.sxx_.double(), self.sxy_.double()
+        (the 1: the intercept). Returns, per block of columns of $y$ (``blocks``; one eigendecomposition for all),
+        ``[(W, b, lambda, gcv)]`` in the order of ``relatives``."""
+        sxx = self.sxx_.double()
         e, q = torch.linalg.eigh(sxx)
         e = e.clamp_min(0)
-        g = q.T @ sxy
-        out = []
-        for relative in relatives:
-            lam = relative * float(torch.diagonal(sxx).mean())
-            w = q @ (g / (e + lam)[:, None])
-            b = self.mean_y_ - w.T @ self.mean_x_
-            rss = (1 - self.r_squared(w, b)) * float(self.syy_)
-            df = 1 + float((e / (e + lam)).sum())
-            room = 1 - df / self.n_
-            out.append((w, b, lam, rss / self.n_ / room**2 if room > 0 else math.inf))
-        return out
+        g = q.T @ self.sxy_.double()
+        paths = []
+        for block in blocks:
+            out = []
+            for relative in relatives:
+                lam = relative * float(torch.diagonal(sxx).mean())
+                w = q @ (g[:, block] / (e + lam)[:, None])
+                b = self.mean_y_[block] - w.T @ self.mean_x_
+                rss = (1 - self.r_squared(w, b, block)) * float(self.syy_[block].sum())
+                df = 1 + float((e / (e + lam)).sum())
+                room = 1 - df / self.n_
+                out.append((w, b, lam, rss / self.n_ / room**2 if room > 0 else math.inf))
+            paths.append(out)
+        return paths
 
-    def r_squared(self, w: Tensor, b: Tensor) -> float:
+    def r_squared(self, w: Tensor, b: Tensor, block: slice = slice(None)) -> float:
         """$1 - \\sum\\lVert y - W^\\top x - b\\rVert^2 / \\sum\\lVert y - \\bar y\\rVert^2$ on the data of
-        these statistics."""
-        offset = self.mean_y_ - w.T @ self.mean_x_ - b
-        sxx, sxy = self.sxx_.double(), self.sxy_.double()
-        resid = self.syy_ - 2 * (w * sxy).sum() + (w * (sxx @ w)).sum() + self.n_ * offset.pow(2).sum()
-        return float(1 - resid / self.syy_)
+        these statistics, for the columns ``block`` of $y$."""
+        offset = self.mean_y_[block] - w.T @ self.mean_x_ - b
+        sxx, sxy, syy = self.sxx_.double(), self.sxy_[:, block].double(), self.syy_[block].sum()
+        resid = syy - 2 * (w * sxy).sum() + (w * (sxx @ w)).sum() + self.n_ * offset.pow(2).sum()
+        return float(1 - resid / syy)
