@@ -115,6 +115,15 @@ def details_text(record: Record, limit: int = 6000) -> str:
     return text if len(text) <= limit else text[:limit] + f"\n... ({len(text) - limit} more characters)"
 
 
+def card_fields(record: Record) -> list[tuple[str, str]]:
+    """The labelled text fields of a record's card, in display order, the empty ones left out."""
+    fields = [("statement", record.statement), ("source", record.source), ("method", record.method),
+              ("kind", record.kind), ("criterion", record.criterion)]
+    if record.as_printed is not None:
+        fields.append(("as printed", record.as_printed))
+    return [(name, value) for name, value in fields if value]
+
+
 def control_rows(record: Record) -> list[tuple[str, str, str, str, str]]:
     """Per control: name, kind, the verdict it gave, the verdicts its kind demands, and its metrics as text."""
     rows = []

@@ -18,6 +18,7 @@ from expattn.report.document import (
     ReportView,
     as_printed_evidence,
     build_view,
+    card_fields,
     control_rows,
     cpu,
     details_text,
@@ -162,16 +163,7 @@ def _published(view: ReportView) -> str:
 
 def _card(card: Card, plot_root: Path | None) -> str:
     r = card.record
-    fields = [
-        ("statement", r.statement),
-        ("source", r.source),
-        ("method", r.method),
-        ("kind", r.kind),
-        ("criterion", r.criterion),
-    ]
-    if r.as_printed is not None:
-        fields.append(("as printed", r.as_printed))
-    dl = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in fields if v)
+    dl = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in card_fields(r))
     metrics = "".join(
         f'<tr><td>{esc(k)}</td><td class="num">{esc(format_value(v))}</td></tr>' for k, v in r.metrics.items()
     )

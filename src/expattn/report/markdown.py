@@ -18,6 +18,7 @@ from expattn.report.document import (
     ReportView,
     as_printed_evidence,
     build_view,
+    card_fields,
     control_rows,
     cpu,
     details_text,
@@ -146,16 +147,7 @@ def _published(view: ReportView) -> list[str]:
 def _card(card: Card) -> list[str]:
     r = card.record
     lines = [f'<a id="{card.anchor}"></a>', "", f"### {md(r.id)}: {md(card.label)} ({md(r.verdict)})", ""]
-    fields = [
-        ("statement", r.statement),
-        ("source", r.source),
-        ("method", r.method),
-        ("kind", r.kind),
-        ("criterion", r.criterion),
-    ]
-    if r.as_printed is not None:
-        fields.append(("as printed", r.as_printed))
-    lines += [f"- **{name}**: {md(value)}" for name, value in fields if value]
+    lines += [f"- **{name}**: {md(value)}" for name, value in card_fields(r)]
     lines.append("")
     if r.metrics:
         lines += _table(["metric", "value"], [[md(k), md(format_value(v))] for k, v in r.metrics.items()])
