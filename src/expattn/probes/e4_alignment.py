@@ -101,8 +101,8 @@ class E4Alignment(Estimator):
         "supported iff the 95% bootstrap interval over heads (layers pooled) of the mean margin of cos(A_h, Sigma^+) "
         "over the best of cos(A_h, Sigma), cos(A_h, I) and the random forms' 95th percentile, all on the range of "
         "Sigma (eigenvalues > 1e-6 of the largest), lies above 0; not_supported iff below 0; inconclusive otherwise "
-        "or with fewer than 4 D kept tokens; random heads through the same rule must not be supported; the inverse "
-        "attention Fisher reading is judged by the same rule (details['readings'])"
+        f"or with fewer than {MIN_TOKENS_PER_DIM} D kept tokens; random heads through the same rule must not be "
+        "supported; the inverse attention Fisher reading is judged by the same rule (details['readings'])"
     )
 
     def __init__(self, ctx: ProbeContext):
@@ -289,6 +289,6 @@ class E9Covariance(E4Alignment):
         "supported iff the 95% bootstrap interval over heads (layers pooled) of the mean margin of cos(A_h, Sigma) "
         "over the best of cos(A_h, Sigma^+), cos(A_h, I) and the random forms' 95th percentile, all on the range of "
         "Sigma (eigenvalues > 1e-6 of the largest), lies above 0; not_supported iff below 0; inconclusive otherwise "
-        "or with fewer than 4 D kept tokens; random heads through the same rule must not be supported; the "
-        "attention Fisher reading is judged by the same rule (details['readings'])"
+        f"or with fewer than {MIN_TOKENS_PER_DIM} D kept tokens; random heads through the same rule must not be "
+        "supported; the attention Fisher reading is judged by the same rule (details['readings'])"
     )
