@@ -370,8 +370,11 @@ class CrossMoments:
         $$\mathrm{GCV}(\lambda) = \frac{\mathrm{RSS}(\lambda)/n}{(1 - \mathrm{df}(\lambda)/n)^2},\qquad
         \mathrm{df}(\lambda) = 1 + \sum_i \frac{e_i}{e_i + \lambda}$$
 
-        (the 1: the intercept). Returns, per block of columns of $y$ (``blocks``; one eigendecomposition for all),
-        ``[(W, b, lambda, gcv)]`` in the order of ``relatives``."""
+        (the 1: the intercept), with the fit's own residual read off the eigenbasis: with $b = \bar y - W^\top \bar x$
+        and $g_i^2 = \sum_c (Q^\top S_{xy})_{ic}^2$,
+        $\mathrm{RSS}(\lambda) = \operatorname{tr} S_{yy} - \sum_i g_i^2 (2/(e_i + \lambda) - e_i/(e_i + \lambda)^2)$
+        ($O(D)$ per ridge, no $S_{xx} W$ product). Returns, per block of columns of $y$ (``blocks``; one
+        eigendecomposition for all), ``[(W, b, lambda, gcv)]`` in the order of ``relatives``."""
         sxx = self.sxx_.double()
         e, q = torch.linalg.eigh(sxx)
         e = e.clamp_min(0)
@@ -379,11 +382,12 @@ class CrossMoments:
         paths = []
         for block in blocks:
             out = []
+            g2 = g[:, block].pow(2).sum(1)
             for relative in relatives:
                 lam = relative * float(torch.diagonal(sxx).mean())
                 w = q @ (g[:, block] / (e + lam)[:, None])
                 b = self.mean_y_[block] - w.T @ self.mean_x_
-                rss = (1 - self.r_squared(w, b, block)) * float(self.syy_[block].sum())
+                rss = float(self.syy_[block].sum() - (g2 * (2 / (e + lam) - e / (e + lam) ** 2)).sum())
                 df = 1 + float((e / (e + lam)).sum())
                 room = 1 - df / self.n_
                 out.append((w, b, lam, rss / self.n_ / room**2 if room > 0 else math.inf))
