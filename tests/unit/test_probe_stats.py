@@ -9,7 +9,8 @@ import torch
 
 from expattn.probes.common import Batch, ProbeContext, kept_weights, massive, shared, spread, squared_norms
 from expattn.probes.e3_gaussianity import mean_pair_cosine
-from expattn.probes.stats import BootstrapMeans, CrossMoments, Moments, centre, cross, gram, poisson_weights
+from expattn.probes.regression import CrossMoments
+from expattn.probes.stats import BootstrapMeans, Moments, centre, cross, gram, poisson_weights
 
 
 def _chunks(gen: torch.Generator, n: int, parts: int) -> list[int]:

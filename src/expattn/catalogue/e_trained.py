@@ -88,7 +88,7 @@ ENTRIES = (
         "empirical",
         "the FC sublayer is close to the identity or to a linear map",
         "seed 000 §4, §6",
-        modules=("src/expattn/probes/e6_mlp.py", "src/expattn/probes/stats.py"),
+        modules=("src/expattn/probes/e6_mlp.py", "src/expattn/probes/regression.py", "src/expattn/probes/stats.py"),
         tests=("tests/unit/test_probe_stats.py", RUNNER_TEST),
         probe=True,
     ),
