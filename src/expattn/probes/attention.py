@@ -83,21 +83,26 @@ def _project(x: Tensor, w: Tensor, b: Tensor | None, heads: int) -> Tensor:
 
 
 def queries_keys_values(
-    x: Float[Tensor, "batch token dim"], w: AttnWeights
+    x: Float[Tensor, "batch token dim"], w: AttnWeights, values: bool = True
 ) -> tuple[
     Float[Tensor, "batch head token hd"], Float[Tensor, "batch head token hd"], Float[Tensor, "batch head token hd"]
+    | None
 ]:
-    """Per-head $q$, $k$, $v$ as the model forms them (rotary applied, GQA keys repeated per query head)."""
+    """Per-head $q$, $k$, $v$ as the model forms them (rotary applied, GQA keys repeated per query head).
+
+    ``values=False``: $v$ is not needed; None is returned in its place (and, where the model's projections are
+    plain weights, $W_v x$ is not computed)."""
     if w.qkv is not None:
         q, k, v = w.qkv(x)
     else:
         q = _project(x, w.wq, w.bq, w.heads)
         k = _project(x, w.wk, w.bk, w.kv_heads)
-        v = _project(x, w.wv, w.bv, w.kv_heads)
+        v = _project(x, w.wv, w.bv, w.kv_heads) if values else None
         if w.rope is not None:
             q, k = w.rope(q, k)
     group = w.heads // w.kv_heads
-    return q, k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    v = v.repeat_interleave(group, dim=1) if values else None
+    return q, k.repeat_interleave(group, dim=1), v
 
 
 def attention_logits(q: Tensor, k: Tensor, w: AttnWeights) -> Float[Tensor, "batch head query key"]:
@@ -118,7 +123,7 @@ def attention_logits(q: Tensor, k: Tensor, w: AttnWeights) -> Float[Tensor, "bat
 
 def attention_probs(x: Float[Tensor, "batch token dim"], w: AttnWeights) -> Float[Tensor, "batch head query key"]:
     """Attention weights $\\operatorname{softmax}(s\\,qk^\\top + M)$ of every head."""
-    q, k, _ = queries_keys_values(x, w)
+    q, k, _ = queries_keys_values(x, w, values=False)
     return attention_logits(q, k, w).softmax(-1)
 
 

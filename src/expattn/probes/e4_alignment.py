@@ -126,15 +126,20 @@ class E4Alignment(Estimator):
             mine.update(theirs)
         return self
 
-    def fisher(self, i: int) -> Tensor:
-        """Per head $E_i \\operatorname{Cov}_{p_h(j|i)}[x_j]$ over the detail sequences, ``(H, D, D)`` float32."""
+    def fisher(self, i: int, basis: Tensor) -> Tensor:
+        """Per head $U^\\top F_h U = E_i \\operatorname{Cov}_{p_h(j|i)}[U^\\top x_j]$ over the detail sequences, for a
+        ``basis`` $U$ ``(D, r)``: ``(H, r, r)`` float32.
+
+        $\\sum_i \\operatorname{Cov}_{p_i}[y] = \\sum_j w_j y_j y_j^\\top - \\sum_i m_i m_i^\\top$ with
+        $w_j = \\sum_i p_{ij}$ (the attention key $j$ receives) and $m_i = \\sum_j p_{ij} y_j$: two Gram
+        matrices per head, of $\\sqrt{w_j}\\,y_j$ and of $m_i$, formed head-major so that no copy is needed."""
         xs = torch.stack([self.detail_[i][k] for k in sorted(self.detail_[i])])  # (B, T, D)
-        p = attention_probs(xs, self.ctx.attention[i])  # (B, H, T, T)
-        xc = xs - xs.mean(1, keepdim=True)  # the covariance is shift invariant; centring keeps float32 accurate
-        # sum_j w_j x_j x_j^T with w_j the total attention key j receives, as a Gram matrix of sqrt(w_j) x_j
-        rooted = (p.sum(-2).sqrt().unsqueeze(-1) * xc.unsqueeze(1)).transpose(0, 1).flatten(1, 2)  # (H, B*T, D)
-        means = (p @ xc.unsqueeze(1)).transpose(0, 1).flatten(1, 2)  # (H, B*T, D): E_p(j|i) x_j per query
-        return (gram(rooted) - gram(means)) / (xs.shape[0] * xs.shape[1])  # one Gram matrix per head
+        p = attention_probs(xs, self.ctx.attention[i]).transpose(0, 1)  # (H, B, T, T)
+        # the covariance is shift invariant; centring keeps float32 accurate. Coordinates y = U^T x_c: (B, T, r)
+        y = (xs - xs.mean(1, keepdim=True)) @ basis
+        rooted = p.sum(-2).sqrt_().unsqueeze(-1) * y  # (H, B, T, r)
+        means = p @ y  # (H, B, T, r): E_p(j|i) y_j per query
+        return (gram(rooted.flatten(1, 2)) - gram(means.flatten(1, 2))) / (xs.shape[0] * xs.shape[1])
 
     def _layer(self, i: int, gen: torch.Generator) -> dict:
         """Per head cosines of layer ``i`` in range coordinates with every target, for the model's heads
@@ -144,7 +149,7 @@ class E4Alignment(Estimator):
         e, v = torch.linalg.eigh(sigma.double())
         lam, basis, gap = range_basis(e, v)
         u = basis.float()  # (D, r)
-        fisher = u.T @ self.fisher(i) @ u  # (H, r, r)
+        fisher = self.fisher(i, u)  # (H, r, r)
         fisher_inv, lam_f, clipped = regularised_inverse(fisher)
         targets = {"sigma_inv": lam.reciprocal().float(), "sigma": lam.float(), "fisher_inv": fisher_inv,
                    "fisher": fisher, "identity": None}

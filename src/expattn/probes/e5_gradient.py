@@ -81,7 +81,7 @@ class E5Gradient(Estimator):
             out = p @ k  # values = keys
             model_z = tensors["attn.heads"][rows].view(b, t, w.heads, -1).transpose(1, 2)
             w64 = w.to(torch.float64)
-            q64, k64, _ = queries_keys_values(x.double(), w64)
+            q64, k64, _ = queries_keys_values(x.double(), w64, values=False)
             out64 = attention_logits(q64, k64, w64).softmax(-1) @ k64
         grad = gradient_of_log_normalizer(q, k, w, w.scale)
         wrong = gradient_of_log_normalizer(q, k, w, 2.0 * w.scale)
