@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from expattn.probes.attention import attention_logits, queries_keys_values
+from expattn.probes.attention import attend, attention_logits, queries_keys_values
 from expattn.probes.common import Batch, Estimator, Judgement, Measured, ProbeContext, as_list, figure, save
 from expattn.results.record import Control
 
@@ -41,13 +41,15 @@ def relative_error(a: Tensor, b: Tensor) -> Tensor:
     return (a - b).norm(dim=-1) / b.norm(dim=-1).clamp_min(1e-30)
 
 
-def gradient_of_log_normalizer(q: Tensor, k: Tensor, w, scale: float) -> Tensor:
-    """$\\frac1s\\nabla_q \\sum \\operatorname{logsumexp}(s'\\,qK^\\top + M)$ by autograd (``scale`` is $s'$)."""
+def gradients_of_log_normalizer(q: Tensor, k: Tensor, w, factors: tuple[float, ...]) -> tuple[list[Tensor], Tensor]:
+    """$\\frac1s\\nabla_q \\sum \\operatorname{logsumexp}(c\\,(s\\,qK^\\top + M))$ by autograd for each
+    factor $c$ ($c = 2$: the temperature doubled), through one product of the logits; and the logits (detached)."""
     with torch.enable_grad():
         q = q.detach().clone().requires_grad_(True)
-        logits = attention_logits(q, k, w) * (scale / w.scale)
-        (grad,) = torch.autograd.grad(torch.logsumexp(logits, -1).sum(), q)
-    return grad / w.scale
+        logits = attention_logits(q, k, w)
+        grads = [torch.autograd.grad(torch.logsumexp(logits * c, -1).sum(), q, retain_graph=True)[0] / w.scale
+                 for c in factors]
+    return grads, logits.detach()
 
 
 class E5Gradient(Estimator):
@@ -77,14 +79,14 @@ class E5Gradient(Estimator):
         self.seq_len_ = t
         with torch.no_grad():
             q, k, v = queries_keys_values(x, w)  # (B, H, T, dh)
-            p = attention_logits(q, k, w).softmax(-1)
+        (grad, wrong), logits = gradients_of_log_normalizer(q, k, w, (1.0, 2.0))
+        with torch.no_grad():
+            p = logits.softmax(-1)
             out = p @ k  # values = keys
             model_z = tensors["attn.heads"][rows].view(b, t, w.heads, -1).transpose(1, 2)
             w64 = w.to(torch.float64)
             q64, k64, _ = queries_keys_values(x.double(), w64, values=False)
-            out64 = attention_logits(q64, k64, w64).softmax(-1) @ k64
-        grad = gradient_of_log_normalizer(q, k, w, w.scale)
-        wrong = gradient_of_log_normalizer(q, k, w, 2.0 * w.scale)
+            out64 = attend(q64, k64, k64, w64)
         perm = torch.randperm(t, generator=torch.Generator().manual_seed(self.ctx.seed + i))
         errs = [
             relative_error(grad, out),
