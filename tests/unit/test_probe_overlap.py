@@ -1,4 +1,5 @@
-"""Estimator updates in a worker thread: same order, errors handed back, and bitwise the same probe."""
+"""Estimator updates in a worker thread and analyses two at a time: same order, errors handed back, and bitwise
+the same probe."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import torch
 
 from expattn.nn.export import export_model
 from expattn.nn.lm import LM, LMConfig
-from expattn.probes.overlap import UpdateWorker
+from expattn.probes.overlap import UpdateWorker, measure_in_parallel
 from expattn.probes.runner import ProbeConfig, probe
 
 VOCAB = "\n abcdefgh"
@@ -71,6 +72,24 @@ def test_a_failing_job_is_raised_in_the_caller_and_later_jobs_are_dropped():
         UpdateWorker().submit(print)
 
 
+def test_parallel_analyses_keep_each_outcome_and_exception_with_its_estimator():
+    class Est:
+        def __init__(self, claim, value):
+            self.claim, self.value = claim, value
+
+        def measure(self):
+            if isinstance(self.value, Exception):
+                raise self.value
+            assert not torch.is_grad_enabled()
+            return (self.value, threading.current_thread().name)
+
+    boom = RuntimeError("singular")
+    out = measure_in_parallel([Est("E1", 1), Est("E2", boom), Est("E3", 3)])
+    assert list(out) == ["E1", "E2", "E3"]
+    assert out["E1"][0][0] == 1 and out["E3"][0][0] == 3 and out["E2"][0] is boom
+    assert out["E1"][0][1].startswith("expattn-probe-analyses") and all(s >= 0 for _, s in out.values())
+
+
 def _same(x, y) -> bool:
     if isinstance(x, torch.Tensor):
         return isinstance(y, torch.Tensor) and x.dtype == y.dtype and torch.equal(x, y)
@@ -107,3 +126,4 @@ def test_overlapped_probe_is_bitwise_the_synchronous_one(gen, tmp_path):
     for a, b in zip(sync.records, overlapped.records, strict=True):
         metrics = {k: v for k, v in a.metrics.items() if not k.endswith("seconds")}
         assert a.verdict == b.verdict and _same(metrics, {k: b.metrics[k] for k in metrics}), a.id
+        assert _same(a.details, b.details) and a.controls == b.controls and a.notes == b.notes, a.id

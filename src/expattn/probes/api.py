@@ -73,10 +73,12 @@ class ProbeResults:
 
 
 class _Timings:
-    """The per-estimator seconds ``records`` reads, taken from the records already made."""
+    """What ``records`` reads of a feed: the per-estimator seconds, taken from the records already made, and
+    whether the analyses may take a second core (no: these records are drawn again, one after the other)."""
 
     def __init__(self, recs: list[Record]):
         self.per_estimator = {r.id: r.metrics.get("update_seconds", 0.0) for r in recs}
+        self.overlapped = False
 
 
 def probe(model: nn.Module | str, tokenizer: object | None = None, *, texts: str | list[str] | None = None,

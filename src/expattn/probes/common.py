@@ -10,6 +10,7 @@ which composes three steps each estimator defines: ``measure()`` (the numbers, n
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +42,8 @@ class ProbeContext:
         token_text: ``(sequence index, position) ->`` the decoded text of that token (None: the run has no
             tokenizer); E3 names the tokens that carry massive activations with it.
         analyses: results that two estimators compute from identical statistics, computed once per run and
-            keyed by a fingerprint of those statistics (E4 and E9 read the same per-layer cosines).
+            keyed by a fingerprint of those statistics (E4 and E9 read the same per-layer cosines); read and
+            filled under ``analyses_lock`` (analyses may run in parallel threads).
     """
 
     model: nn.Module
@@ -57,6 +59,7 @@ class ProbeContext:
     statistics: torch.dtype = torch.float64
     token_text: Callable[[int, int], str | None] | None = None
     analyses: dict = field(default_factory=dict, compare=False, repr=False)
+    analyses_lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
 
     @property
     def kept(self) -> slice | Tensor:
@@ -139,9 +142,10 @@ class Estimator:
         """The figure of ``measured`` saved under ``out_dir`` (``[]`` without one)."""
         raise NotImplementedError
 
-    def result(self, out_dir: Path | None) -> Record:
-        """``measure``, then ``judge`` and ``draw`` on its numbers, as one ``Record``."""
-        measured = self.measure()
+    def result(self, out_dir: Path | None, measured: Measured | None = None) -> Record:
+        """``measure`` (or its outcome ``measured``, computed already), then ``judge`` and ``draw`` on its numbers,
+        as one ``Record``."""
+        measured = self.measure() if measured is None else measured
         judged = self.judge(measured)
         return Record(
             id=self.claim,

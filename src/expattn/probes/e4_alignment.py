@@ -187,10 +187,11 @@ class E4Alignment(Estimator):
         fingerprint is each layer's token count and scatter trace and the detail sequences' indices."""
         key = ("E4/E9 layers", tuple((m.n_, float(m.scatter_.diagonal().sum())) for m in self.inputs_),
                tuple(tuple(sorted(d)) for d in self.detail_))
-        if key not in self.ctx.analyses:
-            gen = torch.Generator().manual_seed(self.ctx.seed + 4)
-            self.ctx.analyses[key] = [self._layer(i, gen) for i in range(self.ctx.layers)]
-        return self.ctx.analyses[key]
+        with self.ctx.analyses_lock:  # a sibling in another thread waits for this analysis instead of repeating it
+            if key not in self.ctx.analyses:
+                gen = torch.Generator().manual_seed(self.ctx.seed + 4)
+                self.ctx.analyses[key] = [self._layer(i, gen) for i in range(self.ctx.layers)]
+            return self.ctx.analyses[key]
 
     def measure(self) -> Measured:
         layers = self._layers()

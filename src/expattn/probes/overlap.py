@@ -7,7 +7,8 @@ kernels (BLAS, SDPA, reductions) release the GIL, so the estimators' products on
 while the model computes block $i + 1$. Jobs run one at a time in submission order, so every
 statistic sees exactly the updates, in exactly the order, of the synchronous loop; results are
 bitwise those of the synchronous run (tested). At most ``depth`` blocks wait in the queue, which
-bounds the activations kept alive.
+bounds the activations kept alive. After the last batch, ``measure_in_parallel`` runs the estimators' analyses
+on the same two cores.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
@@ -98,3 +100,23 @@ class UpdateWorker:
         self._queue.join()
         self.blocked_seconds += time.perf_counter() - t0
         self._raise()
+
+
+def measure_in_parallel(estimators: list, threads: int = 2) -> dict[str, tuple[object, float]]:
+    """Each estimator's ``measure()`` in a pool of ``threads`` threads, taken in the order given: claim ->
+    (its ``Measured``, or the exception it raised; the seconds it took). Analyses are independent (each reads its
+    own statistics and seeds its own generators; two that share a result serialise on ``ctx.analyses_lock``),
+    so the numbers are those of running them one after the other."""
+
+    def run(est) -> tuple[object, float]:
+        t0 = time.perf_counter()
+        with torch.no_grad():  # grad mode is per thread
+            try:
+                outcome: object = est.measure()
+            except Exception as err:  # reported in the estimator's record, as a sequential analysis would be
+                outcome = err
+        return outcome, time.perf_counter() - t0
+
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="expattn-probe-analyses") as pool:
+        futures = {est.claim: pool.submit(run, est) for est in estimators}
+    return {claim: future.result() for claim, future in futures.items()}

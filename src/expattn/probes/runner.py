@@ -39,6 +39,7 @@ from expattn.probes.e8_heads import E8Heads
 from expattn.probes.feeding import Feeding, feed, merge
 from expattn.probes.footprint import STATISTICS, require_room
 from expattn.probes.loading import load_pretrained, read_config, resolve_model_dir
+from expattn.probes.overlap import measure_in_parallel
 from expattn.probes.subject import Subject, parse_device, parse_dtype, place, subject_from_model, synthetic_image
 from expattn.results.record import Record, enforce_controls, results_document
 from expattn.seeds import check_seed
@@ -220,15 +221,20 @@ def context(subject: Subject, config: ProbeConfig) -> ProbeContext:
 def records(estimators: list, inapplicable: dict[str, str], fed: Feeding, model_name: str,
             out_dir: Path | None) -> list[Record]:
     """Step 4 (rank 0): one record per chosen hypothesis, ``skipped`` with the reason where it cannot apply
-    or where its analysis raised."""
+    or where its analysis raised. When the updates overlapped the forward passes (a spare core), the analyses
+    run two at a time (``measure_in_parallel``; the same numbers); judging and plotting stay on this thread."""
     out = []
     if out_dir is not None:
         Path(out_dir).mkdir(parents=True, exist_ok=True)
+    analysed = measure_in_parallel(estimators) if fed.overlapped else {}  # the spare core the updates had
     for est in estimators:
         t0 = time.perf_counter()
+        measured, seconds = analysed.get(est.claim, (None, 0.0))
         try:
+            if isinstance(measured, Exception):
+                raise measured
             with torch.no_grad():
-                record = est.result(out_dir)
+                record = est.result(out_dir, measured)
         except OSError:  # writing its plot failed (a full disk...): an error of the run, not a verdict
             raise
         except Exception as err:  # one failing analysis must not discard the others: report it
@@ -240,7 +246,7 @@ def records(estimators: list, inapplicable: dict[str, str], fed: Feeding, model_
                 details={"traceback": traceback.format_exc(limit=5)},
             )
         record.metrics["update_seconds"] = fed.per_estimator[est.claim]
-        record.metrics["result_seconds"] = time.perf_counter() - t0
+        record.metrics["result_seconds"] = time.perf_counter() - t0 + seconds
         record.statement, record.source = entry(record.id).statement, entry(record.id).seeds
         record.details["model"] = model_name
         out.append(enforce_controls(record))
