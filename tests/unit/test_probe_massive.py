@@ -8,7 +8,7 @@ import pickle
 import pytest
 import torch
 
-from expattn.probes.massive import SEQUENCES, MassiveActivations
+from expattn.probes.massive import SEQUENCES, MassiveActivations, lower_median
 from expattn.probes.published import sun_2024
 
 
@@ -79,3 +79,14 @@ def test_a_position_keeps_its_first_sequences_and_its_most_common_text():
     [entry] = m.summary(lambda i, t: "the" if i % 3 else "a")["tokens"]
     # the smallest SEQUENCES indices, 0-7: texts a (0, 3, 6) and the (1, 2, 4, 5, 7)
     assert entry == {"position": 2, "token": "the", "count": 20, "sequences": list(range(SEQUENCES))}
+
+
+@pytest.mark.parametrize("n", [7, 8, 1536])
+def test_lower_median_is_torch_median_elementwise(gen, n):
+    a = torch.randn(5, n, generator=gen).abs()
+    a[1] = a[1].round()  # ties
+    a[2, 3] = float("nan")  # a NaN row: torch.median gives NaN
+    expected = a.median(dim=1).values
+    got = lower_median(a)
+    assert torch.equal(got.isnan(), expected.isnan()) and bool(got[2].isnan())
+    assert torch.equal(got[~got.isnan()], expected[~expected.isnan()])

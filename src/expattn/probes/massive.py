@@ -31,6 +31,17 @@ TOP = 10  # channels and positions listed
 SEQUENCES = 8  # sequence indices kept per position
 
 
+def lower_median(a: Tensor) -> Tensor:
+    """Per row of ``a`` ``(B, n)`` its lower median, the element of rank $\\lfloor (n-1)/2 \\rfloor$ (``torch.median``'s
+    convention; NaN where a row has one). On CPU by numpy's selection (``np.partition``), 1.8x faster than
+    ``torch.median`` on a (16, 128 x 384) block."""
+    if a.device.type != "cpu":
+        return a.median(dim=1).values
+    rows, k = a.numpy(), (a.shape[1] - 1) // 2
+    median = torch.from_numpy(np.partition(rows, k, axis=1)[:, k])
+    return median.masked_fill_(torch.from_numpy(np.isnan(rows).any(axis=1)), float("nan"))
+
+
 class MassiveActivations:
     """Streaming summary of massive activations over ``depths`` hidden states ``(B, T, D)``.
 
@@ -51,7 +62,7 @@ class MassiveActivations:
     def update(self, depth: int, x: Tensor, index: Tensor) -> None:
         """Add the hidden states ``x`` ``(B, T, D)`` of depth ``depth`` of the sequences ``index`` ``(B,)``."""
         a = x.detach().abs().float()
-        median = a.flatten(1).median(dim=1).values  # (B,)
+        median = lower_median(a.flatten(1))  # (B,)
         self.medians_[depth] += median.tolist()
         flat = int(a.argmax())
         top = float(a.flatten()[flat])
