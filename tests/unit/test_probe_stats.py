@@ -127,30 +127,42 @@ def test_cross_moments_ridge_and_heldout_r2(gen):
     assert test.r_squared(w, b) == pytest.approx(r2_ref, rel=1e-10)
 
 
-def test_ridge_path_gcv_per_block_against_explicit_residuals(gen):
+def test_ridge_path_gcv_and_heldout_r2_per_block_against_explicit_residuals(gen):
     """GCV(lambda) = RSS/n / (1 - df/n)^2 of each column block, RSS from the fitted residuals themselves and df from
-    the hat matrix's trace, both computed directly in numpy (independent of the eigenbasis shortcut)."""
+    the hat matrix's trace, and the held-out R^2 on a second sample from its residuals, all computed directly in
+    numpy (independent of the eigenbasis shortcuts)."""
     n, dx = 400, 8
-    x = torch.randn(n, dx, generator=gen, dtype=torch.float64) * torch.linspace(0.2, 3, dx, dtype=torch.float64) + 1
+    x = torch.randn(2 * n, dx, generator=gen, dtype=torch.float64) * torch.linspace(0.2, 3, dx, dtype=torch.float64)
+    x += 1
     y = torch.cat([x[:, :3] @ torch.randn(3, 2, generator=gen, dtype=torch.float64),
-                   torch.randn(n, 1, generator=gen, dtype=torch.float64)], 1)
-    y += 0.3 * torch.randn(n, 3, generator=gen, dtype=torch.float64)
-    stats = CrossMoments(dx, 3)
-    for a in range(0, n, 100):
-        stats.update(x[a:a + 100], y[a:a + 100])
+                   torch.randn(2 * n, 1, generator=gen, dtype=torch.float64)], 1)
+    y += 0.3 * torch.randn(2 * n, 3, generator=gen, dtype=torch.float64)
+    y[n:] += 0.5  # the held-out sample's means differ: the offset term counts
+    stats, other = CrossMoments(dx, 3), CrossMoments(dx, 3)
+    for a in range(0, 2 * n, 100):
+        (stats if a < n else other).update(x[a:a + 100], y[a:a + 100])
     blocks, relatives = (slice(0, 2), slice(2, 3)), (1e-4, 1e-2, 1.0)
-    xc, yc = (x - x.mean(0)).numpy(), (y - y.mean(0)).numpy()
-    for block, path in zip(blocks, stats.ridge_path(relatives, blocks), strict=True):
-        for relative, (w, b, lam, gcv) in zip(relatives, path, strict=True):
+    xs, ys = x[:n].numpy(), y[:n].numpy()
+    xc, yc = xs - xs.mean(0), ys - ys.mean(0)
+    xo, yo = x[n:].numpy(), y[n:].numpy()
+    path = stats.ridge_path(relatives)
+    for block in blocks:
+        gcvs, held = path.gcv(block), path.r_squared(other, block)
+        for k, relative in enumerate(relatives):
+            lam = path.lams[k]
             assert lam == pytest.approx(relative * (xc**2).sum(0).mean(), rel=1e-12)
             inverse = np.linalg.inv(xc.T @ xc + lam * np.eye(dx))
             w_ref = inverse @ xc.T @ yc[:, block]
+            intercept = ys[:, block].mean(0) - xs.mean(0) @ w_ref
+            w, b = path.weights(k, block)
             np.testing.assert_allclose(w.numpy(), w_ref, rtol=1e-9, atol=1e-12)
-            intercept = y.numpy()[:, block].mean(0) - x.numpy().mean(0) @ w_ref
             np.testing.assert_allclose(b.numpy(), intercept, rtol=1e-9, atol=1e-12)
             rss = ((yc[:, block] - xc @ w_ref) ** 2).sum()
             df = 1 + np.trace(xc @ inverse @ xc.T)
-            assert gcv == pytest.approx(rss / n / (1 - df / n) ** 2, rel=1e-9)
+            assert gcvs[k] == pytest.approx(rss / n / (1 - df / n) ** 2, rel=1e-9)
+            resid = yo[:, block] - xo @ w_ref - intercept
+            r2 = 1 - (resid**2).sum() / ((yo[:, block] - yo[:, block].mean(0)) ** 2).sum()
+            assert held[k] == pytest.approx(r2, rel=1e-9, abs=1e-12)
 
 
 def test_bootstrap_means_match_direct_weighted_means(gen):

@@ -132,11 +132,10 @@ class E6Mlp(Estimator):
             raise ValueError("E6 needs at least one even- and one odd-indexed sequence")
         blocks = (slice(0, self.ctx.dim), slice(self.ctx.dim, 2 * self.ctx.dim))  # update, noise control
         out = []
-        for block, path_a, path_b in zip(blocks, a.ridge_path(RIDGE_GRID, blocks), b.ridge_path(RIDGE_GRID, blocks),
-                                         strict=True):
-            held = np.array([[b.r_squared(wa, ba, block), a.r_squared(wb, bb, block)]
-                             for (wa, ba, _, _), (wb, bb, _, _) in zip(path_a, path_b, strict=True)])
-            pick = [int(np.argmin([fit[3] for fit in path])) for path in (path_a, path_b)]
+        path_a, path_b = a.ridge_path(RIDGE_GRID), b.ridge_path(RIDGE_GRID)
+        for block in blocks:
+            held = np.array([path_a.r_squared(b, block), path_b.r_squared(a, block)]).T  # (grid, 2)
+            pick = [int(np.argmin(path.gcv(block))) for path in (path_a, path_b)]
             out.append((held[pick, [0, 1]], np.array(RIDGE_GRID)[pick], held))
         return out
 

@@ -7,6 +7,7 @@ The same merging and precision rules as ``expattn.probes.stats`` (Chan's update 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 from jaxtyping import Float
@@ -79,38 +80,13 @@ class CrossMoments:
         w = torch.linalg.solve(sxx + lam * eye, self.sxy_.double())
         return w, self.mean_y_ - w.T @ self.mean_x_, lam
 
-    def ridge_path(self, relatives: tuple[float, ...], blocks: tuple[slice, ...] = (slice(None),)
-                   ) -> list[list[tuple[Tensor, Tensor, float, float]]]:
-        r"""Ridge fits for every ``relatives`` from one eigendecomposition $S_{xx} = Q \operatorname{diag}(e) Q^\top$:
-        $W_\lambda = Q \operatorname{diag}(1/(e + \lambda)) Q^\top S_{xy}$, each with its generalised
-        cross-validation score on these statistics (Golub, Heath and Wahba 1979),
-
-        $$\mathrm{GCV}(\lambda) = \frac{\mathrm{RSS}(\lambda)/n}{(1 - \mathrm{df}(\lambda)/n)^2},\qquad
-        \mathrm{df}(\lambda) = 1 + \sum_i \frac{e_i}{e_i + \lambda}$$
-
-        (the 1: the intercept), with the fit's own residual read off the eigenbasis: with $b = \bar y - W^\top \bar x$
-        and $g_i^2 = \sum_c (Q^\top S_{xy})_{ic}^2$,
-        $\mathrm{RSS}(\lambda) = \operatorname{tr} S_{yy} - \sum_i g_i^2 (2/(e_i + \lambda) - e_i/(e_i + \lambda)^2)$
-        ($O(D)$ per ridge, no $S_{xx} W$ product). Returns, per block of columns of $y$ (``blocks``; one
-        eigendecomposition for all), ``[(W, b, lambda, gcv)]`` in the order of ``relatives``."""
+    def ridge_path(self, relatives: tuple[float, ...]) -> RidgePath:
+        """Ridge fits on these statistics for every ``relatives`` (as ``ridge``), from one eigendecomposition of
+        $S_{xx}$ (``RidgePath``)."""
         sxx = self.sxx_.double()
         e, q = torch.linalg.eigh(sxx)
-        e = e.clamp_min(0)
-        g = q.T @ self.sxy_.double()
-        paths = []
-        for block in blocks:
-            out = []
-            g2 = g[:, block].pow(2).sum(1)
-            for relative in relatives:
-                lam = relative * float(torch.diagonal(sxx).mean())
-                w = q @ (g[:, block] / (e + lam)[:, None])
-                b = self.mean_y_[block] - w.T @ self.mean_x_
-                rss = float(self.syy_[block].sum() - (g2 * (2 / (e + lam) - e / (e + lam) ** 2)).sum())
-                df = 1 + float((e / (e + lam)).sum())
-                room = 1 - df / self.n_
-                out.append((w, b, lam, rss / self.n_ / room**2 if room > 0 else math.inf))
-            paths.append(out)
-        return paths
+        scale = float(torch.diagonal(sxx).mean())
+        return RidgePath(self, q, e.clamp_min(0), q.T @ self.sxy_.double(), [r * scale for r in relatives])
 
     def r_squared(self, w: Tensor, b: Tensor, block: slice = slice(None)) -> float:
         """$1 - \\sum\\lVert y - W^\\top x - b\\rVert^2 / \\sum\\lVert y - \\bar y\\rVert^2$ on the data of
@@ -119,3 +95,67 @@ class CrossMoments:
         sxx, sxy, syy = self.sxx_.double(), self.sxy_[:, block].double(), self.syy_[block].sum()
         resid = syy - 2 * (w * sxy).sum() + (w * (sxx @ w)).sum() + self.n_ * offset.pow(2).sum()
         return float(1 - resid / syy)
+
+
+@dataclass(frozen=True)
+class RidgePath:
+    r"""Ridge fits $W_\lambda = Q \operatorname{diag}(1/(e + \lambda)) G$, $b_\lambda = \bar y - W_\lambda^\top \bar x$
+    over a grid of $\lambda$, kept as the eigendecomposition $S_{xx} = Q \operatorname{diag}(e) Q^\top$ of the fit's
+    statistics and $G = Q^\top S_{xy}$: nothing of size $D \times E$ is formed per $\lambda$.
+
+    Attributes: ``fit`` (the ``CrossMoments`` fitted), ``q`` ``(D, D)``, ``e`` ``(D,)`` (clipped at 0),
+    ``g`` ``(D, E)``, ``lams`` (the ridges $\lambda$, absolute).
+    """
+
+    fit: CrossMoments
+    q: Tensor
+    e: Tensor
+    g: Tensor
+    lams: list[float]
+
+    def gcv(self, block: slice = slice(None)) -> list[float]:
+        r"""Generalised cross-validation score of each ridge on the fit's own statistics (Golub, Heath and Wahba
+        1979), for the columns ``block`` of $y$:
+
+        $$\mathrm{GCV}(\lambda) = \frac{\mathrm{RSS}(\lambda)/n}{(1 - \mathrm{df}(\lambda)/n)^2},\qquad
+        \mathrm{df}(\lambda) = 1 + \sum_i \frac{e_i}{e_i + \lambda}$$
+
+        (the 1: the intercept), with the residual read off the eigenbasis, $g_i^2 = \sum_c G_{ic}^2$:
+        $\mathrm{RSS}(\lambda) = \operatorname{tr} S_{yy} - \sum_i g_i^2 (2/(e_i + \lambda) - e_i/(e_i+\lambda)^2)$."""
+        e, n = self.e, self.fit.n_
+        g2 = self.g[:, block].pow(2).sum(1)
+        scores = []
+        for lam in self.lams:
+            rss = float(self.fit.syy_[block].sum() - (g2 * (2 / (e + lam) - e / (e + lam) ** 2)).sum())
+            room = 1 - (1 + float((e / (e + lam)).sum())) / n
+            scores.append(rss / n / room**2 if room > 0 else math.inf)
+        return scores
+
+    def weights(self, k: int, block: slice = slice(None)) -> tuple[Tensor, Tensor]:
+        """$(W, b)$ of the ``k``-th ridge for the columns ``block``, formed."""
+        w = self.q @ (self.g[:, block] / (self.e + self.lams[k])[:, None])
+        return w, self.fit.mean_y_[block] - w.T @ self.fit.mean_x_
+
+    def r_squared(self, other: CrossMoments, block: slice = slice(None)) -> list[float]:
+        r"""Held-out $R^2$ of every ridge on ``other``'s statistics (as ``CrossMoments.r_squared`` of the formed fit),
+        without forming $W$: with $d = 1/(e + \lambda)$, $H = Q^\top S'_{xy}$, $M = Q^\top S'_{xx} Q$ and
+        $C = G G^\top$ (primes: ``other``'s statistics, columns ``block``),
+
+        $$\operatorname{tr} W^\top S'_{xy} = \sum_i d_i (G \odot H)_{i\cdot}\mathbf 1,\qquad
+        \operatorname{tr} W^\top S'_{xx} W = d^\top (M \odot C)\, d,$$
+
+        and the offset of the means $\Delta\bar y - G^\top (d \odot Q^\top \Delta\bar x)$: $O(D^2)$ per ridge after
+        three $D^3$ products."""
+        g = self.g[:, block]
+        h = (g * (self.q.T @ other.sxy_[:, block].double())).sum(1)
+        k = (self.q.T @ other.sxx_.double() @ self.q) * (g @ g.T)
+        u = self.q.T @ (other.mean_x_ - self.fit.mean_x_)
+        dy = other.mean_y_[block] - self.fit.mean_y_[block]
+        syy = other.syy_[block].sum()
+        out = []
+        for lam in self.lams:
+            d = 1 / (self.e + lam)
+            offset = dy - g.T @ (d * u)
+            resid = syy - 2 * (d * h).sum() + d @ k @ d + other.n_ * offset.pow(2).sum()
+            out.append(float(1 - resid / syy))
+        return out
