@@ -73,8 +73,13 @@ class BlockHooks(nn.Module):
         self.points: tuple[HookPoint, ...] = tuple(self.get_submodule(p) for p in BLOCK_POINTS)
 
     def hooked(self) -> bool:
-        """Whether any point of this depth carries a hook."""
-        return any(p.hooked() for p in self.points)
+        """Whether any point of this depth carries a hook (each point's ``hooked``, inlined: asked every forward)."""
+        if _global_forward_hooks or _global_forward_pre_hooks:
+            return True
+        for p in self.points:
+            if p._forward_hooks or p._forward_pre_hooks:
+                return True
+        return False
 
 
 @contextmanager
