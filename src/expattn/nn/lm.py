@@ -298,7 +298,7 @@ class LM(nn.Module):
         for i, block in enumerate(self.layer_blocks()):
             hooks = self.hooks[i]
             if not self.cfg.implicit:
-                x = block(x, hooks=hooks if hooks.hooked() else None)  # no module calls no one observes
+                x = block(x, None, hooks if hooks.hooked() else None)  # no module calls no one observes
                 continue
             layer = ImplicitAttention(ImplicitBlock(block), IMPLICIT_SOLVER)
             z = layer(x)  # f(z*, x), on the implicit graph
