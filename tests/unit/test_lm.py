@@ -53,7 +53,7 @@ def test_matches_reference_forward(gen, tied, bias):
     torch.testing.assert_close(logits, reference_logits(model, idx), rtol=1e-10, atol=1e-10)
 
 
-def nanogpt_loss(params: dict[str, torch.Tensor], cfg: LMConfig, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+def nanogpt_loss(params: dict[str, torch.Tensor], cfg: LMConfig, idx: torch.Tensor, targets: torch.Tensor):
     """nanoGPT's bias-free training loss written with the torch kernels it calls (fused layer norm, causal SDPA)."""
     B, T = idx.shape
     C, H = cfg.dim, cfg.heads
