@@ -53,6 +53,40 @@ def test_matches_reference_forward(gen, tied, bias):
     torch.testing.assert_close(logits, reference_logits(model, idx), rtol=1e-10, atol=1e-10)
 
 
+def nanogpt_loss(params: dict[str, torch.Tensor], cfg: LMConfig, idx: torch.Tensor, targets: torch.Tensor):
+    """nanoGPT's bias-free training loss written with the torch kernels it calls (fused layer norm, causal SDPA)."""
+    B, T = idx.shape
+    C, H = cfg.dim, cfg.heads
+    x = F.embedding(idx, params["tok.weight"]) + F.embedding(torch.arange(T), params["pos.weight"])
+    for layer in range(cfg.layers):
+        b = f"blocks.{layer}"
+        h = F.layer_norm(x, (C,), params[f"{b}.norm1.norm.weight"], None, 1e-5)
+        q, k, v = F.linear(h, params[f"{b}.attn.in_proj_weight"]).split(C, dim=2)
+        q, k, v = (t.view(B, T, H, C // H).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, C)
+        x = x + F.linear(y, params[f"{b}.attn.out_proj.weight"])
+        h = F.layer_norm(x, (C,), params[f"{b}.norm2.norm.weight"], None, 1e-5)
+        x = x + F.linear(F.gelu(F.linear(h, params[f"{b}.mlp.fc.weight"])), params[f"{b}.mlp.out_proj.weight"])
+    logits = F.linear(F.layer_norm(x, (C,), params["norm_f.norm.weight"], None, 1e-5), params["tok.weight"])
+    return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+
+def test_bias_free_training_loss_and_gradients_are_bitwise_nanogpts(gen):
+    """The same kernels in the same order: the LM adds no arithmetic of its own (tolerance 0)."""
+    torch.manual_seed(int(torch.randint(0, 2**31, (1,), generator=gen)))
+    cfg = LMConfig(vocab_size=13, context=8, layers=2, heads=2, dim=16, bias=False)
+    model = perturb(LM(cfg), gen)
+    idx, targets = (torch.randint(0, 13, (3, 8), generator=gen) for _ in range(2))
+    _, loss = model(idx, targets)
+    loss.backward()
+    params = {k: v.detach().clone().requires_grad_(True) for k, v in model.state_dict().items() if k != "head.weight"}
+    expected = nanogpt_loss(params, cfg, idx, targets)
+    expected.backward()
+    torch.testing.assert_close(loss, expected, rtol=0, atol=0)
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(p.grad, params[name].grad, rtol=0, atol=0, msg=name)
+
+
 def test_bias_free_model_counts_as_nanogpt_recipe():
     """bias=False: no bias anywhere; the count is nanoGPT's bias-free GPT (806,528 at its CPU recipe size)."""
     V, T, L, C = 84, 64, 4, 128
@@ -171,6 +205,23 @@ def test_only_observed_depths_call_their_hook_points(gen, monkeypatch):
     handle.remove()
     assert len(called) == 3 * 12
     torch.testing.assert_close(hooked, plain, rtol=0, atol=0)
+
+
+def test_a_depth_knows_when_its_points_are_hooked_also_in_a_copy():
+    import copy
+
+    model = LM(LMConfig(vocab_size=5, context=4, layers=2, heads=1, dim=4))
+    for m in (model, copy.deepcopy(model)):
+        depth = m.hooks[1]
+        assert not depth.hooked()
+        for register in (depth.points[4].register_forward_hook, depth.points[4].register_forward_pre_hook):
+            handle = register(lambda *_: None)
+            assert depth.hooked() and not m.hooks[0].hooked()
+            handle.remove()
+            assert not depth.hooked()
+    handle = torch.nn.modules.module.register_module_forward_pre_hook(lambda *_: None)
+    assert model.hooks[0].hooked()
+    handle.remove()
 
 
 def test_a_hook_point_can_replace_its_tensor(gen):

@@ -114,7 +114,7 @@ def _attend(
     """``exp_fam_attention`` on arguments already checked (``ExpFamAttention`` builds them valid)."""
     plain = key_padding_mask is None and attn_mask is None and q.shape[2] == k.shape[2]
     if causal and plain and getattr(carrier, "fused_causal", False):
-        return carrier(q, k, v, None, scale, need_weights, causal=True)  # the fused kernel skips the masked half
+        return carrier(q, k, v, None, scale, need_weights, True)  # causal: the fused kernel skips the masked half
     batch, heads, queries, _ = q.shape
     mask = attention_mask(
         batch, heads, queries, k.shape[2], key_padding_mask=key_padding_mask, attn_mask=attn_mask, causal=causal,
@@ -333,9 +333,9 @@ class ExpFamAttention(nn.Module):
             for name, x in (("key", key), ("value", value)):
                 if x is not query:
                     require_finite(name, x)
-        packed = self.in_proj_weight is not None and key is query and value is query  # one product, [W_q; W_k; W_v]
-        if packed:
-            q, k, v = torch.nn.functional.linear(query, self.in_proj_weight, self.in_proj_bias).split(self._sizes, -1)
+        in_proj = self.in_proj_weight
+        if in_proj is not None and key is query and value is query:  # one product, [W_q; W_k; W_v]
+            q, k, v = torch.nn.functional.linear(query, in_proj, self.in_proj_bias).split(self._sizes, -1)
         else:
             _check_input("key", key, c.kdim or c.embed_dim)
             _check_input("value", value, c.vdim or c.embed_dim)
@@ -351,10 +351,11 @@ class ExpFamAttention(nn.Module):
         v = v.view(batch, keys, c.kv_heads, self._dim).transpose(1, 2)  # (B, Hkv, K, D)
         if rotary is not None:
             q, k = rotary(q, k)
-        hooked = bool(self.hook_weights._forward_hooks or self.hook_log_normalizer._forward_hooks)
+        modules = self._modules  # submodules by name: dict lookups, not one nn.Module.__getattr__ call each
+        hooked = bool(modules["hook_weights"]._forward_hooks or modules["hook_log_normalizer"]._forward_hooks)
         stats = need_weights or hooked
         out = _attend(
-            q, k, v, self.carrier, key_padding_mask, attn_mask, c.causal if is_causal is None else is_causal,
+            q, k, v, modules["carrier"], key_padding_mask, attn_mask, c.causal if is_causal is None else is_causal,
             self._scale, stats or _explicit_depth > 0,
         )
         if check:

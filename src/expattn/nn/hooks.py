@@ -71,10 +71,12 @@ class BlockHooks(nn.Module):
                 parent = getattr(parent, part)
             parent.add_module(leaf, HookPoint(f"{prefix}.{point}"))
         self.points: tuple[HookPoint, ...] = tuple(self.get_submodule(p) for p in BLOCK_POINTS)
+        # the points' own hook tables (torch registers and removes hooks in place): one ``any`` reads them all
+        self._hook_tables = tuple(t for p in self.points for t in (p._forward_hooks, p._forward_pre_hooks))
 
     def hooked(self) -> bool:
-        """Whether any point of this depth carries a hook."""
-        return any(p.hooked() for p in self.points)
+        """Whether any point of this depth carries a hook (``HookPoint.hooked`` of each; asked every forward)."""
+        return bool(_global_forward_hooks or _global_forward_pre_hooks or any(self._hook_tables))
 
 
 @contextmanager
