@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from expattn.core.hopfield import hopfield_energy, hopfield_update
+from expattn.core.hopfield import hopfield_energy, hopfield_update, hopfield_weights
 from expattn.nn.hopfield import Hopfield, HopfieldConfig
 from expattn.nn.hopfield_layers import HopfieldLayer, HopfieldPooling
 
@@ -217,3 +217,39 @@ def test_verify_check_d1_passes_and_flags_the_printed_sign(tmp_path):
     assert record.verdict == "pass" and record.as_printed == "fail"
     assert record.metrics["as_printed_error"] > 1e-3  # the printed "energy" rises by O(1) along updates
     assert (tmp_path / record.plots[0]).stat().st_size > 0
+
+
+@pytest.mark.parametrize("where", ["state", "stored", "masked_stored", "pattern_projection"])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+@pytest.mark.parametrize("eps", [None, 1e-6])
+def test_a_non_finite_input_is_named_although_only_the_output_is_checked(where, bad, eps):
+    """The inputs are tested only when the output is not finite; every non-finite input must get there (also a
+    masked stored pattern: 0 * inf is NaN) and be named, and an iteration to convergence stops at once."""
+    gen = torch.Generator().manual_seed(3)
+    state, stored = torch.randn(2, 5, 8, generator=gen), torch.randn(2, 7, 8, generator=gen)
+    projection = torch.randn(2, 7, 8, generator=gen)
+    keep = torch.ones(2, 7, dtype=torch.bool)
+    keep[1, 6] = False
+    target = {"state": state, "stored": stored, "masked_stored": stored, "pattern_projection": projection}[where]
+    target[1, 6 if where == "masked_stored" else 2, 3] = bad
+    layer = Hopfield(HopfieldConfig(input_size=8, update_steps_max=None if eps else 3, update_steps_eps=eps))
+    name = "stored" if where == "masked_stored" else where
+    with pytest.raises(ValueError, match=f"^{name} must be finite"):
+        layer(state, stored, projection if where == "pattern_projection" else None, stored_padding_mask=keep)
+    clean = {"nan": 0.0, "posinf": 1.0, "neginf": -1.0}  # the same inputs made finite: no error, a finite output
+    result = layer.retrieve(state.nan_to_num(**clean), stored.nan_to_num(**clean), need_energy=False)
+    assert torch.isfinite(result.output).all()
+
+
+def test_weights_overwrite_the_logits_only_where_no_gradient_flows():
+    logits = torch.randn(2, 3, 5, 7, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    expected = torch.softmax(logits, dim=-1)
+    reused = logits.clone()
+    with torch.no_grad():
+        out = hopfield_weights(reused, reuse=True)
+    assert out.data_ptr() == reused.data_ptr() and torch.equal(out, expected)  # the same numbers, in place
+    tracked = logits.clone().requires_grad_(True)
+    out = hopfield_weights(tracked, reuse=True)
+    assert out.data_ptr() != tracked.data_ptr() and torch.equal(tracked.detach(), logits)  # autograd keeps them
+    (grad,) = torch.autograd.grad(out[..., 0].sum(), tracked)
+    assert torch.isfinite(grad).all() and grad.abs().sum() > 0

@@ -25,7 +25,7 @@ from torch import Tensor, nn
 
 from expattn.arguments import positive_int
 from expattn.core.hopfield import OVERFLOW, energy_from_log_normalizer, hopfield_logits, hopfield_weights
-from expattn.core.validate import check_output, require_finite
+from expattn.core.validate import check_output_of
 from expattn.nn.carriers import softmax_with_log_normalizer
 from expattn.validation import validate_enabled
 
@@ -209,11 +209,7 @@ class Hopfield(nn.Module):
                     f"got {tuple(stored_padding_mask.shape)}"
                 )
             mask = stored_padding_mask.unsqueeze(1)  # (B, 1, N)
-        check = validate_enabled(self.validate_args)
-        if check:
-            for name, x in (("state", state), ("stored", stored), ("pattern_projection", pattern_projection)):
-                if x is not None:
-                    require_finite(name, x)
+        check = validate_enabled(self.validate_args)  # the inputs are diagnosed only if the output is not finite
         xi = self._heads(state if self.state_proj is None else self.state_proj(state))  # (B, H, Q, d)
         keys = self._heads(stored if self.stored_proj is None else self.stored_proj(stored))  # (B, H, N, d)
         values_in = stored if pattern_projection is None else pattern_projection
@@ -224,23 +220,28 @@ class Hopfield(nn.Module):
         eps = c.update_steps_eps if c.update_steps_eps is not None else (1e-6 if c.update_steps_max is None else None)
         energies: list[Tensor] = []
         converged, at_last = eps is None, False
-        logits = hopfield_logits(xi, keys, beta, mask)  # (B, H, Q, N)
+        weights = None
         for step in range(1, steps_max + 1):
+            # each (B, H, Q, N) buffer is released as soon as it is read, so the next one can take its (cached) memory
+            del weights
+            logits = hopfield_logits(xi, keys, beta, mask)  # (B, H, Q, N)
             if need_energy:
                 weights, lse = softmax_with_log_normalizer(logits)  # (B, H, Q, N), (B, H, Q)
                 energies.append(energy_from_log_normalizer(xi, lse, beta.squeeze(-1)))
             else:
-                weights = hopfield_weights(logits)  # (B, H, Q, N); no log-normalizer nobody reads
+                weights = hopfield_weights(logits, reuse=True)  # (B, H, Q, N); no log-normalizer nobody reads
+            del logits
             at_last = step == steps_max
             if at_last and not (same or need_energy or eps is not None):
                 break  # the readout below is all that is left
             new = weights @ keys  # (B, H, Q, d): the update X^T softmax(beta X xi)
-            if eps is not None and (new - xi).abs().amax().item() <= eps:
-                converged = at_last = True
+            if eps is not None:
+                change = (new - xi).abs().amax().item()
+                converged = change <= eps
+                at_last = at_last or converged or math.isnan(change)  # NaN: a non-finite input, named below
             xi = new
             if at_last:
                 break
-            logits = hopfield_logits(xi, keys, beta, mask)
         if need_energy:
             lse = softmax_with_log_normalizer(hopfield_logits(xi, keys, beta, mask))[1]
             energies.append(energy_from_log_normalizer(xi, lse, beta.squeeze(-1)))
@@ -249,7 +250,8 @@ class Hopfield(nn.Module):
         if self.out_proj is not None:
             out = self.out_proj(out)
         if check:
-            check_output("Hopfield output", out, OVERFLOW)
+            inputs = {"state": state, "stored": stored, "pattern_projection": pattern_projection}
+            check_output_of("Hopfield output", out, OVERFLOW, inputs)
         energy = torch.stack(energies) if energies else xi.new_empty(0)
         return HopfieldResult(out, energy, weights, step, converged)
 
