@@ -146,8 +146,8 @@ def test_ridge_path_gcv_and_heldout_r2_per_block_against_explicit_residuals(gen)
     xc, yc = xs - xs.mean(0), ys - ys.mean(0)
     xo, yo = x[n:].numpy(), y[n:].numpy()
     path = stats.ridge_path(relatives)
-    for block in blocks:
-        gcvs, held = path.gcv(block), path.r_squared(other, block)
+    for block, held in zip(blocks, path.r_squared(other, blocks), strict=True):
+        gcvs = path.gcv(block)
         for k, relative in enumerate(relatives):
             lam = path.lams[k]
             assert lam == pytest.approx(relative * (xc**2).sum(0).mean(), rel=1e-12)

@@ -133,8 +133,9 @@ class E6Mlp(Estimator):
         blocks = (slice(0, self.ctx.dim), slice(self.ctx.dim, 2 * self.ctx.dim))  # update, noise control
         out = []
         path_a, path_b = a.ridge_path(RIDGE_GRID), b.ridge_path(RIDGE_GRID)
-        for block in blocks:
-            held = np.array([path_a.r_squared(b, block), path_b.r_squared(a, block)]).T  # (grid, 2)
+        held_a, held_b = path_a.r_squared(b, blocks), path_b.r_squared(a, blocks)  # per block, per ridge
+        for block, on_b, on_a in zip(blocks, held_a, held_b, strict=True):
+            held = np.array([on_b, on_a]).T  # (grid, 2): even -> odd, odd -> even
             pick = [int(np.argmin(path.gcv(block))) for path in (path_a, path_b)]
             out.append((held[pick, [0, 1]], np.array(RIDGE_GRID)[pick], held))
         return out

@@ -136,26 +136,31 @@ class RidgePath:
         w = self.q @ (self.g[:, block] / (self.e + self.lams[k])[:, None])
         return w, self.fit.mean_y_[block] - w.T @ self.fit.mean_x_
 
-    def r_squared(self, other: CrossMoments, block: slice = slice(None)) -> list[float]:
+    def r_squared(self, other: CrossMoments, blocks: tuple[slice, ...] = (slice(None),)) -> list[list[float]]:
         r"""Held-out $R^2$ of every ridge on ``other``'s statistics (as ``CrossMoments.r_squared`` of the formed fit),
-        without forming $W$: with $d = 1/(e + \lambda)$, $H = Q^\top S'_{xy}$, $M = Q^\top S'_{xx} Q$ and
-        $C = G G^\top$ (primes: ``other``'s statistics, columns ``block``),
+        per block of columns of $y$ (``blocks``), without forming $W$: with $d = 1/(e + \lambda)$,
+        $H = Q^\top S'_{xy}$, $M = Q^\top S'_{xx} Q$ (one for all blocks) and $C = G G^\top$ (primes: ``other``'s
+        statistics, a block's columns),
 
         $$\operatorname{tr} W^\top S'_{xy} = \sum_i d_i (G \odot H)_{i\cdot}\mathbf 1,\qquad
         \operatorname{tr} W^\top S'_{xx} W = d^\top (M \odot C)\, d,$$
 
         and the offset of the means $\Delta\bar y - G^\top (d \odot Q^\top \Delta\bar x)$: $O(D^2)$ per ridge after
-        three $D^3$ products."""
-        g = self.g[:, block]
-        h = (g * (self.q.T @ other.sxy_[:, block].double())).sum(1)
-        k = (self.q.T @ other.sxx_.double() @ self.q) * (g @ g.T)
+        the $D^3$ products."""
+        m = self.q.T @ other.sxx_.double() @ self.q
         u = self.q.T @ (other.mean_x_ - self.fit.mean_x_)
-        dy = other.mean_y_[block] - self.fit.mean_y_[block]
-        syy = other.syy_[block].sum()
-        out = []
-        for lam in self.lams:
-            d = 1 / (self.e + lam)
-            offset = dy - g.T @ (d * u)
-            resid = syy - 2 * (d * h).sum() + d @ k @ d + other.n_ * offset.pow(2).sum()
-            out.append(float(1 - resid / syy))
-        return out
+        scores = []
+        for block in blocks:
+            g = self.g[:, block]
+            h = (g * (self.q.T @ other.sxy_[:, block].double())).sum(1)
+            k = m * (g @ g.T)
+            dy = other.mean_y_[block] - self.fit.mean_y_[block]
+            syy = other.syy_[block].sum()
+            out = []
+            for lam in self.lams:
+                d = 1 / (self.e + lam)
+                offset = dy - g.T @ (d * u)
+                resid = syy - 2 * (d * h).sum() + d @ k @ d + other.n_ * offset.pow(2).sum()
+                out.append(float(1 - resid / syy))
+            scores.append(out)
+        return scores
