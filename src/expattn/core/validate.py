@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -15,6 +17,15 @@ def as_tensor(name: str, value: object) -> Tensor:
     if not value.is_floating_point():
         raise TypeError(f"{name} must be a floating tensor, got dtype {value.dtype}")
     return value
+
+
+def sum_is_finite(value: Tensor) -> bool:
+    """Whether the sum of a floating ``value`` is finite: if so, so is every entry (NaN and infinity propagate).
+
+    Read as a Python float: ``math.isfinite`` of one ``item()`` (one host sync) instead of ``Tensor.isfinite``
+    on the 0-dim sum, which runs several small kernels (25 us more on CPU after a large product).
+    """
+    return math.isfinite(value.sum().item())
 
 
 def check_finite(name: str, value: Tensor) -> Tensor:
@@ -33,7 +44,7 @@ def require_finite(name: str, value: Tensor) -> Tensor:
     if value.is_meta:
         return value
     with torch.no_grad():
-        if value.is_floating_point() and bool(value.sum().isfinite()):
+        if value.is_floating_point() and sum_is_finite(value):
             return value
         if not torch.isfinite(value).all():
             raise ValueError(f"{name} must be finite, got NaN or infinity")
@@ -105,7 +116,7 @@ def check_output(name: str, value: Tensor, cause: str) -> Tensor:
     infinity, or finite values that overflow when added) falls back to the element-wise test.
     """
     with torch.no_grad():
-        if value.is_floating_point() and bool(value.sum().isfinite()):
+        if value.is_floating_point() and sum_is_finite(value):
             return value
         if not bool(torch.isfinite(value).all()):
             raise ValueError(f"{name} is not finite although its inputs are: {cause}")
@@ -120,7 +131,7 @@ def check_output_of(name: str, value: Tensor, cause: str, inputs: dict[str, Tens
     softmax (NaN and infinity propagate, and $0 \\cdot \\infty$ is NaN).
     """
     with torch.no_grad():
-        if value.is_floating_point() and bool(value.sum().isfinite()):
+        if value.is_floating_point() and sum_is_finite(value):
             return value
     for argument, x in inputs.items():
         if x is not None:
