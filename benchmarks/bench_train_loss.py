@@ -27,10 +27,9 @@ from nanogpt import GPT
 
 from expattn.nn.lm import LM, LMConfig
 from expattn.train.data import SHAKESPEARE, CharCorpus
+from expattn.train.loop import EVAL_SEED_OFFSET
 from expattn.train.optim import adamw, learning_rate
 from expattn.train.step import optimizer_step
-
-EVAL_SEED_OFFSET = 1_000_003  # expattn.train.loop.evaluate's fixed evaluation batches: seed + this
 
 
 def batch(corpus: CharCorpus, split: str, gen: torch.Generator, a: argparse.Namespace) -> tuple[torch.Tensor, ...]:

@@ -149,6 +149,9 @@ class TrainResult:
     corpus: CharCorpus
 
 
+EVAL_SEED_OFFSET = 1_000_003  # the evaluation batches' generator is seeded with seed + this
+
+
 def _rng_states(data_gen: torch.Generator) -> dict[str, torch.Tensor]:
     states = {"data": data_gen.get_state(), "torch": torch.get_rng_state()}
     if torch.cuda.is_available():
@@ -170,7 +173,7 @@ def evaluate(
     model.eval()
     out = {}
     for split in ("train", "val"):
-        gen = torch.Generator().manual_seed(cfg.seed + 1_000_003)
+        gen = torch.Generator().manual_seed(cfg.seed + EVAL_SEED_OFFSET)
         total = torch.zeros((), dtype=torch.float64, device=d.device)
         for _ in range(cfg.eval_batches):
             x, y = corpus.batch(split, cfg.batch, model.cfg.context, gen)
