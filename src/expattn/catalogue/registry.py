@@ -14,13 +14,12 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from expattn.catalogue import entry
-from expattn.results.record import Record, enforce_controls
+from expattn.results.record import Record, enforce_controls, error_record
 
 COMMANDS = ("verify", "simulate")
 
@@ -135,20 +134,14 @@ def select(command: str, only: list[str] | None) -> list[Claim]:
 
 
 def run_claim(claim: Claim, ctx: RunContext) -> Record:
-    """Run one check; fill in context; a raised exception becomes a ``fail`` record; misbehaving
-    controls demote the verdict (``enforce_controls``). A simulate record names its preset in
-    ``details["preset"]``, whichever command ran it (``simulate`` or ``report``)."""
+    """Run one check; fill in context; a raised exception becomes an ``error`` record (a bug or a crash of the
+    check, not a verdict on the claim); misbehaving controls demote the verdict (``enforce_controls``). A simulate
+    record names its preset in ``details["preset"]``, whichever command ran it (``simulate`` or ``report``)."""
     start = time.perf_counter()
     try:
         record = claim.check(ctx)
     except Exception as err:
-        record = Record(
-            id=claim.id,
-            kind=claim.kind,
-            verdict="fail",
-            notes=f"check raised {type(err).__name__}: {err}",
-            details={"traceback": traceback.format_exc(limit=5)},
-        )
+        record = error_record(claim.id, claim.kind, "check", err)
     record.statement = record.statement or claim.statement
     record.source = record.source or claim.source
     record.method = record.method or claim.method

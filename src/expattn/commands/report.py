@@ -187,7 +187,9 @@ class _Runner:
             out.append(_tag(run_claim(claim, ctx), command, f"plots/{command}"))
             self.progress.advance(self.task)
         failed = sum(r.verdict == "fail" for r in out)
-        return out, "ok", f"{failed} of {len(out)} failed" if failed else ""
+        errors = sum(r.verdict == "error" for r in out)
+        reason = "; ".join(f"{n} of {len(out)} {what}" for n, what in ((failed, "failed"), (errors, "raised")) if n)
+        return out, "ok", reason
 
     def probe_stage(self, model: str) -> tuple[list[Record], str, str]:
         self.progress.update(self.task, description=f"probe {escape(model)}: loading and tokenising")
@@ -222,7 +224,7 @@ class _Runner:
             return _placeholder(model, "skipped", reason), "skipped", reason
         except Exception as err:
             reason = f"probe raised {type(err).__name__}: {err}"
-            return _placeholder(model, "fail", reason), "fail", reason
+            return _placeholder(model, "error", reason), "fail", reason
         return [_tag(r, "probe", f"plots/{slug}", model=model) for r in records], "ok", ""
 
 

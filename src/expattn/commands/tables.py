@@ -7,7 +7,7 @@ from rich.table import Table
 
 from expattn.results.record import Record
 
-STYLE = {"pass": "green", "fail": "red", "supported": "green", "not_supported": "red"}
+STYLE = {"pass": "green", "fail": "red", "supported": "green", "not_supported": "red", "error": "bold red"}
 
 
 def record_table(records: list[Record], title: str) -> Table:
@@ -34,7 +34,7 @@ def record_table(records: list[Record], title: str) -> Table:
 
 def headline_table(records: list[Record], title: str) -> Table:
     """Columns: ID, claim, headline measure (``report.matrix.HEADLINES``), its value, verdict and, for a
-    skipped record, why.
+    skipped or error record, why.
 
     The value is the record's own headline metric (``-`` where the record has none, e.g. skipped).
     """
@@ -44,14 +44,14 @@ def headline_table(records: list[Record], title: str) -> Table:
 
     titles = {e.id: e.title for e in ENTRIES}
     table = Table(title=title, show_lines=False)
-    skipped = any(r.verdict == "skipped" for r in records)
-    for name in ("ID", "claim", "headline measure", "value", "verdict", *(("why skipped",) if skipped else ())):
+    skipped = any(r.verdict in ("skipped", "error") for r in records)
+    for name in ("ID", "claim", "headline measure", "value", "verdict", *(("why",) if skipped else ())):
         table.add_column(name, overflow="fold", justify="right" if name == "value" else "left")
     for r in records:
         key, measure = HEADLINES.get(r.id, ("", ""))
         value = r.metrics.get(key)
         shown = format_value(value) if isinstance(value, int | float) and not isinstance(value, bool) else "-"
-        notes = "" if r.verdict != "skipped" else r.notes if len(r.notes) <= 80 else r.notes[:77] + "..."
+        notes = "" if r.verdict not in ("skipped", "error") else r.notes if len(r.notes) <= 80 else r.notes[:77] + "..."
         why = (escape(notes),) if skipped else ()
         table.add_row(escape(r.id), escape(titles.get(r.id, r.statement)), escape(measure), shown,
                       f"[{STYLE.get(r.verdict, 'yellow')}]{escape(r.verdict)}[/]", *why)

@@ -109,12 +109,49 @@ def mean_pairwise_cosine(x: Float[Tensor, "batch token dim"]) -> Float[Tensor, "
     return (total - tokens) / (tokens * (tokens - 1))
 
 
+class DegenerateCloud(ValueError):
+    """A cloud whose covariance is numerically rank-deficient (see ``conditioning``)."""
+
+
+def conditioning(x: Float[Tensor, "batch token dim"]) -> Float[Tensor, " batch"]:
+    r"""$\lambda_{\min}(\bar S) / \lambda_{\max}(\bar S)$, the covariance's inverse condition number (0 for a point).
+
+    A cloud is **numerically rank-deficient** when this is below ``rank_tolerance(dtype)``.
+    """
+    eig = torch.linalg.eigvalsh(covariance(x))  # (B, D), ascending
+    top = eig[..., -1]
+    ratio = eig[..., 0].clamp_min(0) / top.clamp_min(torch.finfo(x.dtype).tiny)
+    return torch.where(top > 0, ratio, torch.zeros_like(top))
+
+
+def rank_tolerance(dtype: torch.dtype) -> float:
+    r"""$\sqrt{\epsilon}$ of ``dtype`` (1.5e-8 in float64, 3.5e-4 in float32): the smallest eigenvalue ratio of a
+    covariance read as full rank.
+
+    $\bar S$ is known to about $\epsilon\,\lambda_{\max}$; standardising multiplies the direction of
+    $\lambda_{\min}$ by $\lambda_{\min}^{-1/2}$, so below $\lambda_{\min}/\lambda_{\max} = \sqrt{\epsilon}$ the
+    standardised coordinates would carry relative rounding error above $\sqrt{\epsilon}$, and whether a Cholesky
+    factorisation succeeds at all is decided by rounding (machine and subset dependent). The decision is made here,
+    explicitly, instead.
+    """
+    return math.sqrt(torch.finfo(dtype).eps)
+
+
 def _standardised(x: Tensor) -> Tensor:
-    """$\\bar S^{-1/2}(x_t - \\bar x)$ through a Cholesky factor; raises on a degenerate cloud."""
-    cov = covariance(x)
-    chol, info = torch.linalg.cholesky_ex(cov)
+    """$\\bar S^{-1/2}(x_t - \\bar x)$ through a Cholesky factor.
+
+    Raises:
+        DegenerateCloud: a cloud is numerically rank-deficient (``conditioning`` below ``rank_tolerance``).
+    """
+    ratio = conditioning(x)
+    if (ratio < rank_tolerance(x.dtype)).any():
+        raise DegenerateCloud(
+            f"cloud has a numerically singular covariance (eigenvalue ratio {float(ratio.min()):.2g} < "
+            f"{rank_tolerance(x.dtype):.2g}); its Gaussianity statistics are undefined"
+        )
+    chol, info = torch.linalg.cholesky_ex(covariance(x))
     if (info != 0).any():
-        raise ValueError("cloud has a singular covariance; its Gaussianity statistics are undefined")
+        raise DegenerateCloud("cloud has a singular covariance; its Gaussianity statistics are undefined")
     centred = x - x.mean(-2, keepdim=True)
     return torch.linalg.solve_triangular(chol, centred.mT, upper=False).mT  # (B, T, D)
 

@@ -42,7 +42,7 @@ class ProbeResults:
 
     @property
     def verdicts(self) -> dict[str, str]:
-        """Hypothesis id -> verdict (``supported``, ``not_supported``, ``inconclusive``, ``skipped``)."""
+        """Hypothesis id -> verdict (``supported``, ``not_supported``, ``inconclusive``, ``skipped``, ``error``)."""
         return {r.id: r.verdict for r in self.records}
 
     def to_frame(self):

@@ -22,6 +22,7 @@ from expattn.probes.common import Batch, ProbeContext
 from expattn.probes.overlap import UpdateWorker, overlap_available
 from expattn.probes.stats import poisson_weights
 from expattn.probes.subject import Subject
+from expattn.results.record import error_record
 
 TRIM_SLACK = 0.10  # relative growth of the resident size that triggers a heap trim (see _heap_trimmer)
 
@@ -63,12 +64,14 @@ def _batch(indices: list[int], seed: int, replicates: int) -> Batch:
 @dataclass
 class Feeding:
     """What step 2 (*feed*) measured: wall and CPU seconds of the forward passes and of the statistics.
-    ``overlapped``: the statistics ran in a worker thread, and ``forward`` excludes them already."""
+    ``overlapped``: the statistics ran in a worker thread, and ``forward`` excludes them already. ``failed``: claim ->
+    the ``error`` record of an estimator whose update raised (it is not updated again; the others go on)."""
 
     forward: float = 0.0
     forward_cpu: float = 0.0
     stats_cpu: float = 0.0
     per_estimator: dict = field(default_factory=dict)
+    failed: dict = field(default_factory=dict)
     checked: float = 0.0
     overlapped: bool = False
 
@@ -97,8 +100,13 @@ def feed(subject: Subject, ctx: ProbeContext, estimators: list, batches: list[li
             fed.checked = max(fed.checked, check_heads(i, tensors, ctx.attention[i], eps))
         batch.shared.clear()  # statistics shared between estimators live for one block
         for est in estimators:
+            if est.claim in fed.failed:
+                continue
             t0 = time.perf_counter()
-            est.update(i, tensors, batch)
+            try:
+                est.update(i, tensors, batch)
+            except Exception as err:  # a bug or crash of one estimator: its record reads error, the others go on
+                fed.failed[est.claim] = error_record(est.claim, "empirical", "update", err)
             fed.per_estimator[est.claim] += time.perf_counter() - t0
 
     def on_block(i: int, tensors: dict[str, torch.Tensor]) -> None:
@@ -154,15 +162,18 @@ def _as_float32(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 
 def merge(estimators: list, fed: Feeding, rank: int, world: int) -> tuple[float, float]:
-    """Step 3: under ``torchrun``, rank 0 merges every process's fitted statistics; returns the slowest
-    process's forward and statistics seconds."""
+    """Step 3: under ``torchrun``, rank 0 merges every process's fitted statistics and failures (an estimator
+    that failed on any process is not merged); returns the slowest process's forward and statistics seconds."""
     stats_seconds = sum(fed.per_estimator.values())
     if world == 1:
         return fed.forward, stats_seconds
     gathered: list = [None] * world
-    torch.distributed.all_gather_object(gathered, [estimators, fed.forward, stats_seconds])
+    torch.distributed.all_gather_object(gathered, [estimators, fed.forward, stats_seconds, fed.failed])
     if rank == 0:
+        for _, _, _, failed in gathered[1:]:
+            fed.failed = failed | fed.failed
         for other, *_ in gathered[1:]:
             for est, theirs in zip(estimators, other, strict=True):
-                est.merge(theirs)
+                if est.claim not in fed.failed:
+                    est.merge(theirs)
     return max(g[1] for g in gathered), max(g[2] for g in gathered)

@@ -3,7 +3,9 @@
 The model is a HuggingFace model directory (BERT, GPT-2, Llama families) or a folder written by
 ``expattn train`` (expattn's own LM). ``ProbeConfig.hypotheses`` chooses which estimators are
 built and fed; a chosen hypothesis that cannot apply to the model (the adapter's
-``inapplicable``, e.g. E5 on a non-softmax carrier) gets a ``skipped`` record with the reason.
+``inapplicable``, e.g. E5 on a non-softmax carrier) gets a ``skipped`` record with the reason; one whose
+update or analysis raises gets an ``error`` record (the exception and its traceback), and the others are
+still measured.
 
 One pass over a deterministic token sample: the model runs batch by batch with forward hooks
 (``expattn.probes.adapters.Capture``); after each block the estimators of E1-E9 update their
@@ -17,7 +19,6 @@ from __future__ import annotations
 import math
 import os
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -41,7 +42,7 @@ from expattn.probes.footprint import STATISTICS, require_room
 from expattn.probes.loading import load_pretrained, read_config, resolve_model_dir
 from expattn.probes.overlap import measure_in_parallel
 from expattn.probes.subject import Subject, parse_device, parse_dtype, place, subject_from_model, synthetic_image
-from expattn.results.record import Record, enforce_controls, results_document
+from expattn.results.record import Record, enforce_controls, error_record, results_document
 from expattn.seeds import check_seed
 
 ESTIMATORS = (E1Expansion, E2Normalization, E3Gaussianity, E4Alignment, E5Gradient, E6Mlp, E7Collapse, E8Heads,
@@ -220,31 +221,31 @@ def context(subject: Subject, config: ProbeConfig) -> ProbeContext:
 
 def records(estimators: list, inapplicable: dict[str, str], fed: Feeding, model_name: str,
             out_dir: Path | None) -> list[Record]:
-    """Step 4 (rank 0): one record per chosen hypothesis, ``skipped`` with the reason where it cannot apply
-    or where its analysis raised. When the updates overlapped the forward passes (a spare core), the analyses
-    run two at a time (``measure_in_parallel``; the same numbers); judging and plotting stay on this thread."""
+    """Step 4 (rank 0): one record per chosen hypothesis: ``skipped`` with the reason where it cannot apply,
+    ``error`` (the exception and its traceback) where its update or its analysis raised, else its verdict. One
+    estimator's error does not stop the others. When the updates overlapped the forward passes (a spare core), the
+    analyses run two at a time (``measure_in_parallel``; the same numbers); judging and plotting stay on this
+    thread."""
     out = []
     if out_dir is not None:
         Path(out_dir).mkdir(parents=True, exist_ok=True)
-    analysed = measure_in_parallel(estimators) if fed.overlapped else {}  # the spare core the updates had
+    healthy = [est for est in estimators if est.claim not in fed.failed]
+    analysed = measure_in_parallel(healthy) if fed.overlapped else {}  # the spare core the updates had
     for est in estimators:
         t0 = time.perf_counter()
         measured, seconds = analysed.get(est.claim, (None, 0.0))
         try:
-            if isinstance(measured, Exception):
-                raise measured
-            with torch.no_grad():
-                record = est.result(out_dir, measured)
+            if est.claim in fed.failed:
+                record = fed.failed[est.claim]
+            else:
+                if isinstance(measured, Exception):
+                    raise measured
+                with torch.no_grad():
+                    record = est.result(out_dir, measured)
         except OSError:  # writing its plot failed (a full disk...): an error of the run, not a verdict
             raise
         except Exception as err:  # one failing analysis must not discard the others: report it
-            record = Record(
-                id=est.claim,
-                kind="empirical",
-                verdict="skipped",
-                notes=f"analysis raised {type(err).__name__}: {err}",
-                details={"traceback": traceback.format_exc(limit=5)},
-            )
+            record = error_record(est.claim, "empirical", "analysis", err)
         record.metrics["update_seconds"] = fed.per_estimator[est.claim]
         record.metrics["result_seconds"] = time.perf_counter() - t0 + seconds
         record.statement, record.source = entry(record.id).statement, entry(record.id).seeds

@@ -31,8 +31,8 @@ class LayerSeries:
 
 
 def _entry(record: Record, name: str) -> object:
-    if record.verdict == "skipped":
-        raise ValueError(f"the probe skipped {record.id}: {record.notes}")
+    if record.verdict in ("skipped", "error"):
+        raise ValueError(f"the probe has no {record.id} ({record.verdict}): {record.notes}")
     if name not in record.details:
         raise ValueError(f"{record.id} record has no per-layer series {name!r}")
     return record.details[name]
@@ -42,7 +42,7 @@ def layer_series(record: Record, name: str) -> LayerSeries:
     """The series ``name`` of ``record`` (an entry ``{"estimate", "low", "high"}`` of its ``details``).
 
     Raises:
-        ValueError: the record was skipped, or ``name`` is absent or not a series with an interval.
+        ValueError: the record was skipped or an error, or ``name`` is absent or not a series with an interval.
     """
     entry = _entry(record, name)
     if not isinstance(entry, dict) or set(entry) != {"estimate", "low", "high"}:
@@ -54,7 +54,7 @@ def layer_values(record: Record, name: str) -> tuple[float, ...]:
     """The per-layer values ``name`` of ``record`` (a list in its ``details``, no interval).
 
     Raises:
-        ValueError: the record was skipped, or ``name`` is absent or not a list.
+        ValueError: the record was skipped or an error, or ``name`` is absent or not a list.
     """
     entry = _entry(record, name)
     if not isinstance(entry, list):

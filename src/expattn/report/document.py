@@ -30,7 +30,7 @@ CLAIM_TITLES = {e.id: e.title for e in catalogue.ENTRIES}
 # either, its notes are shown.
 AS_PRINTED = {e.id: e.as_printed for e in catalogue.ENTRIES if e.as_printed is not None}
 
-VERDICT_ORDER = ("fail", "not_supported", "inconclusive", "skipped", "supported", "pass")
+VERDICT_ORDER = ("error", "fail", "not_supported", "inconclusive", "skipped", "supported", "pass")
 
 
 @dataclass(frozen=True)
@@ -162,7 +162,7 @@ def cpu(stage: Stage) -> str:
 
 
 def worst(verdicts: list[str]) -> str:
-    """The most severe of several verdicts (fail first, pass last)."""
+    """The most severe of several verdicts (error first, then fail; pass last)."""
     return min(verdicts, key=VERDICT_ORDER.index) if verdicts else "not run"
 
 

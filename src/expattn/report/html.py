@@ -51,6 +51,7 @@ td.num { font-variant-numeric: tabular-nums; white-space: nowrap; }
 .badge { display: inline-block; padding: 1px 8px; margin: 1px 2px; border-radius: 10px; font-size: 13px;
          color: #fff; background: #7a8594; text-decoration: none; white-space: nowrap; }
 .pass, .supported, .ok { background: #2e7d32; } .fail, .not_supported { background: #c62828; }
+.error { background: #b00020; outline: 2px solid #5c0011; }
 .inconclusive { background: #b26a00; } .skipped, .not-run { background: #7a8594; }
 .card { background: var(--card); border: 1px solid var(--line); border-radius: 8px; padding: 14px 16px;
         margin: 14px 0; }

@@ -13,13 +13,14 @@ import json
 import math
 import os
 import platform
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 SCHEMA_VERSION = "expattn.results/1"
-Verdict = Literal["pass", "fail", "supported", "not_supported", "inconclusive", "skipped"]
-VERDICTS = ("pass", "fail", "supported", "not_supported", "inconclusive", "skipped")
+Verdict = Literal["pass", "fail", "supported", "not_supported", "inconclusive", "skipped", "error"]
+VERDICTS = ("pass", "fail", "supported", "not_supported", "inconclusive", "skipped", "error")
 KINDS = ("identity", "inequality", "dynamics", "empirical", "identity+dynamics", "identity+empirical")
 CONTROL_KINDS = ("negative", "positive")
 PASSING = ("pass", "supported")  # verdicts that accept a claim
@@ -66,7 +67,9 @@ class Record:
         id: claim ID of the catalogue (``expattn.catalogue``, docs/CLAIMS.md), e.g. ``"A3"``.
         kind: identity, inequality, dynamics or empirical (see ``KINDS``).
         verdict: ``pass``/``fail`` for exact claims, ``supported``/``not_supported``/
-            ``inconclusive`` for hypotheses, ``skipped`` with a reason in ``notes``.
+            ``inconclusive`` for hypotheses, ``skipped`` with a reason in ``notes`` (the claim does not apply),
+            ``error`` when the code that measures it raised (``error_record``: the exception in ``notes``,
+            its traceback in ``details["traceback"]``); an error says nothing about the claim.
         metrics: named numbers (max error, tolerance, ratios, intervals...).
         as_printed: ``pass``/``fail`` for the statement exactly as the seed prints it, or
             ``None`` where the seed prints it right.
@@ -104,8 +107,20 @@ class Record:
 
     @property
     def ok(self) -> bool:
-        """True unless the verdict is a failure of an exact claim."""
-        return self.verdict != "fail"
+        """True unless the verdict is a failure of an exact claim or an error of the code that measured it."""
+        return self.verdict not in ("fail", "error")
+
+
+def error_record(claim: str, kind: str, stage: str, err: BaseException) -> Record:
+    """The record of a claim whose ``stage`` (``check``, ``update``, ``analysis``...) raised ``err``: verdict
+    ``error``, the exception in ``notes`` and its whole traceback in ``details["traceback"]``."""
+    return Record(
+        id=claim,
+        kind=kind,
+        verdict="error",
+        notes=f"{stage} raised {type(err).__name__}: {err}",
+        details={"traceback": "".join(traceback.format_exception(err))},
+    )
 
 
 def enforce_controls(record: Record) -> Record:
@@ -113,10 +128,10 @@ def enforce_controls(record: Record) -> Record:
     control passing) or rejects a true one (a positive control failing) cannot vouch for its verdict.
 
     An exact claim (``pass``/``fail``) becomes ``fail``, a hypothesis ``inconclusive``; the note
-    names the controls. Skipped records and records without controls are returned unchanged.
+    names the controls. Skipped and error records and records without controls are returned unchanged.
     """
     bad = [c for c in record.controls if not c.behaved]
-    if not bad or record.verdict == "skipped":
+    if not bad or record.verdict in ("skipped", "error"):
         return record
     exact = record.verdict in ("pass", "fail")
     names = ", ".join(f"{c.kind} control '{c.name}' gave {c.verdict}" for c in bad)
