@@ -32,7 +32,8 @@ class LayerSeries:
 
 def _entry(record: Record, name: str) -> object:
     if record.verdict in ("skipped", "error"):
-        raise ValueError(f"the probe has no {record.id} ({record.verdict}): {record.notes}")
+        what = "skipped" if record.verdict == "skipped" else "could not measure"
+        raise ValueError(f"the probe {what} {record.id}: {record.notes}")
     if name not in record.details:
         raise ValueError(f"{record.id} record has no per-layer series {name!r}")
     return record.details[name]
