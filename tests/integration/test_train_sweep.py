@@ -85,7 +85,7 @@ def test_failed_run_is_reported_not_fatal(tmp_path):
     assert "| rmsnorm | 2.4000 | 2.6000 | 100 | probe failed: values hold NaN or infinity |" in table
     assert "| 1.100, 2.100 [supported] |" in table
     e1, e2, e3 = load_records(tmp_path / "sweep.json")
-    # one probed model: its verdicts are the sweep's (majority of one)
+    # one probed model: its verdicts are the sweep's (every model agrees)
     assert (e1.verdict, e2.verdict, e3.verdict) == ("supported", "supported", "inconclusive")
     assert set(e1.metrics) == {"layernorm.layer0", "layernorm.layer1", "normalized.layernorm.layer0",
                                "normalized.layernorm.layer1", "layernorm.val_loss", "rmsnorm.val_loss"}
@@ -99,3 +99,16 @@ def test_failed_run_is_reported_not_fatal(tmp_path):
         {"value", "error", "metrics"},
     ]
     assert runs[0]["layers"][1]["e1_raw_ratio_high"] == pytest.approx(2.2)
+
+
+def test_pooled_verdict_needs_every_model_and_does_not_turn_on_one():
+    # The full report's E1 over five normalizations at seeds 0-3: identity and whitening supported, the other
+    # three inconclusive or not_supported by seed. A majority gave inconclusive at seeds 0, 1 and not_supported
+    # at 2, 3; the models disagree at every seed, which is what the pooled verdict says.
+    from expattn.sweeps.run import _pooled
+
+    seed0 = ["supported", "inconclusive", "inconclusive", "inconclusive", "supported"]
+    seed2 = ["supported", "not_supported", "not_supported", "not_supported", "supported"]
+    assert _pooled(seed0) == _pooled(seed2) == "inconclusive"
+    assert _pooled(["not_supported"] * 4) == "not_supported" and _pooled(["supported"]) == "supported"
+    assert _pooled([]) == "skipped"

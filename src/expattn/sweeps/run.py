@@ -154,10 +154,14 @@ def _plot(kind: str, rows: list[SweepRun], path: Path) -> None:
     plt.close(fig)
 
 
-def _majority(verdicts: list[str]) -> str:
-    """``supported`` / ``not_supported`` when more than half of the models' probe verdicts say so."""
+def _pooled(verdicts: list[str]) -> str:
+    """``supported`` / ``not_supported`` when every model's probe verdict says so, else ``inconclusive``.
+
+    The models differ in their normalization: when they disagree, the answer depends on it, and a majority would
+    turn on whichever model sits at its own interval's edge (one training seed each, so the training seed decides).
+    """
     for outcome in ("supported", "not_supported"):
-        if sum(v == outcome for v in verdicts) > len(verdicts) / 2:
+        if verdicts and all(v == outcome for v in verdicts):
             return outcome
     return "inconclusive" if verdicts else "skipped"
 
@@ -168,7 +172,7 @@ def _depth_kurtosis(dynamics: LayerDynamics) -> list[float]:
 
 
 def _records(kind: str, rows: list[SweepRun]) -> list[Record]:
-    """E1-E3 over the sweep: per (model, layer) numbers of the probe, and the majority of its per-model verdicts.
+    """E1-E3 over the sweep: per (model, layer) numbers of the probe, and its per-model verdicts pooled (``_pooled``).
 
     The identity normalization is left out of E2: it cannot contract anything by construction.
     """
@@ -185,27 +189,33 @@ def _records(kind: str, rows: list[SweepRun]) -> list[Record]:
     losses = {f"{r.value}.val_loss": r.val_loss for r in rows if r.error is None}
     failed = "; ".join(f"{r.value} failed: {r.failure}" for r in rows if r.failure)
     note = (f"small LMs trained by `expattn train --sweep {kind}`, each measured by `expattn probe` on its "
-            "exported model (first token excluded); the verdict is the majority of the per-model probe verdicts")
+            "exported model (first token excluded); the verdict is supported or not_supported when every model's "
+            "probe verdict says so, else inconclusive")
     note += f"; {failed}" if failed else ""
     e1_v, e2_v, e3_v = verdicts("E1"), verdicts("E2", ("identity",)), verdicts("E3")
+
+    def split(v: dict[str, str]) -> str:
+        return "; per model: " + ", ".join(f"{model} {verdict}" for model, verdict in v.items())
+
     return [
-        Record("E1", "empirical", _majority(list(e1_v.values())),
+        Record("E1", "empirical", _pooled(list(e1_v.values())),
                {**per_layer(lambda d: d.e1_raw_ratio), **per_layer(lambda d: d.e1_normalized_ratio, "normalized."),
                 **losses},
-               notes=note, details={"probe_verdicts": e1_v},
+               notes=note + split(e1_v), details={"probe_verdicts": e1_v},
                statement="the residual attention update expands the token cloud (spread ratio > 1)",
                method="probe E1: mean spread(x + attn) / mean spread(x) over sequences, Poisson bootstrap"),
-        Record("E2", "empirical", _majority(list(e2_v.values())),
+        Record("E2", "empirical", _pooled(list(e2_v.values())),
                {**per_layer(lambda d: d.e2_norm1_raw_ratio, "norm1.", ("identity",)),
                 **per_layer(lambda d: d.e2_norm2_raw_ratio, "norm2.", ("identity",)),
                 **per_layer(lambda d: d.e2_norm1_ratio, "normalized.norm1.", ("identity",)),
                 **per_layer(lambda d: d.e2_norm2_ratio, "normalized.norm2.", ("identity",))},
-               notes=note + "; the identity normalization is left out", details={"probe_verdicts": e2_v},
+               notes=note + "; the identity normalization is left out" + split(e2_v), details={"probe_verdicts": e2_v},
                statement="the normalization contracts the token cloud (spread ratio < 1, as the probe's E2 decides; "
                "the scale-normalised ratio is reported beside it)",
                method="probe E2: spread after / before each norm (N1 on x, N2 on h), raw and divided by the mean "
                "squared norm, Poisson bootstrap"),
-        Record("E3", "empirical", _majority(list(e3_v.values())), e3, notes=note, details={"probe_verdicts": e3_v},
+        Record("E3", "empirical", _pooled(list(e3_v.values())), e3, notes=note + split(e3_v),
+               details={"probe_verdicts": e3_v},
                statement="hidden states per layer: distance from Gaussian and isotropic",
                method="probe E3: mean |excess kurtosis| along 32 random directions per depth"),
     ]
