@@ -8,12 +8,15 @@ import pytest
 import torch
 
 from expattn.probes.e3_shape import (
+    RADIUS_BAND,
+    SPHERE_POWER,
     close_and_far,
     control_clouds,
     coordinate_kurtosis,
     direction_moments,
     radius_ratio,
     spectrum,
+    sphere_power,
 )
 
 
@@ -77,3 +80,26 @@ def test_coordinate_and_principal_kurtosis_of_a_gaussian_are_near_zero_and_of_a_
     g[:20, 3] *= 30  # a few outliers on one channel, as a massive activation would make
     worst, principal = coordinate_kurtosis(spectrum(g))
     assert worst > 50 and principal > 50
+
+
+@pytest.mark.parametrize(("n", "p"), [(1024, 576), (1024, 384), (1600, 960)])
+def test_a_spheres_radius_ratio_is_about_p_over_n(n, p):
+    gen = torch.Generator().manual_seed(n + p)
+    x = torch.randn(n, p, generator=gen, dtype=torch.float64)
+    rho = radius_ratio(spectrum(x / x.norm(dim=1, keepdim=True)))
+    assert abs(rho - p / n) < 0.08  # measured spread +-0.04 over 8 draws
+    assert sphere_power(n, p) == (p / n <= SPHERE_POWER)
+
+
+def test_the_probes_quick_and_full_sizes_give_e3_the_power_to_reject_a_sphere():
+    # the kept tokens per depth (a first token per sequence of 128 left out, at most BUFFER) against each
+    # packaged model's width: below the power limit, a sphere's ratio (about p/n) sits below the band
+    from expattn.probes.e3_shape import BUFFER
+    from expattn.probes.runner import DEFAULT_TOKENS, QUICK_TOKENS
+
+    width = {"minilm": 384, "smollm2": 576}
+    for table in (QUICK_TOKENS, DEFAULT_TOKENS):
+        for model, tokens in table.items():
+            kept = min(BUFFER, tokens - tokens // 128)
+            assert sphere_power(kept, width[model]), (model, tokens, kept)
+            assert width[model] / kept + 0.08 < RADIUS_BAND[0]

@@ -56,12 +56,14 @@ from expattn.probes.e3_shape import (
     KURTOSIS_LIMIT,
     RADIUS_BAND,
     SKEW_LIMIT,
+    SPHERE_POWER,
     close_and_far,
     control_clouds,
     coordinate_kurtosis,
     direction_moments,
     radius_ratio,
     spectrum,
+    sphere_power,
 )
 from expattn.probes.massive import MassiveActivations
 from expattn.probes.published import ethayarajh_2019, sun_2024
@@ -298,8 +300,13 @@ class E3Gaussianity(Estimator):
             f"sequence's median; up to {max(self.massive_)} per depth): close = mean|kurtosis| < {KURTOSIS_LIMIT} "
             f"and mean|skew| < {SKEW_LIMIT} and radius ratio in {RADIUS_BAND}"
         )
+        n = max(int(a["buffered"][0]), 8)
+        if not sphere_power(n, self.ctx.dim):
+            notes += (f"; with {n} tokens for width {self.ctx.dim} the radius ratio cannot tell points on a sphere "
+                      f"(ratio about p/n = {self.ctx.dim / n:.2f}) from a Gaussian (p/n must be <= {SPHERE_POWER:g}): "
+                      "probe more tokens")
         metrics = {"depths_close_to_gaussian": int(close.sum()), "depths_far_from_gaussian": int(far.sum())}
-        return Judgement(verdict, self._controls(max(int(a["buffered"][0]), 8)), notes, metrics)
+        return Judgement(verdict, self._controls(n), notes, metrics)
 
     def draw(self, measured: Measured, out_dir: Path | None) -> list[str]:
         fig, axes = figure(out_dir, ncols=3, width=4.2)

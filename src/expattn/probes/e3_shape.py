@@ -14,7 +14,9 @@ whose Mahalanobis radii are all equal, and far above 1 for heavy tails (Student 
 with it: the largest $|$excess kurtosis$|$ over single coordinates and the excess kurtosis along
 the top principal direction. A depth is close to Gaussian when the mean $|$excess kurtosis$|$ and
 $|$skewness$|$ along random directions are below ``KURTOSIS_LIMIT`` and ``SKEW_LIMIT`` and $\rho$ lies
-in ``RADIUS_BAND``; far when the kurtosis is above its limit or $\rho$ outside the band.
+in ``RADIUS_BAND``; far when the kurtosis is above its limit or $\rho$ outside the band. Points on a sphere
+give $\rho \approx p/n$, so $\rho$ tells them from a Gaussian only while $p/n$ is at most ``SPHERE_POWER``
+(``sphere_power``).
 """
 
 from __future__ import annotations
@@ -27,6 +29,10 @@ from torch import Tensor
 
 KURTOSIS_LIMIT, SKEW_LIMIT = 1.0, 0.5
 RADIUS_BAND = (0.75, 1.33)  # Gaussian clouds of n=1024, p=384-576: rho 1.02-1.06; a sphere 0.4-0.6, Student t5 45+
+# A sphere's rho is about p/n (8 draws each at p = 384, 576 and n/p = 1.3-2.7: 0.71-0.77 at p/n = 0.76, 0.53-0.59 at
+# 0.56, 0.36-0.39 at 0.38, spread +-0.04): above p/n = 0.6 it comes within that spread of the band's lower edge, and
+# whether the rule rejects a sphere is decided by the draw.
+SPHERE_POWER = 0.6
 BUFFER = 1024  # tokens kept per depth for the radius ratio (float32)
 
 
@@ -61,6 +67,12 @@ def radius_ratio(cloud: Spectrum) -> float:
     a, b = p / 2, (n - p - 1) / 2
     gaussian = (n - 1) ** 4 / n**2 * a * b / ((a + b) ** 2 * (a + b + 1))
     return float(d.var(unbiased=False) / gaussian)
+
+
+def sphere_power(n: int, p: int) -> bool:
+    """Whether ``n`` tokens of rank ``p`` are enough for the radius ratio to tell a sphere (rho about p/n) from a
+    Gaussian (rho about 1): ``p / n <= SPHERE_POWER``."""
+    return p <= SPHERE_POWER * n
 
 
 def _excess_kurtosis(y: Tensor) -> Tensor:
