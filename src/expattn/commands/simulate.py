@@ -1,7 +1,8 @@
 """``expattn simulate``: run the dynamics presets (claims B2-B7) or one custom iteration, write results and plots.
 
-Every output goes to a staging folder beside ``--out`` first; finished files are then moved into
-``--out`` one by one (``os.replace``), so an interrupted run never leaves a partial file or folder.
+``--out`` follows the one rule of output folders (``expattn.results.outputs``). Every output goes
+to a staging folder beside ``--out`` first; finished files are then moved into ``--out`` one by one
+(``os.replace``), so an interrupted run never leaves a partial file or folder.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from expattn.dynamics.metrics import METRICS
 from expattn.dynamics.operators import CARRIERS, AttentionConfig, AttentionUpdate, Compose
 from expattn.dynamics.run import run
 from expattn.nn.norms import NormConfig, build_norm
-from expattn.results.files import staged, write_json_atomic
+from expattn.results.files import write_json_atomic
+from expattn.results.outputs import output_folder
 from expattn.results.record import Record, results_document
 from expattn.seeds import check_seed
 from expattn.terminal import plain, say
@@ -78,6 +80,7 @@ class SimulateConfig:
         out_dir: folder for results.json and the PNG plots.
         seed: seed of every random draw; quick: small smoke sizes.
         custom: a ``CustomRun`` instead of presets.
+        overwrite: write into a non-empty ``out_dir`` (``expattn.results.outputs``).
     """
 
     presets: tuple[str, ...] | None = None
@@ -85,6 +88,7 @@ class SimulateConfig:
     seed: int = 0
     quick: bool = False
     custom: CustomRun | None = None
+    overwrite: bool = False
 
     def __post_init__(self) -> None:
         check_seed(self.seed)
@@ -156,7 +160,7 @@ def run_simulate(config: SimulateConfig, console: Console) -> list[Record]:
     """
     chosen = [] if config.custom is not None else select("simulate", list(config.presets) if config.presets else None)
     start = time.perf_counter()
-    with staged(config.out_dir, merge=True) as staging:
+    with output_folder(config.out_dir, overwrite=config.overwrite) as staging:
         records = []
         if config.custom is not None:
             records.append(custom_record(config.custom, config.seed, staging))

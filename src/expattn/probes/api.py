@@ -26,7 +26,8 @@ from expattn.probes.corpus import load_text
 from expattn.probes.runner import HYPOTHESES, ProbeConfig, ProbeOutcome, probe_subject, records
 from expattn.probes.runner import probe as probe_config
 from expattn.probes.subject import subject_from_model
-from expattn.results.files import staged, write_json_atomic
+from expattn.results.files import write_json_atomic
+from expattn.results.outputs import output_folder
 from expattn.results.record import Record
 
 
@@ -53,16 +54,16 @@ class ProbeResults:
 
         return records_frame(self.records)
 
-    def save(self, out: str | Path) -> Path:
+    def save(self, out: str | Path, overwrite: bool = False) -> Path:
         """Write ``out/results.json`` and the plots (as ``expattn probe --out``), all or nothing; the records
         then name their plots.
 
-        Raises ValueError when ``out`` exists and is not an empty folder.
+        ``out`` follows the one rule of output folders (``expattn.results.outputs``).
+
+        Raises ValueError when the rule refuses ``out`` or another process is writing it.
         """
         out = Path(out)
-        if out.exists() and (not out.is_dir() or any(out.iterdir())):
-            raise ValueError(f"output folder {str(out)!r} already exists and is not empty")
-        with staged(out) as tmp:
+        with output_folder(out, overwrite=overwrite, flag="overwrite=True") as tmp:
             fed = _Timings(self.records)
             drawn = records(self.outcome.estimators, {}, fed, self.outcome.model["name"], tmp)  # the plots
             plots = {r.id: r.plots for r in drawn}
