@@ -69,7 +69,8 @@ def parse_ids(only: str | None) -> list[str] | None:
 @app.command()
 def verify(
     only: Annotated[str | None, typer.Option(help="Comma-separated claim IDs, e.g. A3,A9.")] = None,
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write the results file here (a new file).")] = None,
+    json_path: Annotated[Path | None, typer.Option("--json", readable=False,
+                                                   help="Write the results file here (a new file).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the random draws.")] = 0,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing --json file.")] = False,
 ) -> None:
@@ -86,8 +87,10 @@ def verify(
 
 @app.command()
 def report(
-    out: Annotated[Path, typer.Option(help="Folder for results.json, report.html, report.md and plots (missing or "
-                                           "empty, or --overwrite).")] = Path("report"),
+    out: Annotated[Path, typer.Option(readable=False, help="Folder for results.json, report.html, report.md and "
+                                                           "plots (missing or empty, or --overwrite).")] = (
+        Path("report")
+    ),
     models: Annotated[str, typer.Option(help="Comma-separated models to probe: minilm, smollm2 or model folders.")] = (
         "minilm,smollm2"
     ),
@@ -120,8 +123,9 @@ def report(
 
 @app.command()
 def train(
-    out: Annotated[Path, typer.Option(help="Output folder: metrics.jsonl, checkpoint, config (sweeps: one per run); "
-                                           "missing or empty, or --resume, or --overwrite.")],
+    out: Annotated[Path, typer.Option(readable=False, help="Output folder: metrics.jsonl, checkpoint, config (sweeps: "
+                                                           "one per run); missing or empty, or --resume, or "
+                                                           "--overwrite.")],
     carrier: Annotated[str | None, typer.Option(help="Attention carrier: empirical, gaussian_mixture, "
                                                      "mixture_lower_bound or a registered one [empirical].")] = None,
     norm: Annotated[str | None, typer.Option(help="Normalization: layernorm, rmsnorm, sphere, whitening, identity "
@@ -186,13 +190,14 @@ def train(
 
 @app.command()
 def probe(
-    out: Annotated[Path, typer.Option(help="Output folder for results.json and plots (missing or empty, or "
-                                           "--overwrite).")],
+    out: Annotated[Path, typer.Option(readable=False, help="Output folder for results.json and plots (missing or "
+                                                           "empty, or --overwrite).")],
     model: Annotated[str, typer.Option(help="minilm, smollm2, a local HuggingFace model directory, a model ID in the "
                                            "local HuggingFace cache, or the model/ folder of an `expattn train` run."
                                       )] = "minilm",
     corpus: Annotated[str | None, typer.Option(help="Built-in corpus (shakespeare) [shakespeare].")] = None,
-    text: Annotated[Path | None, typer.Option(help="UTF-8 text file to read instead of the corpus.")] = None,
+    text: Annotated[Path | None, typer.Option(readable=False,
+                                              help="UTF-8 text file to read instead of the corpus.")] = None,
     tokens: Annotated[int, typer.Option(help="Number of tokens to read.")] = 20_000,
     seq_len: Annotated[int, typer.Option(help="Tokens per sequence, special tokens included.")] = 128,
     seed: Annotated[int, typer.Option(help="Seed of the sample, bootstrap and baselines.")] = 0,
@@ -209,7 +214,8 @@ def probe(
     dtype: Annotated[str | None, typer.Option(help="Model dtype: float32 (default), bfloat16 or float16.")] = None,
     device_map: Annotated[str | None, typer.Option(help="'auto': spread the model over the devices (accelerate).")
                           ] = None,
-    tokenizer: Annotated[Path | None, typer.Option(help="Tokenizer folder, when the model folder has none.")] = None,
+    tokenizer: Annotated[Path | None, typer.Option(readable=False,
+                                                   help="Tokenizer folder, when the model folder has none.")] = None,
     statistics: Annotated[str, typer.Option(help="dtype of the (D, D) statistics of E3, E4, E6: float64 or float32 "
                                                  "(half the memory; docs/MEMORY.md).")] = "float64",
     overwrite: Overwrite = False,
@@ -254,8 +260,8 @@ def probe(
 def simulate(
     preset: Annotated[str, typer.Option(
         "--only", "--preset", help="Preset names or claim IDs (comma-separated), 'all' or 'custom'.")] = "all",
-    out: Annotated[Path, typer.Option(help="Folder for results.json and the PNG plots (missing or empty, or "
-                                           "--overwrite).")] = Path("simulate"),
+    out: Annotated[Path, typer.Option(readable=False, help="Folder for results.json and the PNG plots (missing or "
+                                                           "empty, or --overwrite).")] = Path("simulate"),
     seed: Annotated[int, typer.Option(help="Seed of every random draw.")] = 0,
     quick: Annotated[bool, typer.Option("--quick", help="Small smoke sizes.")] = False,
     steps: Annotated[int | None, typer.Option(help="custom: number of steps of norm o attention [50].")] = None,

@@ -214,7 +214,7 @@ def test_a_previous_report_is_kept_without_overwrite(tmp_path, stages):
     out = tmp_path / "out"
     (out / "plots").mkdir(parents=True)
     (out / "results.json").write_text("old")
-    with pytest.raises(ValueError, match=r"holds a previous report \(results.json, plots\); pass --overwrite"):
+    with pytest.raises(ValueError, match=r"not empty \(it holds plots, results.json\); pass --overwrite"):
         run(tmp_path, models=("minilm",))
     assert not seen  # refused before any stage ran
     result = CliRunner().invoke(app, ["report", "--out", str(out), "--stages", "verify"])
@@ -223,11 +223,14 @@ def test_a_previous_report_is_kept_without_overwrite(tmp_path, stages):
     assert (out / "results.json").read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 
-def test_a_folder_without_a_report_is_written_without_overwrite(tmp_path, stages):
+def test_a_folder_without_a_report_is_written_only_with_overwrite(tmp_path, stages):
     out = tmp_path / "out"
     out.mkdir()
     (out / "notes.txt").write_text("mine")
-    run(tmp_path, stages=("verify",))
+    with pytest.raises(ValueError, match=r"not empty \(it holds notes.txt\); pass --overwrite"):
+        run(tmp_path, stages=("verify",))
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+    run(tmp_path, stages=("verify",), overwrite=True)
     assert (out / "results.json").is_file() and (out / "notes.txt").read_text() == "mine"
 
 

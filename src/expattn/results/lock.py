@@ -72,7 +72,10 @@ def _locked(lock: Path, what: str) -> Iterator[None]:
     now: one taken on a file removed between our ``open`` and our ``flock`` is let go and taken again.
     """
     for _ in range(_TRIES):
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        except OSError as err:
+            raise OSError(f"{what} cannot be written: {err.strerror or err}") from err
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -109,7 +112,10 @@ def hold_output(out: Path, enabled: bool = True) -> Iterator[None]:
         return
     out = Path(out).expanduser()
     created = not out.exists()
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise OSError(f"output folder {str(out)!r} cannot be written: {err.strerror or err}") from err
     try:
         with _locked(out / LOCK, repr(str(out))):
             remove_stale(out)
