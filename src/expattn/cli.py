@@ -201,9 +201,10 @@ def probe(
     tokens: Annotated[int, typer.Option(help="Number of tokens to read.")] = 20_000,
     seq_len: Annotated[int, typer.Option(help="Tokens per sequence, special tokens included.")] = 128,
     seed: Annotated[int, typer.Option(help="Seed of the sample, bootstrap and baselines.")] = 0,
-    detail_sequences: Annotated[int, typer.Option(help="Sequences of the per-sequence analyses (E4's and E9's "
-                                                       "Fisher, E5, E7: their intervals' units); a fixed cost, "
-                                                       "about 9 CPU-s for MiniLM at 32.")] = 32,
+    detail_sequences: Annotated[int | None, typer.Option(help="Sequences of the per-sequence analyses (E4's and "
+                                                              "E9's Fisher, E5, E7: their intervals' units); a fixed "
+                                                              "cost, about 9 CPU-s for MiniLM at 32; at most the "
+                                                              "number of sequences [32 or all].")] = None,
     hypotheses: Annotated[str, typer.Option("--only", "--hypotheses",
                                             help="Comma-separated hypotheses to measure, e.g. E1,E2,E3.")] = (
         "E1,E2,E3,E4,E5,E6,E7,E8,E9"
@@ -230,8 +231,13 @@ def probe(
     if corpus is not None and text is not None:
         fail(f"give --corpus or --text, not both (got --corpus {corpus!r} and --text {str(text)!r})")
     corpus = corpus or "shakespeare"
+    sequences = -(-tokens // seq_len) if tokens > 0 and seq_len > 0 else None  # tokens are read in whole sequences
+    if detail_sequences is not None and sequences is not None and detail_sequences > sequences:
+        fail(f"--detail-sequences must be at most the number of sequences, ceil(--tokens / --seq-len) = {sequences}, "
+             f"got {detail_sequences}")
+    detail = 32 if detail_sequences is None else detail_sequences
     config = ProbeConfig(model=model, corpus=corpus, text=None if text is None else str(text), tokens=tokens,
-                         seq_len=seq_len, seed=seed, detail_sequences=detail_sequences,
+                         seq_len=seq_len, seed=seed, detail_sequences=detail,
                          hypotheses=tuple(h.strip().upper() for h in hypotheses.split(",")),
                          device=device, dtype=dtype, device_map=device_map,
                          tokenizer=None if tokenizer is None else str(tokenizer), statistics=statistics)

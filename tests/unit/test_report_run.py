@@ -201,12 +201,17 @@ def test_models_with_the_same_folder_name_keep_their_plots_apart(tmp_path, stage
     assert all((tmp_path / "out" / p).is_file() for p in plots)
 
 
-def test_unknown_model_is_skipped_with_a_message(tmp_path, stages):
-    result = run(tmp_path, models=("minilm", "no-such-model"))
-    assert len(result.problems) == 1 and "no-such-model" in result.problems[0]
-    stage = next(s for s in result.stages if s.name == "probe no-such-model")
-    assert stage.status == "skipped" and "unknown model" in stage.reason
-    assert not result.ok
+def test_an_unknown_model_is_refused_before_any_stage(tmp_path, stages):
+    _, seen = stages
+    with pytest.raises(ValueError, match="unknown model 'no-such-model'"):
+        run(tmp_path, models=("minilm", "no-such-model"))
+    assert not seen and list(tmp_path.iterdir()) == []
+    result = CliRunner().invoke(app, ["report", "--models", "[/x]", "--stages", "verify,probe",
+                                      "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: unknown model '[/x]'"), result.output
+    assert not seen and list(tmp_path.iterdir()) == []
 
 
 def test_a_previous_report_is_kept_without_overwrite(tmp_path, stages):

@@ -280,18 +280,15 @@ def run_report(config: ReportConfig, console: Console) -> ReportResult:
         console: where the progress display and the closing summary go.
 
     Returns:
-        The ``ReportResult`` (records, per-stage timings, output folder, problems such as
-        unknown models). Raises ``ValueError``/``OSError`` before any work if ``--out`` cannot
+        The ``ReportResult`` (records, per-stage timings, output folder). Raises ``ValueError``/``OSError``
+        before any work if a model to probe is neither a known name nor a folder, if ``--out`` cannot
         be written, or the one rule of output folders refuses it (``expattn.results.outputs``).
     """
+    unknown = unknown_models(config.models) if "probe" in config.chosen else []
+    if unknown:
+        raise ValueError(f"unknown model {unknown[0]!r}: expected one of {', '.join(BUILTIN_MODELS)} or a model folder")
     check_output_folder(config.out_dir, config.overwrite)
     with output_folder(config.out_dir, overwrite=config.overwrite) as staging:
-        problems = [
-            f"unknown model {m!r}: expected one of {', '.join(BUILTIN_MODELS)} or a model folder; its probe is skipped"
-            for m in (unknown_models(config.models) if "probe" in config.chosen else [])
-        ]
-        for problem in problems:
-            console.print(f"[bold yellow]warning:[/] {escape(problem)}", highlight=False)
         started = datetime.now(timezone.utc)
         start = time.perf_counter()
         columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
@@ -329,4 +326,4 @@ def run_report(config: ReportConfig, console: Console) -> ReportResult:
         (staging / "report.html").write_text(render_html(document, staging), encoding="utf-8")
         (staging / "report.md").write_text(render_markdown(document), encoding="utf-8")
         records_frame(runner.records).to_csv(staging / "results.csv", index=False)
-    return ReportResult(runner.records, runner.stages, config.out_dir, problems)
+    return ReportResult(runner.records, runner.stages, config.out_dir)
