@@ -144,6 +144,15 @@ def test_a_later_writer_removes_the_staging_folder_of_a_killed_one(tmp_path):
     assert sorted(os.listdir(out)) == ["custom.png", "results.json"]
 
 
+def test_a_probe_removes_the_staging_folder_a_killed_probe_left(tmp_path, probe_args):
+    out = tmp_path / "o"
+    left = staging_dir(out)  # named as a killed probe's; no process holds the lock
+    (left / "results.json").write_text("{")
+    result = CliRunner().invoke(app, [*probe_args, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert not left.exists() and (out / "results.json").is_file()
+
+
 def test_leftovers_inside_the_folder_are_removed_under_the_lock(tmp_path):
     out = tmp_path / "o"
     (out / ".plots.old-abcd_123").mkdir(parents=True)
