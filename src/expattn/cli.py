@@ -1,6 +1,8 @@
 """Command-line interface: parse options, call the library, print and write results.
 
 Every user error ends in a one-line ``error: ...`` message and exit code 2, without a traceback.
+Every output folder and file follows one rule (``expattn.results.outputs``): missing or empty, or
+``--overwrite``; one writer at a time.
 """
 
 from __future__ import annotations
@@ -30,6 +32,10 @@ console = Console(width=None if sys.stdout.isatty() else 160)
 def _root() -> None:
     """Attention as the gradient of an exponential family's log-normalizer."""
     interrupt_on_sigterm()  # SIGTERM cleans up like Ctrl-C: no staging folder is left behind
+
+
+OVERWRITE_HELP = "Write into a non-empty --out: files of the same names are replaced, others kept."
+Overwrite = Annotated[bool, typer.Option("--overwrite", help=OVERWRITE_HELP)]
 
 
 def fail(message: str) -> NoReturn:
@@ -63,15 +69,17 @@ def parse_ids(only: str | None) -> list[str] | None:
 @app.command()
 def verify(
     only: Annotated[str | None, typer.Option(help="Comma-separated claim IDs, e.g. A3,A9.")] = None,
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write the results file here.")] = None,
+    json_path: Annotated[Path | None, typer.Option("--json", readable=False,
+                                                   help="Write the results file here (a new file).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the random draws.")] = 0,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing --json file.")] = False,
 ) -> None:
     """Check every exact claim (identities and inequalities) numerically; exit 0 iff all pass."""
     checked_seed(seed)
     from expattn.commands.verify import run_verify
 
     try:
-        ok = run_verify(parse_ids(only), json_path, seed, console)
+        ok = run_verify(parse_ids(only), json_path, seed, console, overwrite)
     except (ValueError, OSError) as err:
         fail(str(err))
     raise typer.Exit(code=0 if ok else 1)
@@ -79,8 +87,9 @@ def verify(
 
 @app.command()
 def report(
-    out: Annotated[Path, typer.Option(help="Folder for results.json, report.html, report.md and plots.")] = Path(
-        "report"
+    out: Annotated[Path, typer.Option(readable=False, help="Folder for results.json, report.html, report.md and "
+                                                           "plots (missing or empty, or --overwrite).")] = (
+        Path("report")
     ),
     models: Annotated[str, typer.Option(help="Comma-separated models to probe: minilm, smollm2 or model folders.")] = (
         "minilm,smollm2"
@@ -90,7 +99,7 @@ def report(
     stages: Annotated[str, typer.Option(help="Comma-separated stages to run: verify, simulate, probe, train.")] = (
         "verify,simulate,probe,train"
     ),
-    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace a previous report in --out.")] = False,
+    overwrite: Overwrite = False,
     verbose: Annotated[bool, typer.Option("--verbose", help="Show the model loaders' own reports.")] = False,
 ) -> None:
     """Run verify, simulate, probe and train and write one shareable report; exit 0 iff nothing failed."""
@@ -114,7 +123,9 @@ def report(
 
 @app.command()
 def train(
-    out: Annotated[Path, typer.Option(help="Output folder: metrics.jsonl, checkpoint, config (sweeps: one per run).")],
+    out: Annotated[Path, typer.Option(readable=False, help="Output folder: metrics.jsonl, checkpoint, config (sweeps: "
+                                                           "one per run); missing or empty, or --resume, or "
+                                                           "--overwrite.")],
     carrier: Annotated[str | None, typer.Option(help="Attention carrier: empirical, gaussian_mixture, "
                                                      "mixture_lower_bound or a registered one [empirical].")] = None,
     norm: Annotated[str | None, typer.Option(help="Normalization: layernorm, rmsnorm, sphere, whitening, identity "
@@ -147,6 +158,8 @@ def train(
     compile: Annotated[bool, typer.Option("--compile", help="Compile the model with torch.compile.")] = False,
     grad_accum: Annotated[int, typer.Option(help="Micro-batches per step (gradient accumulation).")] = 1,
     resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --out from its checkpoint.")] = False,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Start a new run in a non-empty --out: a run it "
+                                                                "holds is removed, other files kept.")] = False,
     sweep: Annotated[str | None, typer.Option(help="One model per 'norms' or per 'carriers' (+ implicit).")] = None,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
 ) -> None:
@@ -168,7 +181,8 @@ def train(
                            "jacobian_reg": jacobian_reg, "bias": bias},
             train_options={"corpus": corpus, "split": split, "batch": batch, "lr": lr, "seed": seed,
                            "ckpt_every": ckpt_every, "device": device, "dtype": dtype, "compile": compile,
-                           "grad_accum": grad_accum, "resume": resume, "progress": progress},
+                           "grad_accum": grad_accum, "resume": resume, "overwrite": overwrite,
+                           "progress": progress},
         )
     except (ValueError, OSError) as err:
         fail(str(err))
@@ -176,18 +190,21 @@ def train(
 
 @app.command()
 def probe(
-    out: Annotated[Path, typer.Option(help="Output folder (created; must not exist or be empty).")],
+    out: Annotated[Path, typer.Option(readable=False, help="Output folder for results.json and plots (missing or "
+                                                           "empty, or --overwrite).")],
     model: Annotated[str, typer.Option(help="minilm, smollm2, a local HuggingFace model directory, a model ID in the "
                                            "local HuggingFace cache, or the model/ folder of an `expattn train` run."
                                       )] = "minilm",
     corpus: Annotated[str | None, typer.Option(help="Built-in corpus (shakespeare) [shakespeare].")] = None,
-    text: Annotated[Path | None, typer.Option(help="UTF-8 text file to read instead of the corpus.")] = None,
+    text: Annotated[Path | None, typer.Option(readable=False,
+                                              help="UTF-8 text file to read instead of the corpus.")] = None,
     tokens: Annotated[int, typer.Option(help="Number of tokens to read.")] = 20_000,
     seq_len: Annotated[int, typer.Option(help="Tokens per sequence, special tokens included.")] = 128,
     seed: Annotated[int, typer.Option(help="Seed of the sample, bootstrap and baselines.")] = 0,
-    detail_sequences: Annotated[int, typer.Option(help="Sequences of the per-sequence analyses (E4's and E9's "
-                                                       "Fisher, E5, E7: their intervals' units); a fixed cost, "
-                                                       "about 9 CPU-s for MiniLM at 32.")] = 32,
+    detail_sequences: Annotated[int | None, typer.Option(help="Sequences of the per-sequence analyses (E4's and "
+                                                              "E9's Fisher, E5, E7: their intervals' units); a fixed "
+                                                              "cost, about 9 CPU-s for MiniLM at 32; at most the "
+                                                              "number of sequences [32 or all].")] = None,
     hypotheses: Annotated[str, typer.Option("--only", "--hypotheses",
                                             help="Comma-separated hypotheses to measure, e.g. E1,E2,E3.")] = (
         "E1,E2,E3,E4,E5,E6,E7,E8,E9"
@@ -198,9 +215,11 @@ def probe(
     dtype: Annotated[str | None, typer.Option(help="Model dtype: float32 (default), bfloat16 or float16.")] = None,
     device_map: Annotated[str | None, typer.Option(help="'auto': spread the model over the devices (accelerate).")
                           ] = None,
-    tokenizer: Annotated[Path | None, typer.Option(help="Tokenizer folder, when the model folder has none.")] = None,
+    tokenizer: Annotated[Path | None, typer.Option(readable=False,
+                                                   help="Tokenizer folder, when the model folder has none.")] = None,
     statistics: Annotated[str, typer.Option(help="dtype of the (D, D) statistics of E3, E4, E6: float64 or float32 "
                                                  "(half the memory; docs/MEMORY.md).")] = "float64",
+    overwrite: Overwrite = False,
 ) -> None:
     """Measure hypotheses E1-E9 on a pretrained transformer and real text; writes results.json and plots."""
     checked_seed(seed)
@@ -212,8 +231,13 @@ def probe(
     if corpus is not None and text is not None:
         fail(f"give --corpus or --text, not both (got --corpus {corpus!r} and --text {str(text)!r})")
     corpus = corpus or "shakespeare"
+    sequences = -(-tokens // seq_len) if tokens > 0 and seq_len > 0 else None  # tokens are read in whole sequences
+    if detail_sequences is not None and sequences is not None and detail_sequences > sequences:
+        fail(f"--detail-sequences must be at most the number of sequences, ceil(--tokens / --seq-len) = {sequences}, "
+             f"got {detail_sequences}")
+    detail = 32 if detail_sequences is None else detail_sequences
     config = ProbeConfig(model=model, corpus=corpus, text=None if text is None else str(text), tokens=tokens,
-                         seq_len=seq_len, seed=seed, detail_sequences=detail_sequences,
+                         seq_len=seq_len, seed=seed, detail_sequences=detail,
                          hypotheses=tuple(h.strip().upper() for h in hypotheses.split(",")),
                          device=device, dtype=dtype, device_map=device_map,
                          tokenizer=None if tokenizer is None else str(tokenizer), statistics=statistics)
@@ -227,7 +251,7 @@ def probe(
                 elapsed = bar.tasks[task].elapsed or 0.0
                 bar.update(task, completed=done, rate=f"{done / elapsed:.0f}" if elapsed > 0 else "-")
 
-            outcome = probe_to_dir(config, out, progress)
+            outcome = probe_to_dir(config, out, progress, overwrite)
     except (ValueError, OSError) as err:
         fail(str(err).splitlines()[0] if str(err) else type(err).__name__)
     if outcome.records:
@@ -243,7 +267,8 @@ def probe(
 def simulate(
     preset: Annotated[str, typer.Option(
         "--only", "--preset", help="Preset names or claim IDs (comma-separated), 'all' or 'custom'.")] = "all",
-    out: Annotated[Path, typer.Option(help="Folder for results.json and the PNG plots.")] = Path("simulate"),
+    out: Annotated[Path, typer.Option(readable=False, help="Folder for results.json and the PNG plots (missing or "
+                                                           "empty, or --overwrite).")] = Path("simulate"),
     seed: Annotated[int, typer.Option(help="Seed of every random draw.")] = 0,
     quick: Annotated[bool, typer.Option("--quick", help="Small smoke sizes.")] = False,
     steps: Annotated[int | None, typer.Option(help="custom: number of steps of norm o attention [50].")] = None,
@@ -259,6 +284,7 @@ def simulate(
     residual: Annotated[bool | None, typer.Option(help="custom: keep the residual [yes].")] = None,
     tokens: Annotated[int | None, typer.Option(help="custom: tokens of a generated cloud [64].")] = None,
     dim: Annotated[int | None, typer.Option(help="custom: dimension of a generated cloud [16].")] = None,
+    overwrite: Overwrite = False,
 ) -> None:
     """Run the dynamics presets (B2-B7, sphere clusters) or a custom run; writes results.json and PNGs."""
     checked_seed(seed)
@@ -277,7 +303,8 @@ def simulate(
     try:
         custom = CustomRun(**given) if names == [CUSTOM] else None
         chosen = None if names == ["all"] or custom is not None else tuple(names)
-        records = run_simulate(SimulateConfig(presets=chosen, out_dir=out, seed=seed, quick=quick, custom=custom),
+        records = run_simulate(SimulateConfig(presets=chosen, out_dir=out, seed=seed, quick=quick, custom=custom,
+                                              overwrite=overwrite),
                                console)
     except (ValueError, TypeError, OSError) as err:
         fail(str(err).splitlines()[0] if str(err) else type(err).__name__)

@@ -61,3 +61,9 @@ def probe_bytes(tokens: int, statistics: int = 0) -> int:
     """Lower bound of a probe's memory beside the model: the token ids (int64), their sequence index and the
     ``statistics`` bytes the estimators keep (``expattn.probes.footprint``)."""
     return 16 * tokens + statistics
+
+
+def dynamics_bytes(batch: int, tokens: int, dim: int, keys: int) -> int:
+    """Lower bound of one step of ``norm o attention`` on ``batch`` clouds in float64: the cloud, its image
+    and the attention update (``(batch, token, dim)`` each) and the ``(batch, token, key)`` attention weights."""
+    return 8 * batch * tokens * (3 * dim + keys)

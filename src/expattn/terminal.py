@@ -3,7 +3,8 @@
 ``error(message)`` prints ``error: message`` in one line on stderr and exits with code 2;
 ``say(console, message)`` prints an informational line as plain text; ``plain(text)`` escapes
 one user string for use inside a markup string (table titles, progress descriptions).
-``interrupt_on_sigterm()`` makes SIGTERM end a command the way Ctrl-C does.
+``interrupt_on_sigterm()`` makes SIGTERM end a command the way Ctrl-C does (cleaning up on the way
+out), with the shell's exit status of each: 128 + 15 = 143 for SIGTERM, 128 + 2 = 130 for Ctrl-C.
 """
 
 from __future__ import annotations
@@ -42,12 +43,13 @@ def error(message: str) -> NoReturn:
     raise typer.Exit(code=2)
 
 
-def _interrupt(signum: int, frame: object) -> NoReturn:
-    raise KeyboardInterrupt(f"signal {signum}")
+def _terminate(signum: int, frame: object) -> NoReturn:
+    raise SystemExit(128 + signum)
 
 
 def interrupt_on_sigterm() -> None:
-    """Handle SIGTERM like SIGINT: raise ``KeyboardInterrupt`` in the main thread, so every staging folder
-    and temporary file is removed on the way out (``expattn.results.files``) and locks are released."""
+    """Handle SIGTERM like SIGINT: raise ``SystemExit(143)`` in the main thread, which unwinds like the
+    ``KeyboardInterrupt`` of Ctrl-C (exit status 130), so every staging folder and temporary file is
+    removed on the way out (``expattn.results.files``) and locks are released."""
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _interrupt)
+        signal.signal(signal.SIGTERM, _terminate)

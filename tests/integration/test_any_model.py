@@ -124,7 +124,7 @@ def test_a_misread_head_is_an_error_naming_layer_and_head():
 def test_device_map_and_dtype_on_cpu(root):
     path = save_tiny("llama", root / "llama-cpu")
     plain = probe(_config(path), None)
-    mapped = probe(_config(path, device="cpu", device_map="auto"), None)
+    mapped = probe(_config(path, device_map="auto"), None)
     assert [(r.id, r.verdict, r.metrics["max_error"] if r.id == "E5" else None) for r in plain.records] == [
         (r.id, r.verdict, r.metrics["max_error"] if r.id == "E5" else None) for r in mapped.records]
     half = probe(_config(path, dtype="bfloat16", hypotheses=("E1", "E5", "E8")), None)

@@ -119,5 +119,5 @@ def test_sigterm_cleans_up_like_sigint(tmp_path):
     assert any(p.name.startswith(".sim.tmp-") for p in tmp_path.iterdir())
     os.kill(proc.pid, signal.SIGTERM)
     proc.wait(timeout=60)
-    assert proc.returncode != 0
+    assert proc.returncode == 128 + signal.SIGTERM, proc.stderr.read().decode()[-2000:]
     assert list(tmp_path.iterdir()) == []  # no staging folder, no partial output

@@ -102,11 +102,15 @@ def test_out_that_is_a_file_is_an_error(tmp_path):
     assert target.read_text() == "x"
 
 
-def test_existing_out_folder_gets_new_files(tmp_path):
+def test_existing_out_folder_gets_new_files_with_overwrite(tmp_path):
     out = tmp_path / "sim"
     out.mkdir()
     (out / "keep.txt").write_text("mine")
-    result = _invoke("--preset", "custom", "--steps", "2", "--tokens", "8", "--dim", "2", "--out", str(out))
+    args = ("--preset", "custom", "--steps", "2", "--tokens", "8", "--dim", "2", "--out", str(out))
+    refused = _invoke(*args)
+    assert refused.exit_code == 2 and "pass --overwrite" in refused.output
+    assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
+    result = _invoke(*args, "--overwrite")
     assert result.exit_code == 0, result.output
     assert (out / "keep.txt").read_text() == "mine" and (out / "results.json").is_file()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]

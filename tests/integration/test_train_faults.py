@@ -14,13 +14,13 @@ import torch
 from typer.testing import CliRunner
 
 from expattn.cli import app
+from expattn.results.lock import LOCK, hold_output
 from expattn.train.checkpoint import read_checkpoint
-from expattn.train.lock import LOCK, hold_run_folder
 
 ITERS = 6
 ARGS = ["--layers", "1", "--dim", "8", "--heads", "2", "--context", "8", "--batch", "4", "--iters", str(ITERS),
         "--eval-every", "1", "--ckpt-every", "2", "--seed", "3", "--no-progress", "--device", "cpu"]
-FINAL = {LOCK, "checkpoint.safetensors", "metrics.jsonl", "config.json", "model"}
+FINAL = {"checkpoint.safetensors", "metrics.jsonl", "config.json", "model"}
 
 # Runs the CLI in a child that SIGKILLs itself at its n-th passage through one write point:
 #   save: entering save_checkpoint (nothing of that checkpoint written yet);
@@ -134,13 +134,14 @@ def test_resume_without_a_checkpoint_starts_at_step_zero(tmp_path, corpus, one_t
 
 def test_second_writer_gets_one_line_error_while_the_lock_is_held(tmp_path, corpus):
     out = tmp_path / "run"
-    with hold_run_folder(out):  # another writer, as far as the kernel is concerned (its own open file)
+    with hold_output(out):  # another writer, as far as the kernel is concerned (its own open file)
         for extra in ((), ("--resume",)):
             result = _train(out, corpus, *extra)
             lines = [line for line in result.output.splitlines() if line.strip()]
             assert result.exit_code == 2 and len(lines) == 1, result.output
             assert lines[0].startswith("error:") and "being written by another process" in lines[0]
-    assert sorted(os.listdir(out)) == [LOCK]  # the refused writers wrote nothing
+        assert sorted(os.listdir(out)) == [LOCK]  # the refused writers wrote nothing
+    assert not out.exists()  # the holder made the folder and published nothing: removed with its lock
     assert _train(out, corpus).exit_code == 0  # released on exit: the next writer proceeds
 
 

@@ -204,12 +204,17 @@ def test_models_with_the_same_folder_name_keep_their_plots_apart(tmp_path, stage
     assert all((tmp_path / "out" / p).is_file() for p in plots)
 
 
-def test_unknown_model_is_skipped_with_a_message(tmp_path, stages):
-    result = run(tmp_path, models=("minilm", "no-such-model"))
-    assert len(result.problems) == 1 and "no-such-model" in result.problems[0]
-    stage = next(s for s in result.stages if s.name == "probe no-such-model")
-    assert stage.status == "skipped" and "unknown model" in stage.reason
-    assert not result.ok
+def test_an_unknown_model_is_refused_before_any_stage(tmp_path, stages):
+    _, seen = stages
+    with pytest.raises(ValueError, match="unknown model 'no-such-model'"):
+        run(tmp_path, models=("minilm", "no-such-model"))
+    assert not seen and list(tmp_path.iterdir()) == []
+    result = CliRunner().invoke(app, ["report", "--models", "[/x]", "--stages", "verify,probe",
+                                      "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: unknown model '[/x]'"), result.output
+    assert not seen and list(tmp_path.iterdir()) == []
 
 
 def test_a_previous_report_is_kept_without_overwrite(tmp_path, stages):
@@ -217,7 +222,7 @@ def test_a_previous_report_is_kept_without_overwrite(tmp_path, stages):
     out = tmp_path / "out"
     (out / "plots").mkdir(parents=True)
     (out / "results.json").write_text("old")
-    with pytest.raises(ValueError, match=r"holds a previous report \(results.json, plots\); pass --overwrite"):
+    with pytest.raises(ValueError, match=r"not empty \(it holds plots, results.json\); pass --overwrite"):
         run(tmp_path, models=("minilm",))
     assert not seen  # refused before any stage ran
     result = CliRunner().invoke(app, ["report", "--out", str(out), "--stages", "verify"])
@@ -226,11 +231,14 @@ def test_a_previous_report_is_kept_without_overwrite(tmp_path, stages):
     assert (out / "results.json").read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 
-def test_a_folder_without_a_report_is_written_without_overwrite(tmp_path, stages):
+def test_a_folder_without_a_report_is_written_only_with_overwrite(tmp_path, stages):
     out = tmp_path / "out"
     out.mkdir()
     (out / "notes.txt").write_text("mine")
-    run(tmp_path, stages=("verify",))
+    with pytest.raises(ValueError, match=r"not empty \(it holds notes.txt\); pass --overwrite"):
+        run(tmp_path, stages=("verify",))
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+    run(tmp_path, stages=("verify",), overwrite=True)
     assert (out / "results.json").is_file() and (out / "notes.txt").read_text() == "mine"
 
 

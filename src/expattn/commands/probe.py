@@ -7,25 +7,27 @@ from collections.abc import Callable
 from pathlib import Path
 
 from expattn.probes.runner import ProbeConfig, ProbeOutcome, probe
-from expattn.results.files import staged, write_json_atomic
+from expattn.results.files import write_json_atomic
+from expattn.results.outputs import check_output_folder, output_folder
 
 
-def probe_to_dir(config: ProbeConfig, out: Path, progress: Callable[[int, int], None] | None = None) -> ProbeOutcome:
+def probe_to_dir(
+    config: ProbeConfig, out: Path, progress: Callable[[int, int], None] | None = None, overwrite: bool = False
+) -> ProbeOutcome:
     """Run the probe and write ``out/results.json`` plus the PNG plots, all or nothing.
 
-    Everything is written into a temporary sibling folder renamed to ``out`` at the end, so a
-    failure leaves no partial folder. Under ``torchrun`` only rank 0 writes.
+    ``out`` follows the one rule of output folders (``expattn.results.outputs``; ``overwrite`` is
+    ``--overwrite``). Everything is written into a temporary sibling folder moved into ``out`` at
+    the end, so a failure leaves no partial folder. Under ``torchrun`` only rank 0 writes.
 
     Raises:
-        ValueError: as ``probe``, or when ``out`` exists and is not an empty folder.
+        ValueError: as ``probe``, or when the rule refuses ``out`` or another process is writing it.
     """
-    out = Path(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise ValueError(f"output folder {str(out)!r} already exists and is not empty")
+    check_output_folder(out, overwrite)
     config.validate()
     if int(os.environ.get("RANK", "0")) != 0:
         return probe(config, None, progress)
-    with staged(out) as tmp:
+    with output_folder(out, overwrite=overwrite) as tmp:
         outcome = probe(config, tmp, progress)
         write_json_atomic(tmp / "results.json", outcome.document())
     return outcome

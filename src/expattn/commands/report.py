@@ -33,14 +33,14 @@ from expattn.probes.loading import BUILTIN_MODELS
 from expattn.report.document import Stage, cpu
 from expattn.report.html import render_html
 from expattn.report.markdown import render_markdown
-from expattn.results.files import staged, write_json_atomic
+from expattn.results.files import write_json_atomic
 from expattn.results.frame import records_frame
+from expattn.results.outputs import check_output_folder, output_folder
 from expattn.results.record import Record, load_records, results_document
 from expattn.seeds import check_seed
 
 PROBE_IDS = tuple(e.id for e in ENTRIES if e.probe)
 STAGES = ("verify", "simulate", "probe", "train")
-OUTPUT_FILES = ("results.json", "results.csv", "report.html", "report.md")
 
 
 @dataclass(frozen=True)
@@ -54,8 +54,8 @@ class ReportConfig:
         seed: seed of every stage.
         stages: the stages to run, a non-empty subset of ``STAGES``; they always run in the
             order of ``STAGES``.
-        overwrite: replace a previous report in ``out_dir`` (without it such a folder is refused;
-            an empty, missing or report-free folder is written either way).
+        overwrite: write into a non-empty ``out_dir``, replacing a previous report (the one rule of
+            output folders, ``expattn.results.outputs``).
     """
 
     out_dir: Path = Path("report")
@@ -110,12 +110,6 @@ class ReportResult:
 def unknown_models(models: tuple[str, ...]) -> list[str]:
     """The entries of ``models`` that are neither a known name nor an existing folder."""
     return [m for m in models if m not in BUILTIN_MODELS and not Path(m).expanduser().is_dir()]
-
-
-def previous_report(out_dir: Path) -> list[str]:
-    """The report outputs (``OUTPUT_FILES`` and ``plots``) that ``out_dir`` already holds."""
-    out = out_dir.expanduser()
-    return [name for name in (*OUTPUT_FILES, "plots") if (out / name).exists()] if out.is_dir() else []
 
 
 def git_revision() -> str:
@@ -288,23 +282,15 @@ def run_report(config: ReportConfig, console: Console) -> ReportResult:
         console: where the progress display and the closing summary go.
 
     Returns:
-        The ``ReportResult`` (records, per-stage timings, output folder, problems such as
-        unknown models). Raises ``ValueError``/``OSError`` before any work if ``--out`` cannot
-        be written, or holds a previous report and ``config.overwrite`` is not set.
+        The ``ReportResult`` (records, per-stage timings, output folder). Raises ``ValueError``/``OSError``
+        before any work if a model to probe is neither a known name nor a folder, if ``--out`` cannot
+        be written, or the one rule of output folders refuses it (``expattn.results.outputs``).
     """
-    found = previous_report(config.out_dir)
-    if found and not config.overwrite:
-        raise ValueError(
-            f"output folder {str(config.out_dir)!r} holds a previous report ({', '.join(found)}); "
-            "pass --overwrite to replace it"
-        )
-    with staged(config.out_dir, merge=True) as staging:
-        problems = [
-            f"unknown model {m!r}: expected one of {', '.join(BUILTIN_MODELS)} or a model folder; its probe is skipped"
-            for m in (unknown_models(config.models) if "probe" in config.chosen else [])
-        ]
-        for problem in problems:
-            console.print(f"[bold yellow]warning:[/] {escape(problem)}", highlight=False)
+    unknown = unknown_models(config.models) if "probe" in config.chosen else []
+    if unknown:
+        raise ValueError(f"unknown model {unknown[0]!r}: expected one of {', '.join(BUILTIN_MODELS)} or a model folder")
+    check_output_folder(config.out_dir, config.overwrite)
+    with output_folder(config.out_dir, overwrite=config.overwrite) as staging:
         started = datetime.now(timezone.utc)
         start = time.perf_counter()
         columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
@@ -342,4 +328,4 @@ def run_report(config: ReportConfig, console: Console) -> ReportResult:
         (staging / "report.html").write_text(render_html(document, staging), encoding="utf-8")
         (staging / "report.md").write_text(render_markdown(document), encoding="utf-8")
         records_frame(runner.records).to_csv(staging / "results.csv", index=False)
-    return ReportResult(runner.records, runner.stages, config.out_dir, problems)
+    return ReportResult(runner.records, runner.stages, config.out_dir)

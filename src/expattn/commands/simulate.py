@@ -1,7 +1,8 @@
 """``expattn simulate``: run the dynamics presets (claims B2-B7) or one custom iteration, write results and plots.
 
-Every output goes to a staging folder beside ``--out`` first; finished files are then moved into
-``--out`` one by one (``os.replace``), so an interrupted run never leaves a partial file or folder.
+``--out`` follows the one rule of output folders (``expattn.results.outputs``). Every output goes
+to a staging folder beside ``--out`` first; finished files are then moved into ``--out`` one by one
+(``os.replace``), so an interrupted run never leaves a partial file or folder.
 """
 
 from __future__ import annotations
@@ -23,8 +24,10 @@ from expattn.dynamics.clouds import CLOUD_KINDS, make_cloud
 from expattn.dynamics.metrics import METRICS
 from expattn.dynamics.operators import CARRIERS, AttentionConfig, AttentionUpdate, Compose
 from expattn.dynamics.run import run
+from expattn.memory import dynamics_bytes, require
 from expattn.nn.norms import NormConfig, build_norm
-from expattn.results.files import staged, write_json_atomic
+from expattn.results.files import write_json_atomic
+from expattn.results.outputs import output_folder
 from expattn.results.record import Record, results_document
 from expattn.seeds import check_seed
 from expattn.terminal import plain, say
@@ -78,6 +81,7 @@ class SimulateConfig:
         out_dir: folder for results.json and the PNG plots.
         seed: seed of every random draw; quick: small smoke sizes.
         custom: a ``CustomRun`` instead of presets.
+        overwrite: write into a non-empty ``out_dir`` (``expattn.results.outputs``).
     """
 
     presets: tuple[str, ...] | None = None
@@ -85,6 +89,7 @@ class SimulateConfig:
     seed: int = 0
     quick: bool = False
     custom: CustomRun | None = None
+    overwrite: bool = False
 
     def __post_init__(self) -> None:
         check_seed(self.seed)
@@ -104,15 +109,20 @@ def _load_array(path: str, name: str, kinds: tuple[str, ...] = ()) -> torch.Tens
 def custom_record(run_config: CustomRun, seed: int, out_dir: Path | None) -> Record:
     """Iterate ``norm ∘ attention`` as ``run_config`` says; every metric per step goes into ``details``."""
     gen = torch.Generator().manual_seed(seed)
-    if run_config.cloud in CLOUD_KINDS:
-        cloud = make_cloud(run_config.cloud, run_config.batch, run_config.tokens, run_config.dim, gen)
-    else:
-        cloud = _load_array(run_config.cloud, "cloud", CLOUD_KINDS)
+    generated = run_config.cloud in CLOUD_KINDS
+    cloud = None if generated else _load_array(run_config.cloud, "cloud", CLOUD_KINDS)
+    if cloud is not None:
         cloud = cloud[None] if cloud.ndim == 2 else cloud
-    dim = cloud.shape[-1]
+    batch, tokens, dim = (run_config.batch, run_config.tokens, run_config.dim) if generated else cloud.shape
     atoms = None if run_config.atoms is None else _load_array(run_config.atoms, "atoms")
     if atoms is not None and (atoms.ndim != 2 or atoms.shape[-1] != dim):
         raise ValueError(f"atoms has shape {tuple(atoms.shape)}, expected (key, {dim}) to match the cloud's dim")
+    keys = tokens if atoms is None else atoms.shape[0]
+    require(dynamics_bytes(batch, tokens, dim, keys), "cpu",
+            f"the custom run ({batch} clouds of {tokens:,} tokens in D={dim}, {keys:,} keys)",
+            "pass smaller --tokens or --dim")
+    if generated:
+        cloud = make_cloud(run_config.cloud, batch, tokens, dim, gen)
     attention = AttentionUpdate(
         AttentionConfig(beta=run_config.beta, step=run_config.step, residual=run_config.residual,
                         carrier=run_config.carrier, bandwidth=run_config.bandwidth), atoms=atoms
@@ -156,7 +166,7 @@ def run_simulate(config: SimulateConfig, console: Console) -> list[Record]:
     """
     chosen = [] if config.custom is not None else select("simulate", list(config.presets) if config.presets else None)
     start = time.perf_counter()
-    with staged(config.out_dir, merge=True) as staging:
+    with output_folder(config.out_dir, overwrite=config.overwrite) as staging:
         records = []
         if config.custom is not None:
             records.append(custom_record(config.custom, config.seed, staging))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 from rich.console import Console
@@ -10,22 +11,29 @@ from rich.console import Console
 from expattn.catalogue.registry import RunContext, run_claim, select
 from expattn.commands.tables import record_table
 from expattn.results.files import write_json_atomic
+from expattn.results.outputs import output_file
 from expattn.results.record import results_document
 
 
-def run_verify(only: list[str] | None, json_path: Path | None, seed: int, console: Console) -> bool:
-    """Run the selected checks, print the table, write JSON; True iff every check passed."""
+def run_verify(
+    only: list[str] | None, json_path: Path | None, seed: int, console: Console, overwrite: bool = False
+) -> bool:
+    """Run the selected checks, print the table, write JSON; True iff every check passed.
+
+    ``json_path`` follows the one rule of output files (``expattn.results.outputs``): it is checked
+    and locked before any check runs.
+    """
     chosen = select("verify", only)
-    start = time.perf_counter()
-    records = []
-    with console.status("verifying") as status:
-        for claim in chosen:
-            status.update(f"verifying {claim.id}")
-            records.append(run_claim(claim, RunContext(seed=seed)))
-    console.print(record_table(records, "expattn verify"))
-    passed = sum(r.verdict == "pass" for r in records)
-    console.print(f"{passed}/{len(records)} passed in {time.perf_counter() - start:.1f} s (seed {seed})")
-    if json_path is not None:
-        doc = results_document(records, "verify", seeds={"seed": seed})
-        write_json_atomic(json_path, doc)
+    with nullcontext() if json_path is None else output_file(json_path, overwrite=overwrite):
+        start = time.perf_counter()
+        records = []
+        with console.status("verifying") as status:
+            for claim in chosen:
+                status.update(f"verifying {claim.id}")
+                records.append(run_claim(claim, RunContext(seed=seed)))
+        console.print(record_table(records, "expattn verify"))
+        passed = sum(r.verdict == "pass" for r in records)
+        console.print(f"{passed}/{len(records)} passed in {time.perf_counter() - start:.1f} s (seed {seed})")
+        if json_path is not None:
+            write_json_atomic(json_path, results_document(records, "verify", seeds={"seed": seed}))
     return all(r.verdict == "pass" for r in records)

@@ -16,6 +16,7 @@ so the same model, text and settings give the same numbers.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +27,8 @@ from expattn.probes.corpus import load_text
 from expattn.probes.runner import HYPOTHESES, ProbeConfig, ProbeOutcome, probe_subject, records
 from expattn.probes.runner import probe as probe_config
 from expattn.probes.subject import subject_from_model
-from expattn.results.files import staged, write_json_atomic
+from expattn.results.files import write_json_atomic
+from expattn.results.outputs import output_folder
 from expattn.results.record import Record
 
 
@@ -53,16 +55,16 @@ class ProbeResults:
 
         return records_frame(self.records)
 
-    def save(self, out: str | Path) -> Path:
+    def save(self, out: str | Path, overwrite: bool = False) -> Path:
         """Write ``out/results.json`` and the plots (as ``expattn probe --out``), all or nothing; the records
         then name their plots.
 
-        Raises ValueError when ``out`` exists and is not an empty folder.
+        ``out`` follows the one rule of output folders (``expattn.results.outputs``).
+
+        Raises ValueError when the rule refuses ``out`` or another process is writing it.
         """
         out = Path(out)
-        if out.exists() and (not out.is_dir() or any(out.iterdir())):
-            raise ValueError(f"output folder {str(out)!r} already exists and is not empty")
-        with staged(out) as tmp:
+        with output_folder(out, overwrite=overwrite, flag="overwrite=True") as tmp:
             fed = _Timings(self.records)
             drawn = records(self.outcome.estimators, {}, fed, self.outcome.model["name"], tmp)  # the plots
             plots = {r.id: r.plots for r in drawn}
@@ -82,7 +84,7 @@ class _Timings:
 
 
 def probe(model: nn.Module | str, tokenizer: object | None = None, *, texts: str | list[str] | None = None,
-          input_ids: torch.Tensor | None = None, hypotheses: tuple[str, ...] | list[str] = HYPOTHESES,
+          input_ids: torch.Tensor | None = None, hypotheses: str | tuple[str, ...] | list[str] = HYPOTHESES,
           tokens: int = 4096, seq_len: int = 128, seed: int = 0, batch_size: int = 16, replicates: int = 200,
           detail_sequences: int = 32, device: str | None = None, dtype: str | torch.dtype | None = None,
           out_dir: str | Path | None = None, statistics: str = "float64") -> ProbeResults:
@@ -94,7 +96,9 @@ def probe(model: nn.Module | str, tokenizer: object | None = None, *, texts: str
         tokenizer: its tokenizer (needed unless ``input_ids`` is given).
         texts: a text or texts (joined by newlines) to sample sequences from; default the Shakespeare corpus.
         input_ids: ``(sequences, seq_len)`` token ids to use as they are instead (``tokens``, ``seq_len`` follow).
-        hypotheses, tokens, seq_len, seed, batch_size, replicates, detail_sequences: as ``ProbeConfig``.
+        hypotheses: IDs as ``ProbeConfig`` takes them, or one string: an ID (``"E1"``) or IDs separated by
+            commas (``"E1,E3"``).
+        tokens, seq_len, seed, batch_size, replicates, detail_sequences: as ``ProbeConfig``.
         device, dtype: where and in which dtype the model runs (``cpu``, ``cuda:N``; ``float32``, ``bfloat16``,
             ``float16``); None keeps the model where and as it is.
         out_dir: folder for the plots while probing (None: no plots; ``ProbeResults.save`` draws them later).
@@ -116,6 +120,11 @@ def probe(model: nn.Module | str, tokenizer: object | None = None, *, texts: str
         if texts is not None:
             raise ValueError("give texts or input_ids, not both")
         seq_len, tokens = int(input_ids.shape[1]), int(input_ids.numel())
+    if isinstance(hypotheses, str):  # one ID, or IDs separated by commas as ``--only`` takes them
+        hypotheses = tuple(h.strip() for h in hypotheses.split(","))
+    elif not isinstance(hypotheses, Iterable):
+        raise TypeError(f"hypotheses must be an ID such as 'E1', IDs separated by commas, or a sequence of IDs, "
+                        f"got {type(hypotheses).__name__}")
     config = ProbeConfig(model=model if isinstance(model, str) else type(model).__name__, tokens=tokens,
                          seq_len=seq_len, seed=seed, batch_size=batch_size, replicates=replicates,
                          detail_sequences=detail_sequences, hypotheses=tuple(hypotheses),
@@ -133,6 +142,8 @@ def probe(model: nn.Module | str, tokenizer: object | None = None, *, texts: str
     context = subject.config.get("max_position_embeddings") or subject.config.get("n_positions")
     if isinstance(context, int) and seq_len > context:
         raise ValueError(f"seq_len {seq_len} exceeds the context length {context} of the model")
+    if input_ids is not None:
+        _check_vocabulary(input_ids, subject.model, subject.config)
     text = None
     if input_ids is None:
         joined = texts if isinstance(texts, str) or texts is None else "\n".join(texts)
@@ -141,6 +152,21 @@ def probe(model: nn.Module | str, tokenizer: object | None = None, *, texts: str
         text = load_text() if joined is None else _checked(joined.replace("\r\n", "\n"))
     out = None if out_dir is None else Path(out_dir)
     return ProbeResults(probe_subject(subject, config, out, text=text, input_ids=input_ids))
+
+
+def _check_vocabulary(input_ids: torch.Tensor, model: nn.Module, config: dict) -> None:
+    """``ValueError`` naming ``input_ids`` unless every id lies in ``[0, vocabulary)``: one read of the ids'
+    range before the forward pass (whose embedding lookup would raise an ``IndexError``, or a device assert)."""
+    try:
+        vocabulary = model.get_input_embeddings().num_embeddings
+    except (AttributeError, NotImplementedError):
+        vocabulary = config.get("vocab_size")
+    if not isinstance(vocabulary, int):
+        return
+    low, high = (int(v) for v in torch.aminmax(input_ids))
+    if low < 0 or high >= vocabulary:
+        raise ValueError(f"input_ids must lie in [0, {vocabulary}) (the model's vocabulary size), got ids in "
+                         f"[{low}, {high}]")
 
 
 def _checked(text: str) -> str:

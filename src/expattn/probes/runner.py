@@ -115,6 +115,9 @@ class ProbeConfig:
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
         check_seed(self.seed)
+        if self.device_map is not None and self.device is not None:
+            raise ValueError(f"give device or device_map, not both (got device {self.device!r} and device_map "
+                             f"{self.device_map!r}: device_map places the model itself)")
         if self.statistics not in STATISTICS:
             raise ValueError(f"statistics must be one of {', '.join(STATISTICS)}, got {self.statistics!r}")
         require(probe_bytes(self.tokens), "cpu", f"probing {self.tokens:,} tokens")

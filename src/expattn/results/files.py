@@ -10,7 +10,8 @@ Every command writes this way:
   file never points at plots that are not there yet).
 
 Temporary names all start with ``.{name}.`` next to their target, so leftovers of a killed process
-are recognisable.
+are recognisable: the next writer of that output removes them while it holds the output's lock
+(``expattn.results.lock``). Where a command may write at all is ``expattn.results.outputs``.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,8 @@ from expattn.nn.carriers import carrier_names
 from expattn.nn.export import MODEL_DIR
 from expattn.nn.norms import norm_names
 from expattn.results.files import write_json_atomic
+from expattn.results.lock import hold_output
+from expattn.results.outputs import check_output_folder
 from expattn.results.record import Record, results_document
 from expattn.sweeps.layer_dynamics import LayerDynamics, LayerRow, probe_dynamics
 from expattn.terminal import plain
@@ -254,32 +257,36 @@ def run_sweep(kind: str, base: TrainConfig, console: Console | None = None) -> l
         probe's E1-E3 (``expattn.sweeps.layer_dynamics.probe_dynamics``), or why they are missing.
     """
     field = "norm" if kind == "norms" else "carrier"
-    rows = []
-    for value, change in sweep_variants(kind).items():
-        model = dataclasses.replace(base.model, **change)
-        cfg = dataclasses.replace(base, model=model, out=base.out / value)
-        if console is not None:
-            console.print(f"[bold]{kind}[/]: training {plain(value)} -> {plain(cfg.out)}")
-        try:
-            result = train(cfg)
-        except ValueError as err:  # e.g. whitening of a cloud that became singular: record, go on
-            rows.append(SweepRun(value, _logged(cfg.out), error=str(err)))
+    if not base.resume:
+        check_output_folder(base.out, base.overwrite)  # the one rule; --resume continues the sweep it holds
+    with hold_output(base.out, enabled=int(os.environ.get("RANK", "0")) == 0):  # under torchrun rank 0 writes
+        rows = []
+        for value, change in sweep_variants(kind).items():
+            model = dataclasses.replace(base.model, **change)
+            cfg = dataclasses.replace(base, model=model, out=base.out / value)
             if console is not None:
-                console.print(f"[bold red]{kind}: {plain(value)} failed:[/] {plain(err)}")
-            continue
-        last = result.metrics[-1]
-        losses = {"val_loss": last["val_loss"], "train_loss": last["train_loss"], "tokens_per_s": last["tokens_per_s"]}
-        try:
-            dynamics = probe_dynamics(cfg.out / MODEL_DIR, base.corpus, model.context, base.seed)
-        except ValueError as err:  # e.g. a diverged model with non-finite states: keep its losses
-            rows.append(SweepRun(value, result.metrics, **losses, probe_error=str(err)))
-            if console is not None:
-                console.print(f"[bold red]{kind}: probing {plain(value)} failed:[/] {plain(err)}")
-            continue
-        rows.append(SweepRun(value, result.metrics, **losses, dynamics=dynamics))
-    budget = {"iters": base.iters, "batch": base.batch, "context": base.model.context,
-              "tokens_per_model": base.iters * base.batch * base.model.context}
-    write_summary(kind, rows, base.out, budget)
+                console.print(f"[bold]{kind}[/]: training {plain(value)} -> {plain(cfg.out)}")
+            try:
+                result = train(cfg)
+            except ValueError as err:  # e.g. whitening of a cloud that became singular: record, go on
+                rows.append(SweepRun(value, _logged(cfg.out), error=str(err)))
+                if console is not None:
+                    console.print(f"[bold red]{kind}: {plain(value)} failed:[/] {plain(err)}")
+                continue
+            last = result.metrics[-1]
+            losses = {"val_loss": last["val_loss"], "train_loss": last["train_loss"],
+                      "tokens_per_s": last["tokens_per_s"]}
+            try:
+                dynamics = probe_dynamics(cfg.out / MODEL_DIR, base.corpus, model.context, base.seed)
+            except ValueError as err:  # e.g. a diverged model with non-finite states: keep its losses
+                rows.append(SweepRun(value, result.metrics, **losses, probe_error=str(err)))
+                if console is not None:
+                    console.print(f"[bold red]{kind}: probing {plain(value)} failed:[/] {plain(err)}")
+                continue
+            rows.append(SweepRun(value, result.metrics, **losses, dynamics=dynamics))
+        budget = {"iters": base.iters, "batch": base.batch, "context": base.model.context,
+                  "tokens_per_model": base.iters * base.batch * base.model.context}
+        write_summary(kind, rows, base.out, budget)
     if console is not None:
         table = Table(title=f"sweep {kind}: {budget['tokens_per_model']:,} tokens per model")
         for col in (field, "val loss", "train loss", "tok/s", "E1 ratio (layers)", "E2 N1 ratio (layers)",

@@ -48,7 +48,7 @@ def corpus_files(corpus: str | os.PathLike) -> list[Path]:
     if str(corpus) == SHAKESPEARE:
         return shakespeare_files()
     path = Path(corpus)
-    if path.is_file():
+    if path.exists() and not path.is_dir():  # a device or a pipe: read_texts says why it is not text
         return [path]
     if path.is_dir():
         files = sorted(path.glob("*.txt"))
@@ -59,7 +59,12 @@ def corpus_files(corpus: str | os.PathLike) -> list[Path]:
 
 
 def read_texts(files: list[Path]) -> list[str]:
-    """Read UTF-8 texts with newlines normalised to ``\\n``; an empty or unreadable file raises."""
+    """Read UTF-8 texts with newlines normalised to ``\\n``; an empty or unreadable file raises.
+
+    Raises:
+        ValueError: a file that is not a regular file (a device, a pipe) or too large (``read_text_limited``).
+        FileNotFoundError: an empty file, or one that cannot be read as UTF-8 text.
+    """
     texts = []
     for f in files:
         try:

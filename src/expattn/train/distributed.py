@@ -54,13 +54,19 @@ class Dist:
 
 
 def resolve_device(device: str) -> torch.device:
-    """``"auto"`` picks CUDA when available, else CPU; anything else is passed to torch."""
+    """``"auto"`` picks CUDA when available, else CPU; ``cpu`` and ``cuda[:i]`` are passed to torch.
+
+    Raises:
+        ValueError: any other device (``meta``, ``mps``, a typo), or CUDA asked for and not available.
+    """
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
         resolved = torch.device(device)
-    except RuntimeError as err:
-        raise ValueError(f"device must be 'auto', 'cpu' or 'cuda[:i]', got {device!r}") from err
+    except RuntimeError:
+        resolved = None
+    if resolved is None or resolved.type not in ("cpu", "cuda"):
+        raise ValueError(f"device must be 'auto', 'cpu' or 'cuda[:i]', got {device!r}")
     if resolved.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {device!r} requested but CUDA is not available")
     return resolved

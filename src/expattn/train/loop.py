@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,13 +35,14 @@ from expattn.nn.carriers import carrier_class
 from expattn.nn.export import MODEL_DIR, export_model
 from expattn.nn.lm import LM, LMConfig
 from expattn.results.files import write_text_atomic
+from expattn.results.lock import hold_output
+from expattn.results.outputs import check_output_folder
 from expattn.seeds import check_seed
 from expattn.terminal import say
 from expattn.train import distributed
 from expattn.train.budget import check_training_memory
 from expattn.train.checkpoint import CheckpointError, read_checkpoint, restore, save_checkpoint
 from expattn.train.data import SHAKESPEARE, SPLITS, CharCorpus
-from expattn.train.lock import hold_run_folder
 from expattn.train.optim import adamw, learning_rate
 from expattn.train.step import DTYPES, LossTracker, autocast, grad_scaler, optimizer_step
 
@@ -48,7 +50,10 @@ CHECKPOINT = "checkpoint.safetensors"
 METRICS_FILE = "metrics.jsonl"
 # Fields that may differ between a run and its resumption (they do not change any number); ``out`` is
 # the folder the checkpoint was read from, however it is spelled (relative, absolute, moved).
-RESUMABLE = ("resume", "progress", "out")
+RESUMABLE = ("resume", "overwrite", "progress", "out")
+CONFIG_FILE = "config.json"
+# What a run writes into its folder: a folder holding one of these holds a run.
+RUN_FILES = (CHECKPOINT, METRICS_FILE, CONFIG_FILE, MODEL_DIR)
 
 
 @dataclass(frozen=True)
@@ -78,6 +83,8 @@ class TrainConfig:
         grad_accum: split each process's share of the batch into this many micro-batches
             (gradient accumulation: less memory, the same update up to float rounding).
         resume: continue from ``out/checkpoint.safetensors``.
+        overwrite: train into a non-empty ``out`` (the one rule of output folders,
+            ``expattn.results.outputs``); a run it holds is removed first.
         progress: draw a progress bar.
     """
 
@@ -102,6 +109,7 @@ class TrainConfig:
     compile: bool = False
     grad_accum: int = 1
     resume: bool = False
+    overwrite: bool = False
     progress: bool = True
 
     def __post_init__(self) -> None:
@@ -123,6 +131,8 @@ class TrainConfig:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         if self.batch % self.grad_accum:
             raise ValueError(f"grad_accum must divide batch={self.batch}, got {self.grad_accum}")
+        if self.resume and self.overwrite:
+            raise ValueError("give --resume (continue the run in --out) or --overwrite (start a new one), not both")
         check_seed(self.seed)
 
     def to_json(self) -> dict[str, Any]:
@@ -202,9 +212,29 @@ def _same_file(a: object, b: object) -> bool:
     return isinstance(a, str) and isinstance(b, str) and Path(a).exists() and Path(a).resolve() == Path(b).resolve()
 
 
+def _holds_run(out: Path) -> bool:
+    return any((out / name).exists() for name in RUN_FILES)
+
+
 def _check_folder(cfg: TrainConfig) -> None:
-    if not cfg.resume and ((cfg.out / CHECKPOINT).exists() or (cfg.out / METRICS_FILE).exists()):
-        raise ValueError(f"{str(cfg.out)!r} already holds a run: pass --resume or choose another --out")
+    """The one rule of output folders (``expattn.results.outputs``), where ``--resume`` accepts a folder
+    that holds a run."""
+    if cfg.resume and _holds_run(cfg.out):
+        return
+    if not cfg.resume and not cfg.overwrite and _holds_run(cfg.out):
+        raise ValueError(f"{str(cfg.out)!r} already holds a run: pass --resume to continue it, --overwrite to "
+                         "start a new one, or choose another --out")
+    check_output_folder(cfg.out, cfg.overwrite)
+
+
+def _remove_run(out: Path) -> None:
+    """``--overwrite``: delete the files of the run that ``out`` holds (``RUN_FILES``), keep the rest."""
+    for name in RUN_FILES:
+        path = out / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
 
 
 def prepare(cfg: TrainConfig) -> tuple[CharCorpus, LMConfig]:
@@ -262,9 +292,11 @@ def train(cfg: TrainConfig) -> TrainResult:
     check_training_memory(model_cfg, cfg.batch, cfg.device)
     d = distributed.start(cfg.device)
     try:
-        with hold_run_folder(cfg.out, enabled=d.main):  # one writer; a killed writer's leftovers removed
+        with hold_output(cfg.out, enabled=d.main):  # one writer; a killed writer's leftovers removed
             if d.main:
                 _check_folder(cfg)  # again: a run may have started between prepare and the lock
+                if cfg.overwrite:
+                    _remove_run(cfg.out)
             return _run(cfg, corpus, model_cfg, d)
     finally:
         distributed.stop(d)
@@ -308,7 +340,7 @@ def _run(cfg: TrainConfig, corpus: CharCorpus, model_cfg: LMConfig, d: distribut
     d.barrier()
     if d.main:
         cfg.out.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(cfg.out / "config.json", json.dumps(meta, indent=1))
+        write_text_atomic(cfg.out / CONFIG_FILE, json.dumps(meta, indent=1))
     net = model
     if d.active:  # a carrier that ignores the keys (Jensen's bound) leaves k_proj without gradient
         net = DistributedDataParallel(model, device_ids=[d.device] if d.device.type == "cuda" else None,
