@@ -80,6 +80,8 @@ def check_positive_definite(name: str, cov: Tensor) -> Tensor:
     cov = working(cov)
     if cov.ndim < 2 or cov.shape[-1] != cov.shape[-2]:
         raise ValueError(f"{name} must be a square (..., D, D) matrix, got {tuple(cov.shape)}")
+    if cov.numel() == 0:  # a batch of no matrices: nothing to check, an empty factor
+        return torch.linalg.cholesky(cov)
     scale = cov.abs().amax().clamp_min(1.0)
     tol = 1e-6 if cov.dtype == torch.float64 else 1e-4
     if ((cov - cov.mT).abs().amax() > tol * scale).item():

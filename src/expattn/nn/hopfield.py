@@ -199,6 +199,8 @@ class Hopfield(nn.Module):
                     f"pattern_projection has {pattern_projection.shape[1]} patterns, expected {stored.shape[1]} "
                     "to match stored"
                 )
+        if stored.shape[1] == 0 and state.shape[:2].numel() > 0:  # no query: empty results, nothing undefined
+            raise ValueError("stored must hold at least one stored pattern, got none")
         mask = None
         if stored_padding_mask is not None:
             if not isinstance(stored_padding_mask, Tensor) or stored_padding_mask.dtype != torch.bool:
