@@ -303,9 +303,11 @@ class ExpFamAttention(nn.Module):
         Returns:
             ``(B, Q, E)``: ``out_proj`` of ``heads``.
         """
-        heads = self.heads(query, key, value, key_padding_mask=key_padding_mask, attn_mask=attn_mask,
-                           is_causal=is_causal, rotary=rotary, need_weights=need_weights)
-        return self.out_proj(heads)
+        heads = self._heads(query, key, value, key_padding_mask, attn_mask, is_causal, rotary, need_weights)
+        out = self.out_proj(heads)
+        if validate_enabled(self.validate_args):
+            self._check_output("attention output", out, f"{OVERFLOW} (or out_proj's product overflows)")
+        return out
 
     def heads(
         self,
@@ -323,6 +325,28 @@ class ExpFamAttention(nn.Module):
 
         Arguments as ``forward``, which is ``out_proj(heads(...))``.
         """
+        out = self._heads(query, key, value, key_padding_mask, attn_mask, is_causal, rotary, need_weights)
+        if validate_enabled(self.validate_args):
+            self._check_output("attention heads", out, OVERFLOW)
+        return out
+
+    def _check_output(self, name: str, value: Tensor, cause: str) -> None:
+        """``check_output`` of a result computed from inputs already checked finite: when it is not finite, the
+        first non-finite parameter is named (``require_finite``) before ``cause``. Only the result is reduced on
+        the happy path; the parameters are read only when it is not finite.
+        """
+        try:
+            check_output(name, value, cause)
+        except ValueError:
+            for parameter, x in self.named_parameters():
+                require_finite(f"parameter {parameter}", x)
+            raise
+
+    def _heads(
+        self, query: Tensor, key: Tensor | None, value: Tensor | None, key_padding_mask: Tensor | None,
+        attn_mask: Tensor | None, is_causal: bool | None, rotary: Rotary | None, need_weights: bool,
+    ) -> Tensor:
+        """``heads`` without the check of its output (``forward`` checks the output of ``out_proj`` instead)."""
         c = self.config
         _check_input("query", query, c.embed_dim)
         check = validate_enabled(self.validate_args)
@@ -358,8 +382,6 @@ class ExpFamAttention(nn.Module):
             q, k, v, modules["carrier"], key_padding_mask, attn_mask, c.causal if is_causal is None else is_causal,
             self._scale, stats or _explicit_depth > 0,
         )
-        if check:
-            check_output("attention output", out.output, OVERFLOW)
         if stats or self.last_weights is not None or self.last_log_normalizer is not None:  # no Module.__setattr__
             self.last_weights = self.hook_weights(out.weights) if stats else None
             self.last_log_normalizer = self.hook_log_normalizer(out.log_normalizer) if stats else None
