@@ -76,9 +76,19 @@ class NormConfig:
 
 
 def spread(x: Float[Tensor, "*batch token dim"]) -> Float[Tensor, "*batch"]:
-    r"""Root-mean-square distance to the centroid, $\sqrt{\operatorname{tr}\operatorname{Cov}(x)}$."""
-    centred = x - x.mean(-2, keepdim=True)
-    return centred.square().sum(-1).mean(-1).sqrt()
+    r"""Root-mean-square distance to the centroid, $\sqrt{\operatorname{tr}\operatorname{Cov}(x)}$.
+
+    Computed as $s \cdot \operatorname{spread}(x / s)$ with $s = \max |x|$ per cloud, so that squares do not
+    overflow: a cloud of size 1e20 has a finite float32 spread although its squares (1e40) are not.
+    A cloud without tokens has no centroid: ``ValueError``.
+    """
+    if x.shape[-2] == 0:
+        raise ValueError("x has no tokens; the spread of an empty cloud is undefined")
+    scale = x.abs().amax((-2, -1), keepdim=True)  # (*B, 1, 1)
+    scale = torch.where(scale > 0, scale, torch.ones_like(scale))  # a cloud of zeros: spread 0
+    y = x / scale
+    centred = y - y.mean(-2, keepdim=True)
+    return centred.square().sum(-1).mean(-1).sqrt() * scale[..., 0, 0]
 
 
 class Norm(nn.Module, ABC):
