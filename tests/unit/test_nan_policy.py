@@ -188,3 +188,17 @@ def test_non_finite_parameter_is_named_not_the_inputs(carrier, parameter, bad):
     x = torch.randn(2, 5, 8, generator=torch.Generator().manual_seed(5))
     with pytest.raises(ValueError, match=rf"parameter {parameter} must be finite"):
         module(x)
+
+
+@pytest.mark.parametrize("parameter", ["state_proj.weight", "stored_proj.weight", "value_proj.weight",
+                                       "out_proj.weight"])
+def test_hopfield_names_a_non_finite_projection(parameter):
+    """Hopfield diagnoses its inputs only when the output is not finite; its projections come next, before the
+    overflow is blamed."""
+    torch.manual_seed(0)
+    module = Hopfield(HopfieldConfig(input_size=8, hidden_size=4, value_size=4, output_size=8))
+    with torch.no_grad():
+        dict(module.named_parameters())[parameter].view(-1)[0] = float("nan")
+    x = torch.randn(2, 5, 8, generator=torch.Generator().manual_seed(6))
+    with pytest.raises(ValueError, match=rf"parameter {parameter} must be finite"):
+        module(x, x.clone())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 import torch
 from torch import Tensor
@@ -125,10 +126,17 @@ def check_output(name: str, value: Tensor, cause: str) -> Tensor:
     return value
 
 
-def check_output_of(name: str, value: Tensor, cause: str, inputs: dict[str, Tensor | None]) -> Tensor:
+def check_output_of(
+    name: str,
+    value: Tensor,
+    cause: str,
+    inputs: dict[str, Tensor | None],
+    parameters: Iterable[tuple[str, Tensor]] = (),
+) -> Tensor:
     """``check_output`` for a result computed from ``inputs`` that were not checked beforehand: only when ``value``
     is not finite are the inputs tested, in order, and the first non-finite one named (``require_finite``), as
-    checking them first would have done; if all are finite, ``cause`` is named. One reduction in the common case
+    checking them first would have done; then ``parameters`` (a module's ``named_parameters()``: read only then),
+    each named ``parameter <name>``; if all are finite, ``cause`` is named. One reduction in the common case
     instead of one per input. Sound where every non-finite input reaches the output, as through products and
     softmax (NaN and infinity propagate, and $0 \\cdot \\infty$ is NaN).
     """
@@ -138,4 +146,6 @@ def check_output_of(name: str, value: Tensor, cause: str, inputs: dict[str, Tens
     for argument, x in inputs.items():
         if x is not None:
             require_finite(argument, x)
+    for parameter, x in parameters:
+        require_finite(f"parameter {parameter}", x)
     return check_output(name, value, cause)

@@ -24,7 +24,7 @@ from jaxtyping import Bool, Float
 from torch import Tensor, nn
 
 from expattn.arguments import positive_int
-from expattn.core.validate import check_finite, check_output, require_finite
+from expattn.core.validate import check_finite, check_output, check_output_of, require_finite
 from expattn.nn.carriers import Carrier, CarrierOutput, make_carrier
 from expattn.nn.hooks import HookPoint
 from expattn.nn.masks import attention_mask
@@ -124,6 +124,7 @@ def _attend(
 
 
 OVERFLOW = "the logits beta * q.k overflow the floating range; scale the inputs or beta down"
+OVERFLOW_OUT = f"{OVERFLOW} (or out_proj's product overflows)"
 
 # Open ``explicit_attention`` blocks. A plain module global rather than a ContextVar: torch.compile
 # traces a global read (and guards on its value) but breaks the graph at ``ContextVar.get``.
@@ -306,7 +307,8 @@ class ExpFamAttention(nn.Module):
         heads = self._heads(query, key, value, key_padding_mask, attn_mask, is_causal, rotary, need_weights)
         out = self.out_proj(heads)
         if validate_enabled(self.validate_args):
-            self._check_output("attention output", out, f"{OVERFLOW} (or out_proj's product overflows)")
+            # the inputs are checked first; a non-finite output names the first non-finite parameter, else the cause
+            check_output_of("attention output", out, OVERFLOW_OUT, {}, self.named_parameters())
         return out
 
     def heads(
@@ -327,20 +329,8 @@ class ExpFamAttention(nn.Module):
         """
         out = self._heads(query, key, value, key_padding_mask, attn_mask, is_causal, rotary, need_weights)
         if validate_enabled(self.validate_args):
-            self._check_output("attention heads", out, OVERFLOW)
+            check_output_of("attention heads", out, OVERFLOW, {}, self.named_parameters())
         return out
-
-    def _check_output(self, name: str, value: Tensor, cause: str) -> None:
-        """``check_output`` of a result computed from inputs already checked finite: when it is not finite, the
-        first non-finite parameter is named (``require_finite``) before ``cause``. Only the result is reduced on
-        the happy path; the parameters are read only when it is not finite.
-        """
-        try:
-            check_output(name, value, cause)
-        except ValueError:
-            for parameter, x in self.named_parameters():
-                require_finite(f"parameter {parameter}", x)
-            raise
 
     def _heads(
         self, query: Tensor, key: Tensor | None, value: Tensor | None, key_padding_mask: Tensor | None,

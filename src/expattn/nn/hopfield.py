@@ -253,7 +253,7 @@ class Hopfield(nn.Module):
             out = self.out_proj(out)
         if check:
             inputs = {"state": state, "stored": stored, "pattern_projection": pattern_projection}
-            check_output_of("Hopfield output", out, OVERFLOW, inputs)
+            check_output_of("Hopfield output", out, OVERFLOW, inputs, self.named_parameters())
         energy = torch.stack(energies) if energies else xi.new_empty(0)
         return HopfieldResult(out, energy, weights, step, converged)
 
