@@ -11,6 +11,7 @@ import torch
 
 from expattn.core.empirical import Empirical
 from expattn.core.mixture import GaussianMixture
+from expattn.dynamics.metrics import METRICS
 from expattn.nn.norms import NormConfig, build_norm
 
 F32, F64 = torch.float32, torch.float64
@@ -104,3 +105,23 @@ def test_identity_contraction_of_a_1e20_cloud_is_one(dtype):
     x = (1e20 * torch.randn(2, 7, 4, generator=torch.Generator().manual_seed(3), dtype=F64)).to(dtype)
     factor = build_norm("identity", NormConfig(dim=4)).contraction(x)
     torch.testing.assert_close(factor, torch.ones(2, dtype=dtype), rtol=1e-6, atol=0)
+
+
+SCALE_FREE_OR_FITTING = [name for name in METRICS if name != "trace_cov"]
+
+
+@pytest.mark.parametrize("name", SCALE_FREE_OR_FITTING)
+def test_cloud_metrics_of_a_1e20_cloud_in_float32_match_float64(name):
+    """The cloud's squares (1e40) overflow float32, but these statistics are scale-free (ranks, cosine, Mardia),
+    logarithmic (log det, entropy) or of degree one (norms, diameter, distances) and fit. rtol 1e-4: float32 rounding
+    (6e-8) through a Cholesky or SVD of a well-conditioned 16 x 4 Gaussian cloud and sums over 256 pairs, with
+    margin; a formula that overflowed differs by O(1) or is not finite."""
+    x = 1e20 * torch.randn(2, 16, 4, generator=torch.Generator().manual_seed(4), dtype=F64)
+    got, want = METRICS[name](x.float()), METRICS[name](x)
+    torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=0)
+
+
+def test_trace_cov_beyond_float32_raises_instead_of_infinity():
+    x = 1e20 * torch.randn(2, 16, 4, generator=torch.Generator().manual_seed(4))
+    with pytest.raises(ValueError, match=r"trace_cov is not finite .* overflows torch\.float32"):
+        METRICS["trace_cov"](x)

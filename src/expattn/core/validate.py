@@ -149,3 +149,15 @@ def check_output_of(
     for parameter, x in parameters:
         require_finite(f"parameter {parameter}", x)
     return check_output(name, value, cause)
+
+
+def exact_scale(value: Tensor, dims: tuple[int, ...]) -> Tensor:
+    """The power of two $s = 2^{e-1} \\le \\max|\\mathrm{value}| < 2^e$ over ``dims`` (kept as size 1; 1/2 where
+    ``value`` is zero there).
+
+    Dividing by a power of two is exact, so a statistic of degree $k$ computed as $s^k f(\\mathrm{value} / s)$ equals
+    $f(\\mathrm{value})$ to the last bit wherever that is representable, while the quotient lies in $(-2, 2)$: its
+    squares and products cannot overflow (a cloud of size 1e20 has a float32 spread although its squares do not).
+    """
+    peak = value.abs().amax(dims, keepdim=True)
+    return torch.ldexp(torch.ones_like(peak), torch.frexp(peak).exponent - 1)
