@@ -167,7 +167,7 @@ class Empirical(Measure):
             scores = scores + self.log_weights.unsqueeze(-2)
         if not fits:
             check_output("Empirical logits", scores, f"x_n . eta + log w_n overflows {eta.dtype}; scale eta or atoms "
-                         "down, or compute in float64")
+                         "down (or compute in a wider dtype)")
         mask = self._mask_for(eta)
         if mask is not None:
             scores = scores.masked_fill(~mask, -torch.inf)
@@ -219,13 +219,12 @@ class Empirical(Measure):
 
     def fisher(self, eta: Float[Tensor, "*batch query dim"]) -> Float[Tensor, "*batch query dim dim"]:
         r"""$\nabla^2 G(\eta) = \sum_n p_n (x_n - \bar x)(x_n - \bar x)^\top$ (claim A8)."""
-        fits = self._fits(eta)
-        p = torch.softmax(self._logits(eta, fits), dim=-1)  # (*B, Q, K)
+        p = self.probs(eta)  # (*B, Q, K)
         centred = self.atoms.unsqueeze(-3) - (p @ self.atoms).unsqueeze(-2)  # (*B, Q, K, D)
         fisher = (p.unsqueeze(-1) * centred).mT @ centred  # entries <= (2 ||X||_F)^2: checked where that is large
-        if validate_enabled() and 4 * self._norms[0] ** 2 > torch.finfo(eta.dtype).max / 4:
+        if validate_enabled() and self._norms[0] > math.sqrt(torch.finfo(eta.dtype).max) / 4:
             check_output("Empirical fisher", fisher, f"the atoms' covariance overflows {eta.dtype}; scale the atoms "
-                         "down, or compute in float64")
+                         "down (or compute in a wider dtype)")
         return fisher
 
     def expected_log_base(self, eta: Float[Tensor, "*batch query dim"]) -> Float[Tensor, "*batch query"]:

@@ -30,8 +30,8 @@ from expattn.validation import validate_enabled
 def _checked(name: str, value: Tensor) -> Tensor:
     """``check_output`` of a result of finite arguments (when validating): ``ValueError`` if it overflowed."""
     if validate_enabled():
-        check_output(name, value, f"it overflows {value.dtype}; scale eta, means or covariance down, or compute in "
-                     "float64")
+        check_output(name, value, f"it overflows {value.dtype}; scale eta, means or covariance down (or compute in "
+                     "a wider dtype)")
     return value
 
 

@@ -51,7 +51,8 @@ def scaled(x: Float[Tensor, "batch token dim"]) -> tuple[Float[Tensor, "batch to
 def _representable(name: str, value: Tensor) -> Tensor:
     """``value`` scaled back from a finite computation: ``ValueError`` (when validating) if it overflows."""
     if validate_enabled():
-        check_output(name, value, f"the statistic overflows {value.dtype}; compute in float64 or scale the cloud")
+        cause = f"the statistic overflows {value.dtype}; scale the cloud down (or compute in a wider dtype)"
+        check_output(name, value, cause)
     return value
 
 
