@@ -125,3 +125,15 @@ def test_trace_cov_beyond_float32_raises_instead_of_infinity():
     x = 1e20 * torch.randn(2, 16, 4, generator=torch.Generator().manual_seed(4))
     with pytest.raises(ValueError, match=r"trace_cov is not finite .* overflows torch\.float32"):
         METRICS["trace_cov"](x)
+
+
+def test_empirical_fisher_beyond_float64_raises_while_the_mean_fits():
+    """Atoms of size 1e160 seen by an eta of size 1e-160 have O(1) logits: the mean (~1e160) fits float64, their
+    covariance (~1e320) does not and must raise rather than return infinity."""
+    gen = torch.Generator().manual_seed(5)
+    atoms = 1e160 * torch.randn(5, 3, generator=gen, dtype=F64)
+    eta = 1e-160 * torch.randn(2, 3, generator=gen, dtype=F64)
+    measure = Empirical(atoms)
+    assert torch.isfinite(measure.mean(eta)).all()
+    with pytest.raises(ValueError, match=r"Empirical fisher is not finite .* overflows torch\.float64"):
+        measure.fisher(eta)
