@@ -28,6 +28,9 @@ from expattn.core.validate import (
 )
 from expattn.validation import validate_enabled
 
+# a quarter of each floating dtype's largest value: logits below it, their differences and sums stay finite
+_LIMITS = {dtype: torch.finfo(dtype).max / 4 for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64)}
+
 
 def _checked_norm(name: str, value: Tensor) -> float:
     r"""$\lVert \mathrm{value} \rVert_F$, which bounds every entry and row norm; raises ``ValueError`` naming ``name``
@@ -154,7 +157,7 @@ class Empirical(Measure):
             weights = 0.0 if self.log_weights is None else _checked_norm("log_weights", self.log_weights)
             self._norms = (_checked_norm("atoms", self.atoms), weights)
         bound = _checked_norm("eta", eta) * self._norms[0] + self._norms[1]
-        return bound <= torch.finfo(eta.dtype).max / 4  # False for NaN (an infinite norm times zero)
+        return bound <= _LIMITS[eta.dtype]  # False for NaN (an infinite norm times zero)
 
     def logits(self, eta: Float[Tensor, "*batch query dim"]) -> Float[Tensor, "*batch query key"]:
         r"""$\log w_n + x_n^\top\eta$, with $-\infty$ on masked atoms; ``ValueError`` where one overflows."""
@@ -222,7 +225,7 @@ class Empirical(Measure):
         p = self.probs(eta)  # (*B, Q, K)
         centred = self.atoms.unsqueeze(-3) - (p @ self.atoms).unsqueeze(-2)  # (*B, Q, K, D)
         fisher = (p.unsqueeze(-1) * centred).mT @ centred  # entries <= (2 ||X||_F)^2: checked where that is large
-        if validate_enabled() and self._norms[0] > math.sqrt(torch.finfo(eta.dtype).max) / 4:
+        if validate_enabled() and 2 * self._norms[0] > math.sqrt(_LIMITS[eta.dtype]):
             check_output("Empirical fisher", fisher, f"the atoms' covariance overflows {eta.dtype}; scale the atoms "
                          "down (or compute in a wider dtype)")
         return fisher
