@@ -22,7 +22,8 @@ causal self-attention (query $i$ sees keys $j \le i$), so the fused kernel can s
 half instead of reading a ``(query, key)`` mask.
 
 A query row whose keys are all masked has an empty carrier: its output is zero, its weights are
-zero and its log-normalizer is $-\infty$ (no NaN, zero gradient).
+zero and its log-normalizer is $-\infty$ (no NaN, zero gradient). With no keys at all every row is
+such a row (weights ``(batch, head, query, 0)``).
 
 With values = keys each carrier's output, weights and $G$ are those of the core measure on the keys
 (``core.empirical.Empirical``, ``core.mixture.GaussianMixture`` and its Jensen bound), to float64

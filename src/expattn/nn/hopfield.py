@@ -187,6 +187,9 @@ class Hopfield(nn.Module):
             state: ``(B, Q, input_size)``; stored: ``(B, N, stored_pattern_size)``;
             pattern_projection: ``(B, N, pattern_projection_size)`` or ``None`` (= stored);
             stored_padding_mask: bool ``(B, N)``, True = stored pattern present.
+
+        No queries or batch 0 give empty results; queries with no stored pattern (``N = 0``) raise ``ValueError``.
+        A non-finite output names the first non-finite input, then parameter, before blaming an overflow.
         """
         c = self.config
         self._check("state", state, c.input_size, None)
