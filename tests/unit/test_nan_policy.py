@@ -170,3 +170,35 @@ def test_model_on_the_meta_device_builds(norm):
     with torch.device("meta"):
         params = sum(p.numel() for p in tiny_lm(norm=norm, layers=1).parameters())
     assert params == sum(p.numel() for p in tiny_lm(norm=norm, layers=1).parameters())
+
+
+@pytest.mark.parametrize("carrier", ["empirical", "gaussian_mixture", "mixture_lower_bound"])
+@pytest.mark.parametrize(
+    ("parameter", "bad"),
+    [("out_proj.weight", float("nan")), ("out_proj.bias", -float("inf")), ("in_proj_weight", float("inf")),
+     ("in_proj_bias", float("nan"))],
+)
+def test_non_finite_parameter_is_named_not_the_inputs(carrier, parameter, bad):
+    """The output check diagnoses the module's parameters when the output is not finite (the inputs are checked
+    first and are finite here), instead of passing a NaN weight or blaming an overflow of the inputs."""
+    torch.manual_seed(0)
+    module = ExpFamAttention(ExpFamAttentionConfig(embed_dim=8, num_heads=2, carrier=carrier))
+    with torch.no_grad():
+        dict(module.named_parameters())[parameter].view(-1)[-1] = bad  # a value row (in_proj) reaches every output
+    x = torch.randn(2, 5, 8, generator=torch.Generator().manual_seed(5))
+    with pytest.raises(ValueError, match=rf"parameter {parameter} must be finite"):
+        module(x)
+
+
+@pytest.mark.parametrize("parameter", ["state_proj.weight", "stored_proj.weight", "value_proj.weight",
+                                       "out_proj.weight"])
+def test_hopfield_names_a_non_finite_projection(parameter):
+    """Hopfield diagnoses its inputs only when the output is not finite; its projections come next, before the
+    overflow is blamed."""
+    torch.manual_seed(0)
+    module = Hopfield(HopfieldConfig(input_size=8, hidden_size=4, value_size=4, output_size=8))
+    with torch.no_grad():
+        dict(module.named_parameters())[parameter].view(-1)[0] = float("nan")
+    x = torch.randn(2, 5, 8, generator=torch.Generator().manual_seed(6))
+    with pytest.raises(ValueError, match=rf"parameter {parameter} must be finite"):
+        module(x, x.clone())

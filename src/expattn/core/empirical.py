@@ -9,13 +9,46 @@ $\nabla G$ is the attention output with values = keys (claim A3, seed 000 Prop. 
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from expattn.core.measure import Measure
-from expattn.core.validate import as_tensor, check_finite, check_mask, check_ndim
+from expattn.core.validate import (
+    as_tensor,
+    check_finite,
+    check_mask,
+    check_ndim,
+    check_output,
+    require_finite,
+    working,
+)
+from expattn.validation import validate_enabled
+
+# a quarter of each floating dtype's largest value: logits below it, their differences and sums stay finite
+_LIMITS = {dtype: torch.finfo(dtype).max / 4 for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64)}
+
+
+def _checked_norm(name: str, value: Tensor) -> float:
+    r"""$\lVert \mathrm{value} \rVert_F$, which bounds every entry and row norm; raises ``ValueError`` naming ``name``
+    if ``value`` holds NaN or infinity.
+
+    One reduction and one host sync, as ``require_finite``: NaN and infinity make the squared norm non-finite, so a
+    finite one proves every entry finite. A non-finite one from finite entries (squares that overflow) gives
+    ``inf``. Half precision is reduced in float32; a ``meta`` tensor (no values) gives 0.
+    """
+    if value.is_meta:
+        return 0.0
+    with torch.no_grad():
+        flat = working(value).reshape(-1)
+        squared = float(torch.dot(flat, flat))
+    if math.isfinite(squared):
+        return math.sqrt(squared)
+    require_finite(name, value)
+    return math.inf
 
 
 def _broadcast(name: str, shape: torch.Size, batch: torch.Size) -> torch.Size:
@@ -36,6 +69,9 @@ class Empirical(Measure):
         mask: boolean ``(*batch, key)`` or ``(*batch, query, key)`` (a mask with as many dims as
             ``atoms`` is read as per-query), True = atom kept. Every
             row must keep at least one atom (a family over an empty set does not exist).
+
+    Logits that overflow the dtype raise ``ValueError`` naming ``eta`` and ``atoms`` (with ``float32`` inputs of
+    size 1e20 the logits are 1e40, and $G$ is not representable): see ``_fits``.
     """
 
     def __init__(
@@ -48,7 +84,9 @@ class Empirical(Measure):
         check_ndim("atoms", atoms, 2, "(*batch, key, dim)")
         if atoms.shape[-2] == 0:
             raise ValueError("atoms must hold at least one atom, got an empty key axis")
-        check_finite("atoms", atoms)
+        self._norms = None  # (||atoms||_F, ||log_weights||_F), taken on the first check (``_fits``)
+        if validate_enabled():
+            self._norms = (_checked_norm("atoms", atoms), 0.0)
         batch = atoms.shape[:-2]
         if log_weights is not None:
             as_tensor("log_weights", log_weights)
@@ -59,7 +97,8 @@ class Empirical(Measure):
                 )
             if log_weights.dtype != atoms.dtype:
                 raise TypeError(f"log_weights has dtype {log_weights.dtype}, expected {atoms.dtype} like atoms")
-            check_finite("log_weights", log_weights)
+            if self._norms is not None:
+                self._norms = (self._norms[0], _checked_norm("log_weights", log_weights))
             batch = _broadcast("log_weights", log_weights.shape[:-1], batch)
         self.per_query_mask = isinstance(mask, Tensor) and mask.ndim >= atoms.ndim
         if self.per_query_mask:
@@ -101,12 +140,37 @@ class Empirical(Measure):
             )
         return self.mask
 
+    def _fits(self, eta: Float[Tensor, "*batch query dim"]) -> bool:
+        r"""Check ``eta`` (as ``check_eta``) and say whether every logit provably fits its dtype.
+
+        $$|\log w_n + x_n^\top\eta_q| \le \lVert\eta\rVert_F \lVert X\rVert_F + \lVert\log w\rVert_F$$
+
+        (Cauchy-Schwarz). Below a quarter of the dtype's largest value the logits, their differences and the
+        log-sum-exp's shift are finite, so the fused kernel is exact; above it the logits are computed and
+        checked (``logits``). The check of ``eta`` costs what ``check_eta``'s finiteness test does (one reduction,
+        one host sync). ``True`` without computing anything when validation is off (``expattn.validation``).
+        """
+        self.check_eta_shape(eta)
+        if not validate_enabled():
+            return True
+        if self._norms is None:  # built while validation was off
+            weights = 0.0 if self.log_weights is None else _checked_norm("log_weights", self.log_weights)
+            self._norms = (_checked_norm("atoms", self.atoms), weights)
+        bound = _checked_norm("eta", eta) * self._norms[0] + self._norms[1]
+        return bound <= _LIMITS[eta.dtype]  # False for NaN (an infinite norm times zero)
+
     def logits(self, eta: Float[Tensor, "*batch query dim"]) -> Float[Tensor, "*batch query key"]:
-        r"""$\log w_n + x_n^\top\eta$, with $-\infty$ on masked atoms."""
-        self.check_eta(eta)
+        r"""$\log w_n + x_n^\top\eta$, with $-\infty$ on masked atoms; ``ValueError`` where one overflows."""
+        return self._logits(eta, self._fits(eta))
+
+    def _logits(self, eta: Tensor, fits: bool) -> Tensor:
+        """``logits`` of an ``eta`` already checked, ``fits`` as ``_fits(eta)`` returned."""
         scores = eta @ self.atoms.mT  # (*B, Q, K)
         if self.log_weights is not None:
             scores = scores + self.log_weights.unsqueeze(-2)
+        if not fits:
+            check_output("Empirical logits", scores, f"x_n . eta + log w_n overflows {eta.dtype}; scale eta or atoms "
+                         "down (or compute in a wider dtype)")
         mask = self._mask_for(eta)
         if mask is not None:
             scores = scores.masked_fill(~mask, -torch.inf)
@@ -145,9 +209,12 @@ class Empirical(Measure):
     def mean(self, eta: Float[Tensor, "*batch query dim"]) -> Float[Tensor, "*batch query dim"]:
         r"""$\nabla G(\eta) = \sum_n p(x_n|\eta)\, x_n$: attention with values = keys (claim A3).
 
-        Dispatches to ``torch.nn.functional.scaled_dot_product_attention`` with scale 1.
+        Dispatches to ``torch.nn.functional.scaled_dot_product_attention`` with scale 1 where the logits provably fit
+        the dtype (``_fits``), which the kernel does not check (on the CPU a row of logits that overflow to
+        $-\infty$ comes out zero); else computes and checks them.
         """
-        self.check_eta(eta)
+        if not self._fits(eta):
+            return torch.softmax(self._logits(eta, False), dim=-1) @ self.atoms  # (*B, Q, D)
         batch = torch.broadcast_shapes(eta.shape[:-2], self.atoms.shape[:-2])
         q = eta.expand(*batch, *eta.shape[-2:])
         k = self.atoms.expand(*batch, *self.atoms.shape[-2:])
@@ -157,7 +224,11 @@ class Empirical(Measure):
         r"""$\nabla^2 G(\eta) = \sum_n p_n (x_n - \bar x)(x_n - \bar x)^\top$ (claim A8)."""
         p = self.probs(eta)  # (*B, Q, K)
         centred = self.atoms.unsqueeze(-3) - (p @ self.atoms).unsqueeze(-2)  # (*B, Q, K, D)
-        return (p.unsqueeze(-1) * centred).mT @ centred
+        fisher = (p.unsqueeze(-1) * centred).mT @ centred  # entries <= (2 ||X||_F)^2: checked where that is large
+        if validate_enabled() and 2 * self._norms[0] > math.sqrt(_LIMITS[eta.dtype]):
+            check_output("Empirical fisher", fisher, f"the atoms' covariance overflows {eta.dtype}; scale the atoms "
+                         "down (or compute in a wider dtype)")
+        return fisher
 
     def expected_log_base(self, eta: Float[Tensor, "*batch query dim"]) -> Float[Tensor, "*batch query"]:
         r"""$\sum_n p_n \log w_n$ (zero for unit weights)."""

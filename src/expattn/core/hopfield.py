@@ -61,7 +61,7 @@ def hopfield_logits(
             raise ValueError(f"{name} must have shape (*batch, n, dim), got {tuple(x.shape)}")
     if xi.shape[-1] != patterns.shape[-1]:
         raise ValueError(f"xi has dimension {xi.shape[-1]}, expected {patterns.shape[-1]} to match patterns")
-    if patterns.shape[-2] == 0:
+    if patterns.shape[-2] == 0 and xi.shape[:-1].numel() > 0:  # no query: empty results, nothing undefined
         raise ValueError("patterns must hold at least one stored pattern, got none")
     logits = (beta * xi) @ patterns.mT  # (*B, Q, N); scaling xi is cheaper than the logits
     if mask is not None:

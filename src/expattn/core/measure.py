@@ -40,6 +40,13 @@ class Measure(ABC):
 
     def check_eta(self, eta: Tensor, name: str = "eta") -> Tensor:
         """Validate natural parameters: a finite floating tensor ``(*batch, query, dim)``."""
+        self.check_eta_shape(eta, name)
+        check_finite(name, eta)
+        self.check_domain(eta, name)
+        return eta
+
+    def check_eta_shape(self, eta: Tensor, name: str = "eta") -> Tensor:
+        """``check_eta`` without its value checks: the type, shape, dtype and batch shape of ``eta``."""
         as_tensor(name, eta)
         check_ndim(name, eta, 2, "(*batch, query, dim)")
         if eta.shape[-1] != self.dim:
@@ -55,8 +62,6 @@ class Measure(ABC):
                 f"{name} has batch shape {tuple(eta.shape[:-2])}, which does not broadcast with the "
                 f"measure's batch shape {tuple(self.batch_shape)}"
             ) from err
-        check_finite(name, eta)
-        self.check_domain(eta, name)
         return eta
 
     def check_domain(self, eta: Tensor, name: str) -> None:  # noqa: B027 - an optional hook, not abstract

@@ -23,7 +23,16 @@ from expattn.core import draws
 from expattn.core.empirical import Empirical
 from expattn.core.gaussian import gaussian_log_density
 from expattn.core.measure import Measure
-from expattn.core.validate import as_tensor, check_finite, check_ndim, check_positive_definite
+from expattn.core.validate import as_tensor, check_finite, check_ndim, check_output, check_positive_definite
+from expattn.validation import validate_enabled
+
+
+def _checked(name: str, value: Tensor) -> Tensor:
+    """``check_output`` of a result of finite arguments (when validating): ``ValueError`` if it overflowed."""
+    if validate_enabled():
+        check_output(name, value, f"it overflows {value.dtype}; scale eta, means or covariance down (or compute in "
+                     "a wider dtype)")
+    return value
 
 
 def _log_weights(weights: Tensor | None, log_weights: Tensor | None, like: Tensor) -> Tensor:
@@ -110,7 +119,8 @@ class GaussianMixture(Measure):
         self.check_eta(eta)
         linear = eta @ self.means.mT  # (*B, Q, C)
         cov_eta = self.component_covariance.unsqueeze(-4) @ eta[..., None, :, None]  # (*B, Q, C or 1, D, 1)
-        return linear + 0.5 * (eta.unsqueeze(-2) * cov_eta.squeeze(-1)).sum(-1)
+        quadratic = 0.5 * (eta.unsqueeze(-2) * cov_eta.squeeze(-1)).sum(-1)  # (*B, Q, C or 1)
+        return _checked("mu_n . eta + eta^T Sigma_n eta / 2", linear + quadratic)
 
     def component_means(self, eta: Float[Tensor, "*batch query dim"]) -> Float[Tensor, "*batch query comp dim"]:
         r"""$\mu_n + \Sigma_n\eta$: each component's tilted mean."""
@@ -118,7 +128,11 @@ class GaussianMixture(Measure):
         return self.means.unsqueeze(-3) + cov_eta  # (*B, Q, C, D)
 
     def _logits(self, eta: Tensor) -> Tensor:
-        return self.log_weights.unsqueeze(-2) + self.component_log_normalizers(eta)  # (*B, Q, C)
+        r"""$\log\pi_n + G_n(\eta)$ ``(*B, Q, C)`` up to a constant per query: with a shared $\Sigma$ the
+        common $\frac12\eta^\top\Sigma\eta$ is left out (softmax ignores it; it could only overflow)."""
+        if self.shared:
+            return self._attention.logits(eta)
+        return self.log_weights.unsqueeze(-2) + self.component_log_normalizers(eta)
 
     def responsibilities(self, eta: Float[Tensor, "*batch query dim"]) -> Float[Tensor, "*batch query comp"]:
         r"""$r_n(\eta) = \operatorname{softmax}_n(\log\pi_n + G_n(\eta))$: component weights of $p(\cdot|\eta)$."""
@@ -126,7 +140,11 @@ class GaussianMixture(Measure):
 
     def log_normalizer(self, eta: Float[Tensor, "*batch query dim"]) -> Float[Tensor, "*batch query"]:
         r"""$G(\eta) = \operatorname{logsumexp}_n(\log\pi_n + G_n(\eta))$, exact (claims A6, A7)."""
-        return torch.logsumexp(self._logits(eta), dim=-1)
+        log_z = torch.logsumexp(self._logits(eta), dim=-1)
+        if not self.shared:
+            return log_z
+        quadratic = 0.5 * (eta * (self.covariance.unsqueeze(-3) @ eta.unsqueeze(-1)).squeeze(-1)).sum(-1)
+        return _checked("GaussianMixture log_normalizer", log_z + quadratic)
 
     def mean(self, eta: Float[Tensor, "*batch query dim"]) -> Float[Tensor, "*batch query dim"]:
         r"""$\nabla G(\eta) = \sum_n r_n(\eta)(\mu_n + \Sigma_n\eta)$.
@@ -137,18 +155,20 @@ class GaussianMixture(Measure):
         self.check_eta(eta)
         if self.shared:
             attention = self._attention.mean(eta)
-            return attention + (self.covariance.unsqueeze(-3) @ eta.unsqueeze(-1)).squeeze(-1)
+            sigma_eta = (self.covariance.unsqueeze(-3) @ eta.unsqueeze(-1)).squeeze(-1)  # (*B, Q, D)
+            return _checked("GaussianMixture mean", attention + sigma_eta)
         r = self.responsibilities(eta)
-        return (r.unsqueeze(-1) * self.component_means(eta)).sum(-2)
+        return _checked("GaussianMixture mean", (r.unsqueeze(-1) * self.component_means(eta)).sum(-2))
 
     def fisher(self, eta: Float[Tensor, "*batch query dim"]) -> Float[Tensor, "*batch query dim dim"]:
         r"""$\nabla^2 G = \sum_n r_n\Sigma_n + \sum_n r_n (m_n - \bar m)(m_n - \bar m)^\top$ (total covariance, A8)."""
         r = self.responsibilities(eta)  # (*B, Q, C)
-        means = self.component_means(eta)  # (*B, Q, C, D)
+        # a shared Sigma eta is common to every component's mean: it leaves the centred means (and cannot overflow)
+        means = self.means.unsqueeze(-3) if self.shared else self.component_means(eta)  # (*B, Q or 1, C, D)
         centred = means - (r.unsqueeze(-1) * means).sum(-2, keepdim=True)
         between = (r.unsqueeze(-1) * centred).mT @ centred  # (*B, Q, D, D)
         within = (r[..., None, None] * self.component_covariance.unsqueeze(-4)).sum(-3)
-        return within + between
+        return _checked("GaussianMixture fisher", within + between)
 
     def log_prob(
         self, x: Float[Tensor, "*sample query dim"], eta: Float[Tensor, "*batch query dim"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 import torch
 from torch import Tensor
@@ -80,6 +81,8 @@ def check_positive_definite(name: str, cov: Tensor) -> Tensor:
     cov = working(cov)
     if cov.ndim < 2 or cov.shape[-1] != cov.shape[-2]:
         raise ValueError(f"{name} must be a square (..., D, D) matrix, got {tuple(cov.shape)}")
+    if cov.numel() == 0:  # a batch of no matrices: nothing to check, an empty factor
+        return torch.linalg.cholesky(cov)
     scale = cov.abs().amax().clamp_min(1.0)
     tol = 1e-6 if cov.dtype == torch.float64 else 1e-4
     if ((cov - cov.mT).abs().amax() > tol * scale).item():
@@ -123,10 +126,17 @@ def check_output(name: str, value: Tensor, cause: str) -> Tensor:
     return value
 
 
-def check_output_of(name: str, value: Tensor, cause: str, inputs: dict[str, Tensor | None]) -> Tensor:
+def check_output_of(
+    name: str,
+    value: Tensor,
+    cause: str,
+    inputs: dict[str, Tensor | None],
+    parameters: Iterable[tuple[str, Tensor]] = (),
+) -> Tensor:
     """``check_output`` for a result computed from ``inputs`` that were not checked beforehand: only when ``value``
     is not finite are the inputs tested, in order, and the first non-finite one named (``require_finite``), as
-    checking them first would have done; if all are finite, ``cause`` is named. One reduction in the common case
+    checking them first would have done; then ``parameters`` (a module's ``named_parameters()``: read only then),
+    each named ``parameter <name>``; if all are finite, ``cause`` is named. One reduction in the common case
     instead of one per input. Sound where every non-finite input reaches the output, as through products and
     softmax (NaN and infinity propagate, and $0 \\cdot \\infty$ is NaN).
     """
@@ -136,4 +146,18 @@ def check_output_of(name: str, value: Tensor, cause: str, inputs: dict[str, Tens
     for argument, x in inputs.items():
         if x is not None:
             require_finite(argument, x)
+    for parameter, x in parameters:
+        require_finite(f"parameter {parameter}", x)
     return check_output(name, value, cause)
+
+
+def exact_scale(value: Tensor, dims: tuple[int, ...]) -> Tensor:
+    """The power of two $s = 2^{e-1} \\le \\max|\\mathrm{value}| < 2^e$ over ``dims`` (kept as size 1; 1/2 where
+    ``value`` is zero there).
+
+    Dividing by a power of two is exact, so a statistic of degree $k$ computed as $s^k f(\\mathrm{value} / s)$ equals
+    $f(\\mathrm{value})$ to the last bit wherever that is representable, while the quotient lies in $(-2, 2)$: its
+    squares and products cannot overflow (a cloud of size 1e20 has a float32 spread although its squares do not).
+    """
+    peak = value.abs().amax(dims, keepdim=True)
+    return torch.ldexp(torch.ones_like(peak), torch.frexp(peak).exponent - 1)

@@ -6,6 +6,11 @@ Shape: effective rank $\exp H(\sigma/\sum\sigma)$ and stable rank $\lVert X\rVer
 of the centred cloud, mean pairwise cosine. Gaussianity: Mardia's multivariate skewness and
 kurtosis with their asymptotic tests, and a sliced Wasserstein distance to the fitted Gaussian
 calibrated against same-size Gaussian samples (claims B2-B6). $\bar S$ is normalised by $T$.
+
+Every statistic is computed on the cloud divided by a power of two near its largest entry (``scaled``) and scaled
+back, which is exact: a cloud of size 1e20 gives its shape statistics, diameter and distances in float32 although
+its squares (1e40) overflow; a statistic that is itself not representable (its $\operatorname{tr}\bar S$) raises
+``ValueError`` instead of returning infinity.
 """
 
 from __future__ import annotations
@@ -18,7 +23,8 @@ from jaxtyping import Float
 from scipy import stats
 from torch import Tensor
 
-from expattn.core.validate import as_tensor, check_finite, check_ndim
+from expattn.core.validate import as_tensor, check_finite, check_ndim, check_output, exact_scale
+from expattn.validation import validate_enabled
 
 CHUNK = 2048
 
@@ -32,26 +38,61 @@ def check_cloud(x: Tensor, name: str = "cloud") -> Tensor:
     return check_finite(name, x)
 
 
+def scaled(x: Float[Tensor, "batch token dim"]) -> tuple[Float[Tensor, "batch token dim"], Float[Tensor, " batch"]]:
+    r"""``(x / s, s)`` for a checked cloud, $s$ the power of two below $\max|x|$ per cloud (``exact_scale``).
+
+    A statistic of degree $k$ is $s^k$ times that of ``x / s`` (exactly: the division is), whose squares and
+    products cannot overflow.
+    """
+    scale = exact_scale(check_cloud(x), (-2, -1))  # (B, 1, 1)
+    return x / scale, scale[:, 0, 0]
+
+
+def _representable(name: str, value: Tensor) -> Tensor:
+    """``value`` scaled back from a finite computation: ``ValueError`` (when validating) if it overflows."""
+    if validate_enabled():
+        cause = f"the statistic overflows {value.dtype}; scale the cloud down (or compute in a wider dtype)"
+        check_output(name, value, cause)
+    return value
+
+
+def _centred(y: Tensor) -> Tensor:
+    return y - y.mean(-2, keepdim=True)
+
+
 def centroid(x: Float[Tensor, "batch token dim"]) -> Float[Tensor, "batch dim"]:
     r"""$\bar x = \frac1T \sum_t x_t$."""
-    return check_cloud(x).mean(-2)
+    y, scale = scaled(x)
+    return y.mean(-2) * scale[:, None]
+
+
+def mean_norm(x: Float[Tensor, "batch token dim"]) -> Float[Tensor, " batch"]:
+    r"""$\lVert \bar x \rVert$."""
+    y, scale = scaled(x)
+    return _representable("mean_norm", y.mean(-2).norm(dim=-1) * scale)
+
+
+def _covariance(y: Tensor) -> Tensor:
+    centred = _centred(y)
+    return centred.mT @ centred / y.shape[-2]  # (B, D, D)
 
 
 def covariance(x: Float[Tensor, "batch token dim"]) -> Float[Tensor, "batch dim dim"]:
     r"""$\bar S = \frac1T \sum_t (x_t - \bar x)(x_t - \bar x)^\top$."""
-    centred = check_cloud(x) - x.mean(-2, keepdim=True)
-    return centred.mT @ centred / x.shape[-2]
+    y, scale = scaled(x)
+    return _representable("covariance", _covariance(y) * scale[:, None, None] ** 2)
 
 
 def trace_cov(x: Float[Tensor, "batch token dim"]) -> Float[Tensor, " batch"]:
     r"""$\operatorname{tr}\bar S$: the mean squared distance to the centroid."""
-    centred = check_cloud(x) - x.mean(-2, keepdim=True)
-    return centred.square().sum(-1).mean(-1)
+    y, scale = scaled(x)
+    return _representable("trace_cov", _centred(y).square().sum(-1).mean(-1) * scale**2)
 
 
 def logdet_cov(x: Float[Tensor, "batch token dim"]) -> Float[Tensor, " batch"]:
-    r"""$\log\det\bar S$ ($-\infty$ for a degenerate cloud)."""
-    return torch.linalg.slogdet(covariance(x))[1]
+    r"""$\log\det\bar S = \log\det \bar S(x / s) + 2D\log s$ ($-\infty$ for a degenerate cloud)."""
+    y, scale = scaled(x)
+    return torch.linalg.slogdet(_covariance(y))[1] + 2 * x.shape[-1] * torch.log(scale)
 
 
 def gaussian_entropy(x: Float[Tensor, "batch token dim"]) -> Float[Tensor, " batch"]:
@@ -62,22 +103,24 @@ def gaussian_entropy(x: Float[Tensor, "batch token dim"]) -> Float[Tensor, " bat
 
 def diameter(x: Float[Tensor, "batch token dim"]) -> Float[Tensor, " batch"]:
     r"""$\max_{s,t} \lVert x_s - x_t \rVert$ (exact, in chunks of tokens)."""
-    check_cloud(x)
-    best = x.new_zeros(x.shape[0])
-    for start in range(0, x.shape[-2], CHUNK):
+    y, scale = scaled(x)
+    best = y.new_zeros(y.shape[0])
+    for start in range(0, y.shape[-2], CHUNK):
         # Direct differences, not the |a|^2 + |b|^2 - 2ab shortcut, whose cancellation breaks B2's exact check.
-        block = torch.cdist(x[:, start : start + CHUNK], x, compute_mode="donot_use_mm_for_euclid_dist")
+        block = torch.cdist(y[:, start : start + CHUNK], y, compute_mode="donot_use_mm_for_euclid_dist")
         best = torch.maximum(best, block.flatten(1).amax(-1))
-    return best
+    return _representable("diameter", best * scale)
 
 
 def mean_distance_to_centroid(x: Float[Tensor, "batch token dim"]) -> Float[Tensor, " batch"]:
     r"""$\frac1T \sum_t \lVert x_t - \bar x \rVert$."""
-    return (check_cloud(x) - x.mean(-2, keepdim=True)).norm(dim=-1).mean(-1)
+    y, scale = scaled(x)
+    return _representable("mean_distance_to_centroid", _centred(y).norm(dim=-1).mean(-1) * scale)
 
 
 def _centred_singular_values(x: Tensor) -> Tensor:
-    return torch.linalg.svdvals(check_cloud(x) - x.mean(-2, keepdim=True))  # (B, min(T, D))
+    """Singular values of the centred ``x / s`` (``scaled``): what the scale-free ranks need."""
+    return torch.linalg.svdvals(_centred(scaled(x)[0]))  # (B, min(T, D))
 
 
 def effective_rank(x: Float[Tensor, "batch token dim"]) -> Float[Tensor, " batch"]:
@@ -101,11 +144,12 @@ def mean_pairwise_cosine(x: Float[Tensor, "batch token dim"]) -> Float[Tensor, "
 
     Here $u_t = x_t/\lVert x_t\rVert$; a zero token raises ``ValueError``.
     """
-    tokens = check_cloud(x).shape[-2]
-    norms = x.norm(dim=-1, keepdim=True)
+    y = scaled(x)[0]
+    tokens = y.shape[-2]
+    norms = y.norm(dim=-1, keepdim=True)
     if (norms == 0).any():
         raise ValueError("cloud holds a zero vector; its cosine with other tokens is undefined")
-    total = (x / norms).sum(-2).square().sum(-1)
+    total = (y / norms).sum(-2).square().sum(-1)
     return (total - tokens) / (tokens * (tokens - 1))
 
 
@@ -118,9 +162,13 @@ def conditioning(x: Float[Tensor, "batch token dim"]) -> Float[Tensor, " batch"]
 
     A cloud is **numerically rank-deficient** when this is below ``rank_tolerance(dtype)``.
     """
-    eig = torch.linalg.eigvalsh(covariance(x))  # (B, D), ascending
+    return _conditioning(scaled(x)[0])
+
+
+def _conditioning(y: Tensor) -> Tensor:
+    eig = torch.linalg.eigvalsh(_covariance(y))  # (B, D), ascending; scale-free
     top = eig[..., -1]
-    ratio = eig[..., 0].clamp_min(0) / top.clamp_min(torch.finfo(x.dtype).tiny)
+    ratio = eig[..., 0].clamp_min(0) / top.clamp_min(torch.finfo(y.dtype).tiny)
     return torch.where(top > 0, ratio, torch.zeros_like(top))
 
 
@@ -138,21 +186,22 @@ def rank_tolerance(dtype: torch.dtype) -> float:
 
 
 def _standardised(x: Tensor) -> Tensor:
-    """$\\bar S^{-1/2}(x_t - \\bar x)$ through a Cholesky factor.
+    """$\\bar S^{-1/2}(x_t - \\bar x)$ through a Cholesky factor (of ``x / s``: the result is scale-free).
 
     Raises:
         DegenerateCloud: a cloud is numerically rank-deficient (``conditioning`` below ``rank_tolerance``).
     """
-    ratio = conditioning(x)
+    y = scaled(x)[0]
+    ratio = _conditioning(y)
     if (ratio < rank_tolerance(x.dtype)).any():
         raise DegenerateCloud(
             f"cloud has a numerically singular covariance (eigenvalue ratio {float(ratio.min()):.2g} < "
             f"{rank_tolerance(x.dtype):.2g}); its Gaussianity statistics are undefined"
         )
-    chol, info = torch.linalg.cholesky_ex(covariance(x))
+    chol, info = torch.linalg.cholesky_ex(_covariance(y))
     if (info != 0).any():
         raise DegenerateCloud("cloud has a singular covariance; its Gaussianity statistics are undefined")
-    centred = x - x.mean(-2, keepdim=True)
+    centred = _centred(y)
     return torch.linalg.solve_triangular(chol, centred.mT, upper=False).mT  # (B, T, D)
 
 
@@ -230,7 +279,7 @@ def sliced_wasserstein_gaussian(
 
 CloudMetric = Callable[[Tensor], Tensor]
 METRICS: dict[str, CloudMetric] = {
-    "mean_norm": lambda x: centroid(x).norm(dim=-1),
+    "mean_norm": mean_norm,
     "trace_cov": trace_cov,
     "logdet_cov": logdet_cov,
     "gaussian_entropy": gaussian_entropy,

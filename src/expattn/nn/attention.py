@@ -8,7 +8,9 @@ where the carrier $h_h$ sits on the keys $W^k_h x_j$ (claim A3) and is chosen by
 ``exp_fam_attention`` is the functional form on per-head tensors.
 
 Masks follow ``expattn.nn.masks`` (boolean True = the key takes part, or an additive float bias).
-A query whose keys are all masked gets output zero, weights zero and log-normalizer $-\infty$.
+A query whose keys are all masked gets output zero, weights zero and log-normalizer $-\infty$, and so
+does every query when there are no keys (the empty carrier); no queries or batch 0 give empty results.
+A non-finite output names the first non-finite input, then parameter, before blaming an overflow.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from jaxtyping import Bool, Float
 from torch import Tensor, nn
 
 from expattn.arguments import positive_int
-from expattn.core.validate import check_finite, check_output, require_finite
+from expattn.core.validate import check_finite, check_output, check_output_of, require_finite
 from expattn.nn.carriers import Carrier, CarrierOutput, make_carrier
 from expattn.nn.hooks import HookPoint
 from expattn.nn.masks import attention_mask
@@ -124,6 +126,7 @@ def _attend(
 
 
 OVERFLOW = "the logits beta * q.k overflow the floating range; scale the inputs or beta down"
+OVERFLOW_OUT = f"{OVERFLOW} (or out_proj's product overflows)"
 
 # Open ``explicit_attention`` blocks. A plain module global rather than a ContextVar: torch.compile
 # traces a global read (and guards on its value) but breaks the graph at ``ContextVar.get``.
@@ -303,9 +306,12 @@ class ExpFamAttention(nn.Module):
         Returns:
             ``(B, Q, E)``: ``out_proj`` of ``heads``.
         """
-        heads = self.heads(query, key, value, key_padding_mask=key_padding_mask, attn_mask=attn_mask,
-                           is_causal=is_causal, rotary=rotary, need_weights=need_weights)
-        return self.out_proj(heads)
+        heads = self._heads(query, key, value, key_padding_mask, attn_mask, is_causal, rotary, need_weights)
+        out = self.out_proj(heads)
+        if validate_enabled(self.validate_args):
+            # the inputs are checked first; a non-finite output names the first non-finite parameter, else the cause
+            check_output_of("attention output", out, OVERFLOW_OUT, {}, self.named_parameters())
+        return out
 
     def heads(
         self,
@@ -323,6 +329,16 @@ class ExpFamAttention(nn.Module):
 
         Arguments as ``forward``, which is ``out_proj(heads(...))``.
         """
+        out = self._heads(query, key, value, key_padding_mask, attn_mask, is_causal, rotary, need_weights)
+        if validate_enabled(self.validate_args):
+            check_output_of("attention heads", out, OVERFLOW, {}, self.named_parameters())
+        return out
+
+    def _heads(
+        self, query: Tensor, key: Tensor | None, value: Tensor | None, key_padding_mask: Tensor | None,
+        attn_mask: Tensor | None, is_causal: bool | None, rotary: Rotary | None, need_weights: bool,
+    ) -> Tensor:
+        """``heads`` without the check of its output (``forward`` checks the output of ``out_proj`` instead)."""
         c = self.config
         _check_input("query", query, c.embed_dim)
         check = validate_enabled(self.validate_args)
@@ -358,8 +374,6 @@ class ExpFamAttention(nn.Module):
             q, k, v, modules["carrier"], key_padding_mask, attn_mask, c.causal if is_causal is None else is_causal,
             self._scale, stats or _explicit_depth > 0,
         )
-        if check:
-            check_output("attention output", out.output, OVERFLOW)
         if stats or self.last_weights is not None or self.last_log_normalizer is not None:  # no Module.__setattr__
             self.last_weights = self.hook_weights(out.weights) if stats else None
             self.last_log_normalizer = self.hook_log_normalizer(out.log_normalizer) if stats else None

@@ -22,7 +22,8 @@ causal self-attention (query $i$ sees keys $j \le i$), so the fused kernel can s
 half instead of reading a ``(query, key)`` mask.
 
 A query row whose keys are all masked has an empty carrier: its output is zero, its weights are
-zero and its log-normalizer is $-\infty$ (no NaN, zero gradient).
+zero and its log-normalizer is $-\infty$ (no NaN, zero gradient). With no keys at all every row is
+such a row (weights ``(batch, head, query, 0)``).
 
 With values = keys each carrier's output, weights and $G$ are those of the core measure on the keys
 (``core.empirical.Empirical``, ``core.mixture.GaussianMixture`` and its Jensen bound), to float64
@@ -88,8 +89,11 @@ def softmax_with_log_normalizer(
     \quad m = \arg\max_n l_n$$
 
     $p_m \ge 1/N$, so the log is accurate; the gradient of the second output is $p$. Every row
-    needs a finite entry. Half precision is reduced in float32.
+    needs a finite entry. Half precision is reduced in float32. An empty key axis ($N = 0$, the empty
+    carrier) gives empty weights and $\log 0 = -\infty$.
     """
+    if logits.shape[-1] == 0:
+        return torch.softmax(logits, dim=-1), logits.new_full(logits.shape[:-1], -torch.inf)
     if logits.dtype in (torch.float16, torch.bfloat16):  # reduce in float32, return the input dtype
         weights, log_z = softmax_with_log_normalizer(logits.float())
         return weights.to(logits.dtype), log_z.to(logits.dtype)
@@ -121,15 +125,17 @@ def softmax_attention(
             of as many keys as queries; the fused kernel skips the masked half.
 
     Returns:
-        ``CarrierOutput``; fully masked rows give zeros and $G = -\infty$.
+        ``CarrierOutput``; fully masked rows, and every row when there are no keys, give zeros and
+        $G = -\infty$.
 
     Claims A1, A3. Without stats it dispatches to ``scaled_dot_product_attention``.
     """
     heads = q.shape[1]
+    fused = not need_stats and k.shape[-2] > 0  # no keys: the explicit path (empty on that axis) on every device
     if causal:
         if mask is not None or q.shape[-2] != k.shape[-2]:
             raise ValueError("causal=True needs mask=None and as many keys as queries")
-        if not need_stats:
+        if fused:
             out = F.scaled_dot_product_attention(q, k, v, scale=scale, is_causal=True, enable_gqa=heads != k.shape[1])
             return CarrierOutput(out, None, None)
         mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
@@ -137,7 +143,7 @@ def softmax_attention(
     if mask is not None:  # revived unconditionally: testing dead.any() would read it back to the host
         dead = _dead_rows(mask)
         mask = _revive(mask, dead)
-    if not need_stats:
+    if fused:
         out = F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, scale=scale, enable_gqa=heads != k.shape[1]
         )  # (B, H, Q, Dv)
@@ -151,7 +157,8 @@ def softmax_attention(
     if dead is not None:
         log_z = log_z.masked_fill(dead, -torch.inf)
         weights = weights.masked_fill(dead.unsqueeze(-1), 0.0)
-    return CarrierOutput(weights @ _expand_kv(v, heads), weights, log_z)
+    out = weights @ _expand_kv(v, heads)  # (B, H, Q, Dv)
+    return CarrierOutput(out, weights, log_z) if need_stats else CarrierOutput(out, None, None)
 
 
 class Carrier(nn.Module):
@@ -355,7 +362,9 @@ class GaussianMixtureCarrier(_CovarianceCarrier):
         _check_value_dim(q, v, "gaussian_mixture")
         base = softmax_attention(q, k, v, mask, scale, need_stats, causal)
         sigma_eta, quad = self._linear_term(q, scale, need_stats)
-        if mask is not None:
+        if k.shape[-2] == 0:  # no keys: the empty carrier, like a fully masked row
+            sigma_eta = torch.zeros_like(sigma_eta)
+        elif mask is not None:
             sigma_eta = sigma_eta.masked_fill(_dead_rows(mask).unsqueeze(-1), 0.0)
         log_z = None if base.log_normalizer is None else base.log_normalizer + quad
         return CarrierOutput(base.output + sigma_eta, base.weights, log_z)

@@ -187,6 +187,9 @@ class Hopfield(nn.Module):
             state: ``(B, Q, input_size)``; stored: ``(B, N, stored_pattern_size)``;
             pattern_projection: ``(B, N, pattern_projection_size)`` or ``None`` (= stored);
             stored_padding_mask: bool ``(B, N)``, True = stored pattern present.
+
+        No queries or batch 0 give empty results; queries with no stored pattern (``N = 0``) raise ``ValueError``.
+        A non-finite output names the first non-finite input, then parameter, before blaming an overflow.
         """
         c = self.config
         self._check("state", state, c.input_size, None)
@@ -199,6 +202,8 @@ class Hopfield(nn.Module):
                     f"pattern_projection has {pattern_projection.shape[1]} patterns, expected {stored.shape[1]} "
                     "to match stored"
                 )
+        if stored.shape[1] == 0 and state.shape[:2].numel() > 0:  # no query: empty results, nothing undefined
+            raise ValueError("stored must hold at least one stored pattern, got none")
         mask = None
         if stored_padding_mask is not None:
             if not isinstance(stored_padding_mask, Tensor) or stored_padding_mask.dtype != torch.bool:
@@ -251,7 +256,7 @@ class Hopfield(nn.Module):
             out = self.out_proj(out)
         if check:
             inputs = {"state": state, "stored": stored, "pattern_projection": pattern_projection}
-            check_output_of("Hopfield output", out, OVERFLOW, inputs)
+            check_output_of("Hopfield output", out, OVERFLOW, inputs, self.named_parameters())
         energy = torch.stack(energies) if energies else xi.new_empty(0)
         return HopfieldResult(out, energy, weights, step, converged)
 

@@ -34,6 +34,7 @@ from expattn.core.validate import (
     check_ndim,
     check_output,
     check_positive_definite,
+    exact_scale,
     require_finite,
 )
 from expattn.validation import validate_enabled
@@ -76,9 +77,18 @@ class NormConfig:
 
 
 def spread(x: Float[Tensor, "*batch token dim"]) -> Float[Tensor, "*batch"]:
-    r"""Root-mean-square distance to the centroid, $\sqrt{\operatorname{tr}\operatorname{Cov}(x)}$."""
-    centred = x - x.mean(-2, keepdim=True)
-    return centred.square().sum(-1).mean(-1).sqrt()
+    r"""Root-mean-square distance to the centroid, $\sqrt{\operatorname{tr}\operatorname{Cov}(x)}$.
+
+    Computed as $s \cdot \operatorname{spread}(x / s)$ with $s$ the power of two below $\max|x|$ per cloud
+    (``exact_scale``), so that squares do not overflow: a cloud of size 1e20 has a finite float32 spread although
+    its squares (1e40) are not. A cloud without tokens has no centroid: ``ValueError``.
+    """
+    if x.shape[-2] == 0:
+        raise ValueError("x has no tokens; the spread of an empty cloud is undefined")
+    scale = exact_scale(x, (-2, -1))  # (*B, 1, 1)
+    y = x / scale
+    centred = y - y.mean(-2, keepdim=True)
+    return centred.square().sum(-1).mean(-1).sqrt() * scale[..., 0, 0]
 
 
 class Norm(nn.Module, ABC):
