@@ -18,7 +18,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -94,17 +94,16 @@ class ReportConfig:
 
 @dataclass
 class ReportResult:
-    """What a run produced: records, stage timings, where it wrote, and user-facing problems."""
+    """What a run produced: records, stage timings and where it wrote."""
 
     records: list[Record]
     stages: list[Stage]
     out_dir: Path
-    problems: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         """True iff no record failed, no stage failed and no model was unknown."""
-        return all(r.ok for r in self.records) and all(s.status != "fail" for s in self.stages) and not self.problems
+        return all(r.ok for r in self.records) and all(s.status != "fail" for s in self.stages)
 
 
 def unknown_models(models: tuple[str, ...]) -> list[str]:
@@ -195,9 +194,6 @@ class _Runner:
     def _probe(self, model: str) -> tuple[list[Record], str, str]:
         from expattn.probes.runner import ProbeConfig, run_probe
 
-        if model in unknown_models((model,)):
-            reason = f"unknown model {model!r}: expected one of {', '.join(BUILTIN_MODELS)} or a model folder"
-            return _placeholder(model, "skipped", reason), "skipped", reason
         base = "probe-" + (re.sub(r"[^A-Za-z0-9_.-]", "_", Path(model).name) or "model")
         slug, n = base, 1
         while (self.staging / "plots" / slug).exists():  # two folders with the same name
