@@ -7,18 +7,12 @@ import os
 
 import pytest
 import torch
+from cli_checks import one_line_error
 from tiny_models import build_tiny
 from typer.testing import CliRunner
 
 import expattn
 from expattn.cli import app
-
-
-def _one_line_error(result, *fragments):
-    assert result.exit_code == 2, result.output
-    lines = [line for line in result.output.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error:"), result.output
-    assert all(f in lines[0] for f in fragments), result.output
 
 
 @pytest.mark.parametrize(
@@ -36,7 +30,7 @@ def _one_line_error(result, *fragments):
 def test_bad_inputs_are_one_line_and_leave_nothing(tmp_path, args, fragments):
     if "/dev/zero" in args and not os.path.exists("/dev/zero"):
         pytest.skip("no /dev/zero here")
-    _one_line_error(CliRunner().invoke(app, [*args, "--out", str(tmp_path / "o")]), *fragments)
+    one_line_error(CliRunner().invoke(app, [*args, "--out", str(tmp_path / "o")]), *fragments)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -49,7 +43,7 @@ def test_detail_sequences_up_to_the_number_of_sequences_are_accepted(tmp_path, m
     assert [c.detail_sequences for c in seen] == [16, 32]  # the default is clamped by the run, as documented
 
 
-def test_an_unreadable_text_file_is_a_one_line_error(tmp_path, monkeypatch):
+def test_an_unreadable_text_file_is_aone_line_error(tmp_path, monkeypatch):
     text = tmp_path / "t.txt"
     text.write_text("some words " * 100)
     text.chmod(0)
@@ -61,7 +55,7 @@ def test_an_unreadable_text_file_is_a_one_line_error(tmp_path, monkeypatch):
 
     monkeypatch.setattr("expattn.probes.corpus.read_text_limited", unreadable)
     result = CliRunner().invoke(app, ["probe", "--text", str(text), "--out", str(tmp_path / "o")])
-    _one_line_error(result, "t.txt", "is not readable UTF-8 text", "PermissionError")
+    one_line_error(result, "t.txt", "is not readable UTF-8 text", "PermissionError")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.txt"]
 
 

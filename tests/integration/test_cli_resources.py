@@ -11,18 +11,12 @@ import sys
 import time
 
 import pytest
+from cli_checks import one_line_error
 from tiny_models import export_tiny_lm
 from typer.testing import CliRunner
 
 from expattn.cli import app
 from expattn.textfiles import read_text_limited
-
-
-def _one_line_error(result, *fragments):
-    assert result.exit_code == 2, result.output
-    lines = [line for line in result.output.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error:"), result.output
-    assert all(f in lines[0] for f in fragments), result.output
 
 
 @pytest.mark.parametrize(
@@ -35,16 +29,16 @@ def _one_line_error(result, *fragments):
 )
 def test_runs_too_large_for_memory_are_refused_before_any_work(tmp_path, args):
     out = tmp_path / "o"
-    _one_line_error(CliRunner().invoke(app, [*args, "--out", str(out)]), "needs at least", "GiB", "available")
+    one_line_error(CliRunner().invoke(app, [*args, "--out", str(out)]), "needs at least", "GiB", "available")
     assert not out.exists()
 
 
 def test_devices_and_pipes_are_not_read_as_text(tmp_path):
     if not os.path.exists("/dev/zero"):
         pytest.skip("no /dev/zero here")
-    _one_line_error(CliRunner().invoke(app, ["probe", "--text", "/dev/zero", "--out", str(tmp_path / "p")]),
+    one_line_error(CliRunner().invoke(app, ["probe", "--text", "/dev/zero", "--out", str(tmp_path / "p")]),
                     "not a regular file")
-    _one_line_error(CliRunner().invoke(app, ["train", "--corpus", "/dev/zero", "--out", str(tmp_path / "t")]),
+    one_line_error(CliRunner().invoke(app, ["train", "--corpus", "/dev/zero", "--out", str(tmp_path / "t")]),
                     "/dev/zero")
     fifo = tmp_path / "fifo.txt"
     os.mkfifo(fifo)
@@ -101,7 +95,7 @@ def test_a_failing_plot_is_an_error_not_a_skipped_record(tmp_path, monkeypatch):
     monkeypatch.setattr("expattn.probes.common.save_figure", full)
     out = tmp_path / "p"
     result = CliRunner().invoke(app, [*args, "--out", str(out)])
-    _one_line_error(result, "No space left on device")
+    one_line_error(result, "No space left on device")
     assert not out.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".p.")]
 
 
