@@ -70,8 +70,8 @@ class Elsewhere(torch.Tensor):
             raise TypeError(f"can't convert {ELSEWHERE.type} device type tensor to numpy. Use Tensor.cpu() to copy "
                             "the tensor to host memory first.")
         if func is torch.Tensor.tolist:
-            if _STATE["strict"]:
-                raise HostRead("tolist() reads an Elsewhere tensor to the host (a GPU synchronisation)")
+            if _STATE["strict"] is not False:
+                _host_read("tolist() reads an Elsewhere tensor to the host (a GPU synchronisation)")
             return args[0].inner.tolist()
         with torch._C.DisableTorchFunctionSubclass():
             return func(*args, **kwargs)
@@ -81,20 +81,30 @@ class Elsewhere(torch.Tensor):
         return _run(func, args, kwargs or {}, strict=_STATE["strict"])
 
 
-_STATE = {"strict": False}
+_STATE: dict = {"strict": False}
+
+
+def _host_read(message: str) -> None:
+    """Raise ``HostRead``, or with ``strict`` a list, append the caller's place in expattn's code to it."""
+    if not isinstance(_STATE["strict"], list):
+        raise HostRead(message)
+    import traceback
+
+    frames = [f for f in traceback.extract_stack() if "/expattn/" in f.filename]
+    _STATE["strict"].append(f"{frames[-1].filename.split('/expattn/')[-1]}:{frames[-1].lineno}" if frames else "?")
 
 
 def _is_here(device) -> bool:
     return device is not None and torch.device(device).type == ELSEWHERE.type
 
 
-def _run(func, args, kwargs, strict: bool):
+def _run(func, args, kwargs, strict: bool | list):
     flat, _ = tree_flatten((args, kwargs))
     tensors = [t for t in flat if isinstance(t, torch.Tensor)]
     there = [t for t in tensors if isinstance(t, Elsewhere)]
     if there:
-        if func in SYNCS and strict:
-            raise HostRead(f"{func} reads an Elsewhere tensor to the host (a GPU synchronisation)")
+        if func in SYNCS and strict is not False:
+            _host_read(f"{func} reads an Elsewhere tensor to the host (a GPU synchronisation)")
         mixed = [t for t in tensors if not isinstance(t, Elsewhere) and t.dim() > 0
                  and not (func in INDEXING and (t.dtype == torch.bool or not t.is_floating_point()))]
         if mixed and func not in (aten.copy_.default, aten._to_copy.default, aten.to.dtype_layout,
@@ -134,12 +144,12 @@ def _run(func, args, kwargs, strict: bool):
 
 
 class _Mode(TorchDispatchMode):
-    def __init__(self, strict: bool):
+    def __init__(self, strict: bool | list):
         super().__init__()
         self.strict = strict
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        return _run(func, args, kwargs or {}, strict=self.strict)
+        return _run(func, args, kwargs or {}, strict=_STATE["strict"])
 
 
 class _Factories(torch.overrides.TorchFunctionMode):
@@ -153,9 +163,10 @@ class _Factories(torch.overrides.TorchFunctionMode):
 
 
 @contextmanager
-def elsewhere(strict: bool = False):
+def elsewhere(strict: bool | list = False):
     """Within: factories on ``meta`` make ``Elsewhere`` tensors and every op checks its devices (module docstring).
-    ``strict``: ``.item()``, ``.tolist()`` and ``bool()`` of an ``Elsewhere`` tensor raise ``HostRead`` too."""
+    ``strict``: ``.item()``, ``.tolist()`` and ``bool()`` of an ``Elsewhere`` tensor raise ``HostRead`` too; a list:
+    each such read appends its place (``file:line`` in expattn) to it instead (a census of synchronisations)."""
     before = _STATE["strict"]
     _STATE["strict"] = strict
     try:

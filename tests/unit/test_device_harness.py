@@ -21,6 +21,7 @@ import torch
 from elsewhere import DeviceMix, HostRead, elsewhere, to_elsewhere
 from tiny_models import build_tiny
 
+from expattn.core import validate
 from expattn.core.validate import check_output
 from expattn.nn.attention import ExpFamAttention, ExpFamAttentionConfig
 from expattn.nn.hopfield import Hopfield, HopfieldConfig
@@ -164,3 +165,23 @@ def test_place_takes_cuda_without_an_index(monkeypatch):
     assert all(d.index is not None for d in calls)
     place(Model(), parse_device("cuda:1"), None)
     assert calls[-1] == torch.device("cuda", 1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_the_device_path_of_the_finiteness_checks(monkeypatch, dtype):
+    """``require_finite``, ``check_output`` and ``check_output_of`` as on an accelerator (``on_host`` False): the
+    asynchronous assertion raises for NaN and infinity, passes finite values whose sum overflows (it takes the
+    largest magnitude, not the sum) and empty tensors."""
+    monkeypatch.setattr(validate, "on_host", lambda value: False)
+    big = torch.full((4, 8), torch.finfo(dtype).max / 2, dtype=dtype)
+    for value in (big, torch.randn(3, 5).to(dtype), torch.empty(0, 4, dtype=dtype)):
+        validate.require_finite("x", value)
+        validate.check_output("out", value, "overflow")
+        validate.check_output_of("out", value, "overflow", {"x": value})
+    for bad in (float("nan"), float("inf"), float("-inf")):
+        x = torch.randn(3, 5).to(dtype)
+        x[1, 2] = bad
+        for check, extra in ((validate.require_finite, ()), (validate.check_output, ("overflow",)),
+                             (validate.check_output_of, ("overflow", {"x": x}))):
+            with pytest.raises(RuntimeError, match="finite"):
+                check("x", x, *extra)
