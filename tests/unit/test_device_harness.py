@@ -28,6 +28,7 @@ from expattn.nn.hopfield import Hopfield, HopfieldConfig
 from expattn.nn.lm import LM, LMConfig
 from expattn.probes import subject as subject_module
 from expattn.probes.runner import HYPOTHESES, ProbeConfig, probe_subject
+from expattn.probes.stats import BootstrapMeans, Moments
 from expattn.probes.subject import parse_device, place, subject_from_model
 from expattn.train.optim import adamw
 from expattn.train.step import optimizer_step
@@ -185,3 +186,21 @@ def test_the_device_path_of_the_finiteness_checks(monkeypatch, dtype):
                              (validate.check_output_of, ("overflow", {"x": x}))):
             with pytest.raises(RuntimeError, match="finite"):
                 check("x", x, *extra)
+
+
+def test_statistics_check_finiteness_without_a_host_read_per_batch():
+    """``Moments`` and ``BootstrapMeans`` on a device: updates read nothing to the host; a NaN fed in still raises
+    the CPU's ValueError, when the statistics are read out."""
+    gen = torch.Generator().manual_seed(0)
+    x, values, weights = torch.randn(40, 6, generator=gen), torch.randn(5, 3, generator=gen), torch.ones(5, 4)
+    x[7, 2] = values[1, 1] = float("nan")
+    moments, boot = Moments(6, True, torch.randn(6, 2, generator=gen)), BootstrapMeans(3, 4)
+    with elsewhere(strict=True):
+        moments.update(to_elsewhere(x))
+        boot.update(to_elsewhere(values), weights)
+    with elsewhere(), pytest.raises(ValueError, match="NaN"):
+        _ = moments.covariance_
+    with elsewhere(), pytest.raises(ValueError, match="NaN"):
+        moments.excess_kurtosis_()
+    with elsewhere(), pytest.raises(ValueError, match="NaN"):
+        boot.interval(lambda m: m)
