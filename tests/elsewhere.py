@@ -91,7 +91,7 @@ def _host_read(message: str) -> None:
     import traceback
 
     frames = [f for f in traceback.extract_stack() if "/expattn/" in f.filename]
-    _STATE["strict"].append(f"{frames[-1].filename.split('/expattn/')[-1]}:{frames[-1].lineno}" if frames else "?")
+    _STATE["strict"].append(f"{frames[-1].filename.split('/expattn/')[-1]}:{frames[-1].name}" if frames else "?")
 
 
 def _is_here(device) -> bool:
@@ -166,7 +166,7 @@ class _Factories(torch.overrides.TorchFunctionMode):
 def elsewhere(strict: bool | list = False):
     """Within: factories on ``meta`` make ``Elsewhere`` tensors and every op checks its devices (module docstring).
     ``strict``: ``.item()``, ``.tolist()`` and ``bool()`` of an ``Elsewhere`` tensor raise ``HostRead`` too; a list:
-    each such read appends its place (``file:line`` in expattn) to it instead (a census of synchronisations)."""
+    each such read appends its place (``file:function`` in expattn) to it instead (a census of synchronisations)."""
     before = _STATE["strict"]
     _STATE["strict"] = strict
     try:

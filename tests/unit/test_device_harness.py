@@ -26,6 +26,7 @@ from expattn.core.validate import check_output
 from expattn.nn.attention import ExpFamAttention, ExpFamAttentionConfig
 from expattn.nn.hopfield import Hopfield, HopfieldConfig
 from expattn.nn.lm import LM, LMConfig
+from expattn.probes import runner
 from expattn.probes import subject as subject_module
 from expattn.probes.runner import HYPOTHESES, ProbeConfig, probe_subject
 from expattn.probes.stats import BootstrapMeans, Moments
@@ -84,6 +85,27 @@ def test_each_hypothesis_on_another_device(hypothesis):
     records = _probe("llama", on_device=True, hypotheses=(hypothesis,)).records
     assert [r.id for r in records] == [hypothesis]
     _no_crash(records)
+
+
+# where an update may still read to the host, and why (boolean masks: their size is data): E3's and E4's masked
+# copies when a massive token is left out, E3's count of hits (massive activations), E6's folds, E7's few
+# detail sequences; nonzero() and boolean indexing synchronise on CUDA without passing through .item()
+HOST_READS = {"probes/e3_gaussianity.py:kept_moments", "probes/e6_mlp.py:update", "probes/e7_collapse.py:update"}
+
+
+def test_probe_updates_read_to_host_only_where_known(monkeypatch):
+    """A census of the host reads (``.item()``, ``.tolist()``, ``bool()``) of every hypothesis's update on another
+    device: none but the known ones (``HOST_READS``); E1, E2, E5, E8 and E9 none at all."""
+    places: dict[str, list[str]] = {}
+    for cls in runner.ESTIMATORS:
+        def update(self, i, tensors, batch, _update=cls.update):
+            with elsewhere(strict=places.setdefault(self.claim, [])):
+                _update(self, i, tensors, batch)
+        monkeypatch.setattr(cls, "update", update)
+    _no_crash(_probe("llama", on_device=True).records)
+    assert set(places) == set(HYPOTHESES)
+    assert not any(places[h] for h in ("E1", "E2", "E5", "E8", "E9")), places
+    assert {p for found in places.values() for p in found} <= HOST_READS, places
 
 
 @pytest.mark.parametrize("model_type", ["llama", "qwen2"])  # a hand-written adapter; the generic reading

@@ -155,7 +155,7 @@ class E3Gaussianity(Estimator):
         self.kept_[d].merge(moments)
         xk = x[:, kept]
         self.special_[d].update(torch.cat([x[:, self.ctx.excluded].flatten(0, 1), xk[~keep]]))
-        self.massive_[d] += int((~keep).sum())
+        self.massive_[d] = self.massive_[d] + (~keep).sum()  # a count on the data's device (read in measure)
         norm_all = shared(batch, "squared norms", x, squared_norms).sqrt().float()  # (B, T), computed once
         room = BUFFER - sum(len(b) for b in self.buffer_[d])
         if room > 0:
@@ -184,10 +184,15 @@ class E3Gaussianity(Estimator):
             self.boot_.update(torch.cat(self._rows, dim=1), batch.weights)
             self._rows = []
 
+    def _massive(self) -> list[int]:
+        """``massive_`` as Python ints (counts accumulate on the data's device during the pass)."""
+        self.massive_ = [int(m) for m in self.massive_]
+        return self.massive_
+
     def merge(self, other: E3Gaussianity) -> E3Gaussianity:
         for mine, theirs in zip(self.kept_ + self.special_, other.kept_ + other.special_, strict=True):
             mine.merge(theirs)
-        self.massive_ = [a + b for a, b in zip(self.massive_, other.massive_, strict=True)]
+        self.massive_ = [a + b for a, b in zip(self._massive(), other._massive(), strict=True)]
         self.activations_.merge(other.activations_)
         self.buffer_ = [[torch.cat(a + b)[:BUFFER]] for a, b in zip(self.buffer_, other.buffer_, strict=True)]
         self.context_ += other.context_.to(self.context_.device)
@@ -229,6 +234,7 @@ class E3Gaussianity(Estimator):
         return controls
 
     def measure(self) -> Measured:
+        self._massive()
         est, lo, hi = (t.cpu().numpy() for t in self.boot_.interval(self._shape_stats))
         buffers = [torch.cat(b) if b else torch.zeros(0, self.ctx.dim) for b in self.buffer_]
         clouds = [spectrum(b) if len(b) > 2 else None for b in buffers]  # one eigendecomposition per depth
