@@ -3,18 +3,21 @@
     bash scripts/gpu_check.sh OUTDIR            # on the GPU machine (PYTHONPATH=src, no network needed)
     bash scripts/gpu_check.sh OUTDIR --smoke    # on any CPU, tiny sizes, in seconds (tests/unit/test_gpu_check.py)
 
-Writes ``OUTDIR/gpu_check.log`` (everything printed) and ``OUTDIR/summary.json`` (one line per part: ok or not,
-seconds, the numbers); exits non-zero when a part failed. Parts (``--only`` picks some):
+Writes ``OUTDIR/gpu_check.log`` (everything printed, line by line) and ``OUTDIR/summary.json`` (per part: ok or
+not, seconds, the numbers); exits non-zero when a part failed. ``--budget`` (default 470 s) bounds the whole run:
+each command gets what is left, and a part that finds less than 20 s left is not started (``summary.json`` says
+so). Parts, in this order (``--only`` picks some):
 
-1. ``tests``: ``pytest tests/cuda/test_cuda.py tests/integration/test_any_model.py::test_on_cuda
-   tests/unit/test_device_harness.py`` (skipped in ``--smoke``: CI runs them on the CPU anyway).
-2. ``probe``: every hypothesis on a randomly initialised 1.03B Llama (22 layers, width 2048, 32 heads, 4 KV heads,
+1. ``probe``: every hypothesis on a randomly initialised 1.03B Llama (22 layers, width 2048, 32 heads, 4 KV heads,
    intermediate 5632, float32) over 64 x 256 random token ids, ``device="cuda"`` (no index: the path of
    ``expattn probe --device cuda``); plain forward passes over the same batches time the reference. Prints the
    ratios (goal: the probe <= 2x the forward passes) and every verdict with its note.
-3. ``bench``: ``benchmarks/bench_gpu.py`` with every part (``--smoke``: its tiny sizes).
-4. ``train``: ``expattn train --device cuda --dtype bfloat16 --compile`` on a generated text, killed (SIGKILL)
+2. ``tests``: ``pytest tests/cuda/test_cuda.py tests/integration/test_any_model.py::test_on_cuda
+   tests/unit/test_device_harness.py`` (skipped in ``--smoke``: CI runs them on the CPU anyway).
+3. ``train``: ``expattn train --device cuda --dtype bfloat16 --compile`` on a generated text, killed (SIGKILL)
    after its first checkpoint and resumed, against an uninterrupted run: the logged losses compared row by row.
+4. ``bench``: ``benchmarks/bench_gpu.py`` with every part (``--smoke``: its tiny sizes); its train part compiles
+   GPT-2 small twice (minutes).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-PARTS = ("tests", "probe", "bench", "train")
+PARTS = ("probe", "tests", "train", "bench")  # the most wanted first: a run cut short keeps them
 LLAMA_1B = {"hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 22, "num_attention_heads": 32,
             "num_key_value_heads": 4, "vocab_size": 32000, "max_position_embeddings": 2048}
 LLAMA_TINY = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -59,12 +62,34 @@ def _env() -> dict:
     return {**os.environ, "PYTHONPATH": src + (os.pathsep + path if path else "")}
 
 
-def _run(log: Log, cmd: list[str], timeout: float, **kwargs) -> subprocess.CompletedProcess:
+DEADLINE = {"at": float("inf")}  # time.monotonic() by which the run must end (--budget)
+
+
+def _left() -> float:
+    return DEADLINE["at"] - time.monotonic()
+
+
+def _text(out: str | bytes | None) -> str:
+    return out.decode(errors="replace") if isinstance(out, bytes) else out or ""
+
+
+def _run(log: Log, cmd: list[str], timeout: float, check: bool = False) -> subprocess.CompletedProcess:
+    """``cmd`` from the repository root with ``src`` on the path; its output into the log; at most ``timeout``
+    seconds or what is left of the budget; ``check``: CalledProcessError on a non-zero exit (after logging)."""
     log("$", " ".join(cmd))
-    done = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=timeout, **kwargs)
+    timeout = max(1.0, min(timeout, _left()))
+    try:
+        done = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as err:
+        for line in (_text(err.stdout) + _text(err.stderr)).splitlines():
+            log("  " + line)
+        log(f"  (killed after {timeout:.0f} s)")
+        raise
     for line in (done.stdout + done.stderr).splitlines():
         log("  " + line)
     log(f"  (exit {done.returncode})")
+    if check:
+        done.check_returncode()
     return done
 
 
@@ -176,7 +201,7 @@ def part_train(log: Log, args) -> dict:
     log(f"  uninterrupted run: {time.perf_counter() - t0:.1f} s")
     log("$", " ".join(cmd(killed)), "(killed after its first checkpoint)")
     proc = subprocess.Popen(cmd(killed), cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    ckpt, deadline = killed / "checkpoint.safetensors", time.monotonic() + 240
+    ckpt, deadline = killed / "checkpoint.safetensors", time.monotonic() + min(240, _left())
     while not ckpt.exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.002)
     os.kill(proc.pid, signal.SIGKILL)
@@ -205,7 +230,9 @@ def main() -> int:
     p.add_argument("outdir")
     p.add_argument("--smoke", action="store_true", help="tiny sizes on the CPU, in seconds")
     p.add_argument("--only", choices=PARTS, action="append", help="run only these parts (repeatable)")
+    p.add_argument("--budget", type=float, default=470.0, help="seconds for the whole run [470]")
     args = p.parse_args()
+    DEADLINE["at"] = time.monotonic() + args.budget
     args.device = "cpu" if args.smoke else "cuda"
     args.probe_device = "cpu" if args.smoke else "cuda"  # unindexed, as `expattn probe --device cuda`
     out = Path(args.outdir)
@@ -217,9 +244,13 @@ def main() -> int:
     if not args.smoke and not torch.cuda.is_available():
         log("no CUDA device: run with --smoke on a CPU")
         return 2
-    chosen = args.only or (PARTS[1:] if args.smoke else PARTS)
+    chosen = [p for p in PARTS if p in (args.only or PARTS) and not (args.smoke and p == "tests")]
     summary, start = {}, time.perf_counter()
     for name in chosen:
+        if _left() < 20:
+            log(f"== {name}: not started, {_left():.0f} s of the budget left")
+            summary[name] = {"ok": False, "error": "not started: the budget ran out", "seconds": 0.0}
+            continue
         log(f"== {name}")
         t0 = time.perf_counter()
         try:
