@@ -66,13 +66,8 @@ class Elsewhere(torch.Tensor):
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func is torch.Tensor.numpy:  # as CUDA refuses it
-            raise TypeError(f"can't convert {ELSEWHERE.type} device type tensor to numpy. Use Tensor.cpu() to copy "
-                            "the tensor to host memory first.")
-        if func is torch.Tensor.tolist:
-            if _STATE["strict"] is not False:
-                _host_read("tolist() reads an Elsewhere tensor to the host (a GPU synchronisation)")
-            return args[0].inner.tolist()
+        if func in HOST_METHODS:
+            return _host_method(func, args[0])
         with torch._C.DisableTorchFunctionSubclass():
             return func(*args, **kwargs)
 
@@ -82,6 +77,17 @@ class Elsewhere(torch.Tensor):
 
 
 _STATE: dict = {"strict": False}
+HOST_METHODS = (torch.Tensor.numpy, torch.Tensor.tolist)
+
+
+def _host_method(func, x: Elsewhere):
+    """``.numpy()`` raises as on CUDA; ``.tolist()`` reads the numbers (a host read: counted or refused if strict)."""
+    if func is torch.Tensor.numpy:
+        raise TypeError(f"can't convert {ELSEWHERE.type} device type tensor to numpy. Use Tensor.cpu() to copy "
+                        "the tensor to host memory first.")
+    if _STATE["strict"] is not False:
+        _host_read("tolist() reads an Elsewhere tensor to the host (a GPU synchronisation)")
+    return x.inner.tolist()
 
 
 def _host_read(message: str) -> None:
@@ -159,6 +165,8 @@ class _Factories(torch.overrides.TorchFunctionMode):
         kwargs = kwargs or {}
         if func in (torch.tensor, torch.as_tensor, torch.asarray) and _is_here(kwargs.get("device")):
             return Elsewhere(func(*args, **{**kwargs, "device": torch.device("cpu")}))
+        if func in HOST_METHODS and isinstance(args[0], Elsewhere):
+            return _host_method(func, args[0])
         return func(*args, **kwargs)
 
 

@@ -25,7 +25,9 @@ from expattn.core import validate
 from expattn.core.validate import check_output
 from expattn.nn.attention import ExpFamAttention, ExpFamAttentionConfig
 from expattn.nn.hopfield import Hopfield, HopfieldConfig
+from expattn.nn.hopfield_layers import HopfieldLayer, HopfieldPooling
 from expattn.nn.lm import LM, LMConfig
+from expattn.nn.norms import NormConfig, build_norm, norm_names
 from expattn.probes import runner
 from expattn.probes import subject as subject_module
 from expattn.probes.runner import HYPOTHESES, ProbeConfig, probe_subject
@@ -226,3 +228,26 @@ def test_statistics_check_finiteness_without_a_host_read_per_batch():
         moments.excess_kurtosis_()
     with elsewhere(), pytest.raises(ValueError, match="NaN"):
         boot.interval(lambda m: m)
+
+
+def _layers():
+    yield "hopfield_layer", lambda: HopfieldLayer(HopfieldConfig(input_size=8), quantity=10)
+    yield "hopfield_pooling", lambda: HopfieldPooling(HopfieldConfig(input_size=8), num_queries=2)
+    for name in norm_names():
+        if name != "whitening":  # its eigendecomposition's backward does not run on the harness (tests/cuda has it)
+            yield f"norm_{name}", lambda name=name: build_norm(name, NormConfig(8))
+
+
+LAYERS = dict(_layers())
+
+
+@pytest.mark.parametrize("name", sorted(LAYERS))
+def test_layers_and_norms_read_nothing_to_host(name):
+    """Hopfield layers and the normalizations, forward and backward on another device: no device mixing, no read
+    to the host, the gradient there."""
+    torch.manual_seed(0)
+    module = to_elsewhere(LAYERS[name]())
+    x = to_elsewhere(torch.randn(2, 20, 8, generator=torch.Generator().manual_seed(1))).requires_grad_(True)
+    with elsewhere(strict=True):
+        module(x).sum().backward()
+    assert x.grad is not None and x.grad.device == x.device
