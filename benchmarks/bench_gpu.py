@@ -17,7 +17,8 @@ detected GPU, or ``--peak-tflops``). Timings are CUDA events around ``--repeats`
 
     python benchmarks/bench_gpu.py                 # on the GPU, everything
     python benchmarks/bench_gpu.py --only train    # one part: empirical, attention, mixture, hopfield, train
-    python benchmarks/bench_gpu.py --smoke         # tiny sizes on any device (checks the script runs)
+    python benchmarks/bench_gpu.py --smoke         # tiny sizes on any device, in seconds (checks the script runs;
+                                                   # eager on a CPU; tests/unit/test_gpu_check.py runs it)
 """
 
 from __future__ import annotations
@@ -163,8 +164,9 @@ def bench_hopfield(args, batch: int, queries: int, stored: int, dim: int) -> Non
 
 def bench_train(args, layers: int, heads: int, dim: int, context: int, batch: int, vocab: int) -> None:
     torch.manual_seed(0)
-    ours = LM(LMConfig(vocab_size=vocab, context=context, layers=layers, heads=heads, dim=dim)).to(args.device)
-    nano = NanoGPT(vocab, context, layers, dim, heads).to(args.device)
+    cfg = LMConfig(vocab_size=vocab, context=context, layers=layers, heads=heads, dim=dim)
+    ours = LM(cfg).to(args.device)
+    nano = NanoGPT(vocab, context, layers, dim, heads, cfg.bias).to(args.device)  # the LM's biases (GPT-2's)
     nano.regularizer = None  # the trainer's step reads it (implicit LMs' penalty)
     n_params = ours.num_params() - ours.pos.weight.numel()  # nanoGPT's count leaves positions out
     flops = (6 * n_params + 12 * layers * context * dim) * batch * context  # per step
@@ -198,6 +200,7 @@ def main() -> None:
     args.peak = peak_tflops(args.device, args.peak_tflops)
     if args.smoke:
         args.rounds, args.repeats, args.warmup = 2, 2, 1
+        args.compile = args.compile and args.device.type == "cuda"  # compiling on a CPU takes minutes, not seconds
     name = torch.cuda.get_device_name(args.device) if args.device.type == "cuda" else "cpu"
     print(f"device {name}, dtype {args.dtype}, torch {torch.__version__}, peak {args.peak} TFLOP/s"
           f"{' (smoke sizes)' if args.smoke else ''}", flush=True)

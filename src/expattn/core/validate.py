@@ -21,12 +21,33 @@ def as_tensor(name: str, value: object) -> Tensor:
 
 
 def sum_is_finite(value: Tensor) -> bool:
-    """Whether the sum of a floating ``value`` is finite: if so, so is every entry (NaN and infinity propagate).
+    """Whether the sum of a floating CPU ``value`` is finite: if so, so is every entry (NaN and infinity propagate).
 
-    Read as a Python float: ``math.isfinite`` of one ``item()`` (one host sync) instead of ``Tensor.isfinite``
-    on the 0-dim sum, which runs several small kernels (25 us more on CPU after a large product).
+    Read as a Python float: ``math.isfinite`` of one ``item()`` instead of ``Tensor.isfinite`` on the 0-dim sum,
+    which runs several small kernels (25 us more on CPU after a large product). CPU only: on an accelerator the
+    read would be a host synchronisation; ``finite_on_device`` checks there instead.
     """
     return math.isfinite(value.sum().item())
+
+
+def on_host(value: Tensor) -> bool:
+    """Whether reading ``value`` costs no synchronisation (a CPU tensor): the checks read it at once."""
+    return value.device.type == "cpu"
+
+
+def finite_on_device(value: Tensor, message: str) -> None:
+    r"""Assert, without a host synchronisation, that every entry of ``value`` (on an accelerator) is finite.
+
+    $\max_i |x_i|$ is finite iff every entry is (NaN propagates through the max), one fused reduction; the
+    assertion is queued on the device (``torch._assert_async``) like the kernels around it. The choice and its
+    price: a hot path on a GPU never waits for the host, and a NaN or infinity still stops the run, but as a
+    device-side assert that surfaces at the next synchronisation as a ``RuntimeError`` (CUDA: "device-side assert
+    triggered", after which the process's CUDA context is unusable) instead of the ``ValueError`` naming the
+    argument that the CPU raises. ``expattn.validation.set_validate(False)`` switches the checks off; to find which
+    tensor went bad, rerun on the CPU (or with ``CUDA_LAUNCH_BLOCKING=1``).
+    """
+    if value.numel():
+        torch._assert_async(torch.isfinite(torch.linalg.vector_norm(value, float("inf"))), message)
 
 
 def check_finite(name: str, value: Tensor) -> Tensor:
@@ -45,6 +66,9 @@ def require_finite(name: str, value: Tensor) -> Tensor:
     if value.is_meta:
         return value
     with torch.no_grad():
+        if value.is_floating_point() and not on_host(value):
+            finite_on_device(value, f"{name} must be finite, got NaN or infinity")
+            return value
         if value.is_floating_point() and sum_is_finite(value):
             return value
         if not torch.isfinite(value).all():
@@ -119,6 +143,9 @@ def check_output(name: str, value: Tensor, cause: str) -> Tensor:
     infinity, or finite values that overflow when added) falls back to the element-wise test.
     """
     with torch.no_grad():
+        if value.is_floating_point() and not on_host(value):
+            finite_on_device(value, f"{name} is not finite although its inputs are: {cause}")
+            return value
         if value.is_floating_point() and sum_is_finite(value):
             return value
         if not bool(torch.isfinite(value).all()):
@@ -141,6 +168,9 @@ def check_output_of(
     softmax (NaN and infinity propagate, and $0 \\cdot \\infty$ is NaN).
     """
     with torch.no_grad():
+        if value.is_floating_point() and not on_host(value):  # inputs are not named on a device (no read-back)
+            finite_on_device(value, f"{name} is not finite (a non-finite input among {', '.join(inputs)}, or {cause})")
+            return value
         if value.is_floating_point() and sum_is_finite(value):
             return value
     for argument, x in inputs.items():

@@ -284,7 +284,11 @@ def majority_verdict(above: np.ndarray, below: np.ndarray) -> str:
 
 
 def as_list(t: Tensor | np.ndarray | list) -> list:
-    """Numbers as a JSON-friendly list, six significant digits."""
+    """Numbers as a JSON-friendly list, six significant digits (tensors on any device: read to the host here)."""
+    if isinstance(t, Tensor):
+        t = t.detach().cpu()
+    elif isinstance(t, list | tuple) and any(isinstance(v, Tensor) for v in t):
+        t = [v.detach().cpu() if isinstance(v, Tensor) else v for v in t]
     return [float(f"{v:.6g}") for v in np.asarray(t, dtype=float).ravel()]
 
 

@@ -108,7 +108,7 @@ class E1Expansion(Estimator):
         return torch.stack(out, dim=-2)
 
     def measure(self) -> Measured:
-        est_all, lo_all, hi_all = (t.numpy() for t in self.stats_.interval(self._ratios))
+        est_all, lo_all, hi_all = (t.cpu().numpy() for t in self.stats_.interval(self._ratios))
         est, lo, hi = est_all[..., 0, :], lo_all[..., 0, :], hi_all[..., 0, :]
         details: dict = {"tensors": {"before": "layers.i.input", "after": "layers.i.attn.residual"}}
         for v, variant in enumerate(VARIANTS):

@@ -94,7 +94,7 @@ class E2Normalization(Estimator):
         return torch.stack([torch.stack(readings(sx, s, nx, n), dim=-1) for s, n in cases], dim=-2)  # (..., 3, 2)
 
     def measure(self) -> Measured:
-        est_all, lo_all, hi_all = (t.numpy() for t in self.stats_.interval(self._ratios))
+        est_all, lo_all, hi_all = (t.cpu().numpy() for t in self.stats_.interval(self._ratios))
         est, lo, hi = est_all[..., 0, :], lo_all[..., 0, :], hi_all[..., 0, :]
         pos = self.ctx.adapter.norm_position
         where = {

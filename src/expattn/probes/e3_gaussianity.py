@@ -147,12 +147,15 @@ class E3Gaussianity(Estimator):
         """Statistics of depth ``d`` from ``x`` ``(B, T, D)``; ``w`` ``(B, kept)`` the block's token weights."""
         kept, keep = self.ctx.kept, w.bool()
         self.activations_.update(d, x, batch.index)
+        if self._directions32.device != x.device:  # the statistics live on the data's device
+            self._directions32 = self._directions32.to(x.device)
+            self.context_ = self.context_.to(x.device)
         y_all = x @ self._directions32  # (B, T, K), float32 projections; moments in float64 below
         moments = shared(batch, "moments kept", x, lambda t: kept_moments(t, kept, keep, self.directions, y_all))
         self.kept_[d].merge(moments)
         xk = x[:, kept]
         self.special_[d].update(torch.cat([x[:, self.ctx.excluded].flatten(0, 1), xk[~keep]]))
-        self.massive_[d] += int((~keep).sum())
+        self.massive_[d] = self.massive_[d] + (~keep).sum()  # a count on the data's device (read in measure)
         norm_all = shared(batch, "squared norms", x, squared_norms).sqrt().float()  # (B, T), computed once
         room = BUFFER - sum(len(b) for b in self.buffer_[d])
         if room > 0:
@@ -181,13 +184,18 @@ class E3Gaussianity(Estimator):
             self.boot_.update(torch.cat(self._rows, dim=1), batch.weights)
             self._rows = []
 
+    def _massive(self) -> list[int]:
+        """``massive_`` as Python ints (counts accumulate on the data's device during the pass)."""
+        self.massive_ = [int(m) for m in self.massive_]
+        return self.massive_
+
     def merge(self, other: E3Gaussianity) -> E3Gaussianity:
         for mine, theirs in zip(self.kept_ + self.special_, other.kept_ + other.special_, strict=True):
             mine.merge(theirs)
-        self.massive_ = [a + b for a, b in zip(self.massive_, other.massive_, strict=True)]
+        self.massive_ = [a + b for a, b in zip(self._massive(), other._massive(), strict=True)]
         self.activations_.merge(other.activations_)
         self.buffer_ = [[torch.cat(a + b)[:BUFFER]] for a, b in zip(self.buffer_, other.buffer_, strict=True)]
-        self.context_ += other.context_
+        self.context_ += other.context_.to(self.context_.device)
         self.boot_.merge(other.boot_)
         return self
 
@@ -212,7 +220,7 @@ class E3Gaussianity(Estimator):
         """Per depth: mean cosine over pairs of kept tokens from different sequences."""
         c = self.context_
         pairs = c[:, -2].pow(2) - c[:, -1]
-        return ((c[:, :-3].pow(2).sum(1) - c[:, -3]) / pairs.clamp_min(1)).numpy()
+        return ((c[:, :-3].pow(2).sum(1) - c[:, -3]) / pairs.clamp_min(1)).cpu().numpy()
 
     def _controls(self, n: int) -> list[Control]:
         controls = []
@@ -226,7 +234,8 @@ class E3Gaussianity(Estimator):
         return controls
 
     def measure(self) -> Measured:
-        est, lo, hi = (t.numpy() for t in self.boot_.interval(self._shape_stats))
+        self._massive()
+        est, lo, hi = (t.cpu().numpy() for t in self.boot_.interval(self._shape_stats))
         buffers = [torch.cat(b) if b else torch.zeros(0, self.ctx.dim) for b in self.buffer_]
         clouds = [spectrum(b) if len(b) > 2 else None for b in buffers]  # one eigendecomposition per depth
         rho = np.array([np.nan if c is None else radius_ratio(c) for c in clouds])

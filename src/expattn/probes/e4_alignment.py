@@ -155,8 +155,9 @@ class E4Alignment(Estimator):
                    "fisher": fisher, "identity": None}
         wq, wk = w.head_matrices()  # (H, dh, D) each: all heads at once
         aq, ak = wq @ u, wk @ u  # (H, dh, r): A_h in range coordinates is sym(aq^T ak)
-        rq = torch.randn(w.heads, w.head_dim, lam.numel(), generator=gen)  # random heads, range coordinates
-        rk = torch.randn(w.heads, w.head_dim, lam.numel(), generator=gen)
+        # random heads, range coordinates: drawn on the CPU (the same on every device), used on the data's device
+        rq = torch.randn(w.heads, w.head_dim, lam.numel(), generator=gen).to(u.device)
+        rk = torch.randn(w.heads, w.head_dim, lam.numel(), generator=gen).to(u.device)
         out: dict = {
             "sigma_rank": lam.numel(),
             "range_gap": gap,
@@ -167,16 +168,16 @@ class E4Alignment(Estimator):
             "random_q95": random_q95(lam.numel()),
         }
         for key, target in targets.items():
-            out[f"cos_{key}"] = sym_cos(aq, ak, target).double().numpy()
-            out[f"control_{key}"] = sym_cos(rq, rk, target).double().numpy()
-        out["cos_sigma_inv_ridge"] = sym_cos(wq, wk, regularised_inverse(sigma)[0].float()).double().numpy()
+            out[f"cos_{key}"] = sym_cos(aq, ak, target).double().cpu().numpy()
+            out[f"control_{key}"] = sym_cos(rq, rk, target).double().cpu().numpy()
+        out["cos_sigma_inv_ridge"] = sym_cos(wq, wk, regularised_inverse(sigma)[0].float()).double().cpu().numpy()
         for tol in TOLERANCES:  # the Sigma readings again at other cuts of the range
             lam_t, basis_t, _ = range_basis(e, v, tol)
             aq_t, ak_t = wq @ basis_t.float(), wk @ basis_t.float()
             out[f"tolerance_{tol:g}"] = {
                 "rank": lam_t.numel(),
                 "q95": random_q95(lam_t.numel()),
-                "cos": {key: sym_cos(aq_t, ak_t, target).double().numpy()
+                "cos": {key: sym_cos(aq_t, ak_t, target).double().cpu().numpy()
                         for key, target in (("sigma_inv", lam_t.reciprocal().float()), ("sigma", lam_t.float()),
                                             ("identity", None))},
             }

@@ -68,6 +68,20 @@ class E5Gradient(Estimator):
         self.ctx = ctx
         self.errors_: dict[int, np.ndarray] = {}  # index -> (kinds, L, H)
         self.seq_len_ = 0
+        self._pending: list[tuple[int, Tensor, Tensor]] = []  # (layer, indices, errors) on the data's device
+
+    def _flush(self) -> None:
+        """The pending per-head errors into ``errors_``: read to the host once, after the pass (not per block)."""
+        for i, index, per_head in self._pending:
+            per_head = per_head.cpu().numpy()  # (B, kinds, H): max over tokens
+            for row, seq in enumerate(index.tolist()):
+                table = self.errors_.setdefault(seq, np.zeros((len(self.KINDS), self.ctx.layers, per_head.shape[2])))
+                table[:, i] = per_head[row]
+        self._pending = []
+
+    def __getstate__(self) -> dict:
+        self._flush()
+        return super().__getstate__()
 
     def update(self, i: int, tensors: dict[str, Tensor], batch: Batch) -> None:
         rows = batch.index < self.ctx.detail_sequences
@@ -95,17 +109,18 @@ class E5Gradient(Estimator):
             relative_error(wrong, out),
             relative_error(grad, p @ k[:, :, perm]),
         ]
-        per_head = torch.stack([e.amax(-1) for e in errs], dim=1).numpy()  # (B, kinds, H): max over tokens
-        for row, index in enumerate(batch.index[rows].tolist()):
-            table = self.errors_.setdefault(index, np.zeros((len(self.KINDS), self.ctx.layers, w.heads)))
-            table[:, i] = per_head[row]
+        # (B, kinds, H): max over tokens, kept on the data's device until measure (no host read per block)
+        self._pending.append((i, batch.index[rows], torch.stack([e.amax(-1) for e in errs], dim=1)))
 
     def merge(self, other: E5Gradient) -> E5Gradient:
+        self._flush()
+        other._flush()
         self.errors_.update(other.errors_)
         self.seq_len_ = max(self.seq_len_, other.seq_len_)
         return self
 
     def measure(self) -> Measured:
+        self._flush()
         if not self.errors_:
             raise ValueError("E5 saw no detail sequence; detail_sequences must be >= 1")
         errs = np.stack([self.errors_[k] for k in sorted(self.errors_)])  # (S, kinds, L, H)

@@ -92,7 +92,8 @@ class E6Mlp(Estimator):
         keep = w.bool()
         d2, s2 = (shared(batch, "squared norms", t, squared_norms) for t in (delta, skip))  # (B, T) each
         gen = torch.Generator().manual_seed(self.ctx.seed + 6 + 1000 * int(batch.index[0]) + i)
-        noise = torch.randn(delta[:, kept].shape, generator=gen, dtype=delta.dtype)
+        # drawn on the CPU (the same noise on every device), then moved to the data's device
+        noise = torch.randn(delta[:, kept].shape, generator=gen, dtype=delta.dtype).to(delta.device)
         noise *= (s2[:, kept].sqrt() / noise.norm(dim=-1).double()).to(noise.dtype).unsqueeze(-1)  # |noise_t| = |s_t|
         for fold in (0, 1):
             rows = fold_rows(batch.index, fold)
@@ -141,7 +142,7 @@ class E6Mlp(Estimator):
         return out
 
     def measure(self) -> Measured:
-        est, lo, hi = (t.numpy() for t in self.stats_.interval(self._rho))
+        est, lo, hi = (t.cpu().numpy() for t in self.stats_.interval(self._rho))
         both = [self._fits(i) for i in range(self.ctx.layers)]
         fits = [update for update, _ in both]
         r2 = np.array([f[0] for f in fits])  # (L, 2)

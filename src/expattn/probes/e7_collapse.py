@@ -139,7 +139,7 @@ class E7Collapse(Estimator):
                 skip = skip + branch(skip)
                 curves[0].append(residual_norm(plain))
                 curves[1].append(residual_norm(skip))
-        return torch.stack(curves[0], 1).numpy(), torch.stack(curves[1], 1).numpy()
+        return torch.stack(curves[0], 1).cpu().numpy(), torch.stack(curves[1], 1).cpu().numpy()
 
     def measure(self) -> Measured:
         if not self.inputs_:

@@ -177,8 +177,8 @@ class E8Heads(Estimator):
         return torch.cat([m, (m[..., 0] - m[..., 1]).unsqueeze(-1)], dim=-1)  # (..., L, 4)
 
     def measure(self) -> Measured:
-        est, lo, hi = (t.numpy() for t in self.stats_.interval(self._stats))
-        c_est, c_lo, c_hi = (t.numpy() for t in self.control_.interval(self._stats))
+        est, lo, hi = (t.cpu().numpy() for t in self.stats_.interval(self._stats))
+        c_est, c_lo, c_hi = (t.cpu().numpy() for t in self.control_.interval(self._stats))
         details: dict = {
             "tensors": "layers.i.attn.heads through per-head columns of the output projection",
             "tokens": "first/special tokens excluded",

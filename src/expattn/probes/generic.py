@@ -152,6 +152,7 @@ class GenericReading:
             param = next(module.parameters(), None)
             width = self.attention[depth].wo.shape[0]
             x = torch.randn(2, 3, width, generator=torch.Generator().manual_seed(depth), dtype=torch.float64)
+            x = x.to(param.device) if param is not None else x  # the module's device (its weight multiplies x)
             try:
                 mine = normalize64(x, module)
             except TypeError:

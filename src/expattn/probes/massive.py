@@ -58,21 +58,35 @@ class MassiveActivations:
         self.tokens_ = [0] * depths
         self.channels_: dict[int, list] = {}
         self.positions_: dict[int, list] = {}
+        self._pending: list[tuple] = []  # per update on an accelerator: (depth, shape, medians, argmax, max)
+
+    def _flush(self) -> None:
+        """The pending medians and maxima read to the host, in the order of the updates (the same numbers)."""
+        for depth, shape, median, flat, top in self._pending:
+            self.medians_[depth] += median.tolist()
+            flat, top = int(flat), float(top)
+            if top > self.max_[depth]:
+                _, t, c = np.unravel_index(flat, shape)
+                self.max_[depth], self.where_[depth] = top, (int(c), int(t))
+        self._pending = []
+
+    def __getstate__(self) -> dict:
+        self._flush()
+        return self.__dict__.copy()
 
     def update(self, depth: int, x: Tensor, index: Tensor) -> None:
         """Add the hidden states ``x`` ``(B, T, D)`` of depth ``depth`` of the sequences ``index`` ``(B,)``."""
         a = x.detach().abs().float()
         median = lower_median(a.flatten(1))  # (B,)
-        self.medians_[depth] += median.tolist()
-        flat = int(a.argmax())
-        top = float(a.flatten()[flat])
-        if top > self.max_[depth]:
-            _, t, c = np.unravel_index(flat, tuple(a.shape))
-            self.max_[depth], self.where_[depth] = top, (int(c), int(t))
+        flat = a.argmax()
+        # kept on the data's device and read to the host later (_flush): one synchronisation per update, not four
+        self._pending.append((depth, tuple(a.shape), median, flat, a.amax()))  # amax: the value at argmax
+        if a.device.type == "cpu":
+            self._flush()
         mask = (a > ABSOLUTE) & (a >= RELATIVE * median[:, None, None])
-        if not bool(mask.any()):
+        hits = mask.nonzero()  # (n, 3): sequence, position, channel; its count is the one host read
+        if not len(hits):
             return
-        hits = mask.nonzero()  # (n, 3): sequence, position, channel
         self.tokens_[depth] += len(torch.unique(hits[:, :2], dim=0))
         for b, t, c in hits.tolist():
             entry = self.channels_.setdefault(c, [0.0, set()])
@@ -88,6 +102,8 @@ class MassiveActivations:
 
     def merge(self, other: MassiveActivations) -> MassiveActivations:
         """Combine with a summary of other sequences."""
+        self._flush()
+        other._flush()
         for d, top in enumerate(other.max_):
             if top > self.max_[d]:
                 self.max_[d], self.where_[d] = top, other.where_[d]
@@ -108,6 +124,7 @@ class MassiveActivations:
         sequence indices where it holds a massive entry, ``token`` the most common text
         ``token_text(sequence, position)`` over them (the first sequence's on a tie; None without
         ``token_text`` or text)."""
+        self._flush()
         medians = [float(np.median(m)) if m else float("nan") for m in self.medians_]
         onset = next((d for d, n in enumerate(self.tokens_) if n), None)
         top_depth = int(np.argmax(self.max_))

@@ -146,7 +146,9 @@ class Moments:
         batch = cls(x.shape[-1], False, directions)  # the scatter is set below: no zero-filled placeholder
         xc, batch.mean_, r = centre(x)
         n = batch.n_ = xc.shape[0]
-        if not torch.isfinite(batch.mean_).all():  # a NaN or infinity anywhere in x reaches the mean
+        # a NaN or infinity anywhere in x reaches the mean: checked now on the CPU; on an accelerator (no host
+        # synchronisation per batch) it reaches the running mean, which the read-outs check (``_finite``)
+        if x.device.type == "cpu" and not torch.isfinite(batch.mean_).all():
             raise ValueError("x holds NaN or infinity")
         if covariance:
             batch.scatter_ = gram(xc).double().addr_(r, r, alpha=-n)
@@ -205,19 +207,27 @@ class Moments:
         self.n_ = n
         return self
 
+    def _finite(self) -> None:
+        """ValueError if a vector added on an accelerator held NaN or infinity (``of`` checks CPU data at once)."""
+        if self.mean_.device.type != "cpu" and not bool(torch.isfinite(self.mean_).all()):
+            raise ValueError("x holds NaN or infinity")
+
     @property
     def covariance_(self) -> Tensor:
         """Sample covariance $M_2 / (n - 1)$, ``(D, D)`` float64 (whatever the dtype of the scatter)."""
         if self.scatter_ is None or self.n_ < 2:
             raise ValueError(f"covariance needs covariance=True and at least 2 vectors, got n={self.n_}")
+        self._finite()
         return self.scatter_.double() / (self.n_ - 1)
 
     def skewness_(self) -> Tensor:
         """Sample skewness $\\sqrt{n} M_3 / M_2^{3/2}$ along each direction, ``(K,)``."""
+        self._finite()
         return self.n_**0.5 * self.proj_m3_ / self.proj_m2_**1.5
 
     def excess_kurtosis_(self) -> Tensor:
         """Sample excess kurtosis $n M_4 / M_2^2 - 3$ along each direction, ``(K,)``."""
+        self._finite()
         return self.n_ * self.proj_m4_ / self.proj_m2_**2 - 3.0
 
 
@@ -262,7 +272,7 @@ class BootstrapMeans:
                 f"values must be (seq, {self.sum_.shape[0]}) and weights (seq, {self.rep_weight_.shape[0]}); "
                 f"got {tuple(values.shape)} and {tuple(weights.shape)}"
             )
-        if not torch.isfinite(values).all():
+        if values.device.type == "cpu" and not torch.isfinite(values).all():  # on a device: checked by interval
             raise ValueError("values hold NaN or infinity")
         self.n_ += values.shape[0]
         self.sum_ += values.sum(0)
@@ -288,6 +298,8 @@ class BootstrapMeans:
         """
         if self.n_ == 0:
             raise ValueError("no sequences were added")
+        if self.sum_.device.type != "cpu" and not bool(torch.isfinite(self.sum_).all()):  # NaN/inf reach the sum
+            raise ValueError("values hold NaN or infinity")
         estimate = statistic(self.mean_().unsqueeze(0))[0]
         keep = self.rep_weight_ > 0
         reps = statistic(self.rep_sum_[keep] / self.rep_weight_[keep, None])

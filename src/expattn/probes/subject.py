@@ -91,9 +91,11 @@ def parse_device(device: str | torch.device | None) -> torch.device | None:
 
 
 def place(model: nn.Module, device: torch.device | None, dtype: torch.dtype | None) -> nn.Module:
-    """``model`` moved to ``device`` and cast to ``dtype`` (each when given); sets the CUDA device of this
-    process so that collectives (NCCL) use it."""
-    if device is not None and device.type == "cuda":
+    """``model`` moved to ``device`` and cast to ``dtype`` (each when given); with an indexed CUDA device
+    (``cuda:N``, as under torchrun) sets the CUDA device of this process so that collectives (NCCL) use it.
+    Plain ``cuda`` means the current device: nothing to set (``torch.cuda.set_device`` refuses an unindexed
+    device)."""
+    if device is not None and device.type == "cuda" and device.index is not None:
         torch.cuda.set_device(device)
     if dtype is not None:
         model = model.to(dtype)

@@ -1,0 +1,270 @@
+"""The prepared GPU check: everything the GPU issue asks to see on a GPU, in one run of under 8 minutes.
+
+    bash scripts/gpu_check.sh OUTDIR            # on the GPU machine (PYTHONPATH=src, no network needed)
+    bash scripts/gpu_check.sh OUTDIR --smoke    # on any CPU, tiny sizes, in seconds (tests/unit/test_gpu_check.py)
+
+Writes ``OUTDIR/gpu_check.log`` (everything printed, line by line) and ``OUTDIR/summary.json`` (per part: ok or
+not, seconds, the numbers); exits non-zero when a part failed. ``--budget`` (default 470 s) bounds the whole run:
+each command gets what is left, and a part that finds less than 20 s left is not started (``summary.json`` says
+so). Parts, in this order (``--only`` picks some):
+
+1. ``probe``: every hypothesis on a randomly initialised 1.03B Llama (22 layers, width 2048, 32 heads, 4 KV heads,
+   intermediate 5632, float32) over 64 x 256 random token ids, ``device="cuda"`` (no index: the path of
+   ``expattn probe --device cuda``); plain forward passes over the same batches time the reference. Prints the
+   ratios (goal: the probe <= 2x the forward passes) and every verdict with its note.
+2. ``tests``: ``pytest tests/cuda/test_cuda.py tests/integration/test_any_model.py::test_on_cuda
+   tests/unit/test_device_harness.py`` (skipped in ``--smoke``: CI runs them on the CPU anyway).
+3. ``train``: ``expattn train --device cuda --dtype bfloat16 --compile`` on a generated text, killed (SIGKILL)
+   after its first checkpoint and resumed, against an uninterrupted run: the logged losses compared row by row.
+4. ``bench``: ``benchmarks/bench_gpu.py`` with every part (``--smoke``: its tiny sizes); its train part compiles
+   GPT-2 small twice (minutes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+PARTS = ("probe", "tests", "train", "bench")  # the most wanted first: a run cut short keeps them
+LLAMA_1B = {"hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 22, "num_attention_heads": 32,
+            "num_key_value_heads": 4, "vocab_size": 32000, "max_position_embeddings": 2048}
+LLAMA_TINY = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "vocab_size": 1000, "max_position_embeddings": 128}
+
+
+class Log:
+    """Print and append to ``OUTDIR/gpu_check.log``."""
+
+    def __init__(self, path: Path):
+        self.file = path.open("a", encoding="utf-8")
+
+    def __call__(self, *parts: object) -> None:
+        line = " ".join(str(p) for p in parts)
+        print(line, flush=True)
+        self.file.write(line + "\n")
+        self.file.flush()
+
+
+def _env() -> dict:
+    src = str(ROOT / "src")
+    path = os.environ.get("PYTHONPATH", "")
+    return {**os.environ, "PYTHONPATH": src + (os.pathsep + path if path else "")}
+
+
+DEADLINE = {"at": float("inf")}  # time.monotonic() by which the run must end (--budget)
+
+
+def _left() -> float:
+    return DEADLINE["at"] - time.monotonic()
+
+
+def _text(out: str | bytes | None) -> str:
+    return out.decode(errors="replace") if isinstance(out, bytes) else out or ""
+
+
+def _run(log: Log, cmd: list[str], timeout: float, check: bool = False) -> subprocess.CompletedProcess:
+    """``cmd`` from the repository root with ``src`` on the path; its output into the log; at most ``timeout``
+    seconds or what is left of the budget; ``check``: CalledProcessError on a non-zero exit (after logging)."""
+    log("$", " ".join(cmd))
+    timeout = max(1.0, min(timeout, _left()))
+    try:
+        done = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as err:
+        for line in (_text(err.stdout) + _text(err.stderr)).splitlines():
+            log("  " + line)
+        log(f"  (killed after {timeout:.0f} s)")
+        raise
+    for line in (done.stdout + done.stderr).splitlines():
+        log("  " + line)
+    log(f"  (exit {done.returncode})")
+    if check:
+        done.check_returncode()
+    return done
+
+
+def part_tests(log: Log, args) -> dict:
+    done = _run(log, [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/cuda/test_cuda.py",
+                      "tests/integration/test_any_model.py::test_on_cuda", "tests/unit/test_device_harness.py"],
+                timeout=300)
+    tail = [line for line in done.stdout.splitlines() if " passed" in line or " failed" in line]
+    return {"ok": done.returncode == 0, "pytest": tail[-1] if tail else None}
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def part_probe(log: Log, args) -> dict:
+    from transformers import LlamaConfig, LlamaModel
+
+    import expattn
+
+    sizes = LLAMA_TINY if args.smoke else LLAMA_1B
+    rows, seq_len, batch = (8, 32, 4) if args.smoke else (64, 256, 16)
+    device = torch.device(args.device)
+    torch.manual_seed(0)
+    t0 = time.perf_counter()
+    with torch.device(device):  # initialised where it runs (a 1B model initialises slowly on the host)
+        model = LlamaModel(LlamaConfig(**sizes, attn_implementation="sdpa")).eval()
+    n_params = sum(p.numel() for p in model.parameters())
+    log(f"Llama {n_params / 1e9:.3f}B parameters, {sizes}, built in {time.perf_counter() - t0:.1f} s on {device}")
+    ids = torch.randint(0, sizes["vocab_size"], (rows, seq_len), generator=torch.Generator().manual_seed(0))
+
+    def forward_passes() -> float:
+        _sync(device)
+        start = time.perf_counter()
+        with torch.no_grad():
+            for b in range(0, rows, batch):
+                x = ids[b:b + batch].to(device)
+                model(input_ids=x, attention_mask=torch.ones_like(x), use_cache=False)
+        _sync(device)
+        return time.perf_counter() - start
+
+    forward_passes()  # warm-up (kernels, allocator)
+    plain = forward_passes()
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    kwargs = {"replicates": 20, "detail_sequences": 4} if args.smoke else {}
+    start = time.perf_counter()
+    res = expattn.probe(model, None, input_ids=ids, batch_size=batch, device=args.probe_device, **kwargs)
+    total = time.perf_counter() - start
+    plain = min(plain, forward_passes())
+    out = res.outcome
+    peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else float("nan")
+    ratios = {"total": total / plain, "forward_and_updates": (out.forward_seconds + out.stats_seconds) / plain}
+    log(f"probe: {ids.numel():,} tokens; plain forward passes {plain:.3f} s; the probe {total:.3f} s in all "
+        f"(forward {out.forward_seconds:.3f} s, statistics {out.stats_seconds:.3f} s, analyses the rest); "
+        f"ratio {ratios['total']:.2f}x in all, {ratios['forward_and_updates']:.2f}x forward + updates "
+        f"(goal <= 2x); peak memory {peak:.1f} GiB; model on {out.model['device']}")
+    crashed = []
+    for r in res.records:
+        log(f"  {r.id:<3} {r.verdict:<14} updates {r.metrics.get('update_seconds', 0.0):7.3f} s  analysis "
+            f"{r.metrics.get('result_seconds', 0.0):7.3f} s  {r.notes[:160]}")
+        if r.verdict == "error" or (r.verdict == "skipped" and "raised" in r.notes):
+            crashed.append(r.id)
+            log("     " + r.details.get("traceback", "").replace("\n", "\n     "))
+    return {"ok": not crashed, "crashed": crashed, "plain_seconds": plain, "probe_seconds": total,
+            "forward_seconds": out.forward_seconds, "stats_seconds": out.stats_seconds, "ratios": ratios,
+            "peak_gib": peak, "verdicts": res.verdicts}
+
+
+def part_bench(log: Log, args) -> dict:
+    cmd = [sys.executable, "benchmarks/bench_gpu.py", "--device", args.device] + (["--smoke"] if args.smoke else [])
+    done = _run(log, cmd, timeout=300)
+    return {"ok": done.returncode == 0}
+
+
+def _corpus(path: Path) -> Path:
+    """A generated text (no corpus package on the GPU machine): 200 kB of words from a small vocabulary."""
+    rng = random.Random(0)
+    words = ("the king and queen of the realm spoke to their people in the hall while night fell on the old "
+             "castle walls and every guard kept watch").split()
+    lines = [" ".join(rng.choice(words) for _ in range(rng.randint(4, 12))).capitalize() + "." for _ in range(4000)]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def _losses(out: Path) -> list[tuple]:
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return [(r["iter"], r["train_loss"], r["val_loss"], r["step_loss"]) for r in rows]
+
+
+def part_train(log: Log, args) -> dict:
+    out = Path(args.outdir)
+    corpus = _corpus(out / "corpus.txt")
+    if args.smoke:
+        sizes = ["--layers", "2", "--dim", "16", "--heads", "2", "--context", "16", "--batch", "4", "--iters", "30",
+                 "--eval-every", "10", "--ckpt-every", "10", "--device", args.device]
+    else:
+        sizes = ["--iters", "300", "--eval-every", "50", "--ckpt-every", "50", "--device", "cuda", "--dtype",
+                 "bfloat16", "--compile"]
+
+    def cmd(folder: Path, *extra: str) -> list[str]:
+        return [sys.executable, "-m", "expattn.cli", "train", "--out", str(folder), "--corpus", str(corpus),
+                "--seed", "1", "--no-progress", *sizes, *extra]
+
+    whole, killed = out / "train_whole", out / "train_killed"
+    t0 = time.perf_counter()
+    _run(log, cmd(whole), timeout=240, check=True)
+    log(f"  uninterrupted run: {time.perf_counter() - t0:.1f} s")
+    log("$", " ".join(cmd(killed)), "(killed after its first checkpoint)")
+    proc = subprocess.Popen(cmd(killed), cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ckpt, deadline = killed / "checkpoint.safetensors", time.monotonic() + min(240, _left())
+    while not ckpt.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.002)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    from expattn.train.checkpoint import read_checkpoint
+
+    step = read_checkpoint(ckpt).step if ckpt.exists() else None
+    log(f"  killed with exit {proc.returncode}; its checkpoint at step {step}")
+    _run(log, [*cmd(killed), "--resume"], timeout=240, check=True)
+    a, b = _losses(whole), _losses(killed)
+    same_iters = [r[0] for r in a] == [r[0] for r in b]
+    diff = max((abs(x - y) for ra, rb in zip(a, b, strict=False) for x, y in zip(ra[1:], rb[1:], strict=True)),
+               default=float("nan"))
+    log(f"  losses: {len(a)} rows uninterrupted, {len(b)} killed + resumed; same iterations: {same_iters}; "
+        f"bitwise identical: {a == b}; max |difference| {diff:.3g}")
+    for ra, rb in zip(a, b, strict=False):
+        log(f"    iter {ra[0]:>5}: train {ra[1]:.5f} / {rb[1]:.5f}  val {ra[2]:.5f} / {rb[2]:.5f}")
+    # bfloat16 on a GPU: atomics (embedding backward) may reorder sums; the resume must still follow the run
+    mid_run = step is not None and step < int(sizes[sizes.index("--iters") + 1])
+    return {"ok": proc.returncode == -signal.SIGKILL and mid_run and same_iters and diff <= 0.05, "bitwise": a == b,
+            "max_difference": diff, "rows": len(a), "killed_at_step": step}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("outdir")
+    p.add_argument("--smoke", action="store_true", help="tiny sizes on the CPU, in seconds")
+    p.add_argument("--only", choices=PARTS, action="append", help="run only these parts (repeatable)")
+    p.add_argument("--budget", type=float, default=470.0, help="seconds for the whole run [470]")
+    args = p.parse_args()
+    DEADLINE["at"] = time.monotonic() + args.budget
+    args.device = "cpu" if args.smoke else "cuda"
+    args.probe_device = "cpu" if args.smoke else "cuda"  # unindexed, as `expattn probe --device cuda`
+    out = Path(args.outdir)
+    out.mkdir(parents=True, exist_ok=True)
+    log = Log(out / "gpu_check.log")
+    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "none"
+    log(f"gpu_check{' --smoke' if args.smoke else ''}: torch {torch.__version__}, GPU {gpu}, "
+        f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}")
+    if not args.smoke and not torch.cuda.is_available():
+        log("no CUDA device: run with --smoke on a CPU")
+        return 2
+    chosen = [p for p in PARTS if p in (args.only or PARTS) and not (args.smoke and p == "tests")]
+    summary, start = {}, time.perf_counter()
+    for name in chosen:
+        if _left() < 20:
+            log(f"== {name}: not started, {_left():.0f} s of the budget left")
+            summary[name] = {"ok": False, "error": "not started: the budget ran out", "seconds": 0.0}
+            continue
+        log(f"== {name}")
+        t0 = time.perf_counter()
+        try:
+            summary[name] = globals()[f"part_{name}"](log, args)
+        except Exception as err:  # one part failing must not hide the others
+            log(traceback.format_exc())
+            summary[name] = {"ok": False, "error": f"{type(err).__name__}: {err}"}
+        summary[name]["seconds"] = time.perf_counter() - t0
+        log(f"== {name}: {'ok' if summary[name]['ok'] else 'FAILED'} in {summary[name]['seconds']:.1f} s")
+    (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
+    failed = [k for k, v in summary.items() if not v["ok"]]
+    log(f"gpu_check done in {time.perf_counter() - start:.1f} s; failed: {', '.join(failed) or 'none'}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
