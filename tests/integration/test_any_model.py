@@ -18,7 +18,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from tiny_models import ARCHITECTURES, VISION, build_tiny, save_tiny
+from tiny_models import ARCHITECTURES, VISION, build_tiny, copy_tokenizer, save_tiny, tiny_config
 
 from expattn.probes.acceptance import AttentionMismatch, check_heads
 from expattn.probes.adapters import Capture
@@ -75,6 +75,22 @@ def test_recomputed_attention_equals_the_models_own(root, model_type):
         assert 0 <= e5.metrics["max_error"] <= TOL
         assert e5.verdict == "pass", e5.notes  # also where the logit scale is 1 (GPT-Neo, T5, OPT)
     assert outcome.model["attention_check_max_error"] <= TOL  # the acceptance check on the first batch
+
+
+def test_folder_of_an_encoder_only_t5(tmp_path):
+    """A folder saved from ``T5EncoderModel`` (``is_encoder_decoder: false``) is probed through its encoder, as
+    the same weights are in memory; ``AutoModel`` alone would build the encoder-decoder ``T5Model``."""
+    from transformers import T5EncoderModel
+
+    import expattn
+
+    torch.manual_seed(0)
+    T5EncoderModel(tiny_config("t5")).save_pretrained(tmp_path)
+    copy_tokenizer(tmp_path)
+    res = expattn.probe(str(tmp_path), hypotheses=("E5",), tokens=2 * SEQ_LEN, seq_len=SEQ_LEN, batch_size=2,
+                        replicates=2, detail_sequences=2)
+    assert res.verdicts == {"E5": "pass"}
+    assert res.outcome.model["layers"] == LAYERS and res.outcome.model["heads"] == HEADS
 
 
 def _one_pass(model_type: str, **overrides):
