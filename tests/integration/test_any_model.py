@@ -20,7 +20,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from tiny_models import ARCHITECTURES, VISION, build_tiny, copy_tokenizer, save_tiny, tiny_config
 
-from expattn.probes.acceptance import AttentionMismatch, check_heads
+from expattn.probes.acceptance import AttentionMismatch, check_heads, head_errors
 from expattn.probes.adapters import Capture
 from expattn.probes.runner import HYPOTHESES, ProbeConfig, probe
 
@@ -125,6 +125,25 @@ def test_sliding_window_shorter_than_the_sequence(model_type):
     plain = replace(w, bias=None, causal=True)
     with pytest.raises(AttentionMismatch, match=f"layer {local} head "):
         check_heads(local, got[local], plain, torch.finfo(torch.float32).eps)
+
+
+@pytest.mark.parametrize("model_type", ["bloom", "falcon", "gpt_neo"])
+def test_acceptance_check_recomputes_independently_of_the_tap(model_type):
+    """Architectures tapped by wrapping their own attention code: the check's recomputation (float64, the probe's
+    own softmax) differs from the model's heads by float32 rounding, never by exactly zero (a shared kernel
+    call), and a tap that recorded a wrong mask is caught."""
+    subject, got = _one_pass(model_type)
+    eps = torch.finfo(torch.float32).eps
+    for layer in range(LAYERS):
+        w = subject.adapter.attention(subject.model, layer)
+        errors = head_errors(got[layer]["attn.input"][:2], got[layer]["attn.heads"][:2], w)
+        assert bool((errors > eps / 100).all()) and bool((errors <= TOL).all()), errors  # about 1e-7, not 0
+    tap = subject.adapter.reading.roles[LAYERS - 1].tap  # holds the last layer's call
+    bias = tap.logits.bias.clone()
+    bias[..., 0] += 1.0  # a corrupted tap: the first key's logit raised by one
+    tap.logits = replace(tap.logits, bias=bias)
+    with pytest.raises(AttentionMismatch, match=f"layer {LAYERS - 1} head "):
+        check_heads(LAYERS - 1, got[LAYERS - 1], subject.adapter.attention(subject.model, LAYERS - 1), eps)
 
 
 def test_a_misread_head_is_an_error_naming_layer_and_head():

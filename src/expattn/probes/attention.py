@@ -8,8 +8,9 @@ where the model uses them (Llama), key/value heads shared by groups of query hea
 a causal mask $M$ for decoders. Models read through their attention kernel
 (``expattn.probes.taps``) give $q, k, v$ as a map of $x$ instead (whatever their projections,
 positions and norms), a soft-cap $c \tanh(\cdot / c)$ of the scaled logits and an additive bias $M$
-with their masks and relative-position terms. Used by E4, E5, E7 and E8; E5 also checks that this
-recomputation reproduces the heads' outputs the model itself produced.
+with their masks and relative-position terms. Used by E4, E5, E7 and E8. ``reference_heads`` is the
+recomputation the acceptance check and E5 compare with the head outputs the model itself produced: the
+explicit product in float64, so that it shares no kernel and no rounding with the model's attention.
 """
 
 from __future__ import annotations
@@ -133,6 +134,17 @@ def attend(q: Tensor, k: Tensor, v: Tensor, w: AttnWeights) -> Float[Tensor, "ba
     float rounding), through ``attention_logits`` otherwise (a soft-cap or an additive bias)."""
     if w.softcap is None and w.bias is None:
         return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=w.causal, scale=w.scale)
+    return attention_logits(q, k, w).softmax(-1) @ v
+
+
+def reference_heads(q: Tensor, k: Tensor, v: Tensor, w: AttnWeights) -> Float[Tensor, "batch head query hd"]:
+    r"""$\operatorname{softmax}(\operatorname{cap}(s\,q k^\top) + M)\, v$ per head in float64 by the explicit product
+    (``attention_logits``), from ``(batch, head, token, head_dim)`` $q, k, v$ in any dtype (GQA heads repeated).
+
+    Independent of the kernel the model ran (fused SDPA, its own eager code, a tap's replay): compared with the
+    model's head outputs it differs by their rounding ($\approx 10^{-7}$ relative in float32), never by zero
+    through a shared computation."""
+    q, k, v = q.double(), k.double(), v.double()
     return attention_logits(q, k, w).softmax(-1) @ v
 
 
