@@ -1,4 +1,5 @@
-"""The README's Python examples run as written, each on its own (a user copies one block into a fresh session)."""
+"""The README's Python examples run as written, each on its own (a user copies one block into a fresh session), and
+the run times it quotes are measurements that the command line's help repeats."""
 
 from __future__ import annotations
 
@@ -43,3 +44,17 @@ def test_readme_python_blocks_each_run_in_a_fresh_namespace():
 def test_python_blocks_are_found_with_their_lines():
     text = "intro\n```python\nx = 1\n```\n```bash\nls\n```\n```python\ny = 2\nz = 3\n```\n"
     assert python_blocks(text) == [(3, "x = 1\n"), (9, "y = 2\nz = 3\n")]
+
+
+def test_quoted_run_times_are_measurements_the_help_repeats():
+    import typer
+
+    from expattn.cli import app
+
+    text = " ".join(README.read_text().split())
+    quick = re.search(r"`expattn report --quick` (\d+-\d+) s wall and (\d+-\d+) CPU-seconds", text)
+    assert quick is not None
+    report = next(p for p in typer.main.get_command(app).commands["report"].params if p.name == "quick")
+    assert f"{quick[1]} s wall, {quick[2]} CPU-seconds" in report.help
+    verify = next(row for row in text.split(" | ") if row.startswith("every exact identity"))
+    assert re.search(r"`/usr/bin/time expattn verify`.*\d+(\.\d)?-\d+(\.\d)? CPU-seconds", verify), verify
