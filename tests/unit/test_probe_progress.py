@@ -38,5 +38,6 @@ def test_each_stage_names_itself():
         "analysing E1 (1 of 2)", "analysing E5 (2 of 2)", "analyses done (2 of 2)"]
     assert stage_line(RUN[2], 2.0) == "feeding (E1,E5 updates) 64/64 tokens, 32 tokens/s"
     assert stage_line(RUN[3], 2.0) == "analysing E1 (1 of 2)"
+    assert str(Stage("analyses", 0, 2, ("E1", "E5"))) == "analysing E1,E5 two at a time (0 of 2 done)"
     with pytest.raises(ValueError, match="stage name must be one of loading, feeding, analyses, got 'load'"):
         Stage("load", 0, 1)

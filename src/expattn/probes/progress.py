@@ -6,8 +6,8 @@
 - ``progress(done, total, stage)`` with a parameter named ``stage``: every stage in order, ``stage`` a
   ``Stage`` and ``done``, ``total`` its counts. ``loading`` (0 of 1: reading the weights and the module
   tree), then ``feeding`` (tokens, from 0 to the total: the forward passes and the estimators' updates),
-  then ``analyses`` (hypotheses finished before ``stage.hypotheses[0]``, which is being analysed; all of
-  them and no name when the run is done).
+  then ``analyses`` (hypotheses finished, and the one being analysed in ``stage.hypotheses``, or all of them
+  while they are measured two at a time; none when the run is done).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ class Stage:
         name: ``loading``, ``feeding`` or ``analyses``.
         done, total: tokens fed and to feed (feeding), hypotheses analysed and to analyse (analyses), 0 of 1
             (loading).
-        hypotheses: the hypotheses updated while feeding; the one being analysed (none once all are done).
+        hypotheses: the hypotheses updated while feeding; those being analysed (none once all are done).
     """
 
     name: str
@@ -40,13 +40,16 @@ class Stage:
             raise ValueError(f"stage name must be one of {', '.join(STAGES)}, got {self.name!r}")
 
     def __str__(self) -> str:
-        """``loading the model``, ``feeding (E1,E5 updates) 512/2048 tokens``, ``analysing E5 (2 of 3)``."""
+        """``loading the model``, ``feeding (E1,E5 updates) 512/2048 tokens``, ``analysing E5 (2 of 3)``,
+        ``analysing E1,E5,E8 two at a time (0 of 3 done)``, ``analyses done (3 of 3)``."""
         if self.name == "loading":
             return "loading the model"
         if self.name == "feeding":
             return f"feeding ({','.join(self.hypotheses)} updates) {self.done}/{self.total} tokens"
         if not self.hypotheses:
             return f"analyses done ({self.done} of {self.total})"
+        if len(self.hypotheses) > 1:
+            return f"analysing {','.join(self.hypotheses)} two at a time ({self.done} of {self.total} done)"
         return f"analysing {self.hypotheses[0]} ({self.done + 1} of {self.total})"
 
 

@@ -348,6 +348,8 @@ def probe_subject(subject: Subject, config: ProbeConfig, out_dir: Path | None,
     fed = feed(subject, ctx, estimators, mine, inputs, config,
                lambda done, total: report(Stage("feeding", done, total, fed_ids)), rank, world, overlap)
     forward, stats_seconds = merge(estimators, fed, rank, world)
+    if fed.overlapped:  # records measures them all first, two at a time (measure_in_parallel)
+        report(Stage("analyses", 0, len(estimators), fed_ids))
     recs = records(estimators, inapplicable, fed, subject.name, out_dir, report) if rank == 0 else []
     report(Stage("analyses", len(estimators), len(estimators)))
     w = ctx.attention[0]
