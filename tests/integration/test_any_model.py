@@ -129,9 +129,9 @@ def test_sliding_window_shorter_than_the_sequence(model_type):
 
 @pytest.mark.parametrize("model_type", ["bloom", "falcon", "gpt_neo"])
 def test_acceptance_check_recomputes_independently_of_the_tap(model_type):
-    """Architectures tapped by wrapping their own attention code: the check's recomputation (float64, the probe's
-    own softmax) differs from the model's heads by float32 rounding, never by exactly zero (a shared kernel
-    call), and a tap that recorded a wrong mask is caught."""
+    """Architectures tapped by wrapping their own attention code: the check's recomputation (the probe's own
+    softmax and sum, in float64) differs from the model's heads by float32 rounding, never by exactly zero (a
+    shared kernel call), and a tap that recorded a wrong mask is caught."""
     subject, got = _one_pass(model_type)
     eps = torch.finfo(torch.float32).eps
     for layer in range(LAYERS):

@@ -10,8 +10,9 @@ the adapter misreads the architecture: an error naming the layer and head, never
 
 $q, k, v$ come from the model's hidden states through the adapter (for a tapped module, its own projections
 replayed), and $\hat z = \operatorname{softmax}(s\,qk^\top + M)\,v$ is then computed by the probe's own code
-in float64 (``reference_heads``), never by the kernel that produced $z$: $e_h$ is the rounding of the model's
-own attention, small but not zero (about $10^{-7}$ in float32), for every architecture.
+(``reference_heads``: the logits in the model's dtype, the softmax and the weighted sum in float64), never by
+the kernel that produced $z$: $e_h$ is the rounding of the model's own softmax and sum, small but not zero
+(about $10^{-7}$ in float32), for every architecture.
 """
 
 from __future__ import annotations

@@ -7,9 +7,10 @@ $$\operatorname{softmax}(s\,q K^\top + M)\,K = \frac1s \nabla_q \operatorname{lo
 queries and keys on real text: projections of ``layers.i.attn.input`` with rotary embedding,
 repeated key heads (GQA) and the causal mask where the model has them. That these are the model's
 real $q, K$ is checked too: with the model's $V$ the same recomputation must reproduce
-``layers.i.attn.heads``, the head outputs the model produced (reconstruction error; recomputed by the
-probe's own code in float64, ``reference_heads``, so that it shares no kernel with the model). The identity's
-sides are float32; the tolerance is float32 rounding of a length-$T$ weighted sum, $T\varepsilon_{32}$.
+``layers.i.attn.heads``, the head outputs the model produced (reconstruction error; recomputed by
+the probe's own code, softmax and sum in float64, ``reference_heads``, so that it shares no kernel with
+the model). The identity's sides are float32; the tolerance is float32 rounding of a length-$T$
+weighted sum, $T\varepsilon_{32}$.
 A float64 evaluation shows the rounding floor. This is an identity, so on real weights it can
 fail only through the probe itself: a failure means the probe's recomputation of attention
 (projections, rotary embedding, GQA, mask, scale) is wrong for that model, and the other
