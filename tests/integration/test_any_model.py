@@ -18,9 +18,9 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from tiny_models import ARCHITECTURES, VISION, build_tiny, save_tiny
+from tiny_models import ARCHITECTURES, VISION, build_tiny, copy_tokenizer, save_tiny, tiny_config
 
-from expattn.probes.acceptance import AttentionMismatch, check_heads
+from expattn.probes.acceptance import AttentionMismatch, check_heads, head_errors
 from expattn.probes.adapters import Capture
 from expattn.probes.runner import HYPOTHESES, ProbeConfig, probe
 
@@ -77,6 +77,22 @@ def test_recomputed_attention_equals_the_models_own(root, model_type):
     assert outcome.model["attention_check_max_error"] <= TOL  # the acceptance check on the first batch
 
 
+def test_folder_of_an_encoder_only_t5(tmp_path):
+    """A folder saved from ``T5EncoderModel`` (``is_encoder_decoder: false``) is probed through its encoder, as
+    the same weights are in memory; ``AutoModel`` alone would build the encoder-decoder ``T5Model``."""
+    from transformers import T5EncoderModel
+
+    import expattn
+
+    torch.manual_seed(0)
+    T5EncoderModel(tiny_config("t5")).save_pretrained(tmp_path)
+    copy_tokenizer(tmp_path)
+    res = expattn.probe(str(tmp_path), hypotheses=("E5",), tokens=2 * SEQ_LEN, seq_len=SEQ_LEN, batch_size=2,
+                        replicates=2, detail_sequences=2)
+    assert res.verdicts == {"E5": "pass"}
+    assert res.outcome.model["layers"] == LAYERS and res.outcome.model["heads"] == HEADS
+
+
 def _one_pass(model_type: str, **overrides):
     """A tiny model's adapter and the named tensors of one forward pass on 2 sequences of SEQ_LEN tokens."""
     from expattn.probes.subject import subject_from_model
@@ -109,6 +125,25 @@ def test_sliding_window_shorter_than_the_sequence(model_type):
     plain = replace(w, bias=None, causal=True)
     with pytest.raises(AttentionMismatch, match=f"layer {local} head "):
         check_heads(local, got[local], plain, torch.finfo(torch.float32).eps)
+
+
+@pytest.mark.parametrize("model_type", ["bloom", "falcon", "gpt_neo"])
+def test_acceptance_check_recomputes_independently_of_the_tap(model_type):
+    """Architectures tapped by wrapping their own attention code: the check's recomputation (the probe's own
+    softmax and sum, in float64) differs from the model's heads by float32 rounding, never by exactly zero (a
+    shared kernel call), and a tap that recorded a wrong mask is caught."""
+    subject, got = _one_pass(model_type)
+    eps = torch.finfo(torch.float32).eps
+    for layer in range(LAYERS):
+        w = subject.adapter.attention(subject.model, layer)
+        errors = head_errors(got[layer]["attn.input"][:2], got[layer]["attn.heads"][:2], w)
+        assert bool((errors > eps / 100).all()) and bool((errors <= TOL).all()), errors  # about 1e-7, not 0
+    tap = subject.adapter.reading.roles[LAYERS - 1].tap  # holds the last layer's call
+    bias = tap.logits.bias.clone()
+    bias[..., 0] += 1.0  # a corrupted tap: the first key's logit raised by one
+    tap.logits = replace(tap.logits, bias=bias)
+    with pytest.raises(AttentionMismatch, match=f"layer {LAYERS - 1} head "):
+        check_heads(LAYERS - 1, got[LAYERS - 1], subject.adapter.attention(subject.model, LAYERS - 1), eps)
 
 
 def test_a_misread_head_is_an_error_naming_layer_and_head():

@@ -61,9 +61,12 @@ def test_api_equals_cli(tmp_path, model_type):
 def test_input_ids_and_bad_arguments():
     model = build_tiny("llama")
     ids = torch.randint(1000, 2000, (4, 16), generator=torch.Generator().manual_seed(0))
-    res = expattn.probe(model, input_ids=ids, hypotheses=("E5",), replicates=2, detail_sequences=2)
+    heard = []
+    res = expattn.probe(model, input_ids=ids, hypotheses=("E5",), replicates=2, detail_sequences=2,
+                        batch_size=2, progress=lambda done, total: heard.append((done, total)))
     assert res.outcome.tokens == 64 and res.outcome.sequences == 4
     assert res.verdicts == {"E5": "pass"}
+    assert heard == [(0, 64), (32, 64), (64, 64)]  # a (done, total) callback hears the tokens fed
     with pytest.raises(TypeError, match="input_ids must be an integer tensor"):
         expattn.probe(model, input_ids=ids.float())
     with pytest.raises(ValueError, match="tokenizer is needed"):

@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -55,6 +56,29 @@ def statistics(estimators: list) -> dict[str, torch.Tensor]:
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory) -> Path:
     return tiny_bert_dir(tmp_path_factory.mktemp("probe"))
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_progress_names_each_stage_in_order(model_dir, overlap):
+    """A callback with a ``stage`` parameter hears loading, then the feeding's tokens up to the total, then each
+    hypothesis's analysis by its ID, in order (after all of them measured at once where the updates overlapped
+    the forward passes)."""
+    heard = []
+
+    def progress(done, total, stage):
+        heard.append(stage)
+
+    config = replace(tiny_config(model_dir), hypotheses=("E1", "E5", "E8"))
+    probe(config, None, progress, overlap=overlap)
+    names = [s.name for s in heard]
+    assert names[0] == "loading" and names == sorted(names, key=["loading", "feeding", "analyses"].index)
+    feeding = [s for s in heard if s.name == "feeding"]
+    assert [s.done for s in feeding] == sorted(s.done for s in feeding)
+    assert feeding[0].done == 0 and feeding[-1].done == feeding[-1].total == config.tokens
+    assert all(s.hypotheses == ("E1", "E5", "E8") for s in feeding)
+    analyses = [(s.done, s.total, s.hypotheses) for s in heard if s.name == "analyses"]
+    together = [(0, 3, ("E1", "E5", "E8"))] if overlap else []
+    assert analyses == [*together, (0, 3, ("E1",)), (1, 3, ("E5",)), (2, 3, ("E8",)), (3, 3, ())]
 
 
 @pytest.mark.slow

@@ -1,4 +1,5 @@
-"""The README's Python examples run as written (a user copies them first)."""
+"""The README's Python examples run as written, each on its own (a user copies one block into a fresh session), and
+the run times it quotes are measurements that the command line's help repeats."""
 
 from __future__ import annotations
 
@@ -8,14 +9,52 @@ from pathlib import Path
 README = Path(__file__).resolve().parents[2] / "README.md"
 
 
-def test_readme_python_blocks_run():
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
-    assert len(blocks) >= 3
-    namespace: dict[str, object] = {}
-    exec(compile("\n".join(blocks), str(README), "exec"), namespace)  # our own README, not user input
-    assert namespace["out"].shape == (2, 4, 8)
-    assert namespace["x_next"].shape == (4, 128, 512)
-    energy = namespace["res"].energy
+def python_blocks(text: str) -> list[tuple[int, str]]:
+    """``(line, code)`` of every fenced ```python block of ``text``, ``line`` the first line of its code."""
+    return [(text.count("\n", 0, m.start(1)) + 1, m.group(1)) for m in re.finditer(r"```python\n(.*?)```", text, re.S)]
+
+
+def run_alone(line: int, code: str) -> dict[str, object]:
+    """``code`` executed in a fresh namespace, its tracebacks pointing at README.md's lines."""
+    namespace: dict[str, object] = {"__name__": "__readme__"}
+    exec(compile("\n" * (line - 1) + code, str(README), "exec"), namespace)  # our own README, not user input
+    return namespace
+
+
+def test_readme_python_blocks_each_run_in_a_fresh_namespace():
+    blocks = python_blocks(README.read_text())
+    assert len(blocks) >= 6
+    spaces = [run_alone(line, code) for line, code in blocks]
+
+    def defining(name: str) -> dict[str, object]:
+        return next(space for space in spaces if name in space)
+
+    assert defining("out")["out"].shape == (2, 4, 8)
+    attention = defining("x_next")
+    assert attention["x_next"].shape == (4, 128, 512)
+    # read after the block's last call, as a user reads them: that call's weights and log-normalizers
+    assert attention["attn"].last_weights.shape == (4, 8, 128, 128)
+    assert attention["attn"].last_log_normalizer.shape == (4, 8, 128)
+    energy = defining("res")["res"].energy
     # never rises, up to float32 rounding of energies of size |E| (relative eps 1.2e-7, a few ops)
     assert energy.diff(dim=0).max() <= 1e-6 * energy.abs().max()
-    assert namespace["results"].verdicts["E5"] == "pass"  # the probe example on MiniLM
+    assert defining("results")["results"].verdicts["E5"] == "pass"  # the probe example on MiniLM
+
+
+def test_python_blocks_are_found_with_their_lines():
+    text = "intro\n```python\nx = 1\n```\n```bash\nls\n```\n```python\ny = 2\nz = 3\n```\n"
+    assert python_blocks(text) == [(3, "x = 1\n"), (9, "y = 2\nz = 3\n")]
+
+
+def test_quoted_run_times_are_measurements_the_help_repeats():
+    import typer
+
+    from expattn.cli import app
+
+    text = " ".join(README.read_text().split())
+    quick = re.search(r"`expattn report --quick` (\d+-\d+) s wall and (\d+-\d+) CPU-seconds", text)
+    assert quick is not None
+    report = next(p for p in typer.main.get_command(app).commands["report"].params if p.name == "quick")
+    assert f"{quick[1]} s wall, {quick[2]} CPU-seconds" in report.help
+    verify = next(row for row in text.split(" | ") if row.startswith("every exact identity"))
+    assert re.search(r"`/usr/bin/time expattn verify`.*\d+(\.\d)?-\d+(\.\d)? CPU-seconds", verify), verify

@@ -6,6 +6,7 @@ from __future__ import annotations
 from rich.console import Console
 
 from expattn.commands.tables import headline_table
+from expattn.probes.e7_collapse import collapse_verdict
 from expattn.report.matrix import HEADLINES
 from expattn.results.record import Record
 
@@ -31,3 +32,16 @@ def test_headline_numbers_and_skips():
 def test_no_skip_column_without_skips():
     text = rendered([Record(id="E8", kind="empirical", verdict="supported", metrics={"median_pairwise_cos": -0.02})])
     assert "why skipped" not in text and "-0.02" in text
+
+
+def test_e7_headline_is_the_decades_lost_positive_when_supported():
+    """E7's number says what its verdict reads: the decades the pure-attention path's rank-one residual loses,
+    -log10(res_L / res_0), positive and above 2 for a collapse (supported), below 1 when the rank is kept."""
+    assert collapse_verdict((14.9, 16.0)) == "supported"
+    assert collapse_verdict((0.1, 0.4)) == "not_supported" and collapse_verdict((1.5, 2.5)) == "inconclusive"
+    assert collapse_verdict((-0.3, 0.2)) == "not_supported"  # a residual that grows keeps its rank
+    record = Record(id="E7", kind="empirical", verdict="supported",
+                    metrics={"decades_lost_no_skip": 15.45, "decades_lost_no_skip_low": 14.9})
+    line = next(line for line in rendered([record]).splitlines() if line.count("│") > 3 and "E7" in line)
+    assert "decades lost" in line and "15.45" in line and "-15.45" not in line
+    assert "drop" not in HEADLINES["E7"][1]

@@ -88,7 +88,7 @@ def test_e7_paths_match_the_lm_modules_in_float64(gen, text, tmp_path, norm):
     with torch.no_grad():
         x0 = (model.tok(ids) + model.pos(torch.arange(seq_len))).double()  # the float32 embeddings the probe sees
         ref = copy.deepcopy(model).double()
-        plain, skip, curves = x0, x0, {"no_skip": [], "skip": []}
+        plain, skip, curves, per_sequence = x0, x0, {"no_skip": [], "skip": []}, {"no_skip": [], "skip": []}
         for block in [None, *ref.layer_blocks()]:
             if block is not None:  # the model's own modules, causal softmax attention of the empirical carrier
                 plain = block.attn(block.norm1(plain))
@@ -96,9 +96,14 @@ def test_e7_paths_match_the_lm_modules_in_float64(gen, text, tmp_path, norm):
             for name, x in (("no_skip", plain), ("skip", skip)):
                 res = (x - x.mean(1, keepdim=True)).norm(dim=(1, 2)) / x.norm(dim=(1, 2))
                 curves[name].append(float(res.median()))
+                per_sequence[name].append(res)
     for name in ("no_skip", "skip"):
         # both sides float64 from the same float32 embeddings; the probe rounds to six significant digits
         np.testing.assert_allclose(record.details[f"res_{name}"][0], curves[name], rtol=2e-6)
+        # the headline: decades lost from depth 0 to the last layer, mean over sequences (positive when res falls)
+        lost = float(-(per_sequence[name][-1] / per_sequence[name][0]).log10().mean())
+        assert record.metrics[f"decades_lost_{name}"] == pytest.approx(lost, rel=1e-5, abs=1e-9)
+    assert record.metrics["decades_lost_no_skip"] > 0
     assert curves["no_skip"][-1] < 0.9 * curves["no_skip"][0]  # the path does move: the comparison has teeth
 
 

@@ -66,9 +66,9 @@ def test_series_read_the_records_numbers():
     # E5: maximum over heads, band min..max.
     [e5] = HEADLINE_CURVES["E5"].read({"identity_f32": [[1e-7, 3e-7], [5e-7, 2e-7]]})
     assert e5.estimate == (3e-7, 5e-7) and e5.low == (1e-7, 2e-7)
-    # E7: log10 of the residual relative to depth 0 (0.5 / 5 -> -1).
+    # E7: decades lost since depth 0, -log10 of the residual relative to it (0.5 / 5 -> 1).
     [e7] = HEADLINE_CURVES["E7"].read({"res_no_skip": [[5.0, 0.5, 0.005]]})
-    assert e7.estimate == pytest.approx((0.0, -1.0, -3.0), abs=1e-12)
+    assert e7.estimate == pytest.approx((0.0, 1.0, 3.0), abs=1e-12)
     # An _all entry is left out where its _excl twin exists.
     assert interval_keys({"a_all": band([1.0]), "a_excl": band([1.0]), "b_all": band([1.0])}) == ["a_excl", "b_all"]
 

@@ -1,18 +1,53 @@
-"""``expattn probe``: the probe's records and plots written to an output folder, all or nothing."""
+"""``expattn probe``: the probe's records and plots written to an output folder, all or nothing, and its
+progress bar, which names the stage it is in (``expattn.probes.progress``)."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from expattn.probes.progress import Stage
 from expattn.probes.runner import ProbeConfig, ProbeOutcome, probe
 from expattn.results.files import write_json_atomic
 from expattn.results.outputs import check_output_folder, output_folder
+from expattn.terminal import plain
+
+
+def stage_line(stage: Stage, elapsed: float) -> str:
+    """What the bar says beside itself: the stage, with the tokens per second of the feeding so far."""
+    rate = f", {stage.done / elapsed:.0f} tokens/s" if stage.name == "feeding" and stage.done and elapsed > 0 else ""
+    return f"{stage}{rate}"
+
+
+@contextmanager
+def probe_progress(console: Console, model: str) -> Iterator[Callable[..., None]]:
+    """A transient bar ``probe MODEL <stage>`` on ``console``; yields the stage-aware callback to give the probe.
+    The bar pulses while the model loads and fills with the tokens fed, then with the hypotheses analysed."""
+    columns = (TextColumn("probe {task.fields[model]}"), BarColumn(), TextColumn("{task.description}"),
+               TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True) as bar:
+        task = bar.add_task("starting", total=None, model=plain(model))
+        feeding = {"start": None}
+
+        def progress(done: int, total: int, stage: Stage) -> None:
+            if stage.name == "loading":  # no count: the bar keeps pulsing
+                bar.update(task, description=plain(str(stage)))
+                return
+            if stage.name == "feeding" and feeding["start"] is None:
+                feeding["start"] = bar.get_time()
+            elapsed = bar.get_time() - feeding["start"] if feeding["start"] is not None else 0.0
+            bar.update(task, completed=done, total=total, description=plain(stage_line(stage, elapsed)))
+
+        yield progress
 
 
 def probe_to_dir(
-    config: ProbeConfig, out: Path, progress: Callable[[int, int], None] | None = None, overwrite: bool = False
+    config: ProbeConfig, out: Path, progress: Callable[..., None] | None = None, overwrite: bool = False
 ) -> ProbeOutcome:
     """Run the probe and write ``out/results.json`` plus the PNG plots, all or nothing.
 

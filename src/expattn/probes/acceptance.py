@@ -7,6 +7,12 @@ with $z$ ``(batch, token, head, head_dim)`` the head outputs the model produced
 adapter's ``AttnWeights`` (masks, positions and all), $T$ the sequence length and $\varepsilon$ the
 machine epsilon of the model's dtype (rounding of a length-$T$ weighted sum). A head beyond it means
 the adapter misreads the architecture: an error naming the layer and head, never a verdict.
+
+$q, k, v$ come from the model's hidden states through the adapter (for a tapped module, its own projections
+replayed), and $\hat z = \operatorname{softmax}(s\,qk^\top + M)\,v$ is then computed by the probe's own code
+(``reference_heads``: the logits in the model's dtype, the softmax and the weighted sum in float64), never by
+the kernel that produced $z$: $e_h$ is the rounding of the model's own softmax and sum, small but not zero
+(about $10^{-7}$ in float32), for every architecture.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from expattn.probes.attention import AttnWeights, head_outputs
+from expattn.probes.attention import AttnWeights, queries_keys_values, reference_heads
 
 ROWS = 2  # sequences of the first batch checked (the masks and weights are the same for every sequence)
 
@@ -26,9 +32,9 @@ class AttentionMismatch(ValueError):
 def head_errors(x: Tensor, z: Tensor, w: AttnWeights) -> Tensor:
     """``(heads,)`` float64: per head the largest relative error over sequences and tokens."""
     with torch.no_grad():
-        mine = head_outputs(x, w)
+        mine = reference_heads(*queries_keys_values(x, w), w).transpose(1, 2)  # (B, T, H, dh) float64
     b, t = z.shape[:2]
-    mine, ref = mine.reshape(b, t, w.heads, -1).double(), z.reshape(b, t, w.heads, -1).double()
+    mine, ref = mine.reshape(b, t, w.heads, -1), z.reshape(b, t, w.heads, -1).double()
     err = (mine - ref).norm(dim=-1) / ref.norm(dim=-1).clamp_min(1e-30)
     return err.amax((0, 1))
 

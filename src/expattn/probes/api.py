@@ -16,7 +16,7 @@ so the same model, text and settings give the same numbers.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,7 +87,8 @@ def probe(model: nn.Module | str, tokenizer: object | None = None, *, texts: str
           input_ids: torch.Tensor | None = None, hypotheses: str | tuple[str, ...] | list[str] = HYPOTHESES,
           tokens: int = 4096, seq_len: int = 128, seed: int = 0, batch_size: int = 16, replicates: int = 200,
           detail_sequences: int = 32, device: str | None = None, dtype: str | torch.dtype | None = None,
-          out_dir: str | Path | None = None, statistics: str = "float64") -> ProbeResults:
+          out_dir: str | Path | None = None, statistics: str = "float64",
+          progress: Callable[..., None] | None = None) -> ProbeResults:
     """Measure hypotheses E1-E9 on ``model`` and return the records (see module docstring).
 
     Args:
@@ -104,6 +105,9 @@ def probe(model: nn.Module | str, tokenizer: object | None = None, *, texts: str
         out_dir: folder for the plots while probing (None: no plots; ``ProbeResults.save`` draws them later).
         statistics: ``float64`` or ``float32``, the dtype of the ``(D, D)`` accumulators (float32: half their
             memory; ``expattn.probes.footprint.statistics_bytes`` gives the bytes for a model's shape).
+        progress: ``progress(tokens_done, tokens_total)`` after each batch, or, with a parameter named ``stage``,
+            ``progress(done, total, stage=Stage(...))`` at every stage: loading (a model given by name), feeding,
+            each hypothesis's analysis (``expattn.probes.progress``).
 
     Raises:
         ValueError / TypeError: bad settings or inputs (naming the argument), or an architecture whose
@@ -135,7 +139,7 @@ def probe(model: nn.Module | str, tokenizer: object | None = None, *, texts: str
     if isinstance(model, str):
         if texts is not None or input_ids is not None or tokenizer is not None:
             raise ValueError("a model given by name reads its own tokenizer and the corpus; load it to pass texts")
-        return ProbeResults(probe_config(config, None if out_dir is None else Path(out_dir)))
+        return ProbeResults(probe_config(config, None if out_dir is None else Path(out_dir), progress))
     if input_ids is None and tokenizer is None:
         raise ValueError("tokenizer is needed to cut sequences from texts (or pass input_ids)")
     subject = subject_from_model(model, tokenizer, device=device, dtype=dtype)
@@ -151,7 +155,7 @@ def probe(model: nn.Module | str, tokenizer: object | None = None, *, texts: str
             raise TypeError("texts must be a string or a list of strings")
         text = load_text() if joined is None else _checked(joined.replace("\r\n", "\n"))
     out = None if out_dir is None else Path(out_dir)
-    return ProbeResults(probe_subject(subject, config, out, text=text, input_ids=input_ids))
+    return ProbeResults(probe_subject(subject, config, out, progress, text=text, input_ids=input_ids))
 
 
 def _check_vocabulary(input_ids: torch.Tensor, model: nn.Module, config: dict) -> None:

@@ -8,8 +8,9 @@ where the model uses them (Llama), key/value heads shared by groups of query hea
 a causal mask $M$ for decoders. Models read through their attention kernel
 (``expattn.probes.taps``) give $q, k, v$ as a map of $x$ instead (whatever their projections,
 positions and norms), a soft-cap $c \tanh(\cdot / c)$ of the scaled logits and an additive bias $M$
-with their masks and relative-position terms. Used by E4, E5, E7 and E8; E5 also checks that this
-recomputation reproduces the heads' outputs the model itself produced.
+with their masks and relative-position terms. Used by E4, E5, E7 and E8. ``reference_heads`` is the
+recomputation the acceptance check and E5 compare with the head outputs the model itself produced: the
+explicit product, its softmax and sum in float64, so that it shares no kernel with the model's attention.
 """
 
 from __future__ import annotations
@@ -134,6 +135,20 @@ def attend(q: Tensor, k: Tensor, v: Tensor, w: AttnWeights) -> Float[Tensor, "ba
     if w.softcap is None and w.bias is None:
         return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=w.causal, scale=w.scale)
     return attention_logits(q, k, w).softmax(-1) @ v
+
+
+def reference_heads(q: Tensor, k: Tensor, v: Tensor, w: AttnWeights) -> Float[Tensor, "batch head query hd"]:
+    r"""$\operatorname{softmax}(\operatorname{cap}(s\,q k^\top) + M)\, v$ per head by the explicit product: the logits
+    (``attention_logits``) in the dtype of ``(batch, head, token, head_dim)`` $q, k, v$ (GQA heads repeated),
+    rounded as the model rounds its own, then the softmax and the weighted sum in float64.
+
+    Independent of the kernel the model ran (fused SDPA, its own eager code, a tap's replay): compared with the
+    model's head outputs it differs by the rounding of their softmax and sum ($\approx 10^{-7}$ relative in
+    float32, within $T\varepsilon$), never by zero through a shared computation. (Logits in float64 too would
+    add the model's rounding of $s\,q k^\top$, $\varepsilon\,s\lVert q\rVert\lVert k\rVert$, which exceeds
+    $T\varepsilon$ for short sequences of real models.)"""
+    logits = attention_logits(q, k, w).double()  # (B, H, T, T)
+    return logits.softmax(-1) @ v.double()
 
 
 def head_outputs(x: Float[Tensor, "batch token dim"], w: AttnWeights) -> Float[Tensor, "batch token hd_all"]:

@@ -7,8 +7,10 @@ $$\operatorname{softmax}(s\,q K^\top + M)\,K = \frac1s \nabla_q \operatorname{lo
 queries and keys on real text: projections of ``layers.i.attn.input`` with rotary embedding,
 repeated key heads (GQA) and the causal mask where the model has them. That these are the model's
 real $q, K$ is checked too: with the model's $V$ the same recomputation must reproduce
-``layers.i.attn.heads``, the head outputs the model produced (reconstruction error). Both sides
-are float32; the tolerance is float32 rounding of a length-$T$ weighted sum, $T\varepsilon_{32}$.
+``layers.i.attn.heads``, the head outputs the model produced (reconstruction error; recomputed by
+the probe's own code, softmax and sum in float64, ``reference_heads``, so that it shares no kernel with
+the model). The identity's sides are float32; the tolerance is float32 rounding of a length-$T$
+weighted sum, $T\varepsilon_{32}$.
 A float64 evaluation shows the rounding floor. This is an identity, so on real weights it can
 fail only through the probe itself: a failure means the probe's recomputation of attention
 (projections, rotary embedding, GQA, mask, scale) is wrong for that model, and the other
@@ -28,7 +30,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from expattn.probes.attention import attend, attention_logits, queries_keys_values
+from expattn.probes.attention import attend, attention_logits, queries_keys_values, reference_heads
 from expattn.probes.common import Batch, Estimator, Judgement, Measured, ProbeContext, as_list, figure, save
 from expattn.results.record import Control
 
@@ -105,7 +107,7 @@ class E5Gradient(Estimator):
         errs = [
             relative_error(grad, out),
             relative_error(out, out64),
-            relative_error(p @ v, model_z),
+            relative_error(reference_heads(q, k, v, w), model_z),
             relative_error(wrong, out),
             relative_error(grad, p @ k[:, :, perm]),
         ]

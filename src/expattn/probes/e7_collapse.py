@@ -9,13 +9,18 @@ with depth). $X_0$ = ``layers.0.input`` (the embeddings) of the detail sequences
 is block $\ell$'s attention branch computed from its weights in float64 (float32 hits its floor
 after a few layers): for pre-LN models the branch includes its input normalization
 (``norm1``), for post-LN BERT it is attention alone; MLPs and post-norms are left out.
-Baseline: the full model's own residual stream (``layers.i.output``). Interval: bootstrap over
-sequences of $\log_{10}(\operatorname{res}_L / \operatorname{res}_0)$. Criterion (the seed's claim,
-§3.3): supported when the no-skip path collapses (interval below -2, a 100-fold drop), not supported
-when its interval lies above -1, else inconclusive. Measured beside it, not judged: the skip path's
-drop (Dong et al.'s condition that skips prevent collapse) and the decay rate, decades lost per
-layer on the no-skip path (growing per-layer losses: doubly exponential, as Dong et al. find for
-encoders; constant ones: exponential, as masked attention gives). Negative control through the
+Baseline: the full model's own residual stream (``layers.i.output``). The measure is the decades the
+residual loses from the input to the last layer,
+
+$$\text{decades lost} = -\log_{10}(\operatorname{res}_L / \operatorname{res}_0)$$
+
+(positive when it falls: 2 is a 100-fold drop; metrics ``decades_lost_no_skip``, ``_skip``, ``_model``).
+Interval: bootstrap over sequences. Criterion (the seed's claim, §3.3): supported when the no-skip path
+collapses (interval above 2 decades), not supported when its interval lies below 1 decade, else
+inconclusive. Measured beside it, not judged: the skip path's decades lost (Dong et al.'s condition that
+skips prevent collapse) and the decay rate, decades lost per layer on the no-skip path (growing
+per-layer losses: doubly exponential, as Dong et al. find for encoders; constant ones: exponential, as
+masked attention gives). Negative control through the
 same rule: the full model's own residual stream, which keeps its rank and must not come out collapsed.
 """
 
@@ -36,7 +41,7 @@ from expattn.probes.common import Batch, Estimator, Judgement, Measured, ProbeCo
 from expattn.probes.published import dong_2021
 from expattn.results.record import Control
 
-COLLAPSED, KEPT = -2.0, -1.0
+COLLAPSED, KEPT = 2.0, 1.0  # decades lost: above COLLAPSED a collapse, below KEPT the rank is kept
 FLOOR = 1e-13  # res below this is float64 round-off of the rank-one residual: no rate is read there
 
 
@@ -78,11 +83,11 @@ def normalize64(x: Tensor, module: nn.Module) -> Tensor:
 
 
 def collapse_verdict(interval) -> str:
-    """``supported`` (collapsed) when the interval of the log10 drop lies below ``COLLAPSED``, ``not_supported``
-    when above ``KEPT``, else ``inconclusive``."""
-    if interval[1] < COLLAPSED:
+    """``supported`` (collapsed) when the interval of the decades lost lies above ``COLLAPSED``, ``not_supported``
+    when below ``KEPT``, else ``inconclusive``."""
+    if interval[0] > COLLAPSED:
         return "supported"
-    return "not_supported" if interval[0] > KEPT else "inconclusive"
+    return "not_supported" if interval[1] < KEPT else "inconclusive"
 
 
 class E7Collapse(Estimator):
@@ -97,9 +102,9 @@ class E7Collapse(Estimator):
         "sequence bootstrap"
     )
     criterion = (
-        f"supported iff the 95% interval of the no-skip path's log10 drop lies below {COLLAPSED}; "
-        f"not_supported iff above {KEPT}; else inconclusive. The full model's residual stream, judged by the same "
-        "rule, must not be supported"
+        f"supported iff the 95% interval of the decades the no-skip path's residual loses, -log10(res_L / res_0), "
+        f"lies above {COLLAPSED:g}; not_supported iff below {KEPT:g}; else inconclusive. The full model's residual "
+        "stream, judged by the same rule, must not be supported"
     )
 
     def __init__(self, ctx: ProbeContext):
@@ -146,8 +151,8 @@ class E7Collapse(Estimator):
             raise ValueError("E7 saw no detail sequence; detail_sequences must be >= 1")
         plain, skip = self.paths()
         model = np.stack([self.model_res_[k] for k in sorted(self.model_res_)])
-        drops = {
-            name: np.log10(np.maximum(c[:, -1], 1e-300) / c[:, 0])
+        drops = {  # decades lost per sequence, -log10(res_L / res_0)
+            name: -np.log10(np.maximum(c[:, -1], 1e-300) / c[:, 0])
             for name, c in (("no_skip", plain), ("skip", skip), ("model", model))
         }
         rng = np.random.default_rng(self.ctx.seed + 7)
@@ -157,8 +162,8 @@ class E7Collapse(Estimator):
         per_layer = -np.diff(np.log10(np.maximum(floor, 1e-300)))[floor[1:] > FLOOR]  # decades lost per layer
         metrics = {}
         for name, d in drops.items():
-            metrics[f"log10_drop_{name}"] = float(d.mean())
-            metrics[f"log10_drop_{name}_low"], metrics[f"log10_drop_{name}_high"] = (float(c) for c in ci[name])
+            metrics[f"decades_lost_{name}"] = float(d.mean())
+            metrics[f"decades_lost_{name}_low"], metrics[f"decades_lost_{name}_high"] = (float(c) for c in ci[name])
         metrics["sequences"] = len(plain)
         if len(per_layer):
             metrics["decades_per_layer_no_skip_first"] = float(per_layer[0])
@@ -172,7 +177,7 @@ class E7Collapse(Estimator):
             else "attention only (post-LN)",
             "dtype": "float64",
             "decades_lost_per_layer_no_skip": as_list(per_layer),
-            "skip_path_keeps_rank": bool(ci["skip"][0] > KEPT),
+            "skip_path_keeps_rank": bool(ci["skip"][1] < KEPT),
             "published": [dong_2021(float(drops["no_skip"].mean()), float(drops["skip"].mean()), as_list(per_layer))],
         }
         arrays = {"plain": plain, "skip": skip, "model": model, "per_layer": per_layer,
@@ -182,9 +187,9 @@ class E7Collapse(Estimator):
     def judge(self, measured: Measured) -> Judgement:
         a = measured.arrays
         control = Control("the full model's residual stream", "negative", collapse_verdict(a["interval_model"]),
-                          {"log10_drop": float(a["drop_model"].mean()), "low": float(a["interval_model"][0]),
+                          {"decades_lost": float(a["drop_model"].mean()), "low": float(a["interval_model"][0]),
                            "high": float(a["interval_model"][1])})
-        notes = (f"skip path: log10 drop {a['drop_skip'].mean():.2f} (reported, not judged); no-skip decay "
+        notes = (f"skip path: {a['drop_skip'].mean():.2f} decades lost (reported, not judged); no-skip decay "
                  f"{', '.join(f'{v:.2f}' for v in a['per_layer'])} decades per layer above the float64 floor")
         return Judgement(collapse_verdict(a["interval_no_skip"]), [control], notes)
 

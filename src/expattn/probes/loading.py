@@ -168,13 +168,30 @@ def check_tokenizer_dir(path: Path, model: str) -> None:
                          "pass the folder of its tokenizer with --tokenizer DIR")
 
 
+def model_class(config: dict) -> type:
+    """The class that loads a folder with ``config``: ``AutoModel`` (the family's backbone), except for a folder
+    saved from the encoder-only class of an encoder-decoder family (``architectures`` names a transformers class
+    ``*EncoderModel`` and ``is_encoder_decoder`` is false: ``T5EncoderModel``, ``MT5EncoderModel``...), whose
+    weights are that class's; ``AutoModel`` would build the whole encoder-decoder and fail on a forward pass fed
+    only ``input_ids``."""
+    import transformers
+
+    if config.get("is_encoder_decoder") is False:
+        for name in config.get("architectures") or ():
+            cls = getattr(transformers, name, None) if str(name).endswith("EncoderModel") else None
+            if isinstance(cls, type):
+                return cls
+    return transformers.AutoModel
+
+
 def load_pretrained(path: Path, model_type: str, dtype: torch.dtype | None = None, device_map: str | None = None,
                     tokenizer_dir: Path | None = None) -> tuple[nn.Module, object]:
     """Load weights (``dtype``, default float32; eval mode; PyTorch SDPA attention where the architecture has
     it, else its own: the estimators read the tensors around the attention kernel) and the tokenizer from
     ``tokenizer_dir`` or ``path``; ``device_map="auto"`` spreads the layers over the devices (accelerate).
 
-    Encoder-decoder models give their encoder; vision encoders (``image_size`` and no vocabulary in their
+    Encoder-decoder models give their encoder, and so does a folder saved from an encoder-only class of such a
+    family (``T5EncoderModel``: see ``model_class``); vision encoders (``image_size`` and no vocabulary in their
     config) no tokenizer; ``expattn-lm`` folders load ``expattn.nn.lm.LM`` from
     safetensors with a character tokenizer.
     Raises ValueError when the directory holds no loadable weights or tokenizer.
@@ -183,7 +200,7 @@ def load_pretrained(path: Path, model_type: str, dtype: torch.dtype | None = Non
 
     if model_type == MODEL_TYPE:
         return load_lm(path, read_config(path))
-    from transformers import AutoModel, AutoTokenizer
+    from transformers import AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     config = read_config(path)
@@ -193,6 +210,7 @@ def load_pretrained(path: Path, model_type: str, dtype: torch.dtype | None = Non
         check_tokenizer_dir(tokenizer_dir, str(tokenizer_dir))
     _offline()
     hf_logging.disable_progress_bar()
+    auto = model_class(config)
     options = {"dtype": dtype or torch.float32, "trust_remote_code": False}
     if device_map is not None:
         options["device_map"] = device_map
@@ -200,11 +218,11 @@ def load_pretrained(path: Path, model_type: str, dtype: torch.dtype | None = Non
         with warnings.catch_warnings(), quiet_loading():
             warnings.simplefilter("ignore")
             try:
-                model = AutoModel.from_pretrained(str(path), attn_implementation="sdpa", **options)
+                model = auto.from_pretrained(str(path), attn_implementation="sdpa", **options)
             except ValueError as err:  # an architecture without SDPA attention keeps its own
                 if "does not support" not in str(err):
                     raise
-                model = AutoModel.from_pretrained(str(path), **options)
+                model = auto.from_pretrained(str(path), **options)
             tokenizer = None if vision else AutoTokenizer.from_pretrained(str(tokenizer_dir), trust_remote_code=False)
     except Exception as err:  # any loader failure (bad safetensors header, missing files...) is a user error here
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__

@@ -51,7 +51,7 @@ def ethayarajh_2019(cross_context: np.ndarray) -> dict:
 
 
 def dong_2021(no_skip_drop: float, skip_drop: float, decades_per_layer: list[float]) -> dict:
-    """Dong, Cordonnier and Loukas 2021 (rank collapse) beside E7's log10 drops of res(X)."""
+    """Dong, Cordonnier and Loukas 2021 (rank collapse) beside E7's decades lost by res(X), -log10(res_L / res_0)."""
     rates = ", ".join(f"{r:.2f}" for r in decades_per_layer[:6])
     return {
         "source": "Dong, Cordonnier and Loukas 2021, Attention is not all you need: pure attention loses rank "
@@ -59,7 +59,7 @@ def dong_2021(no_skip_drop: float, skip_drop: float, decades_per_layer: list[flo
         "measure": "distance of the token matrix from rank one along attention-only paths, with and without skips",
         "published": "qualitative: without skip connections the residual res(X) decays doubly exponentially with "
         "depth; skip connections prevent the collapse",
-        "ours": f"log10 res drop {no_skip_drop:.2f} without skips, {skip_drop:.2f} with; decades lost per layer "
+        "ours": f"res(X) loses {no_skip_drop:.2f} decades without skips, {skip_drop:.2f} with; decades lost per layer "
         f"without skips: {rates or 'at the float64 floor at once'}",
         "note": "their bound is for unmasked attention; decades lost per layer that grow mean doubly exponential "
         "decay, a constant rate means exponential (what causal, masked attention shows here)",

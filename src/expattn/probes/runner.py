@@ -41,6 +41,7 @@ from expattn.probes.feeding import Feeding, feed, merge
 from expattn.probes.footprint import STATISTICS, require_room
 from expattn.probes.loading import load_pretrained, read_config, resolve_model_dir
 from expattn.probes.overlap import measure_in_parallel
+from expattn.probes.progress import Stage, reporter
 from expattn.probes.subject import Subject, parse_device, parse_dtype, place, subject_from_model, synthetic_image
 from expattn.results.record import Record, enforce_controls, error_record, results_document
 from expattn.seeds import check_seed
@@ -225,18 +226,20 @@ def context(subject: Subject, config: ProbeConfig) -> ProbeContext:
 
 
 def records(estimators: list, inapplicable: dict[str, str], fed: Feeding, model_name: str,
-            out_dir: Path | None) -> list[Record]:
+            out_dir: Path | None, report: Callable[[Stage], None] | None = None) -> list[Record]:
     """Step 4 (rank 0): one record per chosen hypothesis: ``skipped`` with the reason where it cannot apply,
     ``error`` (the exception and its traceback) where its update or its analysis raised, else its verdict. One
     estimator's error does not stop the others. When the updates overlapped the forward passes (a spare core), the
     analyses run two at a time (``measure_in_parallel``; the same numbers); judging and plotting stay on this
-    thread."""
+    thread. ``report`` hears the ``analyses`` stage before each hypothesis (``expattn.probes.progress``)."""
     out = []
     if out_dir is not None:
         Path(out_dir).mkdir(parents=True, exist_ok=True)
     healthy = [est for est in estimators if est.claim not in fed.failed]
     analysed = measure_in_parallel(healthy) if fed.overlapped else {}  # the spare core the updates had
-    for est in estimators:
+    for k, est in enumerate(estimators):
+        if report is not None:
+            report(Stage("analyses", k, len(estimators), (est.claim,)))
         t0 = time.perf_counter()
         measured, seconds = analysed.get(est.claim, (None, 0.0))
         try:
@@ -264,7 +267,7 @@ def records(estimators: list, inapplicable: dict[str, str], fed: Feeding, model_
 
 
 def probe(
-    config: ProbeConfig, out_dir: Path | None, progress: Callable[[int, int], None] | None = None,
+    config: ProbeConfig, out_dir: Path | None, progress: Callable[..., None] | None = None,
     overlap: bool | None = None,
 ) -> ProbeOutcome:
     """Run the chosen hypotheses on ``config.model`` and return the records with timing (see module docstring).
@@ -272,7 +275,9 @@ def probe(
     Args:
         config: the run's settings.
         out_dir: folder for the PNG plots (``None``: no plots).
-        progress: called as ``progress(tokens_done, tokens_total)`` after each batch (rank 0).
+        progress: called as ``progress(tokens_done, tokens_total)`` after each batch (rank 0), or, when it has a
+            parameter named ``stage``, as ``progress(done, total, stage=Stage(...))`` at every stage: loading,
+            feeding, analyses (``expattn.probes.progress``).
         overlap: the estimators' updates in a worker thread beside the forward pass (the same numbers);
             ``None``: where it can help, i.e. one CPU process whose torch threads leave a core free.
 
@@ -291,11 +296,13 @@ def probe(
     if context_length is not None and config.seq_len > context_length:
         raise ValueError(f"seq_len {config.seq_len} exceeds the context length {context_length} of {config.model}")
     text = load_text(config.corpus, config.text)
+    if int(os.environ.get("RANK", "0")) == 0:
+        reporter(progress)(Stage("loading", 0, 1))
     return probe_subject(load(config), config, out_dir, progress, text=text, start=start, overlap=overlap)
 
 
 def probe_subject(subject: Subject, config: ProbeConfig, out_dir: Path | None,
-                  progress: Callable[[int, int], None] | None = None, *, text: str | None = None,
+                  progress: Callable[..., None] | None = None, *, text: str | None = None,
                   input_ids: torch.Tensor | None = None, start: float | None = None,
                   overlap: bool | None = None) -> ProbeOutcome:
     """Steps 2-4 on a loaded ``subject``: sequences cut from ``text`` (as ``TokenSample`` does) or the rows of
@@ -340,9 +347,16 @@ def probe_subject(subject: Subject, config: ProbeConfig, out_dir: Path | None,
     rank, world = _distributed()
     batches = [list(range(b, min(b + config.batch_size, n_seq))) for b in range(0, n_seq, config.batch_size)]
     mine = batches[rank::world]  # whole batches per process: the same forward passes as one process
-    fed = feed(subject, ctx, estimators, mine, inputs, config, progress, rank, world, overlap)
+    report = reporter(progress if rank == 0 else None)
+    fed_ids = tuple(est.claim for est in estimators)
+    report(Stage("feeding", 0, config.tokens, fed_ids))
+    fed = feed(subject, ctx, estimators, mine, inputs, config,
+               lambda done, total: report(Stage("feeding", done, total, fed_ids)), rank, world, overlap)
     forward, stats_seconds = merge(estimators, fed, rank, world)
-    recs = records(estimators, inapplicable, fed, subject.name, out_dir) if rank == 0 else []
+    if fed.overlapped:  # records measures them all first, two at a time (measure_in_parallel)
+        report(Stage("analyses", 0, len(estimators), fed_ids))
+    recs = records(estimators, inapplicable, fed, subject.name, out_dir, report) if rank == 0 else []
+    report(Stage("analyses", len(estimators), len(estimators)))
     w = ctx.attention[0]
     model_info = {
         "name": subject.name,

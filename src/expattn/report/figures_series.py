@@ -115,8 +115,9 @@ def _folds(details: dict[str, Any]) -> list[Series]:
 
 
 def _residual(details: dict[str, Any]) -> list[Series]:
-    """E7: log10 of the rank-one residual relative to depth 0, pure attention (solid) and with the skip
-    path (dashed); no band (one deterministic pass per sequence set)."""
+    r"""E7: decades the rank-one residual has lost since depth 0, $-\log_{10}(\operatorname{res}_\ell /
+    \operatorname{res}_0)$ (the headline's per-layer form), pure attention (solid) and with the skip path (dashed);
+    no band (one deterministic pass per sequence set)."""
     out = []
     for key, label, style in (("res_no_skip", "no skip", "solid"), ("res_skip", "with skip", "dashed")):
         rows = details.get(key)
@@ -124,7 +125,7 @@ def _residual(details: dict[str, Any]) -> list[Series]:
         if series is None or not series[0] > 0:
             continue
         with np.errstate(all="ignore"):
-            out.append(Series(label, tuple(np.log10(np.array(series) / series[0])), style=style))
+            out.append(Series(label, tuple(-np.log10(np.array(series) / series[0])), style=style))
     return out
 
 
@@ -158,7 +159,7 @@ HEADLINE_CURVES = {
     "E5": Headline(r"max error vs $\nabla \log Z$", "band: min to max over heads",
                    lambda d: _one(_max_over_heads(d.get("identity_f32"), "max over heads")), log=True),
     "E6": Headline("held-out R^2 of a linear fit", "band: the two folds", _folds, reference=0.0),
-    "E7": Headline("log10 residual / depth 0", "no interval; solid no skip, dashed with skip", _residual),
+    "E7": Headline("decades lost since depth 0", "no interval; solid no skip, dashed with skip", _residual),
     "E8": Headline("mean pairwise cos of heads", "95% interval", lambda d: _one(interval(d, "mean_pairwise_cos")),
                    reference=0.0),
     "E9": Headline(r"$\cos(W_q^\top W_k,\ \Sigma)$",

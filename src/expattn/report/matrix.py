@@ -33,7 +33,7 @@ HEADLINES = {
     "E4": ("median_cos_sigma_inv", "median cosine of W_q^T W_k with Sigma^+ over heads, on the range of Sigma"),
     "E5": ("max_error", "max error of attention vs grad log Z"),
     "E6": ("median_heldout_r2", "median held-out R^2 of a linear FC fit"),
-    "E7": ("log10_drop_no_skip", "log10 drop of the rank-one residual, pure attention"),
+    "E7": ("decades_lost_no_skip", "decades lost by the rank-one residual, pure attention: -log10(res_L / res_0)"),
     "E8": ("median_pairwise_cos", "median pairwise cosine of head outputs"),
     "E9": ("median_cos_sigma", "median cosine of W_q^T W_k with Sigma over heads, on the range of Sigma"),
 }
