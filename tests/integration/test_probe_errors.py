@@ -98,10 +98,13 @@ def test_the_cli_exits_1_and_writes_the_other_records(model_dir, monkeypatch, tm
     assert sum(v == "error" for v in verdicts.values()) == 1
 
 
-def test_the_python_api_reports_the_error(model_dir, monkeypatch):
+def test_the_python_api_reports_the_error_and_saves_it(model_dir, monkeypatch, tmp_path):
     monkeypatch.setattr(E5Gradient, "measure", lambda self: [][1])
     results = expattn.probe(str(model_dir), tokens=256, seq_len=32, batch_size=4, replicates=20, detail_sequences=2)
     assert results.verdicts["E5"] == "error"
+    results.save(tmp_path / "o")  # draws the plots again: the error record is kept, not analysed again
+    saved = {r["id"]: r for r in json.loads((tmp_path / "o" / "results.json").read_text())["records"]}
+    assert saved["E5"]["verdict"] == "error" and saved["E5"]["notes"].startswith("analysis raised IndexError")
 
 
 def test_an_error_is_not_ok_and_controls_do_not_demote_it():

@@ -75,12 +75,14 @@ class ProbeResults:
 
 
 class _Timings:
-    """What ``records`` reads of a feed: the per-estimator seconds, taken from the records already made, and
-    whether the analyses may take a second core (no: these records are drawn again, one after the other)."""
+    """What ``records`` reads of a feed: the per-estimator seconds, taken from the records already made, whether
+    the analyses may take a second core (no: these records are drawn again, one after the other), and the error
+    records, kept as they are (not analysed again)."""
 
     def __init__(self, recs: list[Record]):
         self.per_estimator = {r.id: r.metrics.get("update_seconds", 0.0) for r in recs}
         self.overlapped = False
+        self.failed = {r.id: r for r in recs if r.verdict == "error"}
 
 
 def probe(model: nn.Module | str, tokenizer: object | None = None, *, texts: str | list[str] | None = None,
