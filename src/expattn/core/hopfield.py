@@ -139,12 +139,11 @@ def hopfield_weights(logits: Float[Tensor, "*batch query pattern"], reuse: bool 
                      ) -> Float[Tensor, "*batch query pattern"]:
     r"""$p = \operatorname{softmax}(\beta X\xi)$ from the logits; the update is $X^\top p$.
 
-    Half precision is reduced in float32 and returned in the input dtype. ``reuse``: the logits are not needed
-    afterwards, so where no gradient flows through them (and they are float32 or float64) the weights overwrite
-    them (the same numbers; one buffer of ``(*batch, query, pattern)`` instead of two).
+    Half precision is reduced in float32 inside torch's softmax kernel (CPU and CUDA accumulate half types in
+    float32) and returned in the input dtype, without a float32 copy of the logits. ``reuse``: the logits are not
+    needed afterwards, so where no gradient flows through them the weights overwrite them (the same numbers; one
+    buffer of ``(*batch, query, pattern)`` instead of two).
     """
-    if logits.dtype in (torch.float16, torch.bfloat16):
-        return torch.softmax(logits.float(), dim=-1).to(logits.dtype)
     if reuse and not (logits.requires_grad and torch.is_grad_enabled()):
         return torch.softmax(logits, dim=-1, out=logits)
     return torch.softmax(logits, dim=-1)
