@@ -1,6 +1,7 @@
 """The prepared GPU check: everything the GPU issue asks to see on a GPU, in one run of under 8 minutes.
 
-    bash scripts/gpu_check.sh OUTDIR            # on the GPU machine (PYTHONPATH=src, no network needed)
+    python benchmarks/gpu_check.py --carry      # here, first: MiniLM's tokenizer into .gpu_carry/ (ignored)
+    bash scripts/gpu_check.sh OUTDIR            # on the GPU machine, carry .gpu_carry (PYTHONPATH=src, no network)
     bash scripts/gpu_check.sh OUTDIR --smoke    # on any CPU, tiny sizes, in seconds (tests/unit/test_gpu_check.py)
 
 Writes ``OUTDIR/gpu_check.log`` (everything printed, line by line) and ``OUTDIR/summary.json`` (per part: ok or
@@ -12,11 +13,18 @@ so). Parts, in this order (``--only`` picks some):
    intermediate 5632, float32) over 64 x 256 random token ids, ``device="cuda"`` (no index: the path of
    ``expattn probe --device cuda``); plain forward passes over the same batches time the reference. Prints the
    ratios (goal: the probe <= 2x the forward passes) and every verdict with its note.
-2. ``tests``: ``pytest tests/cuda/test_cuda.py tests/integration/test_any_model.py::test_on_cuda
-   tests/unit/test_device_harness.py`` (skipped in ``--smoke``: CI runs them on the CPU anyway).
-3. ``train``: ``expattn train --device cuda --dtype bfloat16 --compile`` on a generated text, killed (SIGKILL)
+2. ``profile``: where the time goes (``torch.profiler``): the probe over a quarter of the tokens, and 10 calls of
+   ``Empirical.mean`` forward + backward at the small benchmark shape; the busiest operations by host and by device
+   time, with the source lines that called them, into ``OUTDIR/profile_probe.txt`` and
+   ``OUTDIR/profile_empirical.txt``.
+3. ``tests``: ``pytest tests/cuda/test_cuda.py tests/integration/test_any_model.py::test_on_cuda
+   tests/unit/test_device_harness.py`` (skipped in ``--smoke``: CI runs them on the CPU anyway). The tiny models'
+   tests need MiniLM's tokenizer files, which the GPU machine has no package for: ``--carry`` (run here, on the
+   development machine, before the GPU run) copies them into ``.gpu_carry/tokenizer`` (ignored by git), and the run
+   names ``.gpu_carry`` in the device tool's ``carry``; ``EXPATTN_TOKENIZER_DIR`` then points the tests at them.
+4. ``train``: ``expattn train --device cuda --dtype bfloat16 --compile`` on a generated text, killed (SIGKILL)
    after its first checkpoint and resumed, against an uninterrupted run: the logged losses compared row by row.
-4. ``bench``: ``benchmarks/bench_gpu.py`` with every part (``--smoke``: its tiny sizes); its train part compiles
+5. ``bench``: ``benchmarks/bench_gpu.py`` with every part (``--smoke``: its tiny sizes); its train part compiles
    GPT-2 small twice (minutes).
 """
 
@@ -36,7 +44,8 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-PARTS = ("probe", "tests", "train", "bench")  # the most wanted first: a run cut short keeps them
+CARRIED_TOKENIZER = ROOT / ".gpu_carry" / "tokenizer"  # MiniLM's tokenizer files, brought to the GPU machine
+PARTS = ("probe", "profile", "tests", "train", "bench")  # the most wanted first: a run cut short keeps them
 LLAMA_1B = {"hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 22, "num_attention_heads": 32,
             "num_key_value_heads": 4, "vocab_size": 32000, "max_position_embeddings": 2048}
 LLAMA_TINY = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -59,7 +68,20 @@ class Log:
 def _env() -> dict:
     src = str(ROOT / "src")
     path = os.environ.get("PYTHONPATH", "")
-    return {**os.environ, "PYTHONPATH": src + (os.pathsep + path if path else "")}
+    carried = {"EXPATTN_TOKENIZER_DIR": str(CARRIED_TOKENIZER)} if CARRIED_TOKENIZER.is_dir() else {}
+    return {**os.environ, **carried, "PYTHONPATH": src + (os.pathsep + path if path else "")}
+
+
+def carry_tokenizer() -> Path:
+    """Copy MiniLM's tokenizer files (from its package, on this machine) into ``CARRIED_TOKENIZER``."""
+    import shutil
+
+    from expattn.probes.loading import minilm_dir
+
+    CARRIED_TOKENIZER.mkdir(parents=True, exist_ok=True)
+    for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        shutil.copy(minilm_dir() / name, CARRIED_TOKENIZER / name)
+    return CARRIED_TOKENIZER
 
 
 DEADLINE = {"at": float("inf")}  # time.monotonic() by which the run must end (--budget)
@@ -160,6 +182,64 @@ def part_probe(log: Log, args) -> dict:
             "peak_gib": peak, "verdicts": res.verdicts}
 
 
+def _profile_table(prof, device: torch.device, rows: int = 30) -> str:
+    """The busiest operations by host time and, on a GPU, by device time; then expattn's Python functions by their
+    inclusive host time (a wait for the device, such as ``.item()``, counts in the function that waits)."""
+    events = prof.key_averages()
+    keys = ["self_cpu_time_total"] + (["self_device_time_total"] if device.type == "cuda" else [])
+    tables = [f"## by {key}\n" + events.table(sort_by=key, row_limit=rows, max_name_column_width=70) for key in keys]
+    own = sorted((e for e in events if "expattn/" in e.key and ".py(" in e.key), key=lambda e: -e.cpu_time_total)
+    lines = [f"{e.cpu_time_total / 1e3:10.1f} ms {e.count:6d} calls  {e.key}" for e in own[:2 * rows]]
+    return "\n\n".join(tables + ["## expattn's functions by inclusive host time\n" + "\n".join(lines)])
+
+
+def _profiler(device: torch.device):
+    acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if device.type == "cuda"
+                                                    else [])
+    return torch.profiler.profile(activities=acts, with_stack=True)
+
+
+def part_profile(log: Log, args) -> dict:
+    from transformers import LlamaConfig, LlamaModel
+
+    import expattn
+    from expattn.core.empirical import Empirical
+
+    out, device = Path(args.outdir), torch.device(args.device)
+    sizes = LLAMA_TINY if args.smoke else LLAMA_1B
+    rows, seq_len, batch = (8, 32, 4) if args.smoke else (16, 256, 16)
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = LlamaModel(LlamaConfig(**sizes, attn_implementation="sdpa")).eval()
+    ids = torch.randint(0, sizes["vocab_size"], (rows, seq_len), generator=torch.Generator().manual_seed(0))
+    kwargs = {"replicates": 20, "detail_sequences": 4} if args.smoke else {}
+    expattn.probe(model, None, input_ids=ids, batch_size=batch, device=args.probe_device, **kwargs)  # warm-up
+    with _profiler(device) as prof:
+        res = expattn.probe(model, None, input_ids=ids, batch_size=batch, device=args.probe_device, **kwargs)
+    _sync(device)
+    timings = "\n".join(f"{r.id}: updates {r.metrics.get('update_seconds', 0.0):.3f} s, analysis "
+                         f"{r.metrics.get('result_seconds', 0.0):.3f} s" for r in res.records)
+    (out / "profile_probe.txt").write_text(f"probe over {ids.numel():,} tokens, profiled\n{timings}\n\n"
+                                           + _profile_table(prof, device) + "\n")
+    del model
+    b, h, t, d = (2, 2, 64, 16) if args.smoke else (8, 16, 2048, 64)
+    dtype = torch.float32 if args.smoke else torch.bfloat16
+    q, k = (torch.randn(b, h, t, d, device=device, dtype=dtype, requires_grad=True) for _ in range(2))
+    grad = torch.randn(b, h, t, d, device=device, dtype=dtype)
+    for _ in range(5):
+        Empirical(k).mean(q).backward(grad)
+    _sync(device)
+    with _profiler(device) as prof:
+        for _ in range(10):
+            Empirical(k).mean(q).backward(grad)
+        _sync(device)
+    (out / "profile_empirical.txt").write_text(f"Empirical.mean fwd+bwd {(b, h, t, d)} {dtype}, 10 calls\n\n"
+                                               + _profile_table(prof, device) + "\n")
+    log(f"profiles written: {out / 'profile_probe.txt'}, {out / 'profile_empirical.txt'}")
+    log(timings)
+    return {"ok": True}
+
+
 def part_bench(log: Log, args) -> dict:
     cmd = [sys.executable, "benchmarks/bench_gpu.py", "--device", args.device] + (["--smoke"] if args.smoke else [])
     done = _run(log, cmd, timeout=300)
@@ -227,11 +307,17 @@ def part_train(log: Log, args) -> dict:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("outdir")
+    p.add_argument("outdir", nargs="?")
+    p.add_argument("--carry", action="store_true", help="copy MiniLM's tokenizer into .gpu_carry/ and stop")
     p.add_argument("--smoke", action="store_true", help="tiny sizes on the CPU, in seconds")
     p.add_argument("--only", choices=PARTS, action="append", help="run only these parts (repeatable)")
     p.add_argument("--budget", type=float, default=470.0, help="seconds for the whole run [470]")
     args = p.parse_args()
+    if args.carry:
+        print(f"MiniLM's tokenizer copied into {carry_tokenizer()}; name .gpu_carry in the device run's carry")
+        return 0
+    if args.outdir is None:
+        p.error("the argument outdir is required (unless --carry)")
     DEADLINE["at"] = time.monotonic() + args.budget
     args.device = "cpu" if args.smoke else "cuda"
     args.probe_device = "cpu" if args.smoke else "cuda"  # unindexed, as `expattn probe --device cuda`

@@ -18,13 +18,13 @@ from torch import Tensor
 
 from expattn.core.measure import Measure
 from expattn.core.validate import (
+    HALF,
     as_tensor,
     check_finite,
     check_mask,
     check_ndim,
     check_output,
     require_finite,
-    working,
 )
 from expattn.validation import validate_enabled
 
@@ -36,17 +36,17 @@ def _checked_norm(name: str, value: Tensor) -> float:
     r"""$\lVert \mathrm{value} \rVert_F$, which bounds every entry and row norm; raises ``ValueError`` naming ``name``
     if ``value`` holds NaN or infinity.
 
-    One reduction and one host sync, as ``require_finite``: NaN and infinity make the squared norm non-finite, so a
-    finite one proves every entry finite. A non-finite one from finite entries (squares that overflow) gives
-    ``inf``. Half precision is reduced in float32; a ``meta`` tensor (no values) gives 0.
+    One reduction and one host sync, as ``require_finite``: NaN and infinity make the norm non-finite, so a finite
+    one proves every entry finite. A non-finite one from finite entries (squares that overflow) gives ``inf``.
+    Half precision is reduced in float32 inside the reduction (no float32 copy); a ``meta`` tensor (no values)
+    gives 0.
     """
     if value.is_meta:
         return 0.0
     with torch.no_grad():
-        flat = working(value).reshape(-1)
-        squared = float(torch.dot(flat, flat))
-    if math.isfinite(squared):
-        return math.sqrt(squared)
+        norm = float(torch.linalg.vector_norm(value, dtype=torch.float32 if value.dtype in HALF else value.dtype))
+    if math.isfinite(norm):
+        return norm
     require_finite(name, value)
     return math.inf
 

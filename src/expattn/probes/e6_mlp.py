@@ -91,9 +91,11 @@ class E6Mlp(Estimator):
         w = kept_weights(batch, tensors, kept)
         keep = w.bool()
         d2, s2 = (shared(batch, "squared norms", t, squared_norms) for t in (delta, skip))  # (B, T) each
-        gen = torch.Generator().manual_seed(self.ctx.seed + 6 + 1000 * int(batch.index[0]) + i)
-        # drawn on the CPU (the same noise on every device), then moved to the data's device
-        noise = torch.randn(delta[:, kept].shape, generator=gen, dtype=delta.dtype).to(delta.device)
+        seed = self.ctx.seed + 6 + 1000 * int(batch.index[0]) + i
+        gen = None if delta.is_meta else torch.Generator(delta.device).manual_seed(seed)  # meta: no values to draw
+        # drawn where the data lives: a CPU draw moved to a GPU cost seconds per probe (one normal per entry of
+        # every layer's update); the draws differ between devices, as the models' rounding does
+        noise = torch.randn(delta[:, kept].shape, generator=gen, dtype=delta.dtype, device=delta.device)
         noise *= (s2[:, kept].sqrt() / noise.norm(dim=-1).double()).to(noise.dtype).unsqueeze(-1)  # |noise_t| = |s_t|
         for fold in (0, 1):
             rows = fold_rows(batch.index, fold)
