@@ -1,6 +1,6 @@
 """The prepared GPU check: everything the GPU issue asks to see on a GPU, in one run of under 8 minutes.
 
-    python benchmarks/gpu_check.py --carry      # here, first: MiniLM's tokenizer into .gpu_carry/ (ignored)
+    python benchmarks/gpu_check.py --carry      # here, first: MiniLM's tokenizer, two plays into .gpu_carry/
     bash scripts/gpu_check.sh OUTDIR            # on the GPU machine, carry .gpu_carry (PYTHONPATH=src, no network)
     bash scripts/gpu_check.sh OUTDIR --smoke    # on any CPU, tiny sizes, in seconds (tests/unit/test_gpu_check.py)
 
@@ -19,9 +19,10 @@ so). Parts, in this order (``--only`` picks some):
    ``OUTDIR/profile_empirical.txt``.
 3. ``tests``: ``pytest tests/cuda/test_cuda.py tests/integration/test_any_model.py::test_on_cuda
    tests/unit/test_device_harness.py`` (skipped in ``--smoke``: CI runs them on the CPU anyway). The tiny models'
-   tests need MiniLM's tokenizer files, which the GPU machine has no package for: ``--carry`` (run here, on the
-   development machine, before the GPU run) copies them into ``.gpu_carry/tokenizer`` (ignored by git), and the run
-   names ``.gpu_carry`` in the device tool's ``carry``; ``EXPATTN_TOKENIZER_DIR`` then points the tests at them.
+   tests need MiniLM's tokenizer files and a text, which the GPU machine has no package for: ``--carry`` (run here,
+   on the development machine, before the GPU run) copies them into ``.gpu_carry/`` (ignored by git), and the run
+   names ``.gpu_carry`` in the device tool's ``carry``; ``EXPATTN_TOKENIZER_DIR`` and ``EXPATTN_TEXT_DIR`` then point
+   the tests at them.
 4. ``train``: ``expattn train --device cuda --dtype bfloat16 --compile`` on a generated text, killed (SIGKILL)
    after its first checkpoint and resumed, against an uninterrupted run: the logged losses compared row by row.
 5. ``bench``: ``benchmarks/bench_gpu.py`` with every part (``--smoke``: its tiny sizes); its train part compiles
@@ -44,7 +45,8 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-CARRIED_TOKENIZER = ROOT / ".gpu_carry" / "tokenizer"  # MiniLM's tokenizer files, brought to the GPU machine
+CARRIED = ROOT / ".gpu_carry"  # brought to the GPU machine, which has neither package: MiniLM's tokenizer, two plays
+CARRIED_TOKENIZER, CARRIED_TEXT = CARRIED / "tokenizer", CARRIED / "text"
 PARTS = ("probe", "profile", "tests", "train", "bench")  # the most wanted first: a run cut short keeps them
 LLAMA_1B = {"hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 22, "num_attention_heads": 32,
             "num_key_value_heads": 4, "vocab_size": 32000, "max_position_embeddings": 2048}
@@ -68,20 +70,26 @@ class Log:
 def _env() -> dict:
     src = str(ROOT / "src")
     path = os.environ.get("PYTHONPATH", "")
-    carried = {"EXPATTN_TOKENIZER_DIR": str(CARRIED_TOKENIZER)} if CARRIED_TOKENIZER.is_dir() else {}
+    carried = {"EXPATTN_TOKENIZER_DIR": str(CARRIED_TOKENIZER), "EXPATTN_TEXT_DIR": str(CARRIED_TEXT)
+               } if CARRIED.is_dir() else {}
     return {**os.environ, **carried, "PYTHONPATH": src + (os.pathsep + path if path else "")}
 
 
-def carry_tokenizer() -> Path:
-    """Copy MiniLM's tokenizer files (from its package, on this machine) into ``CARRIED_TOKENIZER``."""
+def carry() -> Path:
+    """Copy MiniLM's tokenizer files and two Shakespeare plays (from their packages, on this machine) into
+    ``CARRIED`` (under 1 MB)."""
     import shutil
 
+    from expattn.probes.corpus import shakespeare_files
     from expattn.probes.loading import minilm_dir
 
-    CARRIED_TOKENIZER.mkdir(parents=True, exist_ok=True)
+    for folder in (CARRIED_TOKENIZER, CARRIED_TEXT):
+        folder.mkdir(parents=True, exist_ok=True)
     for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
         shutil.copy(minilm_dir() / name, CARRIED_TOKENIZER / name)
-    return CARRIED_TOKENIZER
+    for play in shakespeare_files()[:2]:
+        shutil.copy(play, CARRIED_TEXT / play.name)
+    return CARRIED
 
 
 DEADLINE = {"at": float("inf")}  # time.monotonic() by which the run must end (--budget)
@@ -190,7 +198,7 @@ def _profile_table(prof, device: torch.device, rows: int = 30) -> str:
     tables = [f"## by {key}\n" + events.table(sort_by=key, row_limit=rows, max_name_column_width=70) for key in keys]
     own = sorted((e for e in events if "expattn/" in e.key and ".py(" in e.key), key=lambda e: -e.cpu_time_total)
     lines = [f"{e.cpu_time_total / 1e3:10.1f} ms {e.count:6d} calls  {e.key}" for e in own[:2 * rows]]
-    return "\n\n".join(tables + ["## expattn's functions by inclusive host time\n" + "\n".join(lines)])
+    return "\n\n".join([*tables, "## expattn's functions by inclusive host time\n" + "\n".join(lines)])
 
 
 def _profiler(device: torch.device):
@@ -308,13 +316,13 @@ def part_train(log: Log, args) -> dict:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("outdir", nargs="?")
-    p.add_argument("--carry", action="store_true", help="copy MiniLM's tokenizer into .gpu_carry/ and stop")
+    p.add_argument("--carry", action="store_true", help="copy MiniLM's tokenizer and two plays into .gpu_carry/, stop")
     p.add_argument("--smoke", action="store_true", help="tiny sizes on the CPU, in seconds")
     p.add_argument("--only", choices=PARTS, action="append", help="run only these parts (repeatable)")
     p.add_argument("--budget", type=float, default=470.0, help="seconds for the whole run [470]")
     args = p.parse_args()
     if args.carry:
-        print(f"MiniLM's tokenizer copied into {carry_tokenizer()}; name .gpu_carry in the device run's carry")
+        print(f"MiniLM's tokenizer and two plays copied into {carry()}; name .gpu_carry in the device run's carry")
         return 0
     if args.outdir is None:
         p.error("the argument outdir is required (unless --carry)")

