@@ -1,12 +1,13 @@
-"""The README's Python examples run as written, each on its own (a user copies one block into a fresh session), and
-the run times it quotes are measurements that the command line's help repeats."""
+"""The Python examples of the README and of docs/USAGE.md run as written, each on its own (a user copies one block
+into a fresh session), and the run times they quote are measurements that the command line's help repeats."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+README, USAGE = ROOT / "README.md", ROOT / "docs" / "USAGE.md"
 
 
 def python_blocks(text: str) -> list[tuple[int, str]]:
@@ -14,17 +15,24 @@ def python_blocks(text: str) -> list[tuple[int, str]]:
     return [(text.count("\n", 0, m.start(1)) + 1, m.group(1)) for m in re.finditer(r"```python\n(.*?)```", text, re.S)]
 
 
-def run_alone(line: int, code: str) -> dict[str, object]:
-    """``code`` executed in a fresh namespace, its tracebacks pointing at README.md's lines."""
+def run_alone(line: int, code: str, source: Path = README) -> dict[str, object]:
+    """``code`` executed in a fresh namespace, its tracebacks pointing at ``source``'s lines."""
     namespace: dict[str, object] = {"__name__": "__readme__"}
-    exec(compile("\n" * (line - 1) + code, str(README), "exec"), namespace)  # our own README, not user input
+    exec(compile("\n" * (line - 1) + code, str(source), "exec"), namespace)  # our own docs, not user input
     return namespace
 
 
 def test_readme_python_blocks_each_run_in_a_fresh_namespace():
-    blocks = python_blocks(README.read_text())
+    quick = [run_alone(line, code) for line, code in python_blocks(README.read_text())]
+    assert len(quick) >= 2
+    assert quick[0]["out"].shape == (2, 4, 8) and quick[0]["step"].shape == (3, 32, 64)
+    assert next(space for space in quick if "found" in space)["found"].verdicts["E5"] == "pass"
+
+
+def test_usage_python_blocks_each_run_in_a_fresh_namespace():
+    blocks = python_blocks(USAGE.read_text())
     assert len(blocks) >= 6
-    spaces = [run_alone(line, code) for line, code in blocks]
+    spaces = [run_alone(line, code, USAGE) for line, code in blocks]
 
     def defining(name: str) -> dict[str, object]:
         return next(space for space in spaces if name in space)
@@ -56,5 +64,6 @@ def test_quoted_run_times_are_measurements_the_help_repeats():
     assert quick is not None
     report = next(p for p in typer.main.get_command(app).commands["report"].params if p.name == "quick")
     assert f"{quick[1]} s wall, {quick[2]} CPU-seconds" in report.help
-    verify = next(row for row in text.split(" | ") if row.startswith("every exact identity"))
+    usage = " ".join(USAGE.read_text().split())
+    verify = next(row for row in usage.split(" | ") if row.startswith("every exact identity"))
     assert re.search(r"`/usr/bin/time expattn verify`.*\d+(\.\d)?-\d+(\.\d)? CPU-seconds", verify), verify

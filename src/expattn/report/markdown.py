@@ -144,7 +144,7 @@ def _published(view: ReportView) -> list[str]:
     return ["## Published results beside ours", "", *_table(["record", *PUBLISHED_FIELDS], rows)]
 
 
-def _card(card: Card) -> list[str]:
+def _card(card: Card, attachments: bool = True) -> list[str]:
     r = card.record
     lines = [f'<a id="{card.anchor}"></a>', "", f"### {md(r.id)}: {md(card.label)} ({md(r.verdict)})", ""]
     lines += [f"- **{name}**: {md(value)}" for name, value in card_fields(r)]
@@ -156,6 +156,8 @@ def _card(card: Card) -> list[str]:
         lines += _table(["control", "kind", "verdict", "must be", "numbers"], controls)
     if r.notes:
         lines += [f"*Notes*: {md(r.notes)}", ""]
+    if not attachments:
+        return lines
     for plot in r.plots:
         lines += [f"![{md(plot)}]({quote(plot)})", ""]
     text = details_text(r)
@@ -174,12 +176,16 @@ def _card(card: Card) -> list[str]:
     return lines
 
 
-def render_markdown(document: dict[str, Any], title: str = "expattn report") -> str:
+def render_markdown(document: dict[str, Any], title: str = "expattn report", preface: str = "",
+                    attachments: bool = True) -> str:
     """The report of a results document as Markdown.
 
     Args:
         document: a results document (see ``document.build_view``).
         title: top heading.
+        preface: a paragraph under the heading (``docs/FINDINGS.md`` says where it comes from).
+        attachments: each record's plots and details; without them (``docs/FINDINGS.md``) the text needs no
+            files beside it and reads as a summary.
 
     Returns:
         Markdown text with the per-model matrix, the summary table, every trained run's verdicts, the
@@ -191,6 +197,7 @@ def render_markdown(document: dict[str, Any], title: str = "expattn report") -> 
     lines = [
         f"# {md(view.title)}",
         "",
+        *([preface, ""] if preface else []),
         f"Records: {counts}.",
         "",
         *_matrix(view),
@@ -202,7 +209,7 @@ def render_markdown(document: dict[str, Any], title: str = "expattn report") -> 
     for letter, name, cards in view.groups:
         lines += [f"## {md(letter)}. {md(name)}", ""]
         for card in cards:
-            lines += _card(card)
+            lines += _card(card, attachments)
     lines += ["## Environment", ""]
     if view.stages:
         rows = [
@@ -212,3 +219,18 @@ def render_markdown(document: dict[str, Any], title: str = "expattn report") -> 
         lines += ["### Run time per stage", "", *_table(header, rows)]
     lines += _table(["key", "value"], [[md(k), md(v)] for k, v in view.environment])
     return "\n".join(lines).rstrip() + "\n"
+
+
+FINDINGS_PREFACE = (
+    "Generated from [`results.json`](results.json), the results of the README's main command (`expattn report`, "
+    "full mode, seed {seed}, commit `{revision}`), by `python scripts/findings.py`; do not edit by hand. Each record "
+    "states its criterion and runs its controls through the same rule; plots and raw details are in the report "
+    "itself (`report/report.html`)."
+)
+
+
+def findings_markdown(document: dict[str, Any]) -> str:
+    """``docs/FINDINGS.md``: the report of ``document`` without plots and details, under a preface naming its run."""
+    preface = FINDINGS_PREFACE.format(seed=document.get("seeds", {}).get("seed", "?"),
+                                      revision=document.get("git_revision") or "unknown")
+    return render_markdown(document, "What the report finds", preface=preface, attachments=False)

@@ -1,0 +1,31 @@
+"""Regenerate ``docs/FINDINGS.md`` from ``docs/results.json``.
+
+    .venv/bin/expattn report --out report --overwrite      # the README's main command (full mode, seed 0)
+    cp report/results.json docs/results.json
+    .venv/bin/python scripts/findings.py                   # writes docs/FINDINGS.md
+
+``tests/unit/test_findings_doc.py`` fails while the two disagree, or while a claim of the catalogue has no record.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from expattn.report.markdown import findings_markdown
+from expattn.results.files import write_text_atomic
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+
+
+def main() -> int:
+    source = Path(sys.argv[1]) if len(sys.argv) > 1 else DOCS / "results.json"
+    document = json.loads(source.read_text(encoding="utf-8"))
+    write_text_atomic(DOCS / "FINDINGS.md", findings_markdown(document))
+    print(f"docs/FINDINGS.md written from {source}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
