@@ -28,4 +28,3 @@ def test_check_passes_and_its_negative_controls_fail(claim_id, quick):
     assert all(c.verdict == "pass" for c in record.controls if c.kind == "positive")
     printed = entry(claim_id).as_printed is not None
     assert (record.as_printed == "fail") if printed else record.as_printed is None
-    assert record.metrics["seconds"] < 1.0
