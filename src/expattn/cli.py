@@ -233,12 +233,12 @@ def probe(
         fail(f"--detail-sequences must be at most the number of sequences, ceil(--tokens / --seq-len) = {sequences}, "
              f"got {detail_sequences}")
     detail = 32 if detail_sequences is None else detail_sequences
-    config = ProbeConfig(model=model, corpus=corpus, text=None if text is None else str(text), tokens=tokens,
-                         seq_len=seq_len, seed=seed, detail_sequences=detail,
-                         hypotheses=tuple(h.strip().upper() for h in hypotheses.split(",")),
-                         device=device, dtype=dtype, device_map=device_map,
-                         tokenizer=None if tokenizer is None else str(tokenizer), statistics=statistics)
     try:
+        config = ProbeConfig(model=model, corpus=corpus, text=None if text is None else str(text), tokens=tokens,
+                             seq_len=seq_len, seed=seed, detail_sequences=detail,
+                             hypotheses=tuple(h.strip().upper() for h in hypotheses.split(",")),
+                             device=device, dtype=dtype, device_map=device_map,
+                             tokenizer=None if tokenizer is None else str(tokenizer), statistics=statistics)
         with probe_progress(console, model) as progress:
             outcome = probe_to_dir(config, out, progress, overwrite)
     except (ValueError, OSError) as err:

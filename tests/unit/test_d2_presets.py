@@ -98,5 +98,5 @@ def test_bad_beta_is_rejected(beta, gen):
 
 def test_mismatched_dimensions_are_rejected(gen):
     x = torch.randn(4, 3, generator=gen, dtype=torch.float64)
-    with pytest.raises(ValueError, match="last dimension"):
+    with pytest.raises(ValueError, match="xi has dimension 5, expected 3"):
         d2.hopfield_update(torch.randn(2, 5, generator=gen, dtype=torch.float64), x, 1.0)

@@ -173,7 +173,7 @@ def test_unknown_character_and_hypothesis(gen, tmp_path):
     with pytest.raises(ValueError, match="'z'"):
         CharTokenizer(VOCAB)("abz")
     with pytest.raises(ValueError, match="unknown hypothesis 'E10'"):
-        ProbeConfig(hypotheses=("E1", "E10")).validate()
+        ProbeConfig(hypotheses=("E1", "E10"))
     folder = export_model(_model(gen), VOCAB, tmp_path / "model")
     bad = tmp_path / "bad.txt"
     bad.write_text("abc" * 200 + "z" + "abc" * 200)

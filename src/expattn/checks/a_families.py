@@ -22,6 +22,7 @@ from expattn.checks.references import (
     moments_1d,
     normal_log_pdf,
 )
+from expattn.checks.spd import wishart_spd
 from expattn.checks.tools import compare, generator, randn
 from expattn.core.empirical import Empirical
 from expattn.core.gaussian import Gaussian
@@ -36,12 +37,6 @@ LATTICE = torch.arange(-4.0, 5.0, dtype=F64)
 def uniform(gen: torch.Generator, lo: float, hi: float, *shape: int) -> torch.Tensor:
     """Uniform float64 draws on [lo, hi)."""
     return lo + (hi - lo) * torch.rand(*shape, generator=gen, dtype=F64)
-
-
-def random_spd(gen: torch.Generator, *batch: int, dim: int) -> torch.Tensor:
-    """A random symmetric positive definite ``(*batch, dim, dim)`` matrix, eigenvalues >= 0.3."""
-    a = randn(gen, *batch, dim, dim)
-    return a @ a.mT / dim + 0.3 * torch.eye(dim, dtype=F64)
 
 
 def autograd_mean(measure: Measure, eta: torch.Tensor) -> torch.Tensor:
@@ -191,12 +186,12 @@ def check_a5(ctx: RunContext):
         eta_t = torch.tensor([[eta]], dtype=F64)
         errors += [abs(scalar(carrier.log_normalizer(eta_t)) - g), abs(scalar(carrier.mean(eta_t)) - mean)]
     for _ in range(1 if ctx.quick else 2):
-        mu, cov, eta = randn(gen, 2), random_spd(gen, dim=2), uniform(gen, -0.7, 0.7, 1, 2)
+        mu, cov, eta = randn(gen, 2), wishart_spd(gen, dim=2), uniform(gen, -0.7, 0.7, 1, 2)
         half_width = 12 * math.sqrt(float(torch.linalg.eigvalsh(cov).max()))  # 12 standard deviations
         g = gaussian_log_partition_2d(mu.numpy(), cov.numpy(), eta[0].numpy(), half_width)
         errors.append(abs(scalar(Gaussian(mu, cov).log_normalizer(eta)) - g))
     for _ in range(10):
-        mu, cov, eta = randn(gen, 3, 5), random_spd(gen, 3, dim=5), randn(gen, 3, 4, 5)
+        mu, cov, eta = randn(gen, 3, 5), wishart_spd(gen, 3, dim=5), randn(gen, 3, 4, 5)
         carrier = Gaussian(mu, cov)
         explicit = mu.numpy()[:, None, :] + np.einsum("bij,bqj->bqi", cov.numpy(), eta.numpy())
         errors.append(np.abs(autograd_mean(carrier, eta).numpy() - explicit).max())
@@ -241,7 +236,7 @@ def check_a6(ctx: RunContext):
     for _ in range(10):
         means, cov, w, eta = (
             randn(gen, 2, 6, 3),
-            random_spd(gen, 2, dim=3),
+            wishart_spd(gen, 2, dim=3),
             uniform(gen, 0.1, 2.0, 2, 6),
             randn(gen, 2, 5, 3),
         )
@@ -267,7 +262,7 @@ def check_a7(ctx: RunContext):
         d = int(torch.randint(1, 4, (1,), generator=gen))
         means, cov, eta = (
             randn(gen, 5, d),
-            random_spd(gen, 5, dim=d) * uniform(gen, 0.2, 3.0, 5, 1, 1),
+            wishart_spd(gen, 5, dim=d) * uniform(gen, 0.2, 3.0, 5, 1, 1),
             randn(gen, 7, d),
         )
         w = uniform(gen, 0.05, 1.0, 5)

@@ -16,8 +16,9 @@ from scipy import special
 from torch.distributions import Gamma, MultivariateNormal, kl_divergence
 
 from expattn.catalogue.registry import RunContext, register_claim
-from expattn.checks.a_families import LATTICE, random_spd, uniform
+from expattn.checks.a_families import LATTICE, uniform
 from expattn.checks.references import conjugate_by_optimiser, kl_1d, mixture_log_pdf
+from expattn.checks.spd import wishart_spd
 from expattn.checks.tools import compare, generator, randn
 from expattn.core.empirical import Empirical
 from expattn.core.gaussian import Gaussian
@@ -33,13 +34,13 @@ def carriers(gen: torch.Generator) -> list[tuple[str, Measure, torch.Tensor]]:
     d = DIM
     return [
         ("empirical", Empirical(randn(gen, 8, d), randn(gen, 8)), randn(gen, 1, d)),
-        ("gaussian", Gaussian(randn(gen, d), random_spd(gen, dim=d)), randn(gen, 1, d)),
+        ("gaussian", Gaussian(randn(gen, d), wishart_spd(gen, dim=d)), randn(gen, 1, d)),
         (
             "mixture",
-            GaussianMixture(randn(gen, 4, d), 0.5 * random_spd(gen, 4, dim=d), weights=uniform(gen, 0.1, 1, 4)),
+            GaussianMixture(randn(gen, 4, d), 0.5 * wishart_spd(gen, 4, dim=d), weights=uniform(gen, 0.1, 1, 4)),
             randn(gen, 1, d, scale=0.5),
         ),
-        ("tilted_gaussian", TiltedGaussian(randn(gen, d), -0.5 * random_spd(gen, dim=d)), randn(gen, 1, d)),
+        ("tilted_gaussian", TiltedGaussian(randn(gen, d), -0.5 * wishart_spd(gen, dim=d)), randn(gen, 1, d)),
         ("tilted_gamma", TiltedGamma(uniform(gen, -3, -1.5, d), uniform(gen, -0.5, 1, d)), uniform(gen, -1, 1, 1, d)),
         ("tilted_lattice", TiltedLattice(LATTICE, randn(gen, d), uniform(gen, -0.5, 0.2, d)), randn(gen, 1, d)),
     ]
@@ -213,7 +214,7 @@ def check_a11(ctx: RunContext):
         ]
         orders.append(math.log2(residuals[0] / residuals[1]))
         # Gaussian hidden states: key Sigma^-1 h_j, weights softmax(h_i^T Sigma^-1 h_j).
-        sigma, states = random_spd(gen, dim=DIM), randn(gen, 6, DIM)
+        sigma, states = wishart_spd(gen, dim=DIM), randn(gen, 6, DIM)
         gaussian = Gaussian(torch.zeros(DIM, dtype=torch.float64), sigma)
         _, keys = gaussian.conjugate(states)
         keys_ref = np.linalg.solve(sigma.numpy(), states.numpy().T).T

@@ -59,7 +59,7 @@ def probe_to_dir(
         ValueError: as ``probe``, or when the rule refuses ``out`` or another process is writing it.
     """
     check_output_folder(out, overwrite)
-    config.validate()
+    config.require_memory()
     if int(os.environ.get("RANK", "0")) != 0:
         return probe(config, None, progress)
     with output_folder(out, overwrite=overwrite) as tmp:

@@ -148,11 +148,24 @@ def _placeholder(model: str, verdict: str, reason: str) -> list[Record]:
     ]
 
 
-class _Runner:
-    """Runs the stages in order, sharing one progress bar and one staging folder."""
+ProbeProgress = Callable[[int, int, ProbeStage], None]
+ProbeModel = Callable[[str, RunContext, ProbeProgress], list[Record]]
 
-    def __init__(self, config: ReportConfig, staging: Path, progress: Progress) -> None:
-        self.config, self.staging, self.progress = config, staging, progress
+
+def probe_model(model: str, ctx: RunContext, progress: ProbeProgress) -> list[Record]:
+    """The probe's records of ``model`` at its preset size (``ProbeConfig.preset``) for ``ctx``'s seed and
+    quickness, plots written into ``ctx.out_dir``: the probe stage's default ``ProbeModel``."""
+    from expattn.probes.runner import ProbeConfig, run_probe
+
+    config = ProbeConfig.preset(model, quick=ctx.quick, seed=ctx.seed)
+    return run_probe(config, ctx.out_dir, progress=progress)
+
+
+class _Runner:
+    """Runs the stages in order, sharing one progress bar and one staging folder; ``probe`` measures one model."""
+
+    def __init__(self, config: ReportConfig, staging: Path, progress: Progress, probe: ProbeModel) -> None:
+        self.config, self.staging, self.progress, self.probe = config, staging, progress, probe
         self.records: list[Record] = []
         self.stages: list[Stage] = []
         self.task = progress.add_task("report", total=None)
@@ -193,8 +206,6 @@ class _Runner:
             self.progress.advance(self.task)
 
     def _probe(self, model: str) -> tuple[list[Record], str, str]:
-        from expattn.probes.runner import ProbeConfig, run_probe
-
         base = "probe-" + (re.sub(r"[^A-Za-z0-9_.-]", "_", Path(model).name) or "model")
         slug, n = base, 1
         while (self.staging / "plots" / slug).exists():  # two folders with the same name
@@ -207,8 +218,8 @@ class _Runner:
             self.progress.update(self.task, description=f"probe {escape(model)}: {escape(str(stage))}")
 
         try:
-            config = ProbeConfig.preset(model, quick=self.config.quick, seed=self.config.seed)
-            records = run_probe(config, plot_dir, progress=progress)
+            ctx = RunContext(seed=self.config.seed, out_dir=plot_dir, quick=self.config.quick)
+            records = self.probe(model, ctx, progress)
         except (ImportError, ValueError) as err:
             reason = f"cannot probe this model here: {err}"
             return _placeholder(model, "skipped", reason), "skipped", reason
@@ -269,13 +280,15 @@ def summary_table(result: ReportResult) -> Table:
     return table
 
 
-def run_report(config: ReportConfig, console: Console) -> ReportResult:
+def run_report(config: ReportConfig, console: Console, probe: ProbeModel = probe_model) -> ReportResult:
     """Run the chosen stages (verify, simulate, probe, train), then write results.json, results.csv,
     report.html, report.md and plots/.
 
     Args:
         config: the run's options (``ReportConfig``).
         console: where the progress display and the closing summary go.
+        probe: the probe stage's measurement of one model, ``(model, ctx, progress) -> records`` (``probe_model``:
+            the probe at its preset size).
 
     Returns:
         The ``ReportResult`` (records, per-stage timings, output folder). Raises ``ValueError``/``OSError``
@@ -291,7 +304,7 @@ def run_report(config: ReportConfig, console: Console) -> ReportResult:
         start = time.perf_counter()
         columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
         with Progress(*columns, TimeElapsedColumn(), console=console) as progress:
-            runner = _Runner(config, staging, progress)
+            runner = _Runner(config, staging, progress, probe)
             chosen = config.chosen
             steps = {"verify": _count("verify") if "verify" in chosen else 0,
                      "simulate": _count("simulate") if "simulate" in chosen else 0,

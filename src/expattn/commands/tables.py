@@ -39,7 +39,7 @@ def headline_table(records: list[Record], title: str) -> Table:
     The value is the record's own headline metric (``-`` where the record has none, e.g. skipped).
     """
     from expattn.catalogue import ENTRIES
-    from expattn.report.document import format_value
+    from expattn.report.cards import format_value
     from expattn.report.matrix import HEADLINES
 
     titles = {e.id: e.title for e in ENTRIES}

@@ -13,6 +13,7 @@ import torch
 from scipy.stats import norm
 
 from expattn.catalogue.registry import RunContext, register_claim
+from expattn.checks.spd import spd_with_spectrum
 from expattn.checks.tools import generator
 from expattn.dynamics.clouds import make_cloud
 from expattn.dynamics.metrics import (
@@ -41,12 +42,6 @@ from expattn.results.record import Control, Record
 
 ALPHA = 1e-3  # level of each Gaussianity test (Mardia skewness, kurtosis; SW z-score)
 Z_SW = 3.09  # one-sided normal quantile of ALPHA for the sliced Wasserstein z-score
-
-
-def random_spd(dim: int, gen: torch.Generator) -> torch.Tensor:
-    """$Q \\operatorname{diag}(0.5 \\dots 2) Q^\\top$ with a random rotation $Q$ (condition number 4)."""
-    q, _ = torch.linalg.qr(torch.randn(dim, dim, generator=gen, dtype=torch.float64))
-    return q @ torch.diag(torch.linspace(0.5, 2.0, dim, dtype=torch.float64)) @ q.T
 
 
 def is_gaussian(x: torch.Tensor, gen: torch.Generator, max_tokens: int = 5000) -> tuple[bool, dict[str, float]]:
@@ -127,7 +122,7 @@ def b5_theorem1(ctx: RunContext) -> Record:
     n, iters, n_emp, emp_iters = (1000, 10, 300, 5) if ctx.quick else (20000, 100, 1000, 20)
     table, affine_err, printed_z, curves, wrong_err, setups = {}, 0.0, 0.0, {}, 0.0, []
     for dim in (2, 8, 32):
-        sigma, mu = random_spd(dim, gen), 0.5 * torch.randn(dim, generator=gen, dtype=torch.float64)
+        sigma, mu = spd_with_spectrum(gen, dim), 0.5 * torch.randn(dim, generator=gen, dtype=torch.float64)
         eta0, lam0 = torch.linalg.solve(sigma, mu), torch.linalg.inv(sigma)
         start = eta0 + torch.randn(1, n, dim, generator=gen, dtype=torch.float64) @ sym_power(lam0, 0.5)
         attention = AttentionUpdate(AttentionConfig(carrier="gaussian_mixture"), atoms=mu[None], covariance=sigma)

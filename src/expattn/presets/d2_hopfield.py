@@ -1,8 +1,9 @@
-r"""D2 building blocks and decision rules: the modern Hopfield update, pattern separation, the sweeps the D2
-presets run and the ``judge_*`` rules that decide them (each also run on the presets' negative controls).
+r"""D2 building blocks and decision rules: pattern separation, the sweeps the D2 presets run and the ``judge_*``
+rules that decide them (each also run on the presets' negative controls).
 
-The update is $f(\xi) = X^\top \operatorname{softmax}(\beta X \xi)$ with the stored patterns $x_j$ as rows of
-$X$, the mean of the empirical family with atoms $x_j$ at $\eta = \beta\xi$ (claim A3).
+The update is the package's ``expattn.core.hopfield.hopfield_update``, $f(\xi) = X^\top \operatorname{softmax}(\beta
+X \xi)$ with the stored patterns $x_j$ as rows of $X$: the mean of the empirical family with atoms $x_j$ at
+$\eta = \beta\xi$ (claim A3).
 """
 
 from __future__ import annotations
@@ -15,24 +16,13 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from expattn.arguments import finite_number
 from expattn.core.empirical import Empirical
+from expattn.core.hopfield import hopfield_update
 
 
 def unit_rows(x: Tensor) -> Tensor:
     """Rows scaled to unit Euclidean norm."""
     return x / x.norm(dim=-1, keepdim=True)
-
-
-def hopfield_update(
-    xi: Float[Tensor, "*batch query dim"], patterns: Float[Tensor, "*batch pattern dim"], beta: float
-) -> Float[Tensor, "*batch query dim"]:
-    r"""$f(\xi) = X^\top \operatorname{softmax}(\beta X \xi)$.
-
-    Args: ``xi`` ``(*batch, query, dim)`` states, ``patterns`` ``(*batch, pattern, dim)``; returns ``xi``'s shape.
-    """
-    finite_number("beta", beta, above=0)
-    return Empirical(patterns).mean(beta * xi)
 
 
 def separation(

@@ -2,7 +2,7 @@ r"""D2 presets: retrieval with fixed stored patterns in the modern Hopfield netw
 
 The update is $\xi \leftarrow f(\xi) = X^\top \operatorname{softmax}(\beta X \xi)$ with the stored patterns
 $x_j$ as rows of $X$; it is the mean of the empirical family with atoms $x_j$ at $\eta = \beta\xi$
-(``Empirical(X).mean(beta * xi)``, claim A3).
+(``expattn.core.hopfield.hopfield_update``, claim A3).
 
 The bound used is Theorem 5 ("exponentially small retrieval error") of Ramsauer et al.,
 *Hopfield Networks is All You Need*, ICLR 2021 (arXiv:2008.02217, §2): with separation
@@ -26,6 +26,7 @@ import torch
 
 from expattn.catalogue.registry import RunContext, register_claim
 from expattn.checks.tools import generator
+from expattn.core.hopfield import hopfield_update
 from expattn.presets.d2_hopfield import (
     CONTROL_BETA,
     QUERY_COSINE,
@@ -34,7 +35,6 @@ from expattn.presets.d2_hopfield import (
     capacity_of,
     fixed_and_self_traces,
     fixed_point_sweep,
-    hopfield_update,
     judge_capacity,
     judge_fixed_vs_changing,
     judge_metastable,

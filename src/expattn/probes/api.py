@@ -137,7 +137,7 @@ def probe(model: nn.Module | str, tokenizer: object | None = None, *, texts: str
                          device=None if device is None else str(device),
                          dtype=dtype if dtype is None or isinstance(dtype, str) else str(dtype).removeprefix("torch."),
                          statistics=statistics)
-    config.validate()
+    config.require_memory()
     if isinstance(model, str):
         if texts is not None or input_ids is not None or tokenizer is not None:
             raise ValueError("a model given by name reads its own tokenizer and the corpus; load it to pass texts")

@@ -206,17 +206,19 @@ def squared_norms(x: Tensor) -> Tensor:
     return torch.linalg.vector_norm(x, dim=-1).double().square()
 
 
-def spread(x: Tensor, w: Tensor | None = None, sq: Tensor | None = None) -> tuple[Tensor, Tensor]:
-    r"""Per sequence: mean squared distance to the sequence centroid, and mean squared norm; ``(batch,)`` each.
+def second_moments(x: Tensor, w: Tensor | None = None, sq: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    r"""Per sequence: the spread $\operatorname{tr}\operatorname{Cov}$ (mean squared distance to the sequence
+    centroid) and the mean squared norm; ``(batch,)`` each.
 
-    $$\operatorname{spread} = \overline{\lVert x\rVert^2} - \lVert \bar x\rVert^2, \qquad
+    $$\operatorname{tr}\operatorname{Cov} = \overline{\lVert x\rVert^2} - \lVert \bar x\rVert^2, \qquad
     \bar x = \frac{\sum_t w_t x_t}{\sum_t w_t},\quad
     \overline{\lVert x\rVert^2} = \frac{\sum_t w_t \lVert x_t\rVert^2}{\sum_t w_t}$$
 
     with weights ``w`` ``(batch, token)`` (1 = use the token, 0 = leave it out; ``None``: all ones) and
     ``sq`` = ``squared_norms(x)`` when the caller has it. Per-token squared norms and the centroid are
     float32, the difference float64: relative error about
-    $10^{-7}\,\overline{\lVert x\rVert^2} / \operatorname{spread}$, and no centred copy of ``x`` is made.
+    $10^{-7}\,\overline{\lVert x\rVert^2} / \operatorname{tr}\operatorname{Cov}$, and no centred copy of ``x``
+    is made. (Not ``expattn.nn.norms.spread``, which is $\sqrt{\operatorname{tr}\operatorname{Cov}}$.)
     """
     sq = squared_norms(x) if sq is None else sq  # (B, T)
     if w is None:
@@ -228,14 +230,15 @@ def spread(x: Tensor, w: Tensor | None = None, sq: Tensor | None = None) -> tupl
     return msn - mean.double().pow(2).sum(-1), msn
 
 
-def shared_spread(batch: Batch, x: Tensor, variant: str, kept: slice | Tensor, w: Tensor) -> tuple[Tensor, Tensor]:
-    """``spread`` of ``x`` over all tokens (``variant="all"``) or over ``x[:, kept]`` with the block's token
+def shared_second_moments(batch: Batch, x: Tensor, variant: str, kept: slice | Tensor, w: Tensor
+                          ) -> tuple[Tensor, Tensor]:
+    """``second_moments`` of ``x`` over all tokens (``variant="all"``) or over ``x[:, kept]`` with the block's token
     weights ``w`` (``"excl"``, see ``kept_weights``), computed once per block and tensor (E1 and E2 read
     several of the same tensors), from the tensor's shared ``squared_norms``."""
     sq = shared(batch, "squared norms", x, squared_norms)
     if variant == "all":
-        return shared(batch, "spread all", x, lambda t: spread(t, sq=sq))
-    return shared(batch, "spread excl", x, lambda t: spread(t[:, kept], w, sq[:, kept]))
+        return shared(batch, "second moments all", x, lambda t: second_moments(t, sq=sq))
+    return shared(batch, "second moments excl", x, lambda t: second_moments(t[:, kept], w, sq[:, kept]))
 
 
 MASSIVE_FACTOR = 20.0

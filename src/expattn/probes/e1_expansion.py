@@ -43,7 +43,7 @@ from expattn.probes.common import (
     figure,
     kept_weights,
     save,
-    shared_spread,
+    shared_second_moments,
 )
 from expattn.probes.readings import GROW, SHRINK, growth_verdict, readings, scaled
 from expattn.probes.stats import BootstrapMeans
@@ -79,9 +79,9 @@ class E1Expansion(Estimator):
         w = kept_weights(batch, tensors, kept)
         cols = []
         for variant in VARIANTS:
-            sb, nb = shared_spread(batch, before, variant, kept, w)
-            sa, na = shared_spread(batch, after, variant, kept, w)
-            s_update, _ = shared_spread(batch, update, variant, kept, w)
+            sb, nb = shared_second_moments(batch, before, variant, kept, w)
+            sa, na = shared_second_moments(batch, after, variant, kept, w)
+            s_update, _ = shared_second_moments(batch, update, variant, kept, w)
             cols += [sb, sa, nb, na, sb + s_update]
         self._rows[i] = cols
         if i == self.ctx.layers - 1:

@@ -39,7 +39,7 @@ from expattn.probes.common import (
     figure,
     kept_weights,
     save,
-    shared_spread,
+    shared_second_moments,
 )
 from expattn.probes.readings import GROW, SHRINK, contraction_verdict, readings, scaled
 from expattn.probes.stats import BootstrapMeans
@@ -75,8 +75,8 @@ class E2Normalization(Estimator):
         for norm in NORMS:
             x, y = tensors[f"{norm}.input"], tensors[f"{norm}.output"]
             for variant in VARIANTS:
-                sx, nx = shared_spread(batch, x, variant, kept, w)
-                sy, ny = shared_spread(batch, y, variant, kept, w)
+                sx, nx = shared_second_moments(batch, x, variant, kept, w)
+                sy, ny = shared_second_moments(batch, y, variant, kept, w)
                 cols += [sx, sy, nx, ny]
         self._rows[i] = cols
         if i == self.ctx.layers - 1:

@@ -6,9 +6,10 @@ $$\text{raw} = \frac{\operatorname{spread}(Y)}{\operatorname{spread}(X)},\qquad
 \text{scale-free} = \frac{\operatorname{spread}(Y) / \overline{\lVert y\rVert^2}}
 {\operatorname{spread}(X) / \overline{\lVert x\rVert^2}}$$
 
-(``common.spread``). The raw reading is the seed's (the cloud's diameter, as in B3/B4) and decides
-the verdict; the scale-free one asks whether the shape changes beyond an overall rescaling and gets
-its own verdict beside it. Controls with known answers use the same rule: the map
+with $\operatorname{spread} = \operatorname{tr}\operatorname{Cov}$ per sequence (``common.second_moments``). The raw
+reading is the seed's (the cloud's diameter, as in B3/B4) and decides the verdict; the scale-free one asks
+whether the shape changes beyond an overall rescaling and gets its own verdict beside it. Controls with known
+answers use the same rule: the map
 $y_t = \bar x + f\,(x_t - \bar x)$ scales the cloud about its centroid, so from the measured spread
 $s$ and mean squared norm $n$ of $X$ alone, exactly, $\operatorname{spread}(Y) = f^2 s$ and
 $\overline{\lVert y\rVert^2} = n - s + f^2 s$: it contracts for $f < 1$ and expands for $f > 1$.

@@ -109,7 +109,7 @@ class ProbeConfig:
             replicates=100 if quick else 200,
         )
 
-    def validate(self) -> None:
+    def __post_init__(self) -> None:
         """ValueError naming the first bad field."""
         for name, low in (("tokens", 1), ("seq_len", 4), ("batch_size", 1), ("replicates", 2), ("detail_sequences", 1)):
             value = getattr(self, name)
@@ -121,7 +121,6 @@ class ProbeConfig:
                              f"{self.device_map!r}: device_map places the model itself)")
         if self.statistics not in STATISTICS:
             raise ValueError(f"statistics must be one of {', '.join(STATISTICS)}, got {self.statistics!r}")
-        require(probe_bytes(self.tokens), "cpu", f"probing {self.tokens:,} tokens")
         chosen = self.hypotheses
         if not isinstance(chosen, tuple | list) or not chosen or not all(isinstance(h, str) for h in chosen):
             raise ValueError(f"hypotheses must be a non-empty sequence of ids among {HYPOTHESES}, got {chosen!r}")
@@ -130,6 +129,11 @@ class ProbeConfig:
             raise ValueError(f"unknown hypothesis {unknown[0]!r}; choose among {', '.join(HYPOTHESES)}")
         if len(set(chosen)) != len(chosen):
             raise ValueError(f"hypotheses must not repeat an id, got {', '.join(chosen)}")
+
+    def require_memory(self) -> None:
+        """ValueError unless the host's free memory holds the token sample (``memory.probe_bytes``): a check of
+        the machine, not of the settings, so it runs when the work starts rather than at construction."""
+        require(probe_bytes(self.tokens), "cpu", f"probing {self.tokens:,} tokens")
 
 
 @dataclass
@@ -287,7 +291,7 @@ def probe(
             whose recomputed attention does not match its own (``AttentionMismatch``).
     """
     start = time.perf_counter()
-    config.validate()
+    config.require_memory()
     if config.device_map is None:
         parse_device(config.device)
     parse_dtype(config.dtype)

@@ -11,18 +11,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from expattn import catalogue
+from expattn.report.cards import GROUPS, Card, claim_key, format_value
+from expattn.report.matrix import Matrix, build_matrix
 from expattn.results.frame import record_label
 from expattn.results.record import Record
 
-if TYPE_CHECKING:
-    from expattn.report.matrix import Matrix
-
-GROUPS = {g.letter: g.title for g in catalogue.GROUPS}
 # Every claim of the catalogue gets a summary row: a claim with no record is shown as "not run".
 CLAIM_TITLES = {e.id: e.title for e in catalogue.ENTRIES}
 # What the seeds print where they are wrong; the correction shown beside it is the record's own
@@ -30,16 +27,6 @@ CLAIM_TITLES = {e.id: e.title for e in catalogue.ENTRIES}
 # either, its notes are shown.
 AS_PRINTED = {e.id: e.as_printed for e in catalogue.ENTRIES if e.as_printed is not None}
 
-VERDICT_ORDER = ("error", "fail", "not_supported", "inconclusive", "skipped", "supported", "pass")
-
-
-@dataclass(frozen=True)
-class Card:
-    """One record placed in the report: its anchor, label and the record itself."""
-
-    anchor: str
-    label: str
-    record: Record
 
 
 @dataclass(frozen=True)
@@ -82,28 +69,9 @@ class ReportView:
     records: tuple[Record, ...] = ()
 
 
-def claim_key(claim_id: str) -> tuple[str, int, str]:
-    """Sort key A1 < A2 < ... < A10 < B1; unknown shapes sort after the known groups."""
-    head, number = claim_id[:1].upper(), claim_id[1:]
-    return (head if head in GROUPS else "~" + head, int(number) if number.isdigit() else 0, claim_id)
-
-
 def source_label(card: Card) -> str:
     """The card's label where it adds to the claim ID (``simulate b5-theorem1``), else empty."""
     return "" if card.label == card.record.id else card.label
-
-
-def format_value(value: Any) -> str:
-    """A metric as short text: 4 significant digits for floats, as-is otherwise."""
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return f"{value:.4g}" if math.isfinite(value) else str(value)
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(format_value(v) for v in value[:8]) + (", ..." if len(value) > 8 else "") + "]"
-    return str(value)
 
 
 def details_text(record: Record, limit: int = 6000) -> str:
@@ -159,11 +127,6 @@ def as_printed_evidence(record: Record) -> list[tuple[str, str]]:
 def cpu(stage: Stage) -> str:
     """A stage's CPU seconds as text (``-`` when not measured)."""
     return "-" if stage.cpu_seconds is None else f"{stage.cpu_seconds:.1f}"
-
-
-def worst(verdicts: list[str]) -> str:
-    """The most severe of several verdicts (error first, then fail; pass last)."""
-    return min(verdicts, key=VERDICT_ORDER.index) if verdicts else "not run"
 
 
 def _records(document: dict[str, Any]) -> list[Record]:
@@ -223,8 +186,6 @@ def build_view(document: dict[str, Any], title: str = "expattn report") -> Repor
     counts: dict[str, int] = {}
     for r in records:
         counts[r.verdict] = counts.get(r.verdict, 0) + 1
-    from expattn.report.matrix import build_matrix  # the matrix module builds on this one's cards
-
     matrix = build_matrix(cards, CLAIM_TITLES)
     return ReportView(title, summary, as_printed, tuple(groups), stages, _environment(document), counts, matrix,
                       tuple(records))

@@ -11,10 +11,10 @@ import base64
 from pathlib import Path
 from typing import Any
 
+from expattn.report.cards import Card, format_value
 from expattn.report.document import (
     CLAIM_TITLES,
     PUBLISHED_FIELDS,
-    Card,
     ReportView,
     as_printed_evidence,
     build_view,
@@ -22,7 +22,6 @@ from expattn.report.document import (
     control_rows,
     cpu,
     details_text,
-    format_value,
     published_rows,
     source_label,
 )

@@ -12,9 +12,9 @@ import re
 from typing import Any
 from urllib.parse import quote
 
+from expattn.report.cards import Card, format_value
 from expattn.report.document import (
     PUBLISHED_FIELDS,
-    Card,
     ReportView,
     as_printed_evidence,
     build_view,
@@ -22,7 +22,6 @@ from expattn.report.document import (
     control_rows,
     cpu,
     details_text,
-    format_value,
     published_rows,
     source_label,
 )

@@ -20,7 +20,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from expattn.report.document import Card, claim_key, format_value, worst
+from expattn.report.cards import Card, claim_key, format_value, worst
 
 # One headline metric per hypothesis: (metric key of a probe record, what it is).
 HEADLINES = {
