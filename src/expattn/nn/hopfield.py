@@ -25,8 +25,8 @@ from torch import Tensor, nn
 
 from expattn.arguments import positive_int
 from expattn.core.hopfield import OVERFLOW, energy_from_log_normalizer, hopfield_logits, hopfield_weights
+from expattn.core.softmax import softmax_with_log_normalizer
 from expattn.core.validate import check_output_of
-from expattn.nn.carriers import softmax_with_log_normalizer
 from expattn.validation import validate_enabled
 
 MAX_STEPS = 10_000
