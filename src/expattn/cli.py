@@ -91,7 +91,8 @@ def report(
                                                            "plots (missing or empty, or --overwrite).")] = (
         Path("report")
     ),
-    models: Annotated[str, typer.Option(help="Comma-separated models to probe: minilm, smollm2 or model folders.")] = (
+    models: Annotated[str, typer.Option(help="Comma-separated models to probe: minilm, smollm2, gemma3 or model "
+                                             "folders.")] = (
         "minilm,smollm2"
     ),
     quick: Annotated[bool, typer.Option("--quick", help="Small sizes everywhere (74-80 s wall, 120-128 CPU-seconds "
@@ -191,8 +192,9 @@ def train(
 def probe(
     out: Annotated[Path, typer.Option(readable=False, help="Output folder for results.json and plots (missing or "
                                                            "empty, or --overwrite).")],
-    model: Annotated[str, typer.Option(help="minilm, smollm2, a local HuggingFace model directory, a model ID in the "
-                                           "local HuggingFace cache, or the model/ folder of an `expattn train` run."
+    model: Annotated[str, typer.Option(help="minilm, smollm2, gemma3, a local HuggingFace model directory, a model ID "
+                                           "in the local HuggingFace cache, or the model/ folder of an `expattn train` "
+                                           "run."
                                       )] = "minilm",
     corpus: Annotated[str | None, typer.Option(help="Built-in corpus (shakespeare) [shakespeare].")] = None,
     text: Annotated[Path | None, typer.Option(readable=False,

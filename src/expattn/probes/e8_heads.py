@@ -6,10 +6,10 @@ C_\ell = \frac{1}{H(H-1)} \sum_{h \ne h'} \cos(u_{h,t}, u_{h',t}),\qquad
 
 (claim B8, seed 000 §5: heads take gradient steps in different linear distortions of space).
 $z$ = ``layers.i.attn.heads``, split per head and mapped through that head's columns of the output
-projection, so $\sum_h u_h + b_o$ = ``layers.i.attn.output``. $\gamma = 1$ for orthogonal updates and
-$H$ for identical ones. Null baseline: the same cosine between head $h$ at token $t$ and head
-$h'$ at another token $s \ne t$ of the sequence, averaged over every such pair (shared directions
-that are not specific to the token). Per head, with the same null, ``details["head_coherence"]``
+projection ($\sum_h u_h + b_o$ = ``layers.i.attn.output`` unless a norm follows it, as in Gemma 3).
+$\gamma = 1$ for orthogonal updates and $H$ for identical ones. Null baseline: the same cosine between head
+$h$ at token $t$ and head $h'$ at another token $s \ne t$ of the sequence, averaged over every such pair
+(shared directions that are not specific to the token). Per head, with the same null, ``details["head_coherence"]``
 (layers x heads; per sequence, then averaged over sequences; the mean over heads is the layer's margin):
 
 $$c_{\ell,h} = \frac{1}{T(H-1)} \sum_t \sum_{h' \ne h} \cos(u_{h,t}, u_{h',t})
@@ -102,8 +102,8 @@ def head_cosines(z: Tensor, gram: HeadGram, heads: int, update: Tensor) -> HeadC
     products); the sum over $h$ is $\langle G^\circ, S\rangle_F$. Over all pairs of tokens, with
     $Z = \sum_t \hat z_t$: $\sum_{s \ne t}\sum_{h'\ne h} \hat z_{h,t}^\top G_{hh'} \hat z_{h',s}
     = Z_h^\top (G^\circ Z)_h - \langle G^\circ_h, S_h\rangle_F$.
-    ``update`` ``(batch, token, D)`` is $\sum_h u_h = W_o z$ (the output projection without its bias,
-    which the model has already computed), so the energy needs no second product with $G$.
+    ``update`` ``(batch, token, D)`` is $\sum_h u_h = W_o z$ (the output projection without its bias; not the
+    model's attention output, which may pass through a norm first), so the energy needs no second product with $G$.
     """
     b, t, hd = z.shape
     dh = hd // heads
@@ -149,8 +149,7 @@ class E8Heads(Estimator):
     def update(self, i: int, tensors: dict[str, Tensor], batch: Batch) -> None:
         w, kept = self.ctx.attention[i], self.ctx.kept
         z = tensors["attn.heads"][:, kept]
-        update = tensors["attn.output"][:, kept]
-        update = update if w.bo is None else update - w.bo.to(update.dtype).view(1, 1, -1)  # 3-D: 4x faster
+        update = z @ w.wo.T.to(z.dtype)  # not attn.output, which a norm may follow (Gemma 3's post-attention norm)
         cos = head_cosines(z, self.grams[i], w.heads, update)
         self._rows[i] = [cos.same, cos.null, cos.energy]
         self.head_sum_[i] = self.head_sum_[i].to(cos.head.device) + cos.head.sum(0)
