@@ -52,6 +52,7 @@ from expattn.probes.e4_readings import (
     TOLERANCES,
     WEAK,
     deflated,
+    haar,
     judge_reading,
     margin_verdict,
     margins,
@@ -198,10 +199,11 @@ class E4Alignment(Estimator):
             out[f"control_{key}"] = sym_cos(rq, rk, target).double().cpu().numpy()
         top = {name: torch.zeros(1, 1, lam.numel(), device=u.device) for name in SPECTRAL}
         top["sigma"][..., -1] = top["sigma_inv"][..., 0] = 1.0  # u_1 of Sigma (ascending order), of Sigma^+
+        q = haar(lam.numel(), gen).to(lam.device)
         out["spectral"] = {
             name: {k: {key: {t: c.double().cpu().numpy() for t, c in cos.items()} for key, cos in deflated(
                 {"model": (aq, ak), "random": (rq, rk), "top": (top[name], top[name])}, lam, READINGS[name], k,
-                gen).items()} for k in (0, *DEFLATIONS)}
+                q).items()} for k in (0, *DEFLATIONS)}
             for name in SPECTRAL
         }
         out["sigma_full"] = {"sigma": sigma.float(), "sigma_inv": ((basis / lam) @ basis.T).float()}

@@ -33,21 +33,24 @@ regularisation, not the exact range: the headline reading is therefore repeated 
 **Margin and rule.** Per head
 $m_h = \cos(\tilde A_h, T) - \max(\cos(\tilde A_h, T'), \cos(\tilde A_h, I_r), \cos(\tilde A_h, Q\Lambda_T Q^\top),
 q_{95}(r))$ with $T$ the target, $T'$ its rival, $Q\Lambda_T Q^\top$ the target's spectrum on Haar-random
-eigenvectors (one draw per layer; ``haar``) and $q_{95}(r)$ the random form's 95th percentile (``random_q95``).
-$\Sigma$ is dominated by its top eigenvector, so a head that reads only that direction, $u_1u_1^\top$, beats
-every rival by $\lambda_1/\lVert\Sigma\rVert_F$. The **deflated margin** $m_h^{(k)}$ is $m_h$ recomputed with the
-target's top-$k$ eigen-directions projected out of the target, the rival, the identity and the spectrum
-(``deflated``; $k$ in ``DEFLATIONS``). The head's form is kept whole: its part along those directions no longer
-adds to the inner products but still counts in its norm, so $u_1u_1^\top$ has cosine 0 with every deflated target
-($m^{(1)} = -q_{95} < 0$, the random form's percentile being the same for any target), and so has, nearly, a head
-that reads the top direction of the population while the sample's $u_1$ is off by a few degrees (deflating the form
-too would leave only that error, whose cosine with the deflated $\Sigma$ is large: it lies along $u_2$).
-A $\Sigma$ reading is supported when the 95% interval of the mean of $m_h$ and that of
-the mean of $m_h^{(1)}$ both lie above 0, not supported when either lies below 0. The Fisher readings (a target
-per head) keep $m_h$ without the spectrum rival and without deflation. Heads of a layer share its input, so the
-intervals resample layers, then heads within each drawn layer (``mean_interval``). Negative controls through the
-same rule: random heads $\operatorname{sym}(R_q^\top R_k)$ in range coordinates (Gaussian $R$ of the head's
-shape: an orthonormal $U_r$ keeps them Gaussian), and the rank-one form of the target's top direction.
+eigenvectors (one draw per layer, shared by the readings and the deflations; ``haar``) and $q_{95}(r)$ the random
+form's 95th percentile (``random_q95``).
+$\Sigma$ is dominated by its top eigenvector, so a head that reads only that direction, $u_1u_1^\top$, beats every
+rival by $\lambda_1/\lVert\Sigma\rVert_F$. The **deflated margin** $m_h^{(k)}$ is $m_h$ recomputed with the target's
+top-$k$ eigen-directions projected out of the target, the rival and the identity, and the spectrum rival built from
+the deflated target (``deflated``; $k$ in ``DEFLATIONS``). The head's form is kept whole: its part along those
+directions no longer adds to the inner products but still counts in its norm, so $u_1u_1^\top$ has cosine 0 with
+every deflated target ($m^{(1)} = -q_{95} < 0$, the random form's percentile being the same for any target), and so
+has, nearly, a head that reads the top direction of the population while the sample's $u_1$ is off by a few degrees
+(deflating the form too would leave only that error, whose cosine with the deflated $\Sigma$ is large: it lies along
+$u_2$).
+A $\Sigma$ reading is supported when the 95% interval of the mean of $m_h$ and that of the mean of $m_h^{(1)}$ both
+lie above 0, not supported when either lies below 0 ($k = 1$ removes exactly the trivial explanation; $k = 2, 5$,
+reported, remove genuine parts of the target too). The Fisher readings (a target per head) keep $m_h$ without the
+spectrum rival and without deflation. Heads of a layer share its input, so the intervals resample layers, then heads
+within each drawn layer (``mean_interval``). Negative controls through the same rule: random heads
+$\operatorname{sym}(R_q^\top R_k)$ in range coordinates (Gaussian $R$ of the head's shape: an orthonormal $U_r$
+keeps them Gaussian), and the rank-one form of the target's top direction.
 """
 
 from __future__ import annotations
@@ -130,21 +133,18 @@ def haar(r: int, gen: torch.Generator) -> Tensor:
 
 
 def deflated(heads: dict[str, tuple[Tensor, Tensor]], lam: Tensor, reading: Reading, k: int,
-             gen: torch.Generator) -> dict[str, dict[str, Tensor]]:
+             q: Tensor) -> dict[str, dict[str, Tensor]]:
     """Cosines of each set of heads $\\operatorname{sym}(u^\\top v)$ (``heads[name] = (u, v)``, rows
     ``(..., rows, r)`` in range coordinates) with the targets of a $\\Sigma$ ``reading`` built from the range's
     eigenvalues ``lam`` ``(r,)``, each with the reading's target's top-``k`` eigen-directions (coordinates) projected
     out: $P T P$ with $P$ the projector on the other directions. Per name, keys: the target, the rival,
-    ``identity`` ($P$) and ``haar_<target>`` (the kept spectrum of the target on Haar-random eigenvectors of the
-    kept directions, one draw from ``gen`` shared by all sets); each ``(...)``."""
+    ``identity`` ($P$) and ``haar_<target>``, $Q\\,P T P\\,Q^\\top$ (the deflated target's spectrum on the
+    eigenvectors of ``q``, a Haar-random orthogonal ``(r, r)`` float64 matrix, ``haar``); each ``(...)``."""
     spectra = {"sigma": lam, "sigma_inv": lam.reciprocal()}
-    keep = spectra[reading.target].argsort(descending=True)[k:].sort().values
-    mask = torch.zeros_like(lam).index_fill_(0, keep, 1.0)
-    q = haar(keep.numel(), gen).to(lam.device)
-    spectrum = torch.zeros(lam.numel(), lam.numel(), dtype=torch.float64, device=lam.device)
-    spectrum[keep[:, None], keep] = (q * spectra[reading.target][keep]) @ q.T
+    mask = torch.ones_like(lam).index_fill_(0, spectra[reading.target].argsort(descending=True)[:k], 0.0)
     targets = {reading.target: spectra[reading.target] * mask, reading.rival: spectra[reading.rival] * mask,
-               "identity": mask, f"haar_{reading.target}": spectrum}
+               "identity": mask}
+    targets[f"haar_{reading.target}"] = (q * targets[reading.target]) @ q.T
     return {name: {key: sym_cos(u, v, t.float()) for key, t in targets.items()} for name, (u, v) in heads.items()}
 
 
