@@ -40,7 +40,7 @@ rival by $\lambda_1/\lVert\Sigma\rVert_F$. The **deflated margin** $m_h^{(k)}$ i
 top-$k$ eigen-directions projected out of the target, the rival and the identity, and the spectrum rival built from
 the deflated target (``deflated``; $k$ in ``DEFLATIONS``). The head's form is kept whole: its part along those
 directions no longer adds to the inner products but still counts in its norm, so $u_1u_1^\top$ has cosine 0 with
-every deflated target ($m^{(1)} = -q_{95} < 0$, the random form's percentile being the same for any target), and so
+every deflated target ($m^{(1)} \le -q_{95} < 0$, the random form's percentile being the same for any target), and so
 has, nearly, a head that reads the top direction of the population while the sample's $u_1$ is off by a few degrees
 (deflating the form too would leave only that error, whose cosine with the deflated $\Sigma$ is large: it lies along
 $u_2$).
