@@ -12,7 +12,7 @@ from tiny_models import build_tiny
 from expattn.probes.adapters import adapter_for
 from expattn.probes.attention import attention_probs
 from expattn.probes.common import ProbeContext
-from expattn.probes.e4_alignment import E4Alignment, E9Covariance, regularised_inverse
+from expattn.probes.e4_alignment import E4Alignment, E9Covariance, full_cos, regularised_inverse
 from expattn.probes.e4_readings import DEFLATIONS, mean_interval, random_q95, range_basis, sym_cos
 from expattn.probes.stats import Moments
 
@@ -199,6 +199,15 @@ def test_layer_bootstrap_is_wider_than_the_head_bootstrap_when_layers_differ():
     assert high - low > 2 * (h_high - h_low)
     one = mean_interval(values[:1], np.random.default_rng(1))  # one layer: the heads within it still vary
     assert one[2] - one[1] > 0
+
+
+def test_full_cos_equals_sym_cos_with_each_target(gen):
+    wq, wk = torch.randn(3, 4, 10, generator=gen, dtype=torch.float64), torch.randn(3, 4, 10, generator=gen,
+                                                                                   dtype=torch.float64)
+    b = torch.randn(5, 10, 10, generator=gen, dtype=torch.float64)
+    b = b + b.mT
+    torch.testing.assert_close(full_cos(wq, wk, b), torch.stack([sym_cos(wq, wk, t) for t in b]), rtol=1e-12,
+                               atol=1e-12)
 
 
 def test_the_zero_form_has_cosine_zero():

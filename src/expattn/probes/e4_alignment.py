@@ -118,6 +118,19 @@ def criterion(target: str, rival: str, fisher: str) -> str:
     )
 
 
+def full_cos(wq: Tensor, wk: Tensor, targets: Tensor) -> Tensor:
+    r"""$\cos(\operatorname{sym}(W_{q,h}^\top W_{k,h}), T_l)$ ``(L, H)`` for the heads' ``wq, wk`` ``(H, dh, D)``
+    and symmetric ``targets`` ``(L, D, D)``: each head's ``(D, D)`` form once (one at a time), then one product
+    with all targets ($H L D^2$ multiply-adds instead of ``sym_cos``'s $H L\,d_h D^2$)."""
+    flat, norms = targets.flatten(1), torch.linalg.matrix_norm(targets)
+    out = []
+    for q, k in zip(wq, wk, strict=True):
+        a = q.T @ k
+        a = (a + a.T) / 2
+        out.append(flat @ a.flatten() / (torch.linalg.matrix_norm(a) * norms))
+    return torch.stack(out, 1)
+
+
 class E4Alignment(Estimator):
     """Streaming estimator of E4 (headline reading ``sigma_inv``, second reading ``fisher_inv``).
 
@@ -231,10 +244,10 @@ class E4Alignment(Estimator):
                 gen = torch.Generator().manual_seed(self.ctx.seed + 4)
                 layers = [self._layer(i, gen) for i in range(self.ctx.layers)]
                 full = [lay.pop("sigma_full") for lay in layers]
-                for i, lay in enumerate(layers):  # every layer's target against this layer's heads: (L, H) each
+                targets = {name: torch.stack([f[name] for f in full]) for name in SPECTRAL}  # (L, D, D) each
+                for i, lay in enumerate(layers):
                     wq, wk = self.ctx.attention[i].to(torch.float32).head_matrices()
-                    lay["across"] = {name: np.stack([sym_cos(wq, wk, f[name]).double().cpu().numpy() for f in full])
-                                     for name in SPECTRAL}
+                    lay["across"] = {name: full_cos(wq, wk, t).double().cpu().numpy() for name, t in targets.items()}
                 self.ctx.analyses[key] = layers
             return self.ctx.analyses[key]
 
