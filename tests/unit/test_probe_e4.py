@@ -13,7 +13,16 @@ from expattn.probes.adapters import adapter_for
 from expattn.probes.attention import attention_probs
 from expattn.probes.common import ProbeContext
 from expattn.probes.e4_alignment import E4Alignment, E9Covariance, full_cos, regularised_inverse
-from expattn.probes.e4_readings import DEFLATIONS, mean_interval, random_q95, range_basis, sym_cos
+from expattn.probes.e4_readings import (
+    DEFLATIONS,
+    READINGS,
+    deflated,
+    haar,
+    mean_interval,
+    random_q95,
+    range_basis,
+    sym_cos,
+)
 from expattn.probes.stats import Moments
 
 
@@ -206,8 +215,22 @@ def test_full_cos_equals_sym_cos_with_each_target(gen):
                                                                                    dtype=torch.float64)
     b = torch.randn(5, 10, 10, generator=gen, dtype=torch.float64)
     b = b + b.mT
-    torch.testing.assert_close(full_cos(wq, wk, b), torch.stack([sym_cos(wq, wk, t) for t in b]), rtol=1e-12,
-                               atol=1e-12)
+    torch.testing.assert_close(full_cos(wq, wk, {"b": b})["b"], torch.stack([sym_cos(wq, wk, t) for t in b]),
+                               rtol=1e-12, atol=1e-12)
+
+
+def test_the_spectrum_rival_in_rotated_coordinates_is_the_dense_cosine(gen):
+    u, v = torch.randn(3, 4, 10, generator=gen, dtype=torch.float64), torch.randn(3, 4, 10, generator=gen,
+                                                                                 dtype=torch.float64)
+    lam = torch.rand(10, generator=gen, dtype=torch.float64) + 0.1
+    q = haar(10, gen)
+    torch.testing.assert_close(q.T @ q, torch.eye(10, dtype=torch.float64))
+    got = deflated({"h": (u, v, u @ q, v @ q)}, lam, READINGS["sigma"], 2)["h"]
+    kept = lam.clone()
+    kept[lam.argsort(descending=True)[:2]] = 0
+    dense = (q * kept) @ q.T
+    torch.testing.assert_close(got["haar_sigma"].double(), sym_cos(u, v, dense), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(got["sigma"].double(), sym_cos(u, v, kept), rtol=1e-5, atol=1e-6)
 
 
 def test_the_zero_form_has_cosine_zero():

@@ -118,17 +118,19 @@ def criterion(target: str, rival: str, fisher: str) -> str:
     )
 
 
-def full_cos(wq: Tensor, wk: Tensor, targets: Tensor) -> Tensor:
+def full_cos(wq: Tensor, wk: Tensor, targets: dict[str, Tensor]) -> dict[str, Tensor]:
     r"""$\cos(\operatorname{sym}(W_{q,h}^\top W_{k,h}), T_l)$ ``(L, H)`` for the heads' ``wq, wk`` ``(H, dh, D)``
-    and symmetric ``targets`` ``(L, D, D)``: each head's ``(D, D)`` form once (one at a time), then one product
-    with all targets ($H L D^2$ multiply-adds instead of ``sym_cos``'s $H L\,d_h D^2$)."""
-    flat, norms = targets.flatten(1), torch.linalg.matrix_norm(targets)
-    out = []
+    and each stack of symmetric ``targets[name]`` ``(L, D, D)``: each head's ``(D, D)`` form once (one at a time),
+    then one product with all targets ($H L D^2$ multiply-adds instead of ``sym_cos``'s $H L\,d_h D^2$)."""
+    flat = {name: (t.flatten(1), torch.linalg.matrix_norm(t)) for name, t in targets.items()}
+    out: dict[str, list[Tensor]] = {name: [] for name in targets}
     for q, k in zip(wq, wk, strict=True):
         a = q.T @ k
         a = (a + a.T) / 2
-        out.append(flat @ a.flatten() / (torch.linalg.matrix_norm(a) * norms))
-    return torch.stack(out, 1)
+        norm = torch.linalg.matrix_norm(a)
+        for name, (t, t_norm) in flat.items():
+            out[name].append(t @ a.flatten() / (norm * t_norm))
+    return {name: torch.stack(c, 1) for name, c in out.items()}
 
 
 class E4Alignment(Estimator):
@@ -212,11 +214,13 @@ class E4Alignment(Estimator):
             out[f"control_{key}"] = sym_cos(rq, rk, target).double().cpu().numpy()
         top = {name: torch.zeros(1, 1, lam.numel(), device=u.device) for name in SPECTRAL}
         top["sigma"][..., -1] = top["sigma_inv"][..., 0] = 1.0  # u_1 of Sigma (ascending order), of Sigma^+
-        q = haar(lam.numel(), gen).to(lam.device)
+        q = haar(lam.numel(), gen).to(u.device, torch.float32)
+        sets = {"model": (aq, ak), "random": (rq, rk)}
+        sets = {name: (a, b, a @ q, b @ q) for name, (a, b) in sets.items()}
         out["spectral"] = {
             name: {k: {key: {t: c.double().cpu().numpy() for t, c in cos.items()} for key, cos in deflated(
-                {"model": (aq, ak), "random": (rq, rk), "top": (top[name], top[name])}, lam, READINGS[name], k,
-                q).items()} for k in (0, *DEFLATIONS)}
+                sets | {"top": (top[name], top[name], top[name] @ q, top[name] @ q)}, lam, READINGS[name],
+                k).items()} for k in (0, *DEFLATIONS)}
             for name in SPECTRAL
         }
         out["sigma_full"] = {"sigma": sigma.float(), "sigma_inv": ((basis / lam) @ basis.T).float()}
@@ -247,7 +251,7 @@ class E4Alignment(Estimator):
                 targets = {name: torch.stack([f[name] for f in full]) for name in SPECTRAL}  # (L, D, D) each
                 for i, lay in enumerate(layers):
                     wq, wk = self.ctx.attention[i].to(torch.float32).head_matrices()
-                    lay["across"] = {name: full_cos(wq, wk, t).double().cpu().numpy() for name, t in targets.items()}
+                    lay["across"] = {name: c.double().cpu().numpy() for name, c in full_cos(wq, wk, targets).items()}
                 self.ctx.analyses[key] = layers
             return self.ctx.analyses[key]
 

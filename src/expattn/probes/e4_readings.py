@@ -132,20 +132,23 @@ def haar(r: int, gen: torch.Generator) -> Tensor:
     return q * torch.sign(torch.diagonal(rr))
 
 
-def deflated(heads: dict[str, tuple[Tensor, Tensor]], lam: Tensor, reading: Reading, k: int,
-             q: Tensor) -> dict[str, dict[str, Tensor]]:
-    """Cosines of each set of heads $\\operatorname{sym}(u^\\top v)$ (``heads[name] = (u, v)``, rows
-    ``(..., rows, r)`` in range coordinates) with the targets of a $\\Sigma$ ``reading`` built from the range's
-    eigenvalues ``lam`` ``(r,)``, each with the reading's target's top-``k`` eigen-directions (coordinates) projected
-    out: $P T P$ with $P$ the projector on the other directions. Per name, keys: the target, the rival,
-    ``identity`` ($P$) and ``haar_<target>``, $Q\\,P T P\\,Q^\\top$ (the deflated target's spectrum on the
-    eigenvectors of ``q``, a Haar-random orthogonal ``(r, r)`` float64 matrix, ``haar``); each ``(...)``."""
+def deflated(heads: dict[str, tuple[Tensor, Tensor, Tensor, Tensor]], lam: Tensor, reading: Reading,
+             k: int) -> dict[str, dict[str, Tensor]]:
+    """Cosines of each set of heads $\\operatorname{sym}(u^\\top v)$ with the targets of a $\\Sigma$ ``reading`` built
+    from the range's eigenvalues ``lam`` ``(r,)``, each with the reading's target's top-``k`` eigen-directions
+    (coordinates) projected out: $P T P$ with $P$ the projector on the other directions. ``heads[name] =
+    (u, v, uQ, vQ)``: rows ``(..., rows, r)`` in range coordinates, and the same rotated by a Haar-random orthogonal
+    $Q$ (``haar``). Per name, keys: the target, the rival, ``identity`` ($P$) and ``haar_<target>``,
+    $Q\\,P T P\\,Q^\\top$ (the deflated target's spectrum on random eigenvectors: $\\cos(\\operatorname{sym}(u^\\top v),
+    Q D Q^\\top) = \\cos(\\operatorname{sym}((uQ)^\\top vQ), D)$); each ``(...)``."""
     spectra = {"sigma": lam, "sigma_inv": lam.reciprocal()}
     mask = torch.ones_like(lam).index_fill_(0, spectra[reading.target].argsort(descending=True)[:k], 0.0)
     targets = {reading.target: spectra[reading.target] * mask, reading.rival: spectra[reading.rival] * mask,
                "identity": mask}
-    targets[f"haar_{reading.target}"] = (q * targets[reading.target]) @ q.T
-    return {name: {key: sym_cos(u, v, t.float()) for key, t in targets.items()} for name, (u, v) in heads.items()}
+    targets = {key: t.float() for key, t in targets.items()}
+    return {name: {**{key: sym_cos(u, v, t) for key, t in targets.items()},
+                   f"haar_{reading.target}": sym_cos(uq, vq, targets[reading.target])}
+            for name, (u, v, uq, vq) in heads.items()}
 
 
 def margin_verdict(low: float, high: float) -> str:
