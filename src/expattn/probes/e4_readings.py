@@ -28,7 +28,8 @@ of MiniLM, whose one dropped direction (the hyperplane's normal) sits 1e-7 below
 (recorded per layer as ``sigma_rank`` and ``range_gap``: the largest dropped over the smallest kept eigenvalue).
 Where the spectrum runs on through $\tau$ without a gap (SmolLM2's first layers: ``range_gap`` near 1) the cut is a
 regularisation, not the exact range: the headline reading is therefore repeated at $\tau = 10^{-8}$ and $10^{-4}$
-(``TOLERANCES``; ``details["range_tolerance"]``) to show whether the verdict depends on it.
+(``TOLERANCES``; ``details["range_tolerance"]``: its margin over the rival, the identity and the random forms, with
+the layers' interval, at $\tau = 10^{-6}$ too) to show whether the verdict depends on it.
 
 **Margin and rule.** Per head
 $m_h = \cos(\tilde A_h, T) - \max(\cos(\tilde A_h, T'), \cos(\tilde A_h, I_r), \cos(\tilde A_h, Q\Lambda_T Q^\top),
