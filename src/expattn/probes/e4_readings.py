@@ -100,22 +100,26 @@ def range_basis(e: Tensor, v: Tensor, tol: float = RANGE_TOL) -> tuple[Tensor, T
     return e[keep], v[:, keep], gap
 
 
-def sym_cos(u: Tensor, v: Tensor, b: Tensor | None) -> Tensor:
+def sym_norm(u: Tensor, v: Tensor) -> Tensor:
+    """$\\lVert\\operatorname{sym}(u^\\top v)\\rVert_F$ for ``u, v`` of shape ``(..., r, D)``, without forming the
+    ``(D, D)`` product: $\\lVert\\operatorname{sym}(u^\\top v)\\rVert^2 =
+    \\tfrac12(\\langle uu^\\top, vv^\\top\\rangle + \\langle vu^\\top, uv^\\top\\rangle)$."""
+    vu = v @ u.mT
+    return ((((u @ u.mT) * (v @ v.mT)).sum((-1, -2)) + (vu * vu.mT).sum((-1, -2))) / 2).sqrt()
+
+
+def sym_cos(u: Tensor, v: Tensor, b: Tensor | None, norm: Tensor | None = None) -> Tensor:
     """$\\cos(\\operatorname{sym}(u^\\top v), B)$ for ``u, v`` of shape ``(..., r, D)``, batched over the leading dims,
     without forming the ``(D, D)`` product. ``B``: symmetric ``(..., D, D)``, a diagonal given as its ``(D,)``
-    entries, or ``None`` for the identity:
-    $\\langle u^\\top v, B\\rangle = \\sum (uB)\\odot v$ and
-    $\\lVert\\operatorname{sym}(u^\\top v)\\rVert^2 =
-    \\tfrac12(\\langle uu^\\top, vv^\\top\\rangle + \\langle vu^\\top, uv^\\top\\rangle)$."""
+    entries, or ``None`` for the identity: $\\langle u^\\top v, B\\rangle = \\sum (uB)\\odot v$; ``norm``:
+    ``sym_norm(u, v)`` when the caller has it. The zero form has cosine 0."""
     if b is None:
         inner, b_norm = (u * v).sum((-1, -2)), u.shape[-1] ** 0.5
     elif b.ndim == 1:
         inner, b_norm = (u * b * v).sum((-1, -2)), torch.linalg.vector_norm(b)
     else:
         inner, b_norm = ((u @ b) * v).sum((-1, -2)), torch.linalg.matrix_norm(b)
-    vu = v @ u.mT
-    sym_sq = ((u @ u.mT) * (v @ v.mT)).sum((-1, -2)) + (vu * vu.mT).sum((-1, -2))
-    norm = (sym_sq / 2).sqrt() * b_norm
+    norm = (sym_norm(u, v) if norm is None else norm) * b_norm
     return torch.where(norm > 0, inner / norm.clamp_min(torch.finfo(norm.dtype).tiny), 0.0)
 
 
@@ -147,9 +151,12 @@ def deflated(heads: dict[str, tuple[Tensor, Tensor, Tensor, Tensor]], lam: Tenso
     targets = {reading.target: spectra[reading.target] * mask, reading.rival: spectra[reading.rival] * mask,
                "identity": mask}
     targets = {key: t.float() for key, t in targets.items()}
-    return {name: {**{key: sym_cos(u, v, t) for key, t in targets.items()},
-                   f"haar_{reading.target}": sym_cos(uq, vq, targets[reading.target])}
-            for name, (u, v, uq, vq) in heads.items()}
+    out = {}
+    for name, (u, v, uq, vq) in heads.items():
+        norm = sym_norm(u, v)  # the form is kept whole (and Q is orthogonal): one norm for every target
+        out[name] = {key: sym_cos(u, v, t, norm) for key, t in targets.items()}
+        out[name][f"haar_{reading.target}"] = sym_cos(uq, vq, targets[reading.target], norm)
+    return out
 
 
 def margin_verdict(low: float, high: float) -> str:
