@@ -12,8 +12,17 @@ from tiny_models import build_tiny
 from expattn.probes.adapters import adapter_for
 from expattn.probes.attention import attention_probs
 from expattn.probes.common import ProbeContext
-from expattn.probes.e4_alignment import E4Alignment, E9Covariance, regularised_inverse
-from expattn.probes.e4_readings import random_q95, range_basis, sym_cos
+from expattn.probes.e4_alignment import E4Alignment, E9Covariance, full_cos, regularised_inverse
+from expattn.probes.e4_readings import (
+    DEFLATIONS,
+    READINGS,
+    deflated,
+    haar,
+    mean_interval,
+    random_q95,
+    range_basis,
+    sym_cos,
+)
 from expattn.probes.stats import Moments
 
 
@@ -99,9 +108,10 @@ def test_sym_cos_with_a_diagonal_equals_the_full_matrix(gen):
     torch.testing.assert_close(sym_cos(u, v, d), sym_cos(u, v, torch.diag(d)), rtol=1e-12, atol=1e-12)
 
 
-def _planted(gen, reading: str):
-    """A one-layer context whose 4 heads all have W_q = W_k = the top-4 eigen-directions of the reading's target
-    (scaled by the square root of its eigenvalues), fed tokens on a hyperplane with a spread spectrum."""
+def _planted(gen, reading: str, ranks: tuple[int, ...] = (0, 1, 2, 3)):
+    """A one-layer context whose 4 heads all have W_q = W_k = the eigen-directions of the reading's target of the
+    given ``ranks`` (0: its top one; scaled by the square root of their eigenvalues; rows beyond them 0), fed
+    tokens on a hyperplane with a spread spectrum."""
     dim, tokens = 16, 2048
     model = build_tiny("llama", 0, vocab_size=50, hidden_size=dim, num_hidden_layers=1, intermediate_size=24,
                        max_position_embeddings=64)
@@ -113,8 +123,9 @@ def _planted(gen, reading: str):
     scale = torch.logspace(0, 1.5, dim - 1, dtype=torch.float64)  # standard deviations 1 .. 31.6
     x = (torch.randn(tokens, dim - 1, generator=gen, dtype=torch.float64) * scale) @ q[:, : dim - 1].T
     target = scale.square() if reading == "sigma" else scale.square().reciprocal()
-    top = target.argsort(descending=True)[:4]
-    rows = (q[:, top] * target[top].sqrt()).T.float()  # (4, D): sym(rows^T rows) = the target's rank-4 part
+    top = target.argsort(descending=True)[list(ranks)]
+    rows = torch.zeros(4, dim)  # sym(rows^T rows) = the target's part on the planted directions
+    rows[: len(ranks)] = (q[:, top] * target[top].sqrt()).T.float()
     attn = model.layers[0].self_attn
     with torch.no_grad():
         attn.q_proj.weight.copy_(rows.repeat(4, 1))
@@ -138,8 +149,10 @@ def test_each_reading_is_supported_on_its_planted_heads_and_not_on_the_other(gen
         # random heads: not supported on the headline reading; the planted heads' logits reach 1e6, so their
         # attention is one-hot and the Fisher float32 rounding (1e-4 against terms of 1e3): that control may land
         # either side of 0, and the rule asks only that it is not supported
-        assert record.controls[0].verdict == "not_supported"
-        assert record.controls[1].verdict != "supported"
+        # the rank-one form of the target's top direction: rejected by the deflated margin
+        assert [c.verdict for c in record.controls[:2]] == ["not_supported", "not_supported"]
+        assert "rank-one" in record.controls[1].name
+        assert record.controls[2].verdict != "supported"
         # the cut of the range does not decide: the headline reading's verdict at every tolerance
         assert {t["verdict"] for t in record.details["range_tolerance"].values()} == {record.verdict}
     assert verdicts == ({"E4": "supported", "E9": "not_supported"} if planted == "sigma_inv"
@@ -154,3 +167,72 @@ def test_too_few_tokens_make_the_verdict_inconclusive(gen):
     record = est.result(None)
     assert record.verdict == "inconclusive" and "fewer than 4 D" in record.notes
     assert record.details["readings"]["sigma_inv"]["verdict"] == "supported"  # the rule itself, reported
+
+
+@pytest.mark.parametrize("reading", ["sigma_inv", "sigma"])
+def test_heads_reading_only_the_top_direction_are_rejected_and_were_supported_by_the_old_rule(gen, reading):
+    ctx, x = _planted(gen, reading, ranks=(0,))
+    est = (E4Alignment if reading == "sigma_inv" else E9Covariance)(ctx)
+    est.inputs_[0] = Moments.of(x)
+    est.detail_[0] = dict(enumerate(x[:256].view(8, 32, -1)))
+    record = est.result(None)
+    judged = record.details["readings"][reading]
+    assert judged["old_rule"]["verdict"] == "supported" and judged["low"] > 0  # beats every undeflated rival
+    assert judged["deflated_1"]["high"] < 0  # nothing is left once the top direction is projected out
+    assert record.verdict == "not_supported"
+    assert record.metrics[f"max_cos2_{reading}"] == pytest.approx(record.metrics[f"median_cos2_{reading}"])
+
+
+@pytest.mark.parametrize("reading", ["sigma_inv", "sigma"])
+def test_heads_reading_the_target_below_its_top_direction_are_supported(gen, reading):
+    ctx, x = _planted(gen, reading, ranks=(1, 2, 3, 4))
+    est = (E4Alignment if reading == "sigma_inv" else E9Covariance)(ctx)
+    est.inputs_[0] = Moments.of(x)
+    est.detail_[0] = dict(enumerate(x[:256].view(8, 32, -1)))
+    record = est.result(None)
+    assert record.verdict == "supported"
+    assert DEFLATIONS == (1, 2, 5)
+    assert min(record.metrics[f"deflated_margin_{reading}_k{k}_low"] for k in (1, 2)) > 0
+    # the planted directions are all among the top 5: reported, not deciding
+    assert record.metrics[f"deflated_margin_{reading}_k5_high"] < 0
+    assert record.details["resampling_unit"] == "layer"
+    assert "aligned more than chance" in record.notes
+
+
+def test_layer_bootstrap_is_wider_than_the_head_bootstrap_when_layers_differ():
+    rng = np.random.default_rng(0)
+    values = rng.normal(0, 1, (8, 1))  + rng.normal(0, 0.1, (8, 12))  # a layer effect 10x the heads' spread
+    mean, low, high = mean_interval(values, np.random.default_rng(1))
+    h_mean, h_low, h_high = mean_interval(values, np.random.default_rng(1), "head")
+    assert mean == h_mean and low < h_mean < high
+    assert high - low > 2 * (h_high - h_low)
+    one = mean_interval(values[:1], np.random.default_rng(1))  # one layer: the heads within it still vary
+    assert one[2] - one[1] > 0
+
+
+def test_full_cos_equals_sym_cos_with_each_target(gen):
+    wq, wk = torch.randn(3, 4, 10, generator=gen, dtype=torch.float64), torch.randn(3, 4, 10, generator=gen,
+                                                                                   dtype=torch.float64)
+    b = torch.randn(5, 10, 10, generator=gen, dtype=torch.float64)
+    b = b + b.mT
+    torch.testing.assert_close(full_cos(wq, wk, {"b": b})["b"], torch.stack([sym_cos(wq, wk, t) for t in b]),
+                               rtol=1e-12, atol=1e-12)
+
+
+def test_the_spectrum_rival_in_rotated_coordinates_is_the_dense_cosine(gen):
+    u, v = torch.randn(3, 4, 10, generator=gen, dtype=torch.float64), torch.randn(3, 4, 10, generator=gen,
+                                                                                 dtype=torch.float64)
+    lam = torch.rand(10, generator=gen, dtype=torch.float64) + 0.1
+    q = haar(10, gen)
+    torch.testing.assert_close(q.T @ q, torch.eye(10, dtype=torch.float64))
+    got = deflated({"h": (u, v, u @ q, v @ q)}, lam, READINGS["sigma"], 2)["h"]
+    kept = lam.clone()
+    kept[lam.argsort(descending=True)[:2]] = 0
+    dense = (q * kept) @ q.T
+    torch.testing.assert_close(got["haar_sigma"].double(), sym_cos(u, v, dense), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(got["sigma"].double(), sym_cos(u, v, kept), rtol=1e-5, atol=1e-6)
+
+
+def test_the_zero_form_has_cosine_zero():
+    z = torch.zeros(2, 3, 5)
+    assert sym_cos(z, z, torch.rand(5) + 0.1).tolist() == [0.0, 0.0]

@@ -5,9 +5,12 @@ $$A_h = \operatorname{sym}(W_{q,h}^\top W_{k,h}),\qquad
 
 Seed 000 §3.2 (claim A11): for Gaussian hidden states the matched key is $\Sigma^{-1}h_j$, so
 $W_q^\top W_k \approx \Sigma^{-1}$ (E4). Seed 000 §6: $W_q^\top W_k \approx$ the Fisher matrix, which is
-$\Sigma$ for a Gaussian carrier (E9). Both are compared on the range of $\Sigma$, against their rival, the identity
-and random forms, with the head's own attention Fisher as a second target of each reading (see
-``expattn.probes.e4_readings`` for the targets, the margin and the rule). $\Sigma$ is the covariance of
+$\Sigma$ for a Gaussian carrier (E9). Both are compared on the range of $\Sigma$, against their rival, the identity,
+the target's spectrum on random eigenvectors and random forms, also with the target's top eigen-directions projected
+out, with the head's own attention Fisher as a second target of each reading (see ``expattn.probes.e4_readings`` for
+the targets, the margins and the rule). Reported beside the verdict: the strength, $\cos^2$ (the fraction of a
+head's squared norm the target explains), and whether a head fits its own layer's target better than every other
+layer's (full space, $\Sigma_{l'}$ and $\Sigma_{l'}^{+}$ of each layer $l'$). $\Sigma$ is the covariance of
 ``layers.i.attn.input`` (the tensor the projections read) without the first/special and massive-activation tokens.
 The attention Fisher is the Hessian of the head's log-normalizer over the keys' source states,
 $F_h = E_i \operatorname{Cov}_{p_h(j\mid i)}[x_j]$, averaged over the queries of the detail sequences with the model's
@@ -43,9 +46,13 @@ from expattn.probes.common import (
 )
 from expattn.probes.e3_gaussianity import kept_moments
 from expattn.probes.e4_readings import (
+    DEFLATIONS,
     RANGE_TOL,
     READINGS,
     TOLERANCES,
+    WEAK,
+    deflated,
+    haar,
     judge_reading,
     margin_verdict,
     margins,
@@ -60,6 +67,7 @@ from expattn.results.record import Control
 RIDGE = 1e-2
 MIN_TOKENS_PER_DIM = 4
 TARGETS = ("sigma_inv", "sigma", "fisher_inv", "fisher", "identity")
+SPECTRAL = ("sigma_inv", "sigma")  # the readings whose target has a spectrum of its own: Haar rival, deflation
 
 
 def regularised_inverse(m: Tensor) -> tuple[Tensor, float, int]:
@@ -85,6 +93,46 @@ def regularised_inverse(m: Tensor) -> tuple[Tensor, float, int]:
     return inv, float(lam.mean()), int(bad.sum())
 
 
+def method(target: str, fisher: str) -> str:
+    """The method text of a reading of ``target`` with ``fisher`` as its second reading."""
+    return (f"Frobenius cosine of sym(Wq_h^T Wk_h) with {target} and {fisher} on the range of Sigma; margin over the "
+            "rival reading, the identity, the target's spectrum on random eigenvectors and random forms, also with "
+            "the target's top 1, 2, 5 eigen-directions projected out; layers bootstrap")
+
+
+def criterion(target: str, rival: str, fisher: str) -> str:
+    """The rule of a reading of ``target`` (rival ``rival``; second reading ``fisher``), stated before the data."""
+    return (
+        "supported iff the 95% bootstrap interval (layers resampled, then heads within each drawn layer) of the mean "
+        f"over heads of the margin of cos(A_h, {target}) over the best of cos(A_h, {rival}), cos(A_h, I), "
+        f"cos(A_h, Q diag(spectrum of {target}) Q^T) with Haar-random Q, and the random forms' 95th percentile lies "
+        "above 0, AND the same interval of that margin recomputed with the target's top eigen-direction projected "
+        "out of every target, the head's form kept whole (deflated margin, k = 1), lies above 0; not_supported iff "
+        f"either interval lies below 0; inconclusive otherwise or with fewer than {MIN_TOKENS_PER_DIM} D kept tokens; "
+        "all on the range of Sigma (eigenvalues > 1e-6 of the largest); negative controls through the same rule must "
+        "be not_supported: random heads, and the rank-one form u_1 u_1^T of the target's top eigen-direction; "
+        "reported, not deciding: the deflated margins at k = 2, 5, cos^2 (median, max: aligned weakly when the maximum "
+        f"is below {WEAK:g}), the margin over the best other layer's target (a head is specific to its layer iff "
+        f"positive); the {fisher} reading (a target per head) is judged by the undeflated margin without the "
+        "spectrum rival (details['readings'])"
+    )
+
+
+def full_cos(wq: Tensor, wk: Tensor, targets: dict[str, Tensor]) -> dict[str, Tensor]:
+    r"""$\cos(\operatorname{sym}(W_{q,h}^\top W_{k,h}), T_l)$ ``(L, H)`` for the heads' ``wq, wk`` ``(H, dh, D)``
+    and each stack of symmetric ``targets[name]`` ``(L, D, D)``: each head's ``(D, D)`` form once (one at a time),
+    then one product with all targets ($H L D^2$ multiply-adds instead of ``sym_cos``'s $H L\,d_h D^2$)."""
+    flat = {name: (t.flatten(1), torch.linalg.matrix_norm(t)) for name, t in targets.items()}
+    out: dict[str, list[Tensor]] = {name: [] for name in targets}
+    for q, k in zip(wq, wk, strict=True):
+        a = q.T @ k
+        a = (a + a.T) / 2
+        norm = torch.linalg.matrix_norm(a)
+        for name, (t, t_norm) in flat.items():
+            out[name].append(t @ a.flatten() / (norm * t_norm))
+    return {name: torch.stack(c, 1) for name, c in out.items()}
+
+
 class E4Alignment(Estimator):
     """Streaming estimator of E4 (headline reading ``sigma_inv``, second reading ``fisher_inv``).
 
@@ -93,17 +141,8 @@ class E4Alignment(Estimator):
 
     claim = "E4"
     readings = ("sigma_inv", "fisher_inv")
-    method = (
-        "Frobenius cosine of sym(Wq_h^T Wk_h) with Sigma^+ and the inverse attention Fisher on the range of "
-        "Sigma; margin over the rival reading, the identity and random forms; heads bootstrap"
-    )
-    criterion = (
-        "supported iff the 95% bootstrap interval over heads (layers pooled) of the mean margin of cos(A_h, Sigma^+) "
-        "over the best of cos(A_h, Sigma), cos(A_h, I) and the random forms' 95th percentile, all on the range of "
-        "Sigma (eigenvalues > 1e-6 of the largest), lies above 0; not_supported iff below 0; inconclusive otherwise "
-        f"or with fewer than {MIN_TOKENS_PER_DIM} D kept tokens; random heads through the same rule must not be "
-        "supported; the inverse attention Fisher reading is judged by the same rule (details['readings'])"
-    )
+    method = method("Sigma^+", "the inverse attention Fisher")
+    criterion = criterion("Sigma^+", "Sigma", "inverse attention Fisher")
 
     def __init__(self, ctx: ProbeContext):
         self.ctx = ctx
@@ -143,7 +182,10 @@ class E4Alignment(Estimator):
 
     def _layer(self, i: int, gen: torch.Generator) -> dict:
         """Per head cosines of layer ``i`` in range coordinates with every target, for the model's heads
-        (``cos_*``) and for as many random heads (``control_*``)."""
+        (``cos_*``) and for as many random heads (``control_*``); for the $\\Sigma$ readings (``spectral``: reading ->
+        k -> heads -> key -> ``(H,)``) the cosines of ``e4_readings.deflated`` at k = 0 and ``DEFLATIONS`` of the
+        model's heads, the random ones and the rank-one top form (``(1,)``); and the full-space targets
+        (``sigma_full``, taken out by ``_layers``)."""
         w = self.ctx.attention[i].to(torch.float32)
         sigma = self.inputs_[i].covariance_
         e, v = torch.linalg.eigh(sigma.double())
@@ -170,6 +212,18 @@ class E4Alignment(Estimator):
         for key, target in targets.items():
             out[f"cos_{key}"] = sym_cos(aq, ak, target).double().cpu().numpy()
             out[f"control_{key}"] = sym_cos(rq, rk, target).double().cpu().numpy()
+        top = {name: torch.zeros(1, 1, lam.numel(), device=u.device) for name in SPECTRAL}
+        top["sigma"][..., -1] = top["sigma_inv"][..., 0] = 1.0  # u_1 of Sigma (ascending order), of Sigma^+
+        q = haar(lam.numel(), gen).to(u.device, torch.float32)
+        sets = {"model": (aq, ak), "random": (rq, rk)}
+        sets = {name: (a, b, a @ q, b @ q) for name, (a, b) in sets.items()}
+        out["spectral"] = {
+            name: {k: {key: {t: c.double().cpu().numpy() for t, c in cos.items()} for key, cos in deflated(
+                sets | {"top": (top[name], top[name], top[name] @ q, top[name] @ q)}, lam, READINGS[name],
+                k).items()} for k in (0, *DEFLATIONS)}
+            for name in SPECTRAL
+        }
+        out["sigma_full"] = {"sigma": sigma.float(), "sigma_inv": ((basis / lam) @ basis.T).float()}
         out["cos_sigma_inv_ridge"] = sym_cos(wq, wk, regularised_inverse(sigma)[0].float()).double().cpu().numpy()
         for tol in TOLERANCES:  # the Sigma readings again at other cuts of the range
             lam_t, basis_t, _ = range_basis(e, v, tol)
@@ -185,28 +239,51 @@ class E4Alignment(Estimator):
 
     def _layers(self) -> list[dict]:
         """``_layer`` of every layer, shared with an E4/E9 sibling fed the same statistics (``ctx.analyses``): the
-        fingerprint is each layer's token count and scatter trace and the detail sequences' indices."""
+        fingerprint is each layer's token count and scatter trace and the detail sequences' indices. ``across``:
+        per $\\Sigma$ reading, the full-space cosines of the layer's heads with every layer's target, ``(L, H)``."""
         key = ("E4/E9 layers", tuple((m.n_, float(m.scatter_.diagonal().sum())) for m in self.inputs_),
                tuple(tuple(sorted(d)) for d in self.detail_))
         with self.ctx.analyses_lock:  # a sibling in another thread waits for this analysis instead of repeating it
             if key not in self.ctx.analyses:
                 gen = torch.Generator().manual_seed(self.ctx.seed + 4)
-                self.ctx.analyses[key] = [self._layer(i, gen) for i in range(self.ctx.layers)]
+                layers = [self._layer(i, gen) for i in range(self.ctx.layers)]
+                full = [lay.pop("sigma_full") for lay in layers]
+                targets = {name: torch.stack([f[name] for f in full]) for name in SPECTRAL}  # (L, D, D) each
+                for i, lay in enumerate(layers):
+                    wq, wk = self.ctx.attention[i].to(torch.float32).head_matrices()
+                    lay["across"] = {name: c.double().cpu().numpy() for name, c in full_cos(wq, wk, targets).items()}
+                self.ctx.analyses[key] = layers
             return self.ctx.analyses[key]
+
+    @staticmethod
+    def _heads(layers: list[dict], name: str) -> dict:
+        """The sets of heads of reading ``name`` for ``judge_reading`` (the model's, the random ones and, for a
+        $\\Sigma$ reading, the rank-one form of its target's top direction), each ``{"cos": key -> (L, H),
+        "deflated": k -> {key -> (L, H)}}``."""
+        if name not in SPECTRAL:
+            return {h: {"cos": {k: np.stack([lay[f"{prefix}_{k}"] for lay in layers]) for k in TARGETS},
+                        "deflated": {}} for h, prefix in (("model", "cos"), ("random", "control"))}
+
+        def at(k: int, h: str) -> dict[str, np.ndarray]:
+            return {t: np.stack([lay["spectral"][name][k][h][t] for lay in layers])
+                    for t in layers[0]["spectral"][name][k][h]}
+
+        return {h: {"cos": at(0, h), "deflated": {k: at(k, h) for k in DEFLATIONS}}
+                for h in ("model", "random", "top")}
 
     def measure(self) -> Measured:
         layers = self._layers()
         cos = {k: np.stack([lay[f"cos_{k}"] for lay in layers]) for k in TARGETS}  # (L, H)
-        control = {k: np.stack([lay[f"control_{k}"] for lay in layers]) for k in TARGETS}
-        q95 = np.array([lay["random_q95"] for lay in layers])
         rng = np.random.default_rng(self.ctx.seed + 40)
-        readings = {name: judge_reading(READINGS[name], cos, control, q95, rng) for name in self.readings}
+        q95 = np.array([lay["random_q95"] for lay in layers])
+        readings = {name: judge_reading(READINGS[name], self._heads(layers, name), q95, rng) for name in self.readings}
         headline = READINGS[self.readings[0]]
-        tolerance = {f"{RANGE_TOL:g}": {"sigma_rank_min": min(lay["sigma_rank"] for lay in layers),
-                                        **{k: readings[headline.name][k] for k in ("mean_margin", "low", "high",
-                                                                                   "verdict")}}}
-        for tol in TOLERANCES:
-            at = [lay[f"tolerance_{tol:g}"] for lay in layers]
+        tolerance = {}
+        for tol in (RANGE_TOL, *TOLERANCES):
+            at = [lay[f"tolerance_{tol:g}"] for lay in layers] if tol != RANGE_TOL else [
+                {"rank": lay["sigma_rank"], "q95": lay["random_q95"], "cos": {k: lay[f"cos_{k}"] for k in
+                                                                            ("sigma_inv", "sigma", "identity")}}
+                for lay in layers]
             m = margins({k: np.stack([a["cos"][k] for a in at]) for k in at[0]["cos"]},
                         np.array([a["q95"] for a in at]), headline)
             mean, low, high = mean_interval(m, rng)
@@ -214,10 +291,22 @@ class E4Alignment(Estimator):
                                      "high": high, "verdict": margin_verdict(low, high)}
         tokens = min(lay["sigma_tokens"] for lay in layers)
         metrics: dict = {}
-        for name, reading in readings.items():
-            metrics |= {f"heads_aligned_{name}": reading["heads_aligned"],
-                        f"mean_margin_{name}": reading["mean_margin"],
-                        f"mean_margin_{name}_low": reading["low"], f"mean_margin_{name}_high": reading["high"]}
+        for name, r in readings.items():
+            metrics |= {f"heads_aligned_{name}": r["heads_aligned"], f"mean_margin_{name}": r["mean_margin"],
+                        f"mean_margin_{name}_low": r["low"], f"mean_margin_{name}_high": r["high"]}
+            for k in DEFLATIONS if name in SPECTRAL else ():
+                d = r[f"deflated_{k}"]
+                key = f"deflated_margin_{name}_k{k}"
+                metrics |= {key: d["mean_margin"], f"{key}_low": d["low"], f"{key}_high": d["high"]}
+            metrics |= {f"median_cos2_{name}": r["median_cos2"], f"max_cos2_{name}": r["max_cos2"]}
+        if len(layers) > 1:  # own layer's target against the best other layer's, full space
+            across = np.stack([lay["across"][headline.name] for lay in layers])  # (L, L', H)
+            own = across[np.arange(len(layers)), np.arange(len(layers))]
+            other = np.where(np.eye(len(layers), dtype=bool)[:, :, None], -np.inf, across).max(1)
+            mean, low, high = mean_interval(own - other, rng)
+            metrics |= {f"heads_specific_{headline.name}": int((own > other).sum()),
+                        f"specificity_margin_{headline.name}": mean, f"specificity_margin_{headline.name}_low": low,
+                        f"specificity_margin_{headline.name}_high": high}
         metrics |= {
             "heads": int(cos["identity"].size),
             f"median_cos_{self.readings[0]}": float(np.median(cos[self.readings[0]])),
@@ -229,9 +318,11 @@ class E4Alignment(Estimator):
             "fisher_sequences": len(self.detail_[0]),
         }
         details = {k: [as_list(lay[k]) if isinstance(lay[k], np.ndarray) else lay[k] for lay in layers]
-                   for k in layers[0] if not k.startswith(("control_", "tolerance_"))}
+                   for k in layers[0] if not k.startswith(("control_", "tolerance_", "spectral", "across"))}
         details["readings"] = {name: {k: v for k, v in r.items() if k != "margin"} for name, r in readings.items()}
         details["range_tolerance"] = tolerance
+        details["resampling_unit"] = "layer"
+        details["resampling"] = "two-stage bootstrap: layers with replacement, then heads within each drawn layer"
         details["rope"] = (
             "A_h ignores the rotary rotation (offset-0 form); the Fisher uses the model's rotated attention"
             if self.ctx.attention[0].rope
@@ -242,18 +333,37 @@ class E4Alignment(Estimator):
 
     def judge(self, measured: Measured) -> Judgement:
         readings, enough = measured.arrays["readings"], measured.arrays["enough_tokens"]
+        names = {"random": "random heads sym(R_q^T R_k) of the same shape",
+                 "top": "rank-one form u_1 u_1^T of the target's top eigen-direction"}
         controls = [
-            Control(f"random heads sym(R_q^T R_k) of the same shape ({READINGS[name].label} reading)", "negative",
-                    r["control"]["verdict"], {k: v for k, v in r["control"].items() if k != "verdict"})
-            for name, r in readings.items()
+            Control(f"{names[h]} ({READINGS[name].label} reading)", "negative", c["verdict"],
+                    {"mean_margin": c["mean_margin"], "low": c["low"], "high": c["high"],
+                     **({"deflated_margin_k1": c["deflated_1"]["mean_margin"]} if "deflated_1" in c else {}),
+                     "old_rule_mean_margin": c["old_rule"]["mean_margin"], "old_rule_low": c["old_rule"]["low"]})
+            for name, r in readings.items() for h, c in r["controls"].items()
         ]
         headline = readings[self.readings[0]]["verdict"] if enough else "inconclusive"
+        m = measured.metrics
+        strength = []
+        for name, r in readings.items():
+            said = ("aligned more than chance, " + ("weakly" if r["max_cos2"] < WEAK else "strongly")
+                    if r["verdict"] == "supported" else r["verdict"].replace("_", " "))
+            strength.append(f"{name}: {said} (cos^2 median {r['median_cos2']:.2g}, at most {r['max_cos2']:.2g})")
+        name = self.readings[0]
+        deflation = ", ".join(f"k={k} {m[f'deflated_margin_{name}_k{k}']:+.3f}" for k in DEFLATIONS)
+        specific = (f"; heads specific to their own layer's target (margin over the best other layer's > 0): "
+                    f"{m[f'heads_specific_{name}']} of {m['heads']}, mean margin "
+                    f"{m[f'specificity_margin_{name}']:+.3f} [{m[f'specificity_margin_{name}_low']:+.3f}, "
+                    f"{m[f'specificity_margin_{name}_high']:+.3f}]" if f"heads_specific_{name}" in m else "")
         notes = (
-            f"on the range of Sigma (eigenvalues > 1e-6 of the largest; smallest rank "
-            f"{measured.metrics['sigma_rank_min']} of {self.ctx.dim}); verdict on the "
-            f"{READINGS[self.readings[0]].label} margin over max(rival reading, random q95, cos with I); "
-            + ", ".join(f"{name}: {r['verdict']}" for name, r in readings.items())
-            + ("" if enough else f"; inconclusive: {measured.metrics['sigma_tokens']} kept tokens, fewer than "
+            "; ".join(strength)
+            + f"; {name} margin over the best rival {m[f'mean_margin_{name}']:+.3f} "
+            f"[{m[f'mean_margin_{name}_low']:+.3f}, {m[f'mean_margin_{name}_high']:+.3f}] (layers resampled), "
+            "with the target's top k directions "
+            f"projected out: {deflation}" + specific
+            + f"; on the range of Sigma (eigenvalues > 1e-6 of the largest; smallest rank {m['sigma_rank_min']} of "
+            f"{self.ctx.dim})"
+            + ("" if enough else f"; inconclusive: {m['sigma_tokens']} kept tokens, fewer than "
                f"{MIN_TOKENS_PER_DIM} D = {MIN_TOKENS_PER_DIM * self.ctx.dim}")
             + f"; {measured.details['rope']}"
         )
@@ -288,14 +398,5 @@ class E9Covariance(E4Alignment):
 
     claim = "E9"
     readings = ("sigma", "fisher")
-    method = (
-        "Frobenius cosine of sym(Wq_h^T Wk_h) with Sigma and the attention Fisher on the range of Sigma; margin "
-        "over the rival reading, the identity and random forms; heads bootstrap"
-    )
-    criterion = (
-        "supported iff the 95% bootstrap interval over heads (layers pooled) of the mean margin of cos(A_h, Sigma) "
-        "over the best of cos(A_h, Sigma^+), cos(A_h, I) and the random forms' 95th percentile, all on the range of "
-        "Sigma (eigenvalues > 1e-6 of the largest), lies above 0; not_supported iff below 0; inconclusive otherwise "
-        f"or with fewer than {MIN_TOKENS_PER_DIM} D kept tokens; random heads through the same rule must not be "
-        "supported; the attention Fisher reading is judged by the same rule (details['readings'])"
-    )
+    method = method("Sigma", "the attention Fisher")
+    criterion = criterion("Sigma", "Sigma^+", "attention Fisher")

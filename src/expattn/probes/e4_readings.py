@@ -28,14 +28,30 @@ of MiniLM, whose one dropped direction (the hyperplane's normal) sits 1e-7 below
 (recorded per layer as ``sigma_rank`` and ``range_gap``: the largest dropped over the smallest kept eigenvalue).
 Where the spectrum runs on through $\tau$ without a gap (SmolLM2's first layers: ``range_gap`` near 1) the cut is a
 regularisation, not the exact range: the headline reading is therefore repeated at $\tau = 10^{-8}$ and $10^{-4}$
-(``TOLERANCES``; ``details["range_tolerance"]``) to show whether the verdict depends on it.
+(``TOLERANCES``; ``details["range_tolerance"]``: its margin over the rival, the identity and the random forms, with
+the layers' interval, at $\tau = 10^{-6}$ too) to show whether the verdict depends on it.
 
 **Margin and rule.** Per head
-$m_h = \cos(\tilde A_h, T) - \max(\cos(\tilde A_h, T'), \cos(\tilde A_h, I_r), q_{95}(r))$ with $T$ the target, $T'$
-its rival and $q_{95}(r)$ the random form's 95th percentile (``random_q95``); a reading is supported when the 95%
-bootstrap interval over heads (all layers pooled) of the mean margin lies above 0, not supported below 0. Its
-negative control is random heads $\operatorname{sym}(R_q^\top R_k)$ in range coordinates (Gaussian $R$ of the head's
-shape: an orthonormal $U_r$ keeps them Gaussian) through the same margin and rule.
+$m_h = \cos(\tilde A_h, T) - \max(\cos(\tilde A_h, T'), \cos(\tilde A_h, I_r), \cos(\tilde A_h, Q\Lambda_T Q^\top),
+q_{95}(r))$ with $T$ the target, $T'$ its rival, $Q\Lambda_T Q^\top$ the target's spectrum on Haar-random
+eigenvectors (one draw per layer, shared by the readings and the deflations; ``haar``) and $q_{95}(r)$ the random
+form's 95th percentile (``random_q95``).
+$\Sigma$ is dominated by its top eigenvector, so a head that reads only that direction, $u_1u_1^\top$, beats every
+rival by $\lambda_1/\lVert\Sigma\rVert_F$. The **deflated margin** $m_h^{(k)}$ is $m_h$ recomputed with the target's
+top-$k$ eigen-directions projected out of the target, the rival and the identity, and the spectrum rival built from
+the deflated target (``deflated``; $k$ in ``DEFLATIONS``). The head's form is kept whole: its part along those
+directions no longer adds to the inner products but still counts in its norm, so $u_1u_1^\top$ has cosine 0 with
+every deflated target ($m^{(1)} \le -q_{95} < 0$, the random form's percentile being the same for any target), and so
+has, nearly, a head that reads the top direction of the population while the sample's $u_1$ is off by a few degrees
+(deflating the form too would leave only that error, whose cosine with the deflated $\Sigma$ is large: it lies along
+$u_2$).
+A $\Sigma$ reading is supported when the 95% interval of the mean of $m_h$ and that of the mean of $m_h^{(1)}$ both
+lie above 0, not supported when either lies below 0 ($k = 1$ removes exactly the trivial explanation; $k = 2, 5$,
+reported, remove genuine parts of the target too). The Fisher readings (a target per head) keep $m_h$ without the
+spectrum rival and without deflation. Heads of a layer share its input, so the intervals resample layers, then heads
+within each drawn layer (``mean_interval``). Negative controls through the same rule: random heads
+$\operatorname{sym}(R_q^\top R_k)$ in range coordinates (Gaussian $R$ of the head's shape: an orthonormal $U_r$
+keeps them Gaussian), and the rank-one form of the target's top direction.
 """
 
 from __future__ import annotations
@@ -49,6 +65,8 @@ from torch import Tensor
 RANGE_TOL = 1e-6
 TOLERANCES = (1e-8, 1e-4)
 BOOTSTRAP = 2000
+DEFLATIONS = (1, 2, 5)
+WEAK = 0.5  # cos^2 below which the target explains less than half of every head's squared norm
 
 
 @dataclass(frozen=True)
@@ -82,22 +100,27 @@ def range_basis(e: Tensor, v: Tensor, tol: float = RANGE_TOL) -> tuple[Tensor, T
     return e[keep], v[:, keep], gap
 
 
-def sym_cos(u: Tensor, v: Tensor, b: Tensor | None) -> Tensor:
+def sym_norm(u: Tensor, v: Tensor) -> Tensor:
+    """$\\lVert\\operatorname{sym}(u^\\top v)\\rVert_F$ for ``u, v`` of shape ``(..., r, D)``, without forming the
+    ``(D, D)`` product: $\\lVert\\operatorname{sym}(u^\\top v)\\rVert^2 =
+    \\tfrac12(\\langle uu^\\top, vv^\\top\\rangle + \\langle vu^\\top, uv^\\top\\rangle)$."""
+    vu = v @ u.mT
+    return ((((u @ u.mT) * (v @ v.mT)).sum((-1, -2)) + (vu * vu.mT).sum((-1, -2))) / 2).sqrt()
+
+
+def sym_cos(u: Tensor, v: Tensor, b: Tensor | None, norm: Tensor | None = None) -> Tensor:
     """$\\cos(\\operatorname{sym}(u^\\top v), B)$ for ``u, v`` of shape ``(..., r, D)``, batched over the leading dims,
     without forming the ``(D, D)`` product. ``B``: symmetric ``(..., D, D)``, a diagonal given as its ``(D,)``
-    entries, or ``None`` for the identity:
-    $\\langle u^\\top v, B\\rangle = \\sum (uB)\\odot v$ and
-    $\\lVert\\operatorname{sym}(u^\\top v)\\rVert^2 =
-    \\tfrac12(\\langle uu^\\top, vv^\\top\\rangle + \\langle vu^\\top, uv^\\top\\rangle)$."""
+    entries, or ``None`` for the identity: $\\langle u^\\top v, B\\rangle = \\sum (uB)\\odot v$; ``norm``:
+    ``sym_norm(u, v)`` when the caller has it. The zero form has cosine 0."""
     if b is None:
         inner, b_norm = (u * v).sum((-1, -2)), u.shape[-1] ** 0.5
     elif b.ndim == 1:
         inner, b_norm = (u * b * v).sum((-1, -2)), torch.linalg.vector_norm(b)
     else:
         inner, b_norm = ((u @ b) * v).sum((-1, -2)), torch.linalg.matrix_norm(b)
-    vu = v @ u.mT
-    sym_sq = ((u @ u.mT) * (v @ v.mT)).sum((-1, -2)) + (vu * vu.mT).sum((-1, -2))
-    return inner / ((sym_sq / 2).sqrt() * b_norm)
+    norm = (sym_norm(u, v) if norm is None else norm) * b_norm
+    return torch.where(norm > 0, inner / norm.clamp_min(torch.finfo(norm.dtype).tiny), 0.0)
 
 
 def random_q95(dim: int) -> float:
@@ -107,44 +130,115 @@ def random_q95(dim: int) -> float:
     return 1.6449 * (2.0 / (dim * (dim + 1))) ** 0.5
 
 
+def haar(r: int, gen: torch.Generator) -> Tensor:
+    """A Haar-random orthogonal ``(r, r)`` float64 matrix (QR of a Gaussian, the signs of R's diagonal moved into
+    Q), drawn on the CPU from ``gen``."""
+    q, rr = torch.linalg.qr(torch.randn(r, r, generator=gen, dtype=torch.float64))
+    return q * torch.sign(torch.diagonal(rr))
+
+
+def deflated(heads: dict[str, tuple[Tensor, Tensor, Tensor, Tensor]], lam: Tensor, reading: Reading,
+             k: int) -> dict[str, dict[str, Tensor]]:
+    """Cosines of each set of heads $\\operatorname{sym}(u^\\top v)$ with the targets of a $\\Sigma$ ``reading`` built
+    from the range's eigenvalues ``lam`` ``(r,)``, each with the reading's target's top-``k`` eigen-directions
+    (coordinates) projected out: $P T P$ with $P$ the projector on the other directions. ``heads[name] =
+    (u, v, uQ, vQ)``: rows ``(..., rows, r)`` in range coordinates, and the same rotated by a Haar-random orthogonal
+    $Q$ (``haar``). Per name, keys: the target, the rival, ``identity`` ($P$) and ``haar_<target>``,
+    $Q\\,P T P\\,Q^\\top$ (the deflated target's spectrum on random eigenvectors: $\\cos(\\operatorname{sym}(u^\\top v),
+    Q D Q^\\top) = \\cos(\\operatorname{sym}((uQ)^\\top vQ), D)$); each ``(...)``."""
+    spectra = {"sigma": lam, "sigma_inv": lam.reciprocal()}
+    mask = torch.ones_like(lam).index_fill_(0, spectra[reading.target].argsort(descending=True)[:k], 0.0)
+    targets = {reading.target: spectra[reading.target] * mask, reading.rival: spectra[reading.rival] * mask,
+               "identity": mask}
+    targets = {key: t.float() for key, t in targets.items()}
+    out = {}
+    for name, (u, v, uq, vq) in heads.items():
+        norm = sym_norm(u, v)  # the form is kept whole (and Q is orthogonal): one norm for every target
+        out[name] = {key: sym_cos(u, v, t, norm) for key, t in targets.items()}
+        out[name][f"haar_{reading.target}"] = sym_cos(uq, vq, targets[reading.target], norm)
+    return out
+
+
 def margin_verdict(low: float, high: float) -> str:
     """``supported`` when the margin's interval lies above 0, ``not_supported`` when below, else ``inconclusive``."""
     return "supported" if low > 0 else "not_supported" if high < 0 else "inconclusive"
 
 
 def margins(cos: dict[str, np.ndarray], q95: np.ndarray, reading: Reading) -> np.ndarray:
-    """$m_h$ of ``reading`` from per-head cosines ``cos[key]`` ``(L, H)`` (keys: the four targets and
-    ``identity``) and the per-layer random percentile ``q95`` ``(L,)``."""
+    """$m_h$ of ``reading`` from per-head cosines ``cos[key]`` ``(L, H)`` (keys: the targets, ``identity`` and,
+    where present, ``haar_<target>``) and the per-layer random percentile ``q95`` ``(L,)``."""
     chance = np.broadcast_to(q95[:, None], cos["identity"].shape)
-    best = np.maximum.reduce([cos[reading.rival], cos["identity"], chance])
-    return cos[reading.target] - best
+    rivals = [cos[reading.rival], cos["identity"], chance]
+    if f"haar_{reading.target}" in cos:
+        rivals.append(cos[f"haar_{reading.target}"])
+    return cos[reading.target] - np.maximum.reduce(rivals)
 
 
-def mean_interval(values: np.ndarray, rng: np.random.Generator) -> tuple[float, float, float]:
-    """Mean of ``values`` (all entries pooled) and its 95% percentile-bootstrap interval (``BOOTSTRAP`` resamples)."""
-    flat = values.ravel()
-    boot = flat[rng.integers(0, flat.size, (BOOTSTRAP, flat.size))].mean(1)
+def mean_interval(values: np.ndarray, rng: np.random.Generator, unit: str = "layer") -> tuple[float, float, float]:
+    """Mean of ``values`` ``(L, H)`` (all entries pooled) and its 95% percentile-bootstrap interval (``BOOTSTRAP``
+    resamples). ``unit="layer"``: the heads of a layer share its input, so each resample draws ``L`` layers with
+    replacement, then ``H`` heads with replacement within each drawn layer (two stages: a single layer still gets
+    an interval from its heads); ``unit="head"``: heads drawn from all layers pooled."""
+    if unit == "head":
+        flat = values.ravel()
+        boot = flat[rng.integers(0, flat.size, (BOOTSTRAP, flat.size))].mean(1)
+    else:
+        n_layers, n_heads = values.shape
+        layers = rng.integers(0, n_layers, (BOOTSTRAP, n_layers, 1))
+        boot = values[layers, rng.integers(0, n_heads, (BOOTSTRAP, n_layers, n_heads))].mean((1, 2))
     low, high = np.quantile(boot, [0.025, 0.975])
-    return float(flat.mean()), float(low), float(high)
+    return float(values.mean()), float(low), float(high)
 
 
-def judge_reading(reading: Reading, cos: dict[str, np.ndarray], control: dict[str, np.ndarray], q95: np.ndarray,
-                  rng: np.random.Generator) -> dict:
-    """The rule of the module docstring applied to the model's heads (``cos``) and to the random heads
-    (``control``, same keys): verdict, mean margin with its interval, heads above their baselines, and the
-    control's verdict and interval."""
+def rule(headline: tuple[float, float], deflated_one: tuple[float, float] | None) -> str:
+    """The verdict of a reading from the intervals ``(low, high)`` of its mean margin and of its mean deflated
+    margin at $k = 1$ (``None`` for the Fisher readings): supported when both lie above 0, not supported when
+    either lies below 0."""
+    parts = [headline] if deflated_one is None else [headline, deflated_one]
+    if all(low > 0 for low, _ in parts):
+        return "supported"
+    return "not_supported" if any(high < 0 for _, high in parts) else "inconclusive"
+
+
+def judge_margins(cos: dict[str, np.ndarray], deflations: dict[int, dict[str, np.ndarray]], q95: np.ndarray,
+                  reading: Reading, rng: np.random.Generator) -> dict:
+    """``rule`` on one set of heads: ``cos`` (key -> ``(L, H)``), the deflated cosines per ``k`` (``{}`` for the
+    Fisher readings) and the random forms' percentile ``q95`` ``(L,)`` (the same with every deflation). Returns the
+    verdict, the margins ``(L, H)``, the mean margin with its interval, per ``k`` the deflated one, and the old rule
+    (rivals without the spectrum, no deflation, heads pooled) for reference."""
     m = margins(cos, q95, reading)
     mean, low, high = mean_interval(m, rng)
-    c_mean, c_low, c_high = mean_interval(margins(control, q95, reading), rng)
+    out = {"margin": m, "mean_margin": mean, "low": low, "high": high}
+    for k, at in deflations.items():
+        mk = margins(at, q95, reading)
+        out[f"deflated_{k}"] = dict(zip(("mean_margin", "low", "high"), mean_interval(mk, rng), strict=True))
+    one = out["deflated_1"] if 1 in deflations else None
+    out["verdict"] = rule((low, high), None if one is None else (one["low"], one["high"]))
+    old = {key: c for key, c in cos.items() if not key.startswith("haar_")}
+    o_mean, o_low, o_high = mean_interval(margins(old, q95, reading), rng, "head")
+    out["old_rule"] = {"verdict": margin_verdict(o_low, o_high), "mean_margin": o_mean, "low": o_low, "high": o_high}
+    return out
+
+
+def judge_reading(reading: Reading, heads: dict[str, dict], q95: np.ndarray, rng: np.random.Generator) -> dict:
+    """The rule of the module docstring applied to the model's heads and to each control: ``heads[name]`` holds
+    ``"cos"`` and ``"deflated"`` as in ``judge_margins`` (name ``"model"``, then the controls). Returns the
+    model's verdict, mean margin with its interval, deflated margins, heads above their baselines, the
+    strength (cos^2 of the target: median and maximum) and, per control, its verdict and numbers."""
+    model = judge_margins(heads["model"]["cos"], heads["model"]["deflated"], q95, reading, rng)
+    cos2 = np.square(heads["model"]["cos"][reading.target])
+    controls = {}
+    for name, h in heads.items():
+        if name != "model":
+            c = judge_margins(h["cos"], h["deflated"], q95, reading, rng)
+            controls[name] = {k: v for k, v in c.items() if k != "margin"}
     return {
         "target": reading.label,
         "source": reading.source,
-        "verdict": margin_verdict(low, high),
-        "mean_margin": mean,
-        "low": low,
-        "high": high,
-        "heads_aligned": int((m > 0).sum()),
-        "heads": int(m.size),
-        "margin": m.tolist(),
-        "control": {"verdict": margin_verdict(c_low, c_high), "mean_margin": c_mean, "low": c_low, "high": c_high},
+        **model,
+        "heads_aligned": int((model["margin"] > 0).sum()),
+        "heads": int(model["margin"].size),
+        "median_cos2": float(np.median(cos2)),
+        "max_cos2": float(cos2.max()),
+        "controls": controls,
     }
