@@ -28,7 +28,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from rich.table import Table
 
 from expattn.catalogue import ENTRIES
-from expattn.catalogue.registry import RunContext, claims, run_claim
+from expattn.catalogue.registry import RunContext, claims, timed_claim
 from expattn.probes.loading import BUILTIN_MODELS
 from expattn.probes.progress import Stage as ProbeStage
 from expattn.report.document import Stage, cpu
@@ -155,6 +155,7 @@ class _Runner:
         self.config, self.staging, self.progress = config, staging, progress
         self.records: list[Record] = []
         self.stages: list[Stage] = []
+        self.timings: dict[str, dict[str, dict[str, float]]] = {}  # stage -> check or hypothesis -> wall seconds
         self.task = progress.add_task("report", total=None)
 
     def stage(self, name: str, body: Callable[[], tuple[list[Record], str, str]]) -> None:
@@ -175,10 +176,12 @@ class _Runner:
         plot_dir = self.staging / "plots" / command
         plot_dir.mkdir(parents=True, exist_ok=True)
         ctx = RunContext(seed=self.config.seed, out_dir=plot_dir, quick=self.config.quick)
-        out = []
+        out, timings = [], self.timings.setdefault(command, {})
         for claim in chosen:
             self.progress.update(self.task, description=f"{command} {claim.name}")
-            out.append(_tag(run_claim(claim, ctx), command, f"plots/{command}"))
+            record, seconds = timed_claim(claim, ctx)
+            out.append(_tag(record, command, f"plots/{command}"))
+            timings[claim.name] = {"seconds": seconds}
             self.progress.advance(self.task)
         failed = sum(r.verdict == "fail" for r in out)
         errors = sum(r.verdict == "error" for r in out)
@@ -193,7 +196,7 @@ class _Runner:
             self.progress.advance(self.task)
 
     def _probe(self, model: str) -> tuple[list[Record], str, str]:
-        from expattn.probes.runner import ProbeConfig, run_probe
+        from expattn.probes.runner import ProbeConfig, probe
 
         base = "probe-" + (re.sub(r"[^A-Za-z0-9_.-]", "_", Path(model).name) or "model")
         slug, n = base, 1
@@ -208,14 +211,15 @@ class _Runner:
 
         try:
             config = ProbeConfig.preset(model, quick=self.config.quick, seed=self.config.seed)
-            records = run_probe(config, plot_dir, progress=progress)
+            outcome = probe(config, plot_dir, progress=progress)
         except (ImportError, ValueError) as err:
             reason = f"cannot probe this model here: {err}"
             return _placeholder(model, "skipped", reason), "skipped", reason
         except Exception as err:
             reason = f"probe raised {type(err).__name__}: {err}"
             return _placeholder(model, "error", reason), "fail", reason
-        return [_tag(r, "probe", f"plots/{slug}", model=model) for r in records], "ok", ""
+        self.timings[f"probe {model}"] = outcome.timings
+        return [_tag(r, "probe", f"plots/{slug}", model=model) for r in outcome.records], "ok", ""
 
 
     def train_stage(self) -> tuple[list[Record], str, str]:
@@ -319,6 +323,7 @@ def run_report(config: ReportConfig, console: Console) -> ReportResult:
             quick=config.quick,
             models=list(config.models),
             platform=platform.platform(),
+            timings=runner.timings,
         )
         write_json_atomic(staging / "results.json", document)
         (staging / "report.html").write_text(render_html(document, staging), encoding="utf-8")
