@@ -91,8 +91,8 @@ def bench_time(model: str, token_counts: list[int], repeat: int, hypotheses: tup
                 inside = (f"forward passes inside wall {outcome.forward_seconds:.1f} s "
                           f"(cpu {outcome.forward_cpu_seconds:.1f} s), statistics wall {outcome.stats_seconds:.1f} s "
                           f"(cpu {outcome.stats_cpu_seconds:.1f} s)")
-                per = {r.id: round(r.metrics["update_seconds"] + r.metrics["result_seconds"], 2)
-                       for r in outcome.records}
+                per = {claim: round(t["update_seconds"] + t["result_seconds"], 2)
+                       for claim, t in outcome.timings.items()}
                 print(f"round {round_}, {tokens} tokens, {name}: {inside}; per hypothesis {per}")
             rounds[tokens].append(row)
             print(f"round {round_}, {tokens} tokens: " + ", ".join(

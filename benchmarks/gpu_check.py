@@ -180,8 +180,9 @@ def part_probe(log: Log, args) -> dict:
         f"(goal <= 2x); peak memory {peak:.1f} GiB; model on {out.model['device']}")
     crashed = []
     for r in res.records:
-        log(f"  {r.id:<3} {r.verdict:<14} updates {r.metrics.get('update_seconds', 0.0):7.3f} s  analysis "
-            f"{r.metrics.get('result_seconds', 0.0):7.3f} s  {r.notes[:160]}")
+        seconds = res.timings.get(r.id, {})
+        log(f"  {r.id:<3} {r.verdict:<14} updates {seconds.get('update_seconds', 0.0):7.3f} s  analysis "
+            f"{seconds.get('result_seconds', 0.0):7.3f} s  {r.notes[:160]}")
         if r.verdict == "error" or (r.verdict == "skipped" and "raised" in r.notes):
             crashed.append(r.id)
             log("     " + r.details.get("traceback", "").replace("\n", "\n     "))
@@ -225,8 +226,8 @@ def part_profile(log: Log, args) -> dict:
     with _profiler(device) as prof:
         res = expattn.probe(model, None, input_ids=ids, batch_size=batch, device=args.probe_device, **kwargs)
     _sync(device)
-    timings = "\n".join(f"{r.id}: updates {r.metrics.get('update_seconds', 0.0):.3f} s, analysis "
-                         f"{r.metrics.get('result_seconds', 0.0):.3f} s" for r in res.records)
+    timings = "\n".join(f"{claim}: updates {t['update_seconds']:.3f} s, analysis {t['result_seconds']:.3f} s"
+                        for claim, t in res.timings.items())
     (out / "profile_probe.txt").write_text(f"probe over {ids.numel():,} tokens, profiled\n{timings}\n\n"
                                            + _profile_table(prof, device) + "\n")
     del model

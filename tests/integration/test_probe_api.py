@@ -22,8 +22,8 @@ ARGS = {"hypotheses": ("E1", "E2", "E5", "E6", "E8"), "tokens": 192, "seq_len": 
 
 
 def _numbers(records: list[dict]) -> list:
-    """Ids, verdicts, metrics without timings and details without the model's name, per record."""
-    return [(r["id"], r["verdict"], {k: v for k, v in r["metrics"].items() if not k.endswith("seconds")},
+    """Ids, verdicts, metrics and details without the model's name, per record."""
+    return [(r["id"], r["verdict"], r["metrics"],
              {k: v for k, v in r["details"].items() if k != "model"}) for r in records]
 
 

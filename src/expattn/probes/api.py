@@ -47,6 +47,12 @@ class ProbeResults:
         """Hypothesis id -> verdict (``supported``, ``not_supported``, ``inconclusive``, ``skipped``, ``error``)."""
         return {r.id: r.verdict for r in self.records}
 
+    @property
+    def timings(self) -> dict[str, dict[str, float]]:
+        """Hypothesis id -> wall seconds of its updates (``update_seconds``) and of its analysis
+        (``result_seconds``): provenance, kept beside the records (``results.json``'s ``timings``)."""
+        return self.outcome.timings
+
     def to_frame(self):
         """A pandas DataFrame with one row per hypothesis, layer, head and metric: the ``results.csv`` table
         of ``expattn report`` (``expattn.results.frame.records_frame``: columns ``id``, ``verdict``, ``metric``,
@@ -65,24 +71,13 @@ class ProbeResults:
         """
         out = Path(out)
         with output_folder(out, overwrite=overwrite, flag="overwrite=True") as tmp:
-            fed = _Timings(self.records)
-            drawn = records(self.outcome.estimators, {}, fed, self.outcome.model["name"], tmp)  # the plots
+            failed = {r.id: r for r in self.records if r.verdict == "error"}  # kept as they are, not analysed again
+            drawn, _ = records(self.outcome.estimators, {}, failed, self.outcome.model["name"], tmp)  # the plots
             plots = {r.id: r.plots for r in drawn}
             for record in self.records:
                 record.plots = plots.get(record.id, record.plots)
             write_json_atomic(tmp / "results.json", self.outcome.document())
         return out
-
-
-class _Timings:
-    """What ``records`` reads of a feed: the per-estimator seconds, taken from the records already made, whether
-    the analyses may take a second core (no: these records are drawn again, one after the other), and the error
-    records, kept as they are (not analysed again)."""
-
-    def __init__(self, recs: list[Record]):
-        self.per_estimator = {r.id: r.metrics.get("update_seconds", 0.0) for r in recs}
-        self.overlapped = False
-        self.failed = {r.id: r for r in recs if r.verdict == "error"}
 
 
 def probe(model: nn.Module | str, tokenizer: object | None = None, *, texts: str | list[str] | None = None,

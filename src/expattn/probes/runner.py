@@ -37,7 +37,7 @@ from expattn.probes.e5_gradient import E5Gradient
 from expattn.probes.e6_mlp import E6Mlp
 from expattn.probes.e7_collapse import E7Collapse
 from expattn.probes.e8_heads import E8Heads
-from expattn.probes.feeding import Feeding, feed, merge
+from expattn.probes.feeding import feed, merge
 from expattn.probes.footprint import STATISTICS, require_room
 from expattn.probes.loading import load_pretrained, read_config, resolve_model_dir
 from expattn.probes.overlap import measure_in_parallel
@@ -139,7 +139,11 @@ class ProbeConfig:
 @dataclass
 class ProbeOutcome:
     """Records plus the run's provenance (what ``results.json`` stores beside them) and, on rank 0,
-    the fitted (merged) estimators with their streaming statistics."""
+    the fitted (merged) estimators with their streaming statistics.
+
+    The wall times are provenance, never in the records (the records of a seed are the same on every run):
+    ``timings`` maps each measured hypothesis to its ``update_seconds`` (its statistics' updates during the
+    forward passes) and ``result_seconds`` (its analysis), on rank 0."""
 
     records: list[Record]
     tokens: int
@@ -151,6 +155,7 @@ class ProbeOutcome:
     stats_cpu_seconds: float
     model: dict
     config: dict
+    timings: dict[str, dict[str, float]]
     estimators: list = field(default_factory=list)
 
     def document(self) -> dict:
@@ -169,6 +174,7 @@ class ProbeOutcome:
             world_size=int(os.environ.get("WORLD_SIZE", "1")),
             model=self.model,
             config=self.config,
+            timings=self.timings,
         )
 
 
@@ -229,26 +235,29 @@ def context(subject: Subject, config: ProbeConfig) -> ProbeContext:
     )
 
 
-def records(estimators: list, inapplicable: dict[str, str], fed: Feeding, model_name: str,
-            out_dir: Path | None, report: Callable[[Stage], None] | None = None) -> list[Record]:
+def records(estimators: list, inapplicable: dict[str, str], failed: dict[str, Record], model_name: str,
+            out_dir: Path | None, report: Callable[[Stage], None] | None = None,
+            parallel: bool = False) -> tuple[list[Record], dict[str, float]]:
     """Step 4 (rank 0): one record per chosen hypothesis: ``skipped`` with the reason where it cannot apply,
-    ``error`` (the exception and its traceback) where its update or its analysis raised, else its verdict. One
-    estimator's error does not stop the others. When the updates overlapped the forward passes (a spare core), the
-    analyses run two at a time (``measure_in_parallel``; the same numbers); judging and plotting stay on this
-    thread. ``report`` hears the ``analyses`` stage before each hypothesis (``expattn.probes.progress``)."""
-    out = []
+    ``error`` (the exception and its traceback) where its update or its analysis raised, else its verdict; and
+    each estimator's analysis wall seconds. One estimator's error does not stop the others; ``failed`` holds the
+    error records of the updates, kept as they are. With ``parallel`` (the updates overlapped the forward passes
+    on a spare core) the analyses run two at a time (``measure_in_parallel``; the same numbers); judging and
+    plotting stay on this thread. ``report`` hears the ``analyses`` stage before each hypothesis
+    (``expattn.probes.progress``)."""
+    out, seconds = [], {}
     if out_dir is not None:
         Path(out_dir).mkdir(parents=True, exist_ok=True)
-    healthy = [est for est in estimators if est.claim not in fed.failed]
-    analysed = measure_in_parallel(healthy) if fed.overlapped else {}  # the spare core the updates had
+    healthy = [est for est in estimators if est.claim not in failed]
+    analysed = measure_in_parallel(healthy) if parallel else {}  # the spare core the updates had
     for k, est in enumerate(estimators):
         if report is not None:
             report(Stage("analyses", k, len(estimators), (est.claim,)))
         t0 = time.perf_counter()
-        measured, seconds = analysed.get(est.claim, (None, 0.0))
+        measured, elsewhere = analysed.get(est.claim, (None, 0.0))
         try:
-            if est.claim in fed.failed:
-                record = fed.failed[est.claim]
+            if est.claim in failed:
+                record = failed[est.claim]
             else:
                 if isinstance(measured, Exception):
                     raise measured
@@ -258,8 +267,7 @@ def records(estimators: list, inapplicable: dict[str, str], fed: Feeding, model_
             raise
         except Exception as err:  # one failing analysis must not discard the others: report it
             record = error_record(est.claim, "empirical", "analysis", err)
-        record.metrics["update_seconds"] = fed.per_estimator[est.claim]
-        record.metrics["result_seconds"] = time.perf_counter() - t0 + seconds
+        seconds[est.claim] = time.perf_counter() - t0 + elsewhere
         record.statement, record.source = entry(record.id).statement, entry(record.id).seeds
         record.details["model"] = model_name
         out.append(enforce_controls(record))
@@ -267,7 +275,7 @@ def records(estimators: list, inapplicable: dict[str, str], fed: Feeding, model_
         out.append(Record(claim, "empirical", "skipped", notes=f"does not apply to this model: {why}",
                           statement=entry(claim).statement, source=entry(claim).seeds, details={"model": model_name}))
     out.sort(key=lambda r: HYPOTHESES.index(r.id))
-    return out
+    return out, seconds
 
 
 def probe(
@@ -359,7 +367,10 @@ def probe_subject(subject: Subject, config: ProbeConfig, out_dir: Path | None,
     forward, stats_seconds = merge(estimators, fed, rank, world)
     if fed.overlapped:  # records measures them all first, two at a time (measure_in_parallel)
         report(Stage("analyses", 0, len(estimators), fed_ids))
-    recs = records(estimators, inapplicable, fed, subject.name, out_dir, report) if rank == 0 else []
+    recs, analysis = records(estimators, inapplicable, fed.failed, subject.name, out_dir, report,
+                             fed.overlapped) if rank == 0 else ([], {})
+    timings = {claim: {"update_seconds": fed.per_estimator[claim], "result_seconds": seconds}
+               for claim, seconds in analysis.items()}
     report(Stage("analyses", len(estimators), len(estimators)))
     w = ctx.attention[0]
     model_info = {
@@ -387,12 +398,7 @@ def probe_subject(subject: Subject, config: ProbeConfig, out_dir: Path | None,
         fed.stats_cpu,
         model_info,
         asdict(config),
+        timings,
         estimators if rank == 0 else [],
     )
 
-
-def run_probe(
-    config: ProbeConfig, out_dir: Path | None, progress: Callable[[int, int], None] | None = None
-) -> list[Record]:
-    """Records of E1-E9 for ``config`` (plots written into ``out_dir``); see ``probe`` for the details."""
-    return probe(config, out_dir, progress).records
