@@ -12,7 +12,7 @@ from tiny_models import build_tiny
 from expattn.probes.adapters import adapter_for
 from expattn.probes.attention import attention_probs
 from expattn.probes.common import ProbeContext
-from expattn.probes.e4_alignment import E4Alignment, E9Covariance, full_cos, regularised_inverse
+from expattn.probes.e4_alignment import E4Alignment, E9Covariance, full_cos
 from expattn.probes.e4_readings import (
     DEFLATIONS,
     READINGS,
@@ -21,6 +21,7 @@ from expattn.probes.e4_readings import (
     mean_interval,
     random_q95,
     range_basis,
+    regularised_inverse,
     sym_cos,
 )
 from expattn.probes.stats import Moments

@@ -59,38 +59,15 @@ from expattn.probes.e4_readings import (
     mean_interval,
     random_q95,
     range_basis,
+    regularised_inverse,
     sym_cos,
 )
 from expattn.probes.stats import Moments, gram
 from expattn.results.record import Control
 
-RIDGE = 1e-2
 MIN_TOKENS_PER_DIM = 4
 TARGETS = ("sigma_inv", "sigma", "fisher_inv", "fisher", "identity")
 SPECTRAL = ("sigma_inv", "sigma")  # the readings whose target has a spectrum of its own: Haar rival, deflation
-
-
-def regularised_inverse(m: Tensor) -> tuple[Tensor, float, int]:
-    """$(M_+ + \\lambda I)^{-1}$ with $\\lambda = 10^{-2}\\operatorname{tr}M/D$ (batched over leading dims), where
-    $M_+$ is $M$ with negative eigenvalues clipped to 0; returns it, $\\lambda$ (mean over the batch)
-    and how many matrices needed the clipping.
-
-    Only the lower triangle of ``M`` is read (it is symmetric up to rounding). Through a float32
-    Cholesky factor: the ridge bounds the condition number by $100 D + 1$, so
-    float32 leaves cosines accurate to ~1e-4. A matrix that float32 rounding (or its estimate)
-    leaves indefinite falls back to a float64 eigendecomposition with the clipping.
-    """
-    lam = RIDGE * torch.diagonal(m, dim1=-2, dim2=-1).mean(-1)
-    reg = m.to(torch.float32, copy=True)
-    reg.diagonal(dim1=-2, dim2=-1).add_(lam.to(torch.float32).unsqueeze(-1))
-    chol, info = torch.linalg.cholesky_ex(reg)  # reads the lower triangle only: no symmetrising copy
-    inv = torch.cholesky_inverse(chol).to(m.dtype)
-    bad = info != 0
-    if bad.any():
-        floor = lam.expand(info.shape)[bad].double()[..., None]
-        e, v = torch.linalg.eigh(m[bad].double() + floor[..., None] * torch.eye(m.shape[-1], dtype=torch.float64))
-        inv[bad] = ((v / e.clamp_min(floor).unsqueeze(-2)) @ v.mT).to(m.dtype)
-    return inv, float(lam.mean()), int(bad.sum())
 
 
 def method(target: str, fisher: str) -> str:

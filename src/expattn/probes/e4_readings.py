@@ -67,6 +67,7 @@ TOLERANCES = (1e-8, 1e-4)
 BOOTSTRAP = 2000
 DEFLATIONS = (1, 2, 5)
 WEAK = 0.5  # cos^2 below which the target explains less than half of every head's squared norm
+RIDGE = 1e-2  # the reference inverse's ridge: (Sigma + 1e-2 tr(Sigma)/D I)^-1
 
 
 @dataclass(frozen=True)
@@ -242,3 +243,26 @@ def judge_reading(reading: Reading, heads: dict[str, dict], q95: np.ndarray, rng
         "max_cos2": float(cos2.max()),
         "controls": controls,
     }
+
+
+def regularised_inverse(m: Tensor) -> tuple[Tensor, float, int]:
+    """$(M_+ + \\lambda I)^{-1}$ with $\\lambda = 10^{-2}\\operatorname{tr}M/D$ (batched over leading dims), where
+    $M_+$ is $M$ with negative eigenvalues clipped to 0; returns it, $\\lambda$ (mean over the batch)
+    and how many matrices needed the clipping.
+
+    Only the lower triangle of ``M`` is read (it is symmetric up to rounding). Through a float32
+    Cholesky factor: the ridge bounds the condition number by $100 D + 1$, so
+    float32 leaves cosines accurate to ~1e-4. A matrix that float32 rounding (or its estimate)
+    leaves indefinite falls back to a float64 eigendecomposition with the clipping.
+    """
+    lam = RIDGE * torch.diagonal(m, dim1=-2, dim2=-1).mean(-1)
+    reg = m.to(torch.float32, copy=True)
+    reg.diagonal(dim1=-2, dim2=-1).add_(lam.to(torch.float32).unsqueeze(-1))
+    chol, info = torch.linalg.cholesky_ex(reg)  # reads the lower triangle only: no symmetrising copy
+    inv = torch.cholesky_inverse(chol).to(m.dtype)
+    bad = info != 0
+    if bad.any():
+        floor = lam.expand(info.shape)[bad].double()[..., None]
+        e, v = torch.linalg.eigh(m[bad].double() + floor[..., None] * torch.eye(m.shape[-1], dtype=torch.float64))
+        inv[bad] = ((v / e.clamp_min(floor).unsqueeze(-2)) @ v.mT).to(m.dtype)
+    return inv, float(lam.mean()), int(bad.sum())

@@ -161,20 +161,11 @@ class ProbeOutcome:
     def document(self) -> dict:
         """The ``results.json`` object of this run (records plus provenance)."""
         return results_document(
-            self.records,
-            "probe",
-            seeds={"seed": self.config["seed"]},
-            tokens=self.tokens,
-            sequences=self.sequences,
-            seconds=self.seconds,
-            forward_seconds=self.forward_seconds,
-            stats_seconds=self.stats_seconds,
-            forward_cpu_seconds=self.forward_cpu_seconds,
-            stats_cpu_seconds=self.stats_cpu_seconds,
-            world_size=int(os.environ.get("WORLD_SIZE", "1")),
-            model=self.model,
-            config=self.config,
-            timings=self.timings,
+            self.records, "probe", seeds={"seed": self.config["seed"]}, tokens=self.tokens,
+            sequences=self.sequences, seconds=self.seconds, forward_seconds=self.forward_seconds,
+            stats_seconds=self.stats_seconds, forward_cpu_seconds=self.forward_cpu_seconds,
+            stats_cpu_seconds=self.stats_cpu_seconds, world_size=int(os.environ.get("WORLD_SIZE", "1")),
+            model=self.model, config=self.config, timings=self.timings,
         )
 
 
