@@ -136,18 +136,24 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def part_probe(log: Log, args) -> dict:
+def _random_llama(sizes: dict, device: torch.device):
+    """A randomly initialised Llama of ``sizes`` (seed 0), built on ``device`` (a 1B model initialises slowly on
+    the host)."""
     from transformers import LlamaConfig, LlamaModel
 
+    torch.manual_seed(0)
+    with torch.device(device):
+        return LlamaModel(LlamaConfig(**sizes, attn_implementation="sdpa")).eval()
+
+
+def part_probe(log: Log, args) -> dict:
     import expattn
 
     sizes = LLAMA_TINY if args.smoke else LLAMA_1B
     rows, seq_len, batch = (8, 32, 4) if args.smoke else (64, 256, 16)
     device = torch.device(args.device)
-    torch.manual_seed(0)
     t0 = time.perf_counter()
-    with torch.device(device):  # initialised where it runs (a 1B model initialises slowly on the host)
-        model = LlamaModel(LlamaConfig(**sizes, attn_implementation="sdpa")).eval()
+    model = _random_llama(sizes, device)
     n_params = sum(p.numel() for p in model.parameters())
     log(f"Llama {n_params / 1e9:.3f}B parameters, {sizes}, built in {time.perf_counter() - t0:.1f} s on {device}")
     ids = torch.randint(0, sizes["vocab_size"], (rows, seq_len), generator=torch.Generator().manual_seed(0))
@@ -209,17 +215,13 @@ def _profiler(device: torch.device):
 
 
 def part_profile(log: Log, args) -> dict:
-    from transformers import LlamaConfig, LlamaModel
-
     import expattn
     from expattn.core.empirical import Empirical
 
     out, device = Path(args.outdir), torch.device(args.device)
     sizes = LLAMA_TINY if args.smoke else LLAMA_1B
     rows, seq_len, batch = (8, 32, 4) if args.smoke else (16, 256, 16)
-    torch.manual_seed(0)
-    with torch.device(device):
-        model = LlamaModel(LlamaConfig(**sizes, attn_implementation="sdpa")).eval()
+    model = _random_llama(sizes, device)
     ids = torch.randint(0, sizes["vocab_size"], (rows, seq_len), generator=torch.Generator().manual_seed(0))
     kwargs = {"replicates": 20, "detail_sequences": 4} if args.smoke else {}
     expattn.probe(model, None, input_ids=ids, batch_size=batch, device=args.probe_device, **kwargs)  # warm-up
