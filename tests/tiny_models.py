@@ -50,7 +50,7 @@ VISION = ("vit",)  # fed a synthetic image set, no tokenizer
 def minilm_tokenizer_dir() -> Path:
     """MiniLM's tokenizer files: the folder ``EXPATTN_TOKENIZER_DIR`` names if set (a machine without the package,
     such as the GPU machine, gets them carried: ``benchmarks/gpu_check.py --carry``), else the package's."""
-    from expattn.probes.loading import minilm_dir
+    from expattn.probes.models.loading import minilm_dir
 
     carried = os.environ.get("EXPATTN_TOKENIZER_DIR")
     return Path(carried) if carried else minilm_dir()

@@ -33,8 +33,8 @@ from expattn.nn.hopfield_layers import HopfieldLayer, HopfieldPooling
 from expattn.nn.implicit import ImplicitAttention, ImplicitConfig, InjectedAttention
 from expattn.nn.lm import LM, LMConfig
 from expattn.nn.norms import NormConfig, build_norm, norm_names
-from expattn.probes.regression import CrossMoments
-from expattn.probes.stats import BootstrapMeans, Moments, poisson_weights
+from expattn.probes.hypotheses.regression import CrossMoments
+from expattn.probes.statistics.stats import BootstrapMeans, Moments, poisson_weights
 from expattn.train.optim import adamw
 from expattn.train.step import autocast, grad_scaler, optimizer_step
 

@@ -20,8 +20,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from tiny_models import ARCHITECTURES, VISION, build_tiny, copy_tokenizer, probe_text, save_tiny, tiny_config
 
-from expattn.probes.acceptance import AttentionMismatch, check_heads, head_errors
-from expattn.probes.adapters import Capture
+from expattn.probes.models.acceptance import AttentionMismatch, check_heads, head_errors
+from expattn.probes.models.adapters import Capture
 from expattn.probes.runner import HYPOTHESES, ProbeConfig, probe
 
 SEQ_LEN = 64
@@ -95,7 +95,7 @@ def test_folder_of_an_encoder_only_t5(tmp_path):
 
 def _one_pass(model_type: str, **overrides):
     """A tiny model's adapter and the named tensors of one forward pass on 2 sequences of SEQ_LEN tokens."""
-    from expattn.probes.subject import subject_from_model
+    from expattn.probes.models.subject import subject_from_model
 
     subject = subject_from_model(build_tiny(model_type, **overrides))
     got: dict = {}
@@ -108,7 +108,7 @@ def _one_pass(model_type: str, **overrides):
 
 @pytest.mark.parametrize("model_type", ["mistral", "gpt_neo"])
 def test_sliding_window_shorter_than_the_sequence(model_type):
-    from expattn.probes.attention import attention_probs
+    from expattn.probes.models.attention import attention_probs
 
     window = ARCHITECTURES[model_type].get("sliding_window") or ARCHITECTURES[model_type]["window_size"]
     assert window < SEQ_LEN
@@ -179,7 +179,7 @@ def test_model_id_in_the_local_hf_cache(root, tmp_path, monkeypatch):
     (cache / "models--tiny--llama" / "refs" / "main").write_text("0" * 40)
     import huggingface_hub.constants
 
-    from expattn.probes.loading import resolve_model_dir
+    from expattn.probes.models.loading import resolve_model_dir
 
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
 
@@ -211,7 +211,7 @@ def test_architecture_variants(model_type, overrides):
 
 
 def test_device_and_dtype_arguments(monkeypatch):
-    from expattn.probes.subject import parse_device, parse_dtype
+    from expattn.probes.models.subject import parse_device, parse_dtype
 
     assert parse_dtype("bfloat16") is torch.bfloat16 and parse_dtype(torch.float16) is torch.float16
     assert parse_dtype(None) is None and parse_device("cpu") == torch.device("cpu")

@@ -23,7 +23,7 @@ def test_one_claim_prints_every_field():
     for text in (
         "sym(W_q^T W_k) of each head aligns with Sigma^-1 of its input, on the range of Sigma",
         "seed 000 §3.2 (A11)",
-        "src/expattn/probes/e4_alignment.py",
+        "src/expattn/probes/hypotheses/e4_alignment.py",
         "tests/unit/test_probe_e4.py",
         "expattn probe --model minilm --only E4 --out probe-e4",
     ):

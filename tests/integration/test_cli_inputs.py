@@ -53,7 +53,7 @@ def test_an_unreadable_text_file_is_aone_line_error(tmp_path, monkeypatch):
     def unreadable(path, *args, **kwargs):  # what a user other than root meets (root reads it anyway)
         raise PermissionError(13, "Permission denied", str(path))
 
-    monkeypatch.setattr("expattn.probes.corpus.read_text_limited", unreadable)
+    monkeypatch.setattr("expattn.probes.models.corpus.read_text_limited", unreadable)
     result = CliRunner().invoke(app, ["probe", "--text", str(text), "--out", str(tmp_path / "o")])
     one_line_error(result, "t.txt", "is not readable UTF-8 text", "PermissionError")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.txt"]

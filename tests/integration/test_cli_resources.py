@@ -92,7 +92,7 @@ def test_a_failing_plot_is_an_error_not_a_skipped_record(tmp_path, monkeypatch):
     def full(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("expattn.probes.common.save_figure", full)
+    monkeypatch.setattr("expattn.probes.hypotheses.base.save_figure", full)
     out = tmp_path / "p"
     result = CliRunner().invoke(app, [*args, "--out", str(out)])
     one_line_error(result, "No space left on device")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import expattn
-from expattn.probes.loading import gemma3_dir, read_config
+from expattn.probes.models.loading import gemma3_dir, read_config
 
 
 @pytest.mark.slow

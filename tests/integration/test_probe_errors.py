@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 
 import expattn
 from expattn.cli import app
-from expattn.probes.e3_gaussianity import E3Gaussianity
-from expattn.probes.e5_gradient import E5Gradient
+from expattn.probes.hypotheses.e3_gaussianity import E3Gaussianity
+from expattn.probes.hypotheses.e5_gradient import E5Gradient
 from expattn.probes.runner import ESTIMATORS
 from expattn.results.record import Record, enforce_controls
 

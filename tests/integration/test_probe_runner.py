@@ -218,8 +218,8 @@ def test_sequence_windows_longer_than_the_context_do_not_warn(capfd):
     a sequence through the model would be false and must not reach the user."""
     from transformers import AutoTokenizer
 
-    from expattn.probes.corpus import TokenSample, sequence
-    from expattn.probes.loading import minilm_dir
+    from expattn.probes.models.corpus import TokenSample, sequence
+    from expattn.probes.models.loading import minilm_dir
 
     tokenizer = AutoTokenizer.from_pretrained(str(minilm_dir()))
     text = "a b c d e f g h " * 2000  # one token per 2 characters: a 1,600-character window gives ~800 tokens

@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich.console import Console
 
 from expattn.commands.tables import headline_table
-from expattn.probes.e7_collapse import collapse_verdict
+from expattn.probes.hypotheses.e7_collapse import collapse_verdict
 from expattn.report.matrix import HEADLINES
 from expattn.results.record import Record
 

@@ -9,11 +9,11 @@ import pytest
 import torch
 from tiny_models import build_tiny
 
-from expattn.probes.adapters import adapter_for
-from expattn.probes.attention import attention_probs
-from expattn.probes.common import ProbeContext
-from expattn.probes.e4_alignment import E4Alignment, E9Covariance, full_cos
-from expattn.probes.e4_readings import (
+from expattn.probes.models.adapters import adapter_for
+from expattn.probes.models.attention import attention_probs
+from expattn.probes.hypotheses.base import ProbeContext
+from expattn.probes.hypotheses.e4_alignment import E4Alignment, E9Covariance, full_cos
+from expattn.probes.hypotheses.e4_readings import (
     DEFLATIONS,
     READINGS,
     deflated,
@@ -24,7 +24,7 @@ from expattn.probes.e4_readings import (
     regularised_inverse,
     sym_cos,
 )
-from expattn.probes.stats import Moments
+from expattn.probes.statistics.stats import Moments
 
 
 def test_regularised_inverse_matches_float64_inverse(gen):

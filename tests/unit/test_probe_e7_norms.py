@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from expattn.probes.e7_collapse import WEIGHTED_RMS_NORMS, normalize64
+from expattn.probes.hypotheses.e7_collapse import WEIGHTED_RMS_NORMS, normalize64
 
 MODULES = {"LlamaRMSNorm": "llama", "MistralRMSNorm": "mistral", "MixtralRMSNorm": "mixtral", "Qwen2RMSNorm": "qwen2",
            "Qwen3RMSNorm": "qwen3", "Phi3RMSNorm": "phi3", "GraniteRMSNorm": "granite", "Olmo2RMSNorm": "olmo2",

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from expattn.probes.attention import AttnWeights, head_updates
-from expattn.probes.common import Batch, ProbeContext
-from expattn.probes.e8_heads import E8Heads, head_cosines, head_gram
-from expattn.probes.stats import poisson_weights
+from expattn.probes.models.attention import AttnWeights, head_updates
+from expattn.probes.hypotheses.base import Batch, ProbeContext
+from expattn.probes.hypotheses.e8_heads import E8Heads, head_cosines, head_gram
+from expattn.probes.statistics.stats import poisson_weights
 
 
 def weights(wo: torch.Tensor, heads: int) -> AttnWeights:

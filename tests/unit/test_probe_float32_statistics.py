@@ -14,8 +14,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from expattn.probes.regression import CrossMoments
-from expattn.probes.stats import Moments
+from expattn.probes.hypotheses.regression import CrossMoments
+from expattn.probes.statistics.stats import Moments
 
 EPS32 = torch.finfo(torch.float32).eps
 BATCHES, TOKENS, DIM, OFFSET = 300, 64, 6, 1e4

@@ -17,10 +17,10 @@ from expattn.cli import app
 from expattn.nn.export import MODEL_TYPE, export_model
 from expattn.nn.hooks import cached
 from expattn.nn.lm import LM
-from expattn.probes.adapters import Capture, adapter_for
-from expattn.probes.corpus import TokenSample, load_text, sequence
-from expattn.probes.lm_adapter import CharTokenizer, load_lm
-from expattn.probes.loading import read_config
+from expattn.probes.models.adapters import Capture, adapter_for
+from expattn.probes.models.corpus import TokenSample, load_text, sequence
+from expattn.probes.models.lm_adapter import CharTokenizer, load_lm
+from expattn.probes.models.loading import read_config
 from expattn.probes.runner import ProbeConfig, probe
 
 VOCAB = "\n abcdefgh"

@@ -8,8 +8,8 @@ import pickle
 import pytest
 import torch
 
-from expattn.probes.massive import SEQUENCES, MassiveActivations, lower_median
-from expattn.probes.published import sun_2024
+from expattn.probes.hypotheses.massive import SEQUENCES, MassiveActivations, lower_median
+from expattn.probes.hypotheses.published import sun_2024
 
 
 def _states(seed: int, planted: float | None, depth: int, at: int) -> torch.Tensor:

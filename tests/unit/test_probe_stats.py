@@ -7,10 +7,10 @@ import pytest
 import scipy.stats
 import torch
 
-from expattn.probes.common import Batch, ProbeContext, kept_weights, massive, second_moments, shared, squared_norms
-from expattn.probes.e3_gaussianity import mean_pair_cosine
-from expattn.probes.regression import CrossMoments
-from expattn.probes.stats import BootstrapMeans, Moments, centre, cross, gram, poisson_weights
+from expattn.probes.hypotheses.base import Batch, ProbeContext, kept_weights, massive, second_moments, shared, squared_norms
+from expattn.probes.hypotheses.e3_gaussianity import mean_pair_cosine
+from expattn.probes.hypotheses.regression import CrossMoments
+from expattn.probes.statistics.stats import BootstrapMeans, Moments, centre, cross, gram, poisson_weights
 
 
 def _chunks(gen: torch.Generator, n: int, parts: int) -> list[int]:

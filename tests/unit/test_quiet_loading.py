@@ -9,7 +9,7 @@ import pytest
 from tiny_models import tiny_config
 from transformers.utils import logging as hf_logging
 
-from expattn.probes.loading import quiet_loading
+from expattn.probes.models.loading import quiet_loading
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from expattn.nn import carriers, norms
 from expattn.nn.carriers import Carrier, CarrierOutput, carrier_names, register_carrier
 from expattn.nn.lm import LM
 from expattn.nn.norms import Norm, NormConfig, register_norm
-from expattn.probes import lm_adapter
+from expattn.probes.models import lm_adapter
 from expattn.sweeps.run import sweep_variants
 
 

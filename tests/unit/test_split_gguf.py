@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from expattn.probes.loading import assemble_split
+from expattn.probes.models.loading import assemble_split
 
 NAME = "tiny.gguf"
 PACKAGE = "expattn-fake-split"

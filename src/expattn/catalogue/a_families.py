@@ -163,7 +163,7 @@ ENTRIES = (
         modules=(
             "src/expattn/core/gaussian.py",
             "src/expattn/checks/a_geometry.py",
-            "src/expattn/probes/e4_alignment.py",
+            "src/expattn/probes/hypotheses/e4_alignment.py",
         ),
         tests=(VERIFY_TEST, "tests/unit/test_probe_e4.py"),
         verify=True,

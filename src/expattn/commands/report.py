@@ -30,7 +30,7 @@ from rich.table import Table
 
 from expattn.catalogue import ENTRIES
 from expattn.catalogue.registry import RunContext, claims, timed_claim
-from expattn.probes.loading import BUILTIN_MODELS
+from expattn.probes.models.loading import BUILTIN_MODELS
 from expattn.probes.progress import Stage as ProbeStage
 from expattn.report.document import Stage, cpu
 from expattn.report.html import render_html

@@ -4,7 +4,7 @@
 length again as ``n_positions`` and the width as ``hidden_size`` (the keys the probe reads from
 HuggingFace configs), and the character vocabulary (``vocab``: token ``i`` is ``vocab[i]``).
 The weights are safetensors only; the tied output matrix is stored once. ``expattn probe
---model DIR`` loads such a folder (``expattn.probes.lm_adapter``).
+--model DIR`` loads such a folder (``expattn.probes.models.lm_adapter``).
 """
 
 from __future__ import annotations

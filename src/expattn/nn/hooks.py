@@ -7,7 +7,7 @@ $$h = x + \mathrm{Attn}(N_1 z), \qquad \mathrm{out} = h + \mathrm{MLP}(N_2 h)$$
 
 ($z = x$, or the fixed point $z^\star$ of an implicit layer), passes its tensors ``(batch, token,
 dim)`` through the points ``blocks.{i}.<point>`` in the probe's vocabulary
-(``expattn.probes.adapters``), in this order:
+(``expattn.probes.models.adapters``), in this order:
 
 - ``input`` = $x$; ``norm1.input`` = $z$; ``norm1.output``, then ``attn.input`` = $N_1 z$;
 - ``attn.heads``: the concatenated head outputs (what the output projection reads);

@@ -23,10 +23,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from expattn.probes.corpus import load_text
+from expattn.probes.models.corpus import load_text
 from expattn.probes.runner import HYPOTHESES, ProbeConfig, ProbeOutcome, probe_subject, records
 from expattn.probes.runner import probe as probe_config
-from expattn.probes.subject import subject_from_model
+from expattn.probes.models.subject import subject_from_model
 from expattn.results.files import write_json_atomic
 from expattn.results.outputs import output_folder
 from expattn.results.record import Record

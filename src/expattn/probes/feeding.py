@@ -16,12 +16,12 @@ from pathlib import Path
 
 import torch
 
-from expattn.probes.acceptance import check_heads
-from expattn.probes.adapters import Capture
-from expattn.probes.common import Batch, ProbeContext
+from expattn.probes.models.acceptance import check_heads
+from expattn.probes.models.adapters import Capture
+from expattn.probes.hypotheses.base import Batch, ProbeContext
 from expattn.probes.overlap import UpdateWorker, overlap_available
-from expattn.probes.stats import poisson_weights
-from expattn.probes.subject import Subject
+from expattn.probes.statistics.stats import poisson_weights
+from expattn.probes.models.subject import Subject
 from expattn.results.record import error_record
 
 TRIM_SLACK = 0.10  # relative growth of the resident size that triggers a heap trim (see _heap_trimmer)
@@ -81,7 +81,7 @@ def feed(subject: Subject, ctx: ProbeContext, estimators: list, batches: list[li
          overlap: bool | None = None) -> Feeding:
     """Step 2: run the model over ``batches`` (sequence indices; ``inputs(index)`` their token ids) with the
     estimators updated block by block. On the first batch every head's recomputed attention is checked
-    against the model's own (``expattn.probes.acceptance``) wherever the adapter can recompute it.
+    against the model's own (``expattn.probes.models.acceptance``) wherever the adapter can recompute it.
     ``overlap``: the updates run in a worker thread while the model computes on (``expattn.probes.overlap``;
     bitwise the same statistics); ``None``: where that can help (one CPU process with a core to spare) and is
     safe: not for an adapter of the generic reading (``adapter.reading``), whose estimators recompute attention

@@ -25,14 +25,14 @@ from collections.abc import Iterable
 import torch
 
 from expattn.memory import probe_bytes, readable, require
-from expattn.probes.common import VARIANTS, ProbeContext
-from expattn.probes.e1_expansion import _F as E1_COLUMNS
-from expattn.probes.e2_normalization import _F as E2_COLUMNS
-from expattn.probes.e2_normalization import NORMS
-from expattn.probes.e3_gaussianity import DIRECTIONS
-from expattn.probes.e3_shape import BUFFER
-from expattn.probes.e5_gradient import E5Gradient
-from expattn.probes.e8_heads import _F as E8_COLUMNS
+from expattn.probes.hypotheses.base import VARIANTS, ProbeContext
+from expattn.probes.hypotheses.e1_expansion import _F as E1_COLUMNS
+from expattn.probes.hypotheses.e2_normalization import _F as E2_COLUMNS
+from expattn.probes.hypotheses.e2_normalization import NORMS
+from expattn.probes.hypotheses.e3_gaussianity import DIRECTIONS
+from expattn.probes.hypotheses.e3_shape import BUFFER
+from expattn.probes.hypotheses.e5_gradient import E5Gradient
+from expattn.probes.hypotheses.e8_heads import _F as E8_COLUMNS
 
 STATISTICS = {"float64": 8, "float32": 4}  # bytes per entry of the (D, D) accumulators
 ESTIMATED = ("E1", "E2", "E3", "E4", "E5", "E6", "E7", "E8", "E9")

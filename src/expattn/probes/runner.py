@@ -8,7 +8,7 @@ update or analysis raises gets an ``error`` record (the exception and its traceb
 still measured.
 
 One pass over a deterministic token sample: the model runs batch by batch with forward hooks
-(``expattn.probes.adapters.Capture``); after each block the estimators of E1-E9 update their
+(``expattn.probes.models.adapters.Capture``); after each block the estimators of E1-E9 update their
 streaming statistics from that block's tensors and the tensors are dropped. Under ``torchrun``
 (gloo on CPU, NCCL on GPU) every process takes the batches ``rank, rank + world, ...`` and the
 fitted statistics are merged on rank 0, which computes the records and draws the plots.
@@ -27,22 +27,22 @@ import torch
 
 from expattn.catalogue import entry
 from expattn.memory import probe_bytes, require
-from expattn.probes.common import ProbeContext
-from expattn.probes.corpus import TokenSample, excluded_positions, load_text, sequence
-from expattn.probes.e1_expansion import E1Expansion
-from expattn.probes.e2_normalization import E2Normalization
-from expattn.probes.e3_gaussianity import E3Gaussianity
-from expattn.probes.e4_alignment import E4Alignment, E9Covariance
-from expattn.probes.e5_gradient import E5Gradient
-from expattn.probes.e6_mlp import E6Mlp
-from expattn.probes.e7_collapse import E7Collapse
-from expattn.probes.e8_heads import E8Heads
+from expattn.probes.hypotheses.base import ProbeContext
+from expattn.probes.models.corpus import TokenSample, excluded_positions, load_text, sequence
+from expattn.probes.hypotheses.e1_expansion import E1Expansion
+from expattn.probes.hypotheses.e2_normalization import E2Normalization
+from expattn.probes.hypotheses.e3_gaussianity import E3Gaussianity
+from expattn.probes.hypotheses.e4_alignment import E4Alignment, E9Covariance
+from expattn.probes.hypotheses.e5_gradient import E5Gradient
+from expattn.probes.hypotheses.e6_mlp import E6Mlp
+from expattn.probes.hypotheses.e7_collapse import E7Collapse
+from expattn.probes.hypotheses.e8_heads import E8Heads
 from expattn.probes.feeding import feed, merge
 from expattn.probes.footprint import STATISTICS, require_room
-from expattn.probes.loading import load_pretrained, read_config, resolve_model_dir
+from expattn.probes.models.loading import load_pretrained, read_config, resolve_model_dir
 from expattn.probes.overlap import measure_in_parallel
 from expattn.probes.progress import Stage, reporter
-from expattn.probes.subject import Subject, parse_device, parse_dtype, place, subject_from_model, synthetic_image
+from expattn.probes.models.subject import Subject, parse_device, parse_dtype, place, subject_from_model, synthetic_image
 from expattn.results.record import Record, enforce_controls, error_record, results_document
 from expattn.seeds import check_seed
 

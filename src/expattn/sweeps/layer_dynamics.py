@@ -1,7 +1,7 @@
 r"""Layer dynamics of a trained ``LM``: hypotheses E1-E3 measured by ``expattn probe`` on its exported folder.
 
 For every layer $\ell$, on a deterministic sample of sequences of the model's full context
-(``expattn.probes.corpus``), the probe's estimators give (without the first token):
+(``expattn.probes.models.corpus``), the probe's estimators give (without the first token):
 
 - **E1** $r_\ell = \overline{\operatorname{spread}}(x + \mathrm{Attn}(N_1 x)) / \overline{\operatorname{spread}}(x)$,
   raw and scale-normalised, with a 95% Poisson-bootstrap interval;
@@ -10,7 +10,7 @@ For every layer $\ell$, on a deterministic sample of sequences of the model's fu
   layer (depth ``L`` is the last block's output), and the participation ratio of their covariance;
 
 with $\operatorname{spread}(X) = \tfrac1T\sum_t \lVert x_t - \bar x\rVert^2$ per sequence, averaged
-over sequences, and the probe's verdict for each hypothesis (see ``expattn.probes.e1_expansion``,
+over sequences, and the probe's verdict for each hypothesis (see ``expattn.probes.hypotheses.e1_expansion``,
 ``e2_normalization``, ``e3_gaussianity``). The sample is drawn from the whole corpus text, not
 only its validation split.
 """
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from expattn.probes.runner import ProbeConfig, probe
-from expattn.probes.series import layer_series, layer_values
+from expattn.sweeps.series import layer_series, layer_values
 from expattn.results.record import Record
 from expattn.train.data import SHAKESPEARE
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from expattn.probes.attention import AttnWeights, queries_keys_values, reference_heads
+from expattn.probes.models.attention import AttnWeights, queries_keys_values, reference_heads
 
 ROWS = 2  # sequences of the first batch checked (the masks and weights are the same for every sequence)
 

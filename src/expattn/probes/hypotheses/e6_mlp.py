@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from expattn.probes.common import (
+from expattn.probes.hypotheses.base import (
     VARIANTS,
     Batch,
     Estimator,
@@ -46,8 +46,8 @@ from expattn.probes.common import (
     shared,
     squared_norms,
 )
-from expattn.probes.regression import CrossMoments
-from expattn.probes.stats import BootstrapMeans
+from expattn.probes.hypotheses.regression import CrossMoments
+from expattn.probes.statistics.stats import BootstrapMeans
 from expattn.results.record import Control
 
 RIDGE_GRID = (1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0)  # lambda / (tr S_xx / D); chosen per fit fold by GCV

@@ -1,7 +1,7 @@
 """The roles of a transformer block's submodules, found from one traced forward pass.
 
 One forward pass on a few tokens records every submodule call (first tensor in, first tensor
-out). The attention module's head outputs $z$ (from its tap, ``expattn.probes.taps``) anchor the
+out). The attention module's head outputs $z$ (from its tap, ``expattn.probes.models.taps``) anchor the
 search; the block is the list element holding that module. Inside it the roles are found by what
 the tensors are, checked to float32 rounding (``same``):
 
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from expattn.probes.taps import Tap
+from expattn.probes.models.taps import Tap
 
 NORM_CLASS = re.compile(r"norm", re.IGNORECASE)
 DISCOVERY_TOKENS = 8

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 from torch import Tensor
 
-from expattn.probes.common import majority_verdict
+from expattn.probes.hypotheses.base import majority_verdict
 
 SHRINK, GROW = 0.5, 1.5  # factors of the control maps about the centroid
 

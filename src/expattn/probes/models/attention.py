@@ -6,7 +6,7 @@ z_h = \operatorname{softmax}(s\, q_h k_h^\top + M)\, v_h,\quad y = W_o [z_1; \do
 with the model's scale $s$ (usually $1/\sqrt{d_{head}}$), rotary embeddings applied to $q, k$
 where the model uses them (Llama), key/value heads shared by groups of query heads (GQA) and
 a causal mask $M$ for decoders. Models read through their attention kernel
-(``expattn.probes.taps``) give $q, k, v$ as a map of $x$ instead (whatever their projections,
+(``expattn.probes.models.taps``) give $q, k, v$ as a map of $x$ instead (whatever their projections,
 positions and norms), a soft-cap $c \tanh(\cdot / c)$ of the scaled logits and an additive bias $M$
 with their masks and relative-position terms. Used by E4, E5, E7 and E8. ``reference_heads`` is the
 recomputation the acceptance check and E5 compare with the head outputs the model itself produced: the

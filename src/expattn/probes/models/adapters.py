@@ -18,7 +18,7 @@ output is ``attn.input``. Families register with ``register_adapter``.
 A model that names these points itself (``expattn.nn.hooks``: one set of hook points per depth,
 even where one block module serves several depths or is iterated to a fixed point) gives its
 adapter those per-depth modules as ``blocks`` and the point that ends a depth as ``finish``
-(see ``expattn.probes.lm_adapter``).
+(see ``expattn.probes.models.lm_adapter``).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from expattn.probes.attention import AttnWeights
+from expattn.probes.models.attention import AttnWeights
 
 # (module path inside a block, "in" for its first input / "out" for its output, names)
 HookPoints = tuple[tuple[str, str, tuple[str, ...]], ...]
@@ -53,7 +53,7 @@ class Adapter:
         inapplicable: ``model -> {hypothesis id: reason}`` for the hypotheses that cannot apply to it.
         capture: the class that hooks the model and hands over each block's tensors (``Capture``'s
             signature); None: ``Capture`` with ``points``.
-        reading: what an adapter built for one model instance found in it (``expattn.probes.generic``).
+        reading: what an adapter built for one model instance found in it (``expattn.probes.models.generic``).
     """
 
     family: str

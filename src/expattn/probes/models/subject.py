@@ -3,8 +3,8 @@
 A ``Subject`` comes from a name or folder (``load_subject``: a built-in name, a local HuggingFace
 folder, a model ID already in the local HuggingFace cache, or a folder of ``expattn train``) or
 from a model already in memory (``subject_from_model``). Families with a hand-written adapter
-(``expattn.probes.adapters``) use it; every other architecture is read from its module tree
-(``expattn.probes.generic``). The model runs on ``device`` in ``dtype`` (``float32``,
+(``expattn.probes.models.adapters``) use it; every other architecture is read from its module tree
+(``expattn.probes.models.generic``). The model runs on ``device`` in ``dtype`` (``float32``,
 ``bfloat16``, ``float16``), or spread over the available devices with ``device_map="auto"``
 (accelerate); under ``torchrun`` each rank takes ``cuda:LOCAL_RANK`` when CUDA is there.
 """
@@ -19,9 +19,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-import expattn.probes.lm_adapter  # noqa: F401  (registers the adapter of expattn's own LMs)
-from expattn.probes.adapters import Adapter, adapter_for, supported_model_types
-from expattn.probes.generic import forward_kwargs, read_model
+import expattn.probes.models.lm_adapter  # noqa: F401  (registers the adapter of expattn's own LMs)
+from expattn.probes.models.adapters import Adapter, adapter_for, supported_model_types
+from expattn.probes.models.generic import forward_kwargs, read_model
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 

@@ -19,8 +19,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from expattn.probes.adapters import Adapter
-from expattn.probes.attention import AttnWeights
+from expattn.probes.models.adapters import Adapter
+from expattn.probes.models.attention import AttnWeights
 from expattn.results.plotting import plain_label, pyplot, save_figure
 from expattn.results.record import Control, Record
 

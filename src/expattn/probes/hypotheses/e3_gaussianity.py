@@ -35,7 +35,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from expattn.probes.common import (
+from expattn.probes.hypotheses.base import (
     MASSIVE_FACTOR,
     VARIANTS,
     Batch,
@@ -51,7 +51,7 @@ from expattn.probes.common import (
     shared,
     squared_norms,
 )
-from expattn.probes.e3_shape import (
+from expattn.probes.hypotheses.e3_shape import (
     BUFFER,
     KURTOSIS_LIMIT,
     RADIUS_BAND,
@@ -65,9 +65,9 @@ from expattn.probes.e3_shape import (
     spectrum,
     sphere_power,
 )
-from expattn.probes.massive import MassiveActivations
-from expattn.probes.published import ethayarajh_2019, sun_2024
-from expattn.probes.stats import BootstrapMeans, Moments
+from expattn.probes.hypotheses.massive import MassiveActivations
+from expattn.probes.hypotheses.published import ethayarajh_2019, sun_2024
+from expattn.probes.statistics.stats import BootstrapMeans, Moments
 from expattn.results.record import Control
 
 DIRECTIONS = 32

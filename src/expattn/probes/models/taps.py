@@ -33,7 +33,7 @@ from torch import Tensor, nn
 
 IMPLEMENTATION = "expattn"
 DROPPED = ("past_key_values", "layer_past", "use_cache", "hidden_states", "output_attentions")
-AUTOTAP = False  # while True (``expattn.probes.generic``), a module calling the kernel gets a tap
+AUTOTAP = False  # while True (``expattn.probes.models.generic``), a module calling the kernel gets a tap
 KNOWN_KWARGS = {"dropout", "deterministic", "scaling", "softcap", "position_bias", "sliding_window", "is_causal",
                 "position_ids", "use_cache", "encoder_hidden_states", "output_attentions", "cache_position",
                 "layer_idx"}

@@ -33,9 +33,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from expattn.probes import stats
-from expattn.probes.attention import AttnWeights
-from expattn.probes.common import (
+from expattn.probes.statistics import stats
+from expattn.probes.models.attention import AttnWeights
+from expattn.probes.hypotheses.base import (
     Batch,
     Estimator,
     Judgement,
@@ -47,7 +47,7 @@ from expattn.probes.common import (
     majority_verdict,
     save,
 )
-from expattn.probes.stats import BootstrapMeans
+from expattn.probes.statistics.stats import BootstrapMeans
 from expattn.results.record import Control
 
 MARGIN = 0.1

@@ -1,8 +1,8 @@
 r"""Any HuggingFace transformer, read from its module tree and one traced forward pass (no table per family).
 
-``read_model(model, model_type, run)`` taps the attention kernels (``expattn.probes.taps``), finds
-each block's roles (``expattn.probes.roles``) and returns an ``Adapter`` whose capture computes the
-probe's named tensors (``expattn.probes.adapters``) from those roles on every forward pass, and
+``read_model(model, model_type, run)`` taps the attention kernels (``expattn.probes.models.taps``), finds
+each block's roles (``expattn.probes.models.roles``) and returns an ``Adapter`` whose capture computes the
+probe's named tensors (``expattn.probes.models.adapters``) from those roles on every forward pass, and
 whose ``AttnWeights`` recompute attention through the model's own attention modules. An attention
 module that calls no readable kernel but returns its head outputs (DeBERTa's disentangled
 attention) is read passively: its tensors feed E1-E3, E6 and E8, and E4, E5, E7, E9, which recompute
@@ -19,11 +19,11 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from expattn.probes import taps
-from expattn.probes.adapters import Adapter
-from expattn.probes.attention import AttnWeights
-from expattn.probes.roles import NORM_CLASS, Call, Roles, _block_path, _first, _input, _roles, _trace, same
-from expattn.probes.taps import WRAPPERS, Replay, Tap, install, tap_all
+from expattn.probes.models import taps
+from expattn.probes.models.adapters import Adapter
+from expattn.probes.models.attention import AttnWeights
+from expattn.probes.models.roles import NORM_CLASS, Call, Roles, _block_path, _first, _input, _roles, _trace, same
+from expattn.probes.models.taps import WRAPPERS, Replay, Tap, install, tap_all
 
 
 def forward_kwargs(model: nn.Module) -> dict:
@@ -65,7 +65,7 @@ def _out_map(module: nn.Module, width: int, device, dtype) -> tuple[Tensor, Tens
 
 class GenericCapture:
     """The probe's named tensors of every depth, computed from each block's ``Roles`` (see
-    ``expattn.probes.adapters.Capture`` for the protocol): hooks on the role modules store their
+    ``expattn.probes.models.adapters.Capture`` for the protocol): hooks on the role modules store their
     tensors; when a block returns, the names are filled in and ``on_block(depth, tensors)`` is called.
     Depths count block calls within one forward pass, so a module shared by several depths works."""
 
@@ -143,7 +143,7 @@ class GenericReading:
     def _norm_not_in_float64(self) -> str | None:
         """The class of a pre-attention norm that E7's float64 normalization does not reproduce (checked
         against the module itself on random input, to float32 rounding), or None."""
-        from expattn.probes.e7_collapse import normalize64
+        from expattn.probes.hypotheses.e7_collapse import normalize64
 
         for depth in range(len(self.roles)):
             module = self.norm1(depth)

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from expattn.probes.common import (
+from expattn.probes.hypotheses.base import (
     VARIANTS,
     Batch,
     Estimator,
@@ -45,8 +45,8 @@ from expattn.probes.common import (
     save,
     shared_second_moments,
 )
-from expattn.probes.readings import GROW, SHRINK, growth_verdict, readings, scaled
-from expattn.probes.stats import BootstrapMeans
+from expattn.probes.hypotheses.readings import GROW, SHRINK, growth_verdict, readings, scaled
+from expattn.probes.statistics.stats import BootstrapMeans
 from expattn.results.record import Control
 
 CRITERION = (
