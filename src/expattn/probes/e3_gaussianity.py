@@ -9,7 +9,7 @@ $$\text{skew}_k = \frac{E(y-\bar y)^3}{\sigma^3},\quad \kappa_k = \frac{E(y-\bar
 (seed 000 §6: the "useful experiment" of watching the distribution change layer by layer;
 Thm. 1 predicts a Gaussian equilibrium). Random directions alone cannot tell a sphere from a
 Gaussian in high dimension, so the verdict also reads the radius ratio of ``e3_shape`` (the
-distribution of token norms in the cloud's own metric) on up to ``BUFFER`` tokens per depth, with
+distribution of token norms in the cloud's own metric) on up to ``buffer_size(D)`` tokens per depth, with
 per-coordinate and principal-direction kurtosis beside it. Anisotropy as Ethayarajh (2019) defines
 it: the mean cosine between tokens of different sequences (contexts); the mean cosine over pairs
 of distinct tokens within a sequence is kept under its own name, ``within_sequence_cosine``.
@@ -52,7 +52,7 @@ from expattn.probes.common import (
     squared_norms,
 )
 from expattn.probes.e3_shape import (
-    BUFFER,
+    buffer_size,
     KURTOSIS_LIMIT,
     RADIUS_BAND,
     SKEW_LIMIT,
@@ -138,7 +138,8 @@ class E3Gaussianity(Estimator):
         self._f = len(VARIANTS) * (1 + 4 * DIRECTIONS)
         self.boot_ = BootstrapMeans(self.depths * self._f, ctx.replicates)
         self._rows: list[Tensor] = []
-        self.buffer_: list[list[Tensor]] = [[] for _ in range(self.depths)]  # up to BUFFER kept tokens per depth
+        # up to buffer_size(D) kept tokens per depth
+        self.buffer_: list[list[Tensor]] = [[] for _ in range(self.depths)]
         # per depth, over kept tokens of all sequences: sum of unit vectors, sum over sequences of |their sum|^2,
         # token count, sum over sequences of count^2 (cross-context cosine, Ethayarajh 2019)
         self.context_ = torch.zeros(self.depths, ctx.dim + 3, dtype=torch.float64)
@@ -157,7 +158,7 @@ class E3Gaussianity(Estimator):
         self.special_[d].update(torch.cat([x[:, self.ctx.excluded].flatten(0, 1), xk[~keep]]))
         self.massive_[d] = self.massive_[d] + (~keep).sum()  # a count on the data's device (read in measure)
         norm_all = shared(batch, "squared norms", x, squared_norms).sqrt().float()  # (B, T), computed once
-        room = BUFFER - sum(len(b) for b in self.buffer_[d])
+        room = buffer_size(self.ctx.dim) - sum(len(b) for b in self.buffer_[d])
         if room > 0:
             self.buffer_[d].append(xk[keep][:room].float().clone())
         unit = torch.bmm((w / norm_all[:, kept].clamp_min(1e-8)).unsqueeze(1), xk).squeeze(1).double()  # (B, D)
@@ -194,7 +195,8 @@ class E3Gaussianity(Estimator):
             mine.merge(theirs)
         self.massive_ = [a + b for a, b in zip(self._massive(), other._massive(), strict=True)]
         self.activations_.merge(other.activations_)
-        self.buffer_ = [[torch.cat(a + b)[:BUFFER]] for a, b in zip(self.buffer_, other.buffer_, strict=True)]
+        room = buffer_size(self.ctx.dim)
+        self.buffer_ = [[torch.cat(a + b)[:room]] for a, b in zip(self.buffer_, other.buffer_, strict=True)]
         self.context_ += other.context_.to(self.context_.device)
         self.boot_.merge(other.boot_)
         return self

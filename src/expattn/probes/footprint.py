@@ -30,7 +30,7 @@ from expattn.probes.e1_expansion import _F as E1_COLUMNS
 from expattn.probes.e2_normalization import _F as E2_COLUMNS
 from expattn.probes.e2_normalization import NORMS
 from expattn.probes.e3_gaussianity import DIRECTIONS
-from expattn.probes.e3_shape import BUFFER
+from expattn.probes.e3_shape import buffer_size
 from expattn.probes.e5_gradient import E5Gradient
 from expattn.probes.e8_heads import _F as E8_COLUMNS
 
@@ -48,7 +48,7 @@ def statistics_bytes(hidden: int, layers: int, heads: int, hypotheses: Iterable[
                      detail_sequences: int = 32, replicates: int = 200,
                      statistics: str = "float64") -> dict[str, int]:
     """Bytes each chosen estimator holds after a run (see the module docstring); an upper bound where the
-    data decide (E3 buffers at most ``BUFFER`` kept tokens per depth and assumes ``tokens`` reach it).
+    data decide (E3 buffers at most ``buffer_size(D)`` kept tokens per depth and assumes ``tokens`` reach it).
 
     Args:
         hidden, layers, heads: the model's width $D$, blocks $L$ and query heads $H$.
@@ -86,7 +86,7 @@ def statistics_bytes(hidden: int, layers: int, heads: int, hypotheses: Iterable[
         "E3": (12 * d * DIRECTIONS  # the directions in float64 and float32
                + 2 * depths * (big + moments)  # kept and set-aside tokens, per depth
                + _bootstrap(depths * v * (1 + 4 * DIRECTIONS), r)
-               + 4 * depths * min(BUFFER, tokens) * d  # float32 token buffer for the radius ratio
+               + 4 * depths * min(buffer_size(d), tokens) * d  # float32 token buffer for the radius ratio
                + 8 * depths * (d + 3)),  # cross-sequence cosine sums
         "E4": layers * (big + 8 * d + 4 * detail * seq_len * d),
         "E5": 8 * detail * len(E5Gradient.KINDS) * layers * heads,

@@ -50,10 +50,12 @@ ESTIMATORS = (E1Expansion, E2Normalization, E3Gaussianity, E4Alignment, E5Gradie
               E9Covariance)
 HYPOTHESES = tuple(cls.claim for cls in ESTIMATORS)
 
-DEFAULT_TOKENS = {"minilm": 20_000, "smollm2": 8_192}
+# Gemma 3 (width 640, 18 layers) at SmolLM2's budget: 72 s on the quiet 2-core machine, its model loaded
+DEFAULT_TOKENS = {"minilm": 20_000, "smollm2": 8_192, "gemma3": 8_192}
 # quick: SmolLM2 (width 576) needs 1,024 kept tokens per depth for E3's radius ratio to tell a sphere from a
-# Gaussian (``e3_shape.SPHERE_POWER``); at 768 tokens (762 kept) its sphere control passed or failed by the seed
-QUICK_TOKENS = {"minilm": 2_048, "smollm2": 1_152}
+# Gaussian (``e3_shape.SPHERE_POWER``); at 768 tokens (762 kept) its sphere control passed or failed by the seed.
+# Gemma 3 (width 640) needs 1,067 (``e3_shape.buffer_size``): 1,152 tokens keep 1,143
+QUICK_TOKENS = {"minilm": 2_048, "smollm2": 1_152, "gemma3": 1_152}
 
 
 @dataclass(frozen=True)
