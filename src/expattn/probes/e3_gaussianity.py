@@ -52,11 +52,11 @@ from expattn.probes.common import (
     squared_norms,
 )
 from expattn.probes.e3_shape import (
-    buffer_size,
     KURTOSIS_LIMIT,
     RADIUS_BAND,
     SKEW_LIMIT,
     SPHERE_POWER,
+    buffer_size,
     close_and_far,
     control_clouds,
     coordinate_kurtosis,
