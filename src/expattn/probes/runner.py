@@ -58,6 +58,12 @@ DEFAULT_TOKENS = {"minilm": 20_000, "smollm2": 8_192, "gemma3": 8_192}
 QUICK_TOKENS = {"minilm": 2_048, "smollm2": 1_152, "gemma3": 1_152}
 
 
+def default_tokens(model: str, quick: bool = False) -> int:
+    """The tokens a probe of ``model`` reads unless told: its entry in ``DEFAULT_TOKENS`` (``QUICK_TOKENS``), or
+    20,000 (4,096) for any other model. The one source of that default for the CLI, the API and the report."""
+    return (QUICK_TOKENS if quick else DEFAULT_TOKENS).get(model, 4_096 if quick else 20_000)
+
+
 @dataclass(frozen=True)
 class ProbeConfig:
     """What to probe and how much.
@@ -67,7 +73,7 @@ class ProbeConfig:
             ``expattn train`` (its ``model/`` subfolder).
         corpus: built-in corpus name (``shakespeare``); ignored when ``text`` is given.
         text: path of a UTF-8 text file (or a folder of ``*.txt`` files) to use instead of the corpus.
-        tokens: number of tokens to read (rounded up to whole sequences).
+        tokens: number of tokens to read (rounded up to whole sequences); None: ``default_tokens(model)``.
         seq_len: tokens per sequence, special tokens included.
         seed: seed of the sample, the bootstrap and every random baseline.
         batch_size: sequences per forward pass.
@@ -86,7 +92,7 @@ class ProbeConfig:
     model: str = "minilm"
     corpus: str = "shakespeare"
     text: str | None = None
-    tokens: int = 20_000
+    tokens: int | None = None
     seq_len: int = 128
     seed: int = 0
     batch_size: int = 16
@@ -102,17 +108,18 @@ class ProbeConfig:
     @classmethod
     def preset(cls, model: str, quick: bool = False, seed: int = 0) -> ProbeConfig:
         """The default size for ``model`` (about 3 min on 2 CPU cores; ``quick``: under 40 s)."""
-        table = QUICK_TOKENS if quick else DEFAULT_TOKENS
         return cls(
             model=model,
-            tokens=table.get(model, 4_096 if quick else 20_000),
+            tokens=default_tokens(model, quick),
             seed=seed,
             detail_sequences=8 if quick else 32,
             replicates=100 if quick else 200,
         )
 
     def __post_init__(self) -> None:
-        """ValueError naming the first bad field."""
+        """ValueError naming the first bad field; ``tokens`` None becomes the model's default."""
+        if self.tokens is None:
+            object.__setattr__(self, "tokens", default_tokens(self.model))
         for name, low in (("tokens", 1), ("seq_len", 4), ("batch_size", 1), ("replicates", 2), ("detail_sequences", 1)):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
