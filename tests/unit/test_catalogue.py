@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from expattn.catalogue import ENTRIES, GROUPS, Entry, entry, ids
-from expattn.catalogue.registry import claims, register_claim
+from expattn.catalogue.registry import register_claim
+from expattn.commands.checks import claims
 from expattn.commands.claims import catalogue_markdown
 from expattn.probes.runner import ESTIMATORS
 

@@ -94,8 +94,8 @@ def test_a_spheres_radius_ratio_is_about_p_over_n(n, p):
 def test_the_probes_quick_and_full_sizes_give_e3_the_power_to_reject_a_sphere():
     # the kept tokens per depth (a first token per sequence of 128 left out, at most buffer_size) against each
     # packaged model's width: below the power limit, a sphere's ratio (about p/n) sits below the band
+    from expattn.probes.budgets import DEFAULT_TOKENS, QUICK_TOKENS
     from expattn.probes.e3_shape import buffer_size
-    from expattn.probes.runner import DEFAULT_TOKENS, QUICK_TOKENS
 
     width = {"minilm": 384, "smollm2": 576, "gemma3": 640}
     assert set(DEFAULT_TOKENS) == set(QUICK_TOKENS) == set(width)

@@ -34,7 +34,7 @@ def test_median_and_range_over_seeds():
     doc = spread_document([e1, e5], "minilm")
     assert doc["seeds"] == [0, 1, 2] and doc["hypotheses"][0]["max"] == 1.30
     frame = spread_frame([e1, e5])
-    assert list(frame["verdict 1"]) == ["inconclusive", "pass"] and list(frame["seed 2"])[0] == 1.05
+    assert list(frame["verdict 1"]) == ["inconclusive", "pass"] and frame["seed 2"].iloc[0] == 1.05
 
 
 def test_a_skipped_record_has_no_number():

@@ -135,7 +135,7 @@ def probe(model: nn.Module | str, tokenizer: object | None = None, *, texts: str
         hypotheses: IDs as ``ProbeConfig`` takes them, or one string: an ID (``"E1"``) or IDs separated by
             commas (``"E1,E3"``).
         tokens, seq_len, seed, batch_size, replicates, detail_sequences: as ``ProbeConfig`` (``tokens``: the
-            model's default, ``runner.default_tokens``, 20,000 for a model in memory; ``seed`` 0 unless given).
+            model's default, ``budgets.default_tokens``, 20,000 for a model in memory; ``seed`` 0 unless given).
         seeds: at least two distinct seeds instead of ``seed``: the probe runs once per seed (plots under
             ``out_dir/seed-N``) and the result gives each headline's median and range over them.
         device, dtype: where and in which dtype the model runs (``cpu``, ``cuda:N``; ``float32``, ``bfloat16``,

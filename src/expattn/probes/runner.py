@@ -27,6 +27,7 @@ import torch
 
 from expattn.catalogue import entry
 from expattn.memory import probe_bytes, require
+from expattn.probes.budgets import default_tokens
 from expattn.probes.common import ProbeContext
 from expattn.probes.corpus import TokenSample, excluded_positions, load_text, sequence
 from expattn.probes.e1_expansion import E1Expansion
@@ -49,20 +50,6 @@ from expattn.seeds import check_seed
 ESTIMATORS = (E1Expansion, E2Normalization, E3Gaussianity, E4Alignment, E5Gradient, E6Mlp, E7Collapse, E8Heads,
               E9Covariance)
 HYPOTHESES = tuple(cls.claim for cls in ESTIMATORS)
-
-# Gemma 3 (width 640, 18 layers) at SmolLM2's budget: 72 s on the quiet 2-core machine, its model loaded
-DEFAULT_TOKENS = {"minilm": 20_000, "smollm2": 8_192, "gemma3": 8_192}
-# quick: SmolLM2 (width 576) needs 1,024 kept tokens per depth for E3's radius ratio to tell a sphere from a
-# Gaussian (``e3_shape.SPHERE_POWER``); at 768 tokens (762 kept) its sphere control passed or failed by the seed.
-# Gemma 3 (width 640) needs 1,067 (``e3_shape.buffer_size``): 1,152 tokens keep 1,143
-QUICK_TOKENS = {"minilm": 2_048, "smollm2": 1_152, "gemma3": 1_152}
-
-
-def default_tokens(model: str, quick: bool = False) -> int:
-    """The tokens a probe of ``model`` reads unless told: its entry in ``DEFAULT_TOKENS`` (``QUICK_TOKENS``), or
-    20,000 (4,096) for any other model. The one source of that default for the CLI, the API and the report."""
-    return (QUICK_TOKENS if quick else DEFAULT_TOKENS).get(model, 4_096 if quick else 20_000)
-
 
 @dataclass(frozen=True)
 class ProbeConfig:
