@@ -210,10 +210,9 @@ def probe(
                                                               "E9's Fisher, E5, E7: their intervals' units); a fixed "
                                                               "cost, about 9 CPU-s for MiniLM at 32; at most the "
                                                               "number of sequences [32 or all].")] = None,
-    hypotheses: Annotated[str, typer.Option("--only", "--hypotheses",
-                                            help="Comma-separated hypotheses to measure, e.g. E1,E2,E3.")] = (
-        "E1,E2,E3,E4,E5,E6,E7,E8,E9"
-    ),
+    hypotheses: Annotated[str | None, typer.Option("--only", "--hypotheses",
+                                                   help="Comma-separated hypotheses to measure, e.g. E1,E2,E3 "
+                                                        "[every one the probe has].")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", help="Show the model loader's own report.")] = False,
     device: Annotated[str | None, typer.Option(help="cpu, cuda or cuda:N (default: cpu; this rank's GPU under "
                                                     "torchrun).")] = None,
@@ -239,7 +238,8 @@ def probe(
         configs = [ProbeConfig(model=model, corpus=corpus or "shakespeare", text=None if text is None else str(text),
                                tokens=tokens, seq_len=seq_len, seed=s,
                                detail_sequences=32 if detail_sequences is None else detail_sequences,
-                               hypotheses=tuple(h.strip().upper() for h in hypotheses.split(",")),
+                               **({} if hypotheses is None else
+                                  {"hypotheses": tuple(h.strip().upper() for h in hypotheses.split(","))}),
                                device=device, dtype=dtype, device_map=device_map,
                                tokenizer=None if tokenizer is None else str(tokenizer), statistics=statistics)
                    for s in chosen]

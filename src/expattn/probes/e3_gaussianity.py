@@ -67,6 +67,7 @@ from expattn.probes.e3_shape import (
 )
 from expattn.probes.massive import MassiveActivations
 from expattn.probes.published import ethayarajh_2019, sun_2024
+from expattn.probes.sizes import Sizes, bootstrap_bytes
 from expattn.probes.stats import BootstrapMeans, Moments
 from expattn.results.record import Control
 
@@ -122,6 +123,17 @@ class E3Gaussianity(Estimator):
         "depths are close, not_supported iff most are far. Synthetic sphere and Student-t clouds of the same "
         "size must not be supported; a Gaussian one must"
     )
+
+    @staticmethod
+    def statistics_bytes(n: Sizes) -> int:
+        """Per depth: the scatter of the kept and of the set-aside tokens (with their means and projected
+        moments), bootstrap sums of the projected moments, the radius ratio's float32 token buffer and the
+        cross-sequence cosine sums; the random directions in float64 and float32."""
+        d, depths = n.hidden, n.depths
+        moments = 8 * d + 4 * 8 * DIRECTIONS  # Moments without its scatter: mean (D,), projected sums (K,) x 4
+        return (12 * d * DIRECTIONS + 2 * depths * (n.big + moments)
+                + bootstrap_bytes(depths * len(VARIANTS) * (1 + 4 * DIRECTIONS), n.replicates)
+                + 4 * depths * min(buffer_size(d), n.tokens) * d + 8 * depths * (d + 3))
 
     def __init__(self, ctx: ProbeContext):
         self.ctx = ctx

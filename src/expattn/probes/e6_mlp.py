@@ -47,6 +47,7 @@ from expattn.probes.common import (
     squared_norms,
 )
 from expattn.probes.regression import CrossMoments
+from expattn.probes.sizes import Sizes, bootstrap_bytes
 from expattn.probes.stats import BootstrapMeans
 from expattn.results.record import Control
 
@@ -77,6 +78,13 @@ class E6Mlp(Estimator):
         "generalised cross-validation, the other fold only tests); not_supported iff in most neither; noise in "
         "place of the update must not be supported"
     )
+
+    @staticmethod
+    def statistics_bytes(n: Sizes) -> int:
+        """Per layer and fold: ``S_xx`` and the ``(D, 2D)`` ``S_xy`` of the update and its noise control, the means
+        of x and y and the diagonal of ``S_yy``; bootstrap sums of two R^2 per layer and variant."""
+        return 2 * n.layers * (3 * n.big + 40 * n.hidden) + bootstrap_bytes(n.layers * len(VARIANTS) * 2,
+                                                                           n.replicates)
 
     def __init__(self, ctx: ProbeContext):
         self.ctx = ctx

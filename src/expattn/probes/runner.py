@@ -30,16 +30,9 @@ from expattn.memory import probe_bytes, require
 from expattn.probes.budgets import default_tokens
 from expattn.probes.common import ProbeContext
 from expattn.probes.corpus import TokenSample, excluded_positions, load_text, sequence
-from expattn.probes.e1_expansion import E1Expansion
-from expattn.probes.e2_normalization import E2Normalization
-from expattn.probes.e3_gaussianity import E3Gaussianity
-from expattn.probes.e4_alignment import E4Alignment, E9Covariance
-from expattn.probes.e5_gradient import E5Gradient
-from expattn.probes.e6_mlp import E6Mlp
-from expattn.probes.e7_collapse import E7Collapse
-from expattn.probes.e8_heads import E8Heads
 from expattn.probes.feeding import feed, merge
 from expattn.probes.footprint import STATISTICS, require_room
+from expattn.probes.hypotheses import ESTIMATORS, HYPOTHESES
 from expattn.probes.loading import load_pretrained, read_config, resolve_model_dir
 from expattn.probes.overlap import measure_in_parallel
 from expattn.probes.progress import Stage, reporter
@@ -47,9 +40,6 @@ from expattn.probes.subject import Subject, parse_device, parse_dtype, place, su
 from expattn.results.record import Record, enforce_controls, error_record, results_document
 from expattn.seeds import check_seed
 
-ESTIMATORS = (E1Expansion, E2Normalization, E3Gaussianity, E4Alignment, E5Gradient, E6Mlp, E7Collapse, E8Heads,
-              E9Covariance)
-HYPOTHESES = tuple(cls.claim for cls in ESTIMATORS)
 
 @dataclass(frozen=True)
 class ProbeConfig:
