@@ -1,4 +1,4 @@
-"""Claims F1-F13: statements of the seeds that fail as printed or need a condition the text omits.
+"""Claims F1-F14: statements of the seeds that fail as printed or need a condition the text omits.
 
 Found by the line-by-line audit of the five seeds (``docs/AUDIT.md``). Each entry's ``statement``
 is the corrected claim; ``as_printed`` says what the seed prints, ``as_printed_kind`` how it is
@@ -206,6 +206,21 @@ ENTRIES = (
         verify=True,
         as_printed="the normal distribution is the only distribution whose cumulant generating function is a "
         "polynomial (seed 004): the point mass, used by the post itself as the constant hidden prior, is another",
+        as_printed_kind="statement",
+    ),
+    Entry(
+        "F14",
+        "Bernoulli hidden units and the orders they induce",
+        "identity",
+        "a Bernoulli hidden unit with bias b (p = sigmoid(b)) contributes the order-n interaction with weight kappa_n(p), "
+        "a polynomial in p with isolated zeros: at b = 0 (p = 1/2) every odd order >= 3 vanishes (X - 1/2 is "
+        "symmetric) and kappa_4 vanishes at p q = 1/6, p = (1 +- 1/sqrt 3)/2; all orders are present only off these biases",
+        "seed 004 §2 (hidden units of the RBM and their cumulants)",
+        modules=CARRIERS,
+        tests=TESTS,
+        verify=True,
+        as_printed="Bernoulli hidden units induce interactions of all orders (seed 004), for any bias: at b = 0 "
+        "the cubic, quintic, ... interactions vanish",
         as_printed_kind="statement",
     ),
 )

@@ -1,4 +1,4 @@
-"""Checks of the audit's findings about carriers and log-normalizers: F1-F6, F13.
+"""Checks of the audit's findings about carriers and log-normalizers: F1-F6, F13, F14.
 
 Each measures the seed's printed statement and the corrected one on the same draws, with numpy
 and scipy only (quadrature, Newton's method, closed forms), in float64.
@@ -229,4 +229,37 @@ def check_f13(ctx: RunContext):
         measure="largest |K(t) - polynomial| for normals and the point mass, and |kappa_2| of the point mass",
         notes="the point mass has the polynomial CGF m t yet is at Kolmogorov distance 1/2 from every normal with s > 0; "
         "by Marcinkiewicz's theorem a polynomial CGF has degree <= 2, so the laws are the normals and the point masses",
+    )
+
+
+def bernoulli_cumulants(p: float, orders: int) -> list[float]:
+    r"""$\kappa_1..\kappa_n$ of Bernoulli(p) from its moments ($m_k = p$) by
+    $\kappa_n = m_n - \sum_{j<n} \binom{n-1}{j-1} \kappa_j m_{n-j}$."""
+    moments, kappa = [1.0] + [p] * orders, [0.0] * (orders + 1)
+    for n in range(1, orders + 1):
+        kappa[n] = moments[n] - sum(math.comb(n - 1, j - 1) * kappa[j] * moments[n - j] for j in range(1, n))
+    return kappa[1:]
+
+
+@register_claim(
+    "F14",
+    method="cumulants kappa_1..kappa_8 of Bernoulli(p) by the moment recursion, p in {1/2, (1 +- 1/sqrt 3)/2, 0.3, "
+    "0.1}; kappa_2..4 against p q, p q (1 - 2p), p q (1 - 6 p q); which (order, p) vanish (|kappa| < 1e-12)",
+)
+def check_f14(ctx: RunContext):
+    quartic_zero = (1 - 3**-0.5) / 2  # p q = 1/6
+    ps, orders = (0.5, quartic_zero, 1 - quartic_zero, 0.3, 0.1), 8
+    closed, vanishing = 0.0, set()
+    for p in ps:
+        kappa, pq = bernoulli_cumulants(p, orders), p * (1 - p)
+        closed = max(closed, abs(kappa[1] - pq), abs(kappa[2] - pq * (1 - 2 * p)), abs(kappa[3] - pq * (1 - 6 * pq)))
+        vanishing |= {(n, p) for n, k in enumerate(kappa, 1) if abs(k) < 1e-12}
+    corrected = {(n, 0.5) for n in range(3, orders + 1, 2)} | {(4, quartic_zero), (4, 1 - quartic_zero)}
+    return compare(
+        "F14", "identity", max(closed, len(vanishing ^ corrected)), 1e-12, as_printed_error=len(vanishing),
+        draws=len(ps) * orders, closed_form_error=closed, vanishing_pairs=len(vanishing),
+        measure="largest |recursion - closed form| of kappa_2..4 and number of (order, p) pairs whose vanishing "
+        "disagrees with the statement",
+        notes="as printed every order is present for every bias; 'as printed' counts the vanishing (order, p) pairs: "
+        "the odd orders 3, 5, 7 at p = 1/2 (b = 0) and kappa_4 at p q = 1/6",
     )
