@@ -1,4 +1,5 @@
-"""Checks of the audit's findings about carriers and log-normalizers: F1-F6, F13, F14.
+"""Checks of the audit's findings about carriers, log-normalizers and cumulant generating functions:
+F1-F6, F13, F14.
 
 Each measures the seed's printed statement and the corrected one on the same draws, with numpy
 and scipy only (quadrature, Newton's method, closed forms), in float64.
