@@ -199,7 +199,8 @@ ENTRIES = (
         "polynomial cumulant generating functions",
         "identity",
         "a law whose cumulant generating function is a polynomial is a normal or a point mass (Marcinkiewicz: the "
-        "degree is <= 2); the point mass at m has K(t) = m t, the s -> 0 edge of N(m, s^2) with K(t) = m t + s^2 t^2 / 2",
+        "degree is <= 2); the point mass at m has K(t) = m t, the s -> 0 edge of N(m, s^2) with "
+        "K(t) = m t + s^2 t^2 / 2",
         "seed 004 §2 (cumulants of the hidden units; the constant prior of the Hopfield mixture)",
         modules=CARRIERS,
         tests=TESTS,
@@ -212,9 +213,10 @@ ENTRIES = (
         "F14",
         "Bernoulli hidden units and the orders they induce",
         "identity",
-        "a Bernoulli hidden unit with bias b (p = sigmoid(b)) contributes the order-n interaction with weight kappa_n(p), "
-        "a polynomial in p with isolated zeros: at b = 0 (p = 1/2) every odd order >= 3 vanishes (X - 1/2 is "
-        "symmetric) and kappa_4 vanishes at p q = 1/6, p = (1 +- 1/sqrt 3)/2; all orders are present only off these biases",
+        "a Bernoulli hidden unit with bias b (p = sigmoid(b)) contributes the order-n interaction with weight "
+        "kappa_n(p), a polynomial in p with isolated zeros: at b = 0 (p = 1/2) every odd order >= 3 vanishes "
+        "(X - 1/2 is symmetric) and kappa_4 vanishes at p q = 1/6, p = (1 +- 1/sqrt 3)/2; all orders are present "
+        "only off these biases",
         "seed 004 §2 (hidden units of the RBM and their cumulants)",
         modules=CARRIERS,
         tests=TESTS,

@@ -202,7 +202,9 @@ def check_f6(ctx: RunContext):
 
 def _normal_cgf(mean: float, sd: float, t: float) -> float:
     r"""$K(t) = \log E[e^{tX}]$, $X \sim N(m, s^2)$, by quadrature (``sd > 0``)."""
-    density = lambda x: math.exp(t * x - 0.5 * ((x - mean) / sd) ** 2) / (sd * math.sqrt(2 * math.pi))
+    def density(x: float) -> float:
+        return math.exp(t * x - 0.5 * ((x - mean) / sd) ** 2) / (sd * math.sqrt(2 * math.pi))
+
     value, _ = integrate.quad(density, mean - 40 * sd, mean + 40 * sd, points=[mean + t * sd * sd], epsabs=0,
                               epsrel=1e-13, limit=200)
     return math.log(value)
@@ -220,16 +222,18 @@ def check_f13(ctx: RunContext):
         ts = np.linspace(-2.0, 2.0, 5)
         for sd in (1.0, 0.1, 0.01):
             errors += [abs(_normal_cgf(mean, sd, t) - (mean * t + 0.5 * sd * sd * t * t)) for t in ts]
-        point_cgf = lambda t: math.log(math.exp(t * mean))  # log E e^{tX} for X = m almost surely
-        errors += [abs(point_cgf(t) - mean * t) for t in ts]
-        errors.append(abs(point_cgf(1e-2) - 2 * point_cgf(0.0) + point_cgf(-1e-2)) / 1e-4)
+        point_cgf = [math.log(math.exp(t * mean)) for t in (*ts, 1e-2, 0.0, -1e-2)]  # log E e^{tX}, X = m a.s.
+        errors += [abs(k - mean * t) for k, t in zip(point_cgf, ts, strict=False)]
+        errors.append(abs(point_cgf[-3] - 2 * point_cgf[-2] + point_cgf[-1]) / 1e-4)
         # sup_x |1{x >= m} - Phi((x - m) / s)| is reached at x -> m-: Phi(0) = 1/2 for every s > 0
-        printed.append(min(float(special.ndtr((np.nextafter(mean, -np.inf) - mean) / s)) for s in np.logspace(-6, 2, 9)))
+        below = np.nextafter(mean, -np.inf) - mean
+        printed.append(min(float(special.ndtr(below / s)) for s in np.logspace(-6, 2, 9)))
     return compare(
         "F13", "identity", max(errors), 1e-9, as_printed_error=min(printed), draws=4,
         measure="largest |K(t) - polynomial| for normals and the point mass, and |kappa_2| of the point mass",
-        notes="the point mass has the polynomial CGF m t yet is at Kolmogorov distance 1/2 from every normal with s > 0; "
-        "by Marcinkiewicz's theorem a polynomial CGF has degree <= 2, so the laws are the normals and the point masses",
+        notes="the point mass has the polynomial CGF m t yet is at Kolmogorov distance 1/2 from every normal with "
+        "s > 0; by Marcinkiewicz's theorem a polynomial CGF has degree <= 2, so the laws are the normals and the "
+        "point masses",
     )
 
 
