@@ -1,7 +1,11 @@
-"""Regenerate ``docs/FINDINGS.md`` from ``docs/results.json``.
+"""Regenerate ``docs/FINDINGS.md`` from ``docs/results.json`` and ``docs/seeds/*.json``.
 
     .venv/bin/expattn report --out report --overwrite      # the README's main command (full mode, seed 0)
     cp report/results.json docs/results.json
+    for m in minilm smollm2 gemma3; do                     # each headline over seeds 0, 1 and 2
+      .venv/bin/expattn probe --model $m --seeds 0,1,2 --out seeds-$m --overwrite
+      cp seeds-$m/seeds.json docs/seeds/$m.json
+    done
     .venv/bin/python scripts/findings.py                   # writes docs/FINDINGS.md
 
 ``tests/unit/test_findings_doc.py`` fails while the two disagree, or while a claim of the catalogue has no record.
@@ -13,7 +17,7 @@ import json
 import sys
 from pathlib import Path
 
-from expattn.report.markdown import findings_markdown
+from expattn.report.markdown import findings_markdown, read_spreads
 from expattn.results.files import write_text_atomic
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
@@ -22,7 +26,7 @@ DOCS = Path(__file__).resolve().parents[1] / "docs"
 def main() -> int:
     source = Path(sys.argv[1]) if len(sys.argv) > 1 else DOCS / "results.json"
     document = json.loads(source.read_text(encoding="utf-8"))
-    write_text_atomic(DOCS / "FINDINGS.md", findings_markdown(document))
+    write_text_atomic(DOCS / "FINDINGS.md", findings_markdown(document, read_spreads(DOCS / "seeds")))
     print(f"docs/FINDINGS.md written from {source}")
     return 0
 

@@ -199,17 +199,20 @@ def probe(
     corpus: Annotated[str | None, typer.Option(help="Built-in corpus (shakespeare) [shakespeare].")] = None,
     text: Annotated[Path | None, typer.Option(readable=False,
                                               help="UTF-8 text file to read instead of the corpus.")] = None,
-    tokens: Annotated[int, typer.Option(help="Number of tokens to read.")] = 20_000,
+    tokens: Annotated[int | None, typer.Option(help="Number of tokens to read [the model's: minilm 20,000, smollm2 "
+                                                    "and gemma3 8,192, others 20,000].")] = None,
     seq_len: Annotated[int, typer.Option(help="Tokens per sequence, special tokens included.")] = 128,
-    seed: Annotated[int, typer.Option(help="Seed of the sample, bootstrap and baselines.")] = 0,
+    seed: Annotated[int | None, typer.Option(help="Seed of the sample, bootstrap and baselines [0].")] = None,
+    seeds: Annotated[str | None, typer.Option(help="Comma-separated seeds instead of --seed, e.g. 0,1,2: one probe "
+                                                   "per seed into OUT/seed-N, and each headline's median and range "
+                                                   "over them in OUT/seeds.json.")] = None,
     detail_sequences: Annotated[int | None, typer.Option(help="Sequences of the per-sequence analyses (E4's and "
                                                               "E9's Fisher, E5, E7: their intervals' units); a fixed "
                                                               "cost, about 9 CPU-s for MiniLM at 32; at most the "
                                                               "number of sequences [32 or all].")] = None,
-    hypotheses: Annotated[str, typer.Option("--only", "--hypotheses",
-                                            help="Comma-separated hypotheses to measure, e.g. E1,E2,E3.")] = (
-        "E1,E2,E3,E4,E5,E6,E7,E8,E9"
-    ),
+    hypotheses: Annotated[str | None, typer.Option("--only", "--hypotheses",
+                                                   help="Comma-separated hypotheses to measure, e.g. E1,E2,E3 "
+                                                        "[every one the probe has].")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", help="Show the model loader's own report.")] = False,
     device: Annotated[str | None, typer.Option(help="cpu, cuda or cuda:N (default: cpu; this rank's GPU under "
                                                     "torchrun).")] = None,
@@ -223,35 +226,57 @@ def probe(
     overwrite: Overwrite = False,
 ) -> None:
     """Measure hypotheses E1-E9 on a pretrained transformer and real text; writes results.json and plots."""
-    checked_seed(seed)
+    if seed is not None and seeds is not None:
+        fail(f"give --seed or --seeds, not both (got --seed {seed} and --seeds {seeds!r})")
+    chosen = (checked_seed(0 if seed is None else seed),) if seeds is None else _checked_seeds(seeds)
     from expattn.commands.probe import ProbeConfig, probe_progress, probe_to_dir
 
     verbose_loading(verbose)
     if corpus is not None and text is not None:
         fail(f"give --corpus or --text, not both (got --corpus {corpus!r} and --text {str(text)!r})")
-    corpus = corpus or "shakespeare"
-    sequences = -(-tokens // seq_len) if tokens > 0 and seq_len > 0 else None  # tokens are read in whole sequences
-    if detail_sequences is not None and sequences is not None and detail_sequences > sequences:
-        fail(f"--detail-sequences must be at most the number of sequences, ceil(--tokens / --seq-len) = {sequences}, "
-             f"got {detail_sequences}")
-    detail = 32 if detail_sequences is None else detail_sequences
     try:
-        config = ProbeConfig(model=model, corpus=corpus, text=None if text is None else str(text), tokens=tokens,
-                             seq_len=seq_len, seed=seed, detail_sequences=detail,
-                             hypotheses=tuple(h.strip().upper() for h in hypotheses.split(",")),
-                             device=device, dtype=dtype, device_map=device_map,
-                             tokenizer=None if tokenizer is None else str(tokenizer), statistics=statistics)
+        configs = [ProbeConfig(model=model, corpus=corpus or "shakespeare", text=None if text is None else str(text),
+                               tokens=tokens, seq_len=seq_len, seed=s,
+                               detail_sequences=32 if detail_sequences is None else detail_sequences,
+                               **({} if hypotheses is None else
+                                  {"hypotheses": tuple(h.strip().upper() for h in hypotheses.split(","))}),
+                               device=device, dtype=dtype, device_map=device_map,
+                               tokenizer=None if tokenizer is None else str(tokenizer), statistics=statistics)
+                   for s in chosen]
+        sequences = -(-configs[0].tokens // seq_len)  # tokens are read in whole sequences
+        if detail_sequences is not None and detail_sequences > sequences:
+            fail(f"--detail-sequences must be at most the number of sequences, ceil(--tokens / --seq-len) = "
+                 f"{sequences}, got {detail_sequences}")
         with probe_progress(console, model) as progress:
-            outcome = probe_to_dir(config, out, progress, overwrite)
+            outcomes = probe_to_dir(configs, out, progress, overwrite)
     except (ValueError, OSError) as err:
         fail(str(err).splitlines()[0] if str(err) else type(err).__name__)
-    if outcome.records:
-        from expattn.commands.tables import headline_table
+    from expattn.commands.tables import headline_table, spread_table
 
-        console.print(headline_table(outcome.records, f"expattn probe --model {plain(model)}"))
+    for outcome in outcomes.values():
+        if outcome.records and seeds is None:
+            console.print(headline_table(outcome.records, f"expattn probe --model {plain(model)}"))
+    if seeds is not None and all(o.records for o in outcomes.values()):
+        console.print(spread_table(outcomes, f"expattn probe --model {plain(model)} --seeds {plain(seeds)}"))
+    for s, outcome in outcomes.items():
+        where = out / "results.json" if seeds is None else out / f"seed-{s}" / "results.json"
         seconds = f"{outcome.seconds:.1f} s (forward passes {outcome.forward_seconds:.1f} s)"
-        say(console, f"{outcome.tokens} tokens in {seconds}; results in {out}/results.json")
-    raise typer.Exit(code=0 if all(r.ok for r in outcome.records) else 1)
+        say(console, f"{outcome.tokens} tokens in {seconds}; results in {where}")
+    raise typer.Exit(code=0 if all(r.ok for o in outcomes.values() for r in o.records) else 1)
+
+
+def _checked_seeds(seeds: str) -> tuple[int, ...]:
+    """``--seeds`` as distinct seeds, else a one-line error."""
+    from expattn.seeds import check_seeds
+
+    try:
+        return check_seeds([int(s) for s in seeds.split(",")])
+    except ValueError as err:
+        if "invalid literal" in str(err):
+            fail(f"--seeds must be comma-separated integers such as 0,1,2, got {seeds!r}")
+        fail(f"--{err}")
+    except TypeError as err:
+        fail(f"--{err}")
 
 
 @app.command()

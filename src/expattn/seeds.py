@@ -21,3 +21,21 @@ def check_seed(seed: object, name: str = "seed") -> int:
     if not 0 <= seed < SEED_LIMIT:
         raise ValueError(f"{name} must be an integer in [0, 2**63), got {seed}")
     return seed
+
+
+def check_seeds(seeds: object, name: str = "seeds") -> tuple[int, ...]:
+    """``seeds`` as a tuple if it is a sequence of at least two distinct seeds, each following ``check_seed``;
+    otherwise raise naming ``name`` (one seed is ``seed``'s job).
+
+    Raises:
+        TypeError: not a list or tuple of integers.
+        ValueError: fewer than two, a repeated one, or one out of range.
+    """
+    if not isinstance(seeds, list | tuple):
+        raise TypeError(f"{name} must be a list of integers such as [0, 1, 2], got {type(seeds).__name__}")
+    chosen = tuple(check_seed(s, name) for s in seeds)
+    if len(chosen) < 2:
+        raise ValueError(f"{name} must hold at least two seeds (one seed is seed's), got {list(chosen)}")
+    if len(set(chosen)) != len(chosen):
+        raise ValueError(f"{name} must not repeat a seed, got {list(chosen)}")
+    return chosen

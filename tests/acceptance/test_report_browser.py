@@ -176,7 +176,7 @@ def sweep_and_claims_report(folder: Path, gen: torch.Generator) -> Path:
             "E5": {"identity_f32": (heads * 1e-6).tolist()},
             "E7": {"res_no_skip": [[1.0, *(heads[:, 0].cumprod(0)).tolist()]]},
             "E4": {"cos_sigma_inv": (torch.rand(layers, 4, generator=gen, dtype=torch.float64) - 0.5).tolist()},
-            "E6": {"heldout_r2_fold_even_to_odd": values[2], "heldout_r2_fold_odd_to_even": values[3]},
+            "E6": {"heldout_r2_fold0": values[2], "heldout_r2_fold1": values[3]},
             "E8": {"mean_pairwise_cos": band(values[2])},
             "E9": {"cos_sigma": (torch.rand(layers, 4, generator=gen, dtype=torch.float64) - 0.5).tolist()},
         }

@@ -36,7 +36,7 @@ def test_bad_inputs_are_one_line_and_leave_nothing(tmp_path, args, fragments):
 
 def test_detail_sequences_up_to_the_number_of_sequences_are_accepted(tmp_path, monkeypatch):
     seen = []
-    monkeypatch.setattr("expattn.commands.probe.probe_to_dir", lambda config, *a, **k: seen.append(config))
+    monkeypatch.setattr("expattn.commands.probe.probe_to_dir", lambda configs, *a, **k: seen.extend(configs) or {})
     CliRunner().invoke(app, ["probe", "--tokens", "250", "--seq-len", "16", "--detail-sequences", "16",
                              "--out", str(tmp_path / "o")])
     CliRunner().invoke(app, ["probe", "--tokens", "64", "--seq-len", "16", "--out", str(tmp_path / "o")])

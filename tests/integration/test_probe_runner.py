@@ -48,8 +48,8 @@ def statistics(estimators: list) -> dict[str, torch.Tensor]:
         out[f"e3_mean_{d}"], out[f"e3_scatter_{d}"], out[f"e3_m4_{d}"] = m.mean_, m.scatter_, m.proj_m4_
     for i, (m, m9) in enumerate(zip(e4.inputs_, e9.inputs_, strict=True)):
         out[f"e4_scatter_{i}"], out[f"e9_scatter_{i}"] = m.scatter_, m9.scatter_
-    for i, (a, b) in enumerate(e6.folds_):
-        out[f"e6_sxy_{i}"], out[f"e6_sxx_{i}"] = a.sxy_ + b.sxy_, b.sxx_
+    for i, folds in enumerate(e6.folds_):
+        out[f"e6_sxy_{i}"], out[f"e6_sxx_{i}"] = sum(f.sxy_ for f in folds), folds[-1].sxx_
     return {k: v.double().contiguous() for k, v in out.items()}
 
 

@@ -8,6 +8,7 @@ import json
 import pytest
 import torch
 
+from expattn.commands.sweep_probe import probe_dynamics
 from expattn.nn.carriers import carrier_names
 from expattn.nn.lm import LMConfig
 from expattn.results.record import load_records
@@ -23,7 +24,7 @@ def test_carrier_sweep(gen, tmp_path):
     base = TrainConfig(out=tmp_path / "sweep", model=LMConfig(context=8, layers=2, heads=2, dim=8),
                        corpus=str(corpus), batch=4, iters=4, eval_every=2, eval_batches=2, progress=False,
                        device="cpu")
-    rows = run_sweep("carriers", base)
+    rows = run_sweep("carriers", base, probe_dynamics)
     assert [r.value for r in rows] == [*carrier_names(), "implicit"]
     for r in rows:
         config = json.loads((base.out / r.value / "config.json").read_text())

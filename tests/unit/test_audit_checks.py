@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 
 from expattn.catalogue import entry
-from expattn.catalogue.registry import RunContext, claims, run_claim
+from expattn.catalogue.registry import RunContext
+from expattn.commands.checks import claims, run_claim
 
-IDS = tuple(f"F{i}" for i in range(1, 12)) + tuple(f"G{i}" for i in range(1, 7))
+IDS = tuple(f"F{i}" for i in range(1, 15)) + tuple(f"G{i}" for i in range(1, 7))
 CHECKS = {c.id: c for c in claims("verify") if c.id in IDS}
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from expattn.catalogue.registry import RunContext, run_claim, select
+from expattn.catalogue.registry import RunContext
+from expattn.commands.checks import run_claim, select
 from expattn.presets.b8_heads import alignment, head_updates
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from expattn.catalogue.registry import RunContext, claims, run_claim
+from expattn.catalogue.registry import RunContext
+from expattn.commands.checks import claims, run_claim
 from expattn.results.record import Control, Record, enforce_controls, results_document
 
 VERIFY = claims("verify")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from expattn.catalogue.registry import RunContext, run_claim, select
+from expattn.catalogue.registry import RunContext
+from expattn.commands.checks import run_claim, select
 from expattn.core.solvers import solve
 from expattn.nn.implicit import InjectedAttention
 from expattn.presets.d7_anderson import tune_gain

@@ -8,7 +8,8 @@ import math
 import pytest
 import torch
 
-from expattn.catalogue.registry import RunContext, run_claim, select
+from expattn.catalogue.registry import RunContext
+from expattn.commands.checks import run_claim, select
 from expattn.presets import d2_hopfield as rules
 from expattn.presets.d2_theorem3 import (
     SOURCE,

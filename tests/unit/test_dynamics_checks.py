@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from expattn.catalogue.registry import RunContext, select, timed_claim
+from expattn.catalogue.registry import RunContext
 from expattn.checks.b_operators import hull_distance
+from expattn.commands.checks import select, timed_claim
 from expattn.dynamics.clouds import CENTRED, CLOUD_KINDS, count_clusters, make_cloud
 from expattn.dynamics.metrics import covariance, trace_cov
 from expattn.dynamics.operators import AttentionConfig, AttentionUpdate

@@ -7,14 +7,15 @@ import json
 from pathlib import Path
 
 from expattn import catalogue
-from expattn.report.markdown import findings_markdown
+from expattn.report.markdown import findings_markdown, read_spreads, spread_section
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 
 def test_findings_are_rendered_from_the_committed_results():
     document = json.loads((DOCS / "results.json").read_text(encoding="utf-8"))
-    assert (DOCS / "FINDINGS.md").read_text(encoding="utf-8") == findings_markdown(document), (
+    spreads = read_spreads(DOCS / "seeds")
+    assert (DOCS / "FINDINGS.md").read_text(encoding="utf-8") == findings_markdown(document, spreads), (
         "docs/FINDINGS.md is stale: run `python scripts/findings.py`")
 
 
@@ -22,3 +23,19 @@ def test_the_committed_results_are_a_full_report_of_every_claim():
     document = json.loads((DOCS / "results.json").read_text(encoding="utf-8"))
     assert document["command"].startswith("expattn report") and document["quick"] is False
     assert {r["id"] for r in document["records"]} == set(catalogue.ids())
+
+
+def test_the_spread_over_seeds_is_each_models_probe_at_three_seeds():
+    spreads = read_spreads(DOCS / "seeds")
+    assert [d["model"] for d in spreads] == ["gemma3", "minilm", "smollm2"]
+    for doc in spreads:
+        assert doc["seeds"] == [0, 1, 2] and {h["id"] for h in doc["hypotheses"]} == {f"E{i}" for i in range(1, 10)}
+
+
+def test_a_headline_whose_verdicts_differ_is_marked():
+    entry = {"id": "E1", "description": "ratio", "seeds": [0, 1], "values": [1.0, 2.0], "median": 1.5, "min": 1.0,
+             "max": 2.0, "verdicts": ["inconclusive", "supported"], "verdicts_agree": False}
+    same = {**entry, "id": "E2", "verdicts": ["pass", "pass"], "verdicts_agree": True}
+    lines = spread_section([{"model": "m", "seeds": [0, 1], "hypotheses": [entry, same]}])
+    assert "| E1 | ratio | 1.5 [1, 2] **inconclusive, supported** |" in lines
+    assert "| E2 | ratio | 1.5 [1, 2] pass |" in lines

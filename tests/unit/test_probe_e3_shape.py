@@ -92,14 +92,24 @@ def test_a_spheres_radius_ratio_is_about_p_over_n(n, p):
 
 
 def test_the_probes_quick_and_full_sizes_give_e3_the_power_to_reject_a_sphere():
-    # the kept tokens per depth (a first token per sequence of 128 left out, at most BUFFER) against each
+    # the kept tokens per depth (a first token per sequence of 128 left out, at most buffer_size) against each
     # packaged model's width: below the power limit, a sphere's ratio (about p/n) sits below the band
-    from expattn.probes.hypotheses.e3_shape import BUFFER
-    from expattn.probes.runner import DEFAULT_TOKENS, QUICK_TOKENS
+    from expattn.probes.budgets import DEFAULT_TOKENS, QUICK_TOKENS
+    from expattn.probes.hypotheses.e3_shape import buffer_size
 
-    width = {"minilm": 384, "smollm2": 576}
+    width = {"minilm": 384, "smollm2": 576, "gemma3": 640}
+    assert set(DEFAULT_TOKENS) == set(QUICK_TOKENS) == set(width)
     for table in (QUICK_TOKENS, DEFAULT_TOKENS):
         for model, tokens in table.items():
-            kept = min(BUFFER, tokens - tokens // 128)
+            kept = min(buffer_size(width[model]), tokens - tokens // 128)
             assert sphere_power(kept, width[model]), (model, tokens, kept)
             assert width[model] / kept + 0.08 < RADIUS_BAND[0]
+
+
+def test_a_wider_model_keeps_enough_tokens_for_the_radius_ratio():
+    # 1,024 tokens cannot tell a sphere in width 640 (p/n = 0.625 > 0.6); 1,067 = ceil(640 / 0.6) can
+    from expattn.probes.hypotheses.e3_shape import BUFFER, buffer_size
+
+    assert buffer_size(384) == buffer_size(576) == BUFFER == 1024
+    assert buffer_size(640) == 1067
+    assert not sphere_power(1024, 640) and sphere_power(1067, 640) and not sphere_power(1066, 640)

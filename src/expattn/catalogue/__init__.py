@@ -42,3 +42,8 @@ def entry(claim_id: str) -> Entry:
 
 
 __all__ = ["AS_PRINTED_KINDS", "ENTRIES", "GROUPS", "Entry", "Group", "entry", "ids"]
+
+
+def headlines() -> dict[str, tuple[str, str]]:
+    """Hypothesis ID -> ``(metric key of its record, what it is)``: each probed claim's headline number."""
+    return {e.id: e.headline for e in ENTRIES if e.headline is not None}

@@ -32,6 +32,7 @@ ENTRIES = (
         modules=("src/expattn/probes/hypotheses/e1_expansion.py", "src/expattn/probes/statistics/stats.py", SWEEP),
         tests=("tests/unit/test_probe_lm.py", "tests/unit/test_probe_stats.py", RUNNER_TEST, SWEEP_TEST),
         probe=True,
+        headline=("median_raw_ratio_excl", "median spread ratio (x + attn) / x over layers"),
     ),
     Entry(
         "E2",
@@ -42,6 +43,7 @@ ENTRIES = (
         modules=("src/expattn/probes/hypotheses/e2_normalization.py", "src/expattn/probes/statistics/stats.py", SWEEP),
         tests=("tests/unit/test_probe_lm.py", RUNNER_TEST, SWEEP_TEST),
         probe=True,
+        headline=("median_raw_ratio_excl", "median spread ratio after / before norm (the verdict's raw reading)"),
     ),
     Entry(
         "E3",
@@ -58,6 +60,8 @@ ENTRIES = (
         ),
         tests=("tests/unit/test_probe_stats.py", "tests/unit/test_probe_massive.py", RUNNER_TEST, SWEEP_TEST),
         probe=True,
+        headline=("median_abs_kurtosis_excl", "median |excess kurtosis| along random directions over depths "
+                                              "(the verdict also reads the radius ratio)"),
     ),
     Entry(
         "E4",
@@ -70,6 +74,7 @@ ENTRIES = (
                  "src/expattn/probes/models/attention.py"),
         tests=("tests/unit/test_probe_e4.py", "tests/unit/test_probe_adapters.py", RUNNER_TEST),
         probe=True,
+        headline=("median_cos_sigma_inv", "median cosine of W_q^T W_k with Sigma^+ over heads, on the range of Sigma"),
     ),
     Entry(
         "E5",
@@ -81,6 +86,7 @@ ENTRIES = (
         modules=("src/expattn/probes/hypotheses/e5_gradient.py", "src/expattn/probes/models/attention.py"),
         tests=("tests/unit/test_probe_adapters.py", "tests/unit/test_probe_lm.py", RUNNER_TEST),
         probe=True,
+        headline=("max_error", "max error of attention vs grad log Z"),
     ),
     Entry(
         "E6",
@@ -91,6 +97,7 @@ ENTRIES = (
         modules=("src/expattn/probes/hypotheses/e6_mlp.py", "src/expattn/probes/hypotheses/regression.py", "src/expattn/probes/statistics/stats.py"),
         tests=("tests/unit/test_probe_stats.py", RUNNER_TEST),
         probe=True,
+        headline=("median_heldout_r2", "median held-out R^2 of a linear FC fit"),
     ),
     Entry(
         "E7",
@@ -106,6 +113,8 @@ ENTRIES = (
         ),
         tests=("tests/unit/test_probe_lm.py", "tests/unit/test_probe_e7_norms.py", RUNNER_TEST),
         probe=True,
+        headline=("decades_lost_no_skip",
+                  "decades lost by the rank-one residual, pure attention: -log10(res_L / res_0)"),
     ),
     Entry(
         "E8",
@@ -116,6 +125,7 @@ ENTRIES = (
         modules=("src/expattn/probes/hypotheses/e8_heads.py", "src/expattn/probes/models/attention.py"),
         tests=("tests/unit/test_probe_e8_heads.py", "tests/unit/test_probe_adapters.py", RUNNER_TEST),
         probe=True,
+        headline=("median_pairwise_cos", "median pairwise cosine of head outputs"),
     ),
     Entry(
         "E9",
@@ -128,5 +138,6 @@ ENTRIES = (
                  "src/expattn/probes/models/attention.py"),
         tests=("tests/unit/test_probe_e4.py", RUNNER_TEST),
         probe=True,
+        headline=("median_cos_sigma", "median cosine of W_q^T W_k with Sigma over heads, on the range of Sigma"),
     ),
 )

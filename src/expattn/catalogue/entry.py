@@ -53,6 +53,8 @@ class Entry:
         probe: ``expattn probe`` has an estimator of this ID.
         as_printed: ``None``, or what the seed prints wrongly (the corrected form is ``statement``).
         as_printed_kind: ``None``, or a key of ``AS_PRINTED_KINDS``: how the print is wrong.
+        headline: for a probed hypothesis, its one headline number: ``(metric key of its record, what it is)``;
+            the report's matrix, the probe's table and the spread over seeds show it.
     """
 
     id: str
@@ -67,6 +69,7 @@ class Entry:
     probe: bool = False
     as_printed: str | None = None
     as_printed_kind: str | None = None
+    headline: tuple[str, str] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.id, str) or not _ID.fullmatch(self.id):
@@ -88,6 +91,12 @@ class Entry:
             raise ValueError(
                 f"{self.id}: as_printed_kind must be one of {tuple(AS_PRINTED_KINDS)}, got {self.as_printed_kind!r}"
             )
+        if self.probe != (self.headline is not None):
+            raise ValueError(f"{self.id}: a probed claim, and only one, names its headline, got {self.headline!r}")
+        if self.headline is not None and not (
+            isinstance(self.headline, tuple) and len(self.headline) == 2 and all(isinstance(h, str) and h
+                                                                                 for h in self.headline)):
+            raise ValueError(f"{self.id}: headline must be (metric key, description), got {self.headline!r}")
 
     @property
     def group(self) -> str:

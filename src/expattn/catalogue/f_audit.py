@@ -1,4 +1,4 @@
-"""Claims F1-F11: statements of the seeds that fail as printed or need a condition the text omits.
+"""Claims F1-F14: statements of the seeds that fail as printed or need a condition the text omits.
 
 Found by the line-by-line audit of the five seeds (``docs/AUDIT.md``). Each entry's ``statement``
 is the corrected claim; ``as_printed`` says what the seed prints, ``as_printed_kind`` how it is
@@ -177,6 +177,52 @@ ENTRIES = (
         verify=True,
         as_printed="the quadratic term also seems to fulfill another duty of modeling the skip connection "
         "(seed 001): read as x + Attn(x) = x - g grad E for some step g",
+        as_printed_kind="statement",
+    ),
+    Entry(
+        "F12",
+        "near-uniform mixture weights need near-equal squared norms",
+        "inequality",
+        "the modern Hopfield mixture weights w_mu = exp(|W_mu|^2 / 2) / sum_nu exp(|W_nu|^2 / 2) satisfy "
+        "|N w_mu - 1| <= e^(delta / 2) - 1 when the squared pattern norms lie in a band of width delta, so w_mu ~ 1/N "
+        "needs differences of |W_mu|^2 well below 1, whatever the norms' relative spread",
+        "seed 004 §2 (mixture weights of the modern Hopfield density)",
+        modules=OPERATORS,
+        tests=TESTS,
+        verify=True,
+        as_printed="w_mu ~ 1/N if the norms of the patterns are not too wild (seed 004): standard normal patterns in "
+        "n = 32 (norms 5.7 +- 0.7, ~12%) give N w_mu up to ~60 for N = 64",
+        as_printed_kind="statement",
+    ),
+    Entry(
+        "F13",
+        "polynomial cumulant generating functions",
+        "identity",
+        "a law whose cumulant generating function is a polynomial is a normal or a point mass (Marcinkiewicz: the "
+        "degree is <= 2); the point mass at m has K(t) = m t, the s -> 0 edge of N(m, s^2) with "
+        "K(t) = m t + s^2 t^2 / 2",
+        "seed 004 §2 (cumulants of the hidden units; the constant prior of the Hopfield mixture)",
+        modules=CARRIERS,
+        tests=TESTS,
+        verify=True,
+        as_printed="the normal distribution is the only distribution whose cumulant generating function is a "
+        "polynomial (seed 004): the point mass, used by the post itself as the constant hidden prior, is another",
+        as_printed_kind="statement",
+    ),
+    Entry(
+        "F14",
+        "Bernoulli hidden units and the orders they induce",
+        "identity",
+        "a Bernoulli hidden unit with bias b (p = sigmoid(b)) contributes the order-n interaction with weight "
+        "kappa_n(p), a polynomial in p with isolated zeros: at b = 0 (p = 1/2) every odd order >= 3 vanishes "
+        "(X - 1/2 is symmetric) and kappa_4 vanishes at p q = 1/6, p = (1 +- 1/sqrt 3)/2; all orders are present "
+        "only off these biases",
+        "seed 004 §2 (hidden units of the RBM and their cumulants)",
+        modules=CARRIERS,
+        tests=TESTS,
+        verify=True,
+        as_printed="Bernoulli hidden units induce interactions of all orders (seed 004), for any bias: at b = 0 "
+        "the cubic, quintic, ... interactions vanish",
         as_printed_kind="statement",
     ),
 )

@@ -1,27 +1,20 @@
-"""Registry of the checks of the catalogue's claims: claim ID -> check function -> ``Record``.
+"""Registry of the checks of the catalogue's claims: claim ID -> check function, as data.
 
 Check modules live in ``expattn.checks`` (and ``expattn.presets`` register the same way); each
 decorates its functions with ``register_claim``, naming a claim ID of ``expattn.catalogue``. A
 check takes a ``RunContext`` (seed, output folder for plots, quick flag) and returns a
-``Record``; the runner fills in the statement, source, method and criterion (statement and source
-by default from the catalogue entry), turns an exception into an ``error`` record (a crashing
-check is never a silent one) and demotes a record whose controls misbehave (``enforce_controls``:
-a negative control that passes is a failure). ``timed_claim`` also gives the check's wall seconds,
-which the results files keep beside the records, not in them: a seed's records are the same on
-every run.
+``Record``. This module only holds what was registered: the command layer imports the check
+modules by name and runs them (``expattn.commands.checks``).
 """
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from expattn.catalogue import entry
-from expattn.results.record import Record, enforce_controls, error_record
+from expattn.results.record import Record
 
 COMMANDS = ("verify", "simulate")
 
@@ -97,63 +90,12 @@ def register_claim(
     return decorate
 
 
-CHECK_PACKAGES = ("expattn.checks", "expattn.presets")
-
-
-def _load_checks() -> None:
-    for package in CHECK_PACKAGES:
-        pkg = importlib.import_module(package)
-        for info in pkgutil.iter_modules(pkg.__path__):
-            importlib.import_module(f"{package}.{info.name}")
-
-
 def _id_key(claim: Claim) -> tuple[str, int, str]:
     number = claim.id[1:]
     return claim.id[0], int(number) if number.isdigit() else 0, claim.name
 
 
-def claims(command: str = "verify") -> list[Claim]:
-    """All registered checks of ``command``, sorted by ID (A1, A2, ..., A10, ...), then name."""
-    _load_checks()
+def registered(command: str = "verify") -> list[Claim]:
+    """The checks of ``command`` registered so far, sorted by ID (A1, A2, ..., A10, ...), then name. Which modules
+    are imported, and so registered, is the command layer's choice (``expattn.commands.checks``)."""
     return sorted((c for c in _REGISTRY.values() if c.command == command), key=_id_key)
-
-
-def select(command: str, only: list[str] | None) -> list[Claim]:
-    """The checks of ``command`` whose claim ID or name is in ``only`` (all if ``None``)."""
-    available = claims(command)
-    if not only:
-        return available
-    wanted = {w.lower() for w in only}
-    known = {c.id.lower() for c in available} | {c.name.lower() for c in available}
-    unknown = [w for w in only if w.lower() not in known]
-    if unknown:
-        names = sorted({c.name for c in available}, key=str)
-        raise ValueError(
-            f"unknown claim or preset {', '.join(unknown)} for {command}; "
-            f"available: {', '.join(names)}"
-        )
-    return [c for c in available if c.id.lower() in wanted or c.name.lower() in wanted]
-
-
-def run_claim(claim: Claim, ctx: RunContext) -> Record:
-    """Run one check; fill in context; a raised exception becomes an ``error`` record (a bug or a crash of the
-    check, not a verdict on the claim); misbehaving controls demote the verdict (``enforce_controls``). A simulate
-    record names its preset in ``details["preset"]``, whichever command ran it (``simulate`` or ``report``)."""
-    try:
-        record = claim.check(ctx)
-    except Exception as err:
-        record = error_record(claim.id, claim.kind, "check", err)
-    record.statement = record.statement or claim.statement
-    record.source = record.source or claim.source
-    record.method = record.method or claim.method
-    record.criterion = record.criterion or claim.criterion
-    if claim.command == "simulate":
-        record.details.setdefault("preset", claim.name)
-    return enforce_controls(record)
-
-
-def timed_claim(claim: Claim, ctx: RunContext) -> tuple[Record, float]:
-    """``run_claim`` and the wall seconds it took."""
-    start = time.perf_counter()
-    record = run_claim(claim, ctx)
-    return record, time.perf_counter() - start

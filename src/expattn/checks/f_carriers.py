@@ -1,4 +1,5 @@
-"""Checks of the audit's findings about carriers and log-normalizers: F1-F6.
+"""Checks of the audit's findings about carriers, log-normalizers and cumulant generating functions:
+F1-F6, F13, F14.
 
 Each measures the seed's printed statement and the corrected one on the same draws, with numpy
 and scipy only (quadrature, Newton's method, closed forms), in float64.
@@ -197,3 +198,73 @@ def check_f6(ctx: RunContext):
                    draws=30, measure="largest |log Z - ELBO(posterior)| and ELBO(q) - log Z",
                    notes="as printed log Z would equal the ELBO; the 'as printed' error is the median gap "
                    "log Z - ELBO(q) = KL(q || posterior) over random q")
+
+
+def _normal_cgf(mean: float, sd: float, t: float) -> float:
+    r"""$K(t) = \log E[e^{tX}]$, $X \sim N(m, s^2)$, by quadrature (``sd > 0``)."""
+    def density(x: float) -> float:
+        return math.exp(t * x - 0.5 * ((x - mean) / sd) ** 2) / (sd * math.sqrt(2 * math.pi))
+
+    value, _ = integrate.quad(density, mean - 40 * sd, mean + 40 * sd, points=[mean + t * sd * sd], epsabs=0,
+                              epsrel=1e-13, limit=200)
+    return math.log(value)
+
+
+@register_claim(
+    "F13",
+    method="normal CGFs by quadrature at s in {1, 0.1, 0.01} vs m t + s^2 t^2 / 2; the point mass at m: K(t) = m t, "
+    "kappa_2 = 0 (central difference); its Kolmogorov distance to N(m, s^2), s in 10^-6..10^2",
+)
+def check_f13(ctx: RunContext):
+    rng = np.random.default_rng(ctx.seed)
+    errors, printed = [], []
+    for mean in rng.normal(size=4).tolist():
+        ts = np.linspace(-2.0, 2.0, 5)
+        for sd in (1.0, 0.1, 0.01):
+            errors += [abs(_normal_cgf(mean, sd, t) - (mean * t + 0.5 * sd * sd * t * t)) for t in ts]
+        point_cgf = [math.log(math.exp(t * mean)) for t in (*ts, 1e-2, 0.0, -1e-2)]  # log E e^{tX}, X = m a.s.
+        errors += [abs(k - mean * t) for k, t in zip(point_cgf, ts, strict=False)]
+        errors.append(abs(point_cgf[-3] - 2 * point_cgf[-2] + point_cgf[-1]) / 1e-4)
+        # sup_x |1{x >= m} - Phi((x - m) / s)| is reached at x -> m-: Phi(0) = 1/2 for every s > 0
+        below = np.nextafter(mean, -np.inf) - mean
+        printed.append(min(float(special.ndtr(below / s)) for s in np.logspace(-6, 2, 9)))
+    return compare(
+        "F13", "identity", max(errors), 1e-9, as_printed_error=min(printed), draws=4,
+        measure="largest |K(t) - polynomial| for normals and the point mass, and |kappa_2| of the point mass",
+        notes="the point mass has the polynomial CGF m t yet is at Kolmogorov distance 1/2 from every normal with "
+        "s > 0; by Marcinkiewicz's theorem a polynomial CGF has degree <= 2, so the laws are the normals and the "
+        "point masses",
+    )
+
+
+def bernoulli_cumulants(p: float, orders: int) -> list[float]:
+    r"""$\kappa_1..\kappa_n$ of Bernoulli(p) from its moments ($m_k = p$) by
+    $\kappa_n = m_n - \sum_{j<n} \binom{n-1}{j-1} \kappa_j m_{n-j}$."""
+    moments, kappa = [1.0] + [p] * orders, [0.0] * (orders + 1)
+    for n in range(1, orders + 1):
+        kappa[n] = moments[n] - sum(math.comb(n - 1, j - 1) * kappa[j] * moments[n - j] for j in range(1, n))
+    return kappa[1:]
+
+
+@register_claim(
+    "F14",
+    method="cumulants kappa_1..kappa_8 of Bernoulli(p) by the moment recursion, p in {1/2, (1 +- 1/sqrt 3)/2, 0.3, "
+    "0.1}; kappa_2..4 against p q, p q (1 - 2p), p q (1 - 6 p q); which (order, p) vanish (|kappa| < 1e-12)",
+)
+def check_f14(ctx: RunContext):
+    quartic_zero = (1 - 3**-0.5) / 2  # p q = 1/6
+    ps, orders = (0.5, quartic_zero, 1 - quartic_zero, 0.3, 0.1), 8
+    closed, vanishing = 0.0, set()
+    for p in ps:
+        kappa, pq = bernoulli_cumulants(p, orders), p * (1 - p)
+        closed = max(closed, abs(kappa[1] - pq), abs(kappa[2] - pq * (1 - 2 * p)), abs(kappa[3] - pq * (1 - 6 * pq)))
+        vanishing |= {(n, p) for n, k in enumerate(kappa, 1) if abs(k) < 1e-12}
+    corrected = {(n, 0.5) for n in range(3, orders + 1, 2)} | {(4, quartic_zero), (4, 1 - quartic_zero)}
+    return compare(
+        "F14", "identity", max(closed, len(vanishing ^ corrected)), 1e-12, as_printed_error=len(vanishing),
+        draws=len(ps) * orders, closed_form_error=closed, vanishing_pairs=len(vanishing),
+        measure="largest |recursion - closed form| of kappa_2..4 and number of (order, p) pairs whose vanishing "
+        "disagrees with the statement",
+        notes="as printed every order is present for every bias; 'as printed' counts the vanishing (order, p) pairs: "
+        "the odd orders 3, 5, 7 at p = 1/2 (b = 0) and kappa_4 at p q = 1/6",
+    )

@@ -1,4 +1,4 @@
-"""Checks of the audit's findings about attention, normalization and Hopfield energies: F7-F11.
+"""Checks of the audit's findings about attention, normalization and Hopfield energies: F7-F12.
 
 References are torch autograd of explicitly written energies, ``torch.nn.functional.layer_norm``,
 scipy quadrature and closed forms, all in float64; ``expattn``'s own layers are not used.
@@ -189,4 +189,33 @@ def check_f11(ctx: RunContext):
         measure="largest error of the step identity, of x + Attn = 2 (x - grad E / 2) and of log Z",
         notes="as printed x + Attn(x) would be one gradient step x - g grad E; the 'as printed' error is the "
         "smallest relative distance to the best such step over all tokens",
+    )
+
+
+def _uniform_weight_gap(patterns: np.ndarray) -> float:
+    r"""$\max_\mu |N w_\mu - 1|$ for $w_\mu \propto e^{|W_\mu|^2/2}$, patterns ``(N, n)``."""
+    half_sq = 0.5 * (patterns**2).sum(-1)
+    log_weights = half_sq - np.logaddexp.reduce(half_sq)
+    return float(np.abs(len(patterns) * np.exp(log_weights) - 1).max())
+
+
+@register_claim(
+    "F12",
+    method="N = 64 patterns in n = 32 dimensions, 20 draws: max |N w_mu - 1| for patterns whose squared norms lie "
+    "in a band of width 0.1 (bound e^0.05 - 1) and for standard normal patterns (norms 5.7 +- 0.7)",
+)
+def check_f12(ctx: RunContext):
+    rng = np.random.default_rng(ctx.seed)
+    banded, printed = [], []
+    for _ in range(20):
+        patterns = rng.normal(size=(64, 32))
+        printed.append(_uniform_weight_gap(patterns))
+        radii = np.sqrt(32.0 + rng.uniform(0.0, 0.1, size=64))  # |W_mu|^2 in [32, 32.1]
+        banded.append(_uniform_weight_gap(patterns * (radii / np.linalg.norm(patterns, axis=-1))[:, None]))
+    return compare(
+        "F12", "inequality", max(banded), 0.1, as_printed_error=min(printed), draws=20,
+        norm_band_bound=math.expm1(0.05),
+        measure="largest |N w_mu - 1| over the patterns (w_mu ~ 1/N read as within 10%)",
+        notes="w_mu = exp(|W_mu|^2 / 2) / sum_nu exp(|W_nu|^2 / 2): uniform within e^(delta / 2) - 1 when the squared "
+        "norms lie in a band of width delta; the 'as printed' error uses patterns whose norms differ by ~12%",
     )

@@ -1,5 +1,5 @@
-"""``expattn probe``: the probe's records and plots written to an output folder, all or nothing, and its
-progress bar, which names the stage it is in (``expattn.probes.progress``)."""
+"""``expattn probe``: the probe's records and plots written to an output folder, all or nothing (one probe per
+seed under ``--seeds``), and its progress bar, which names the stage it is in (``expattn.probes.progress``)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,12 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from expattn.catalogue import headlines
 from expattn.probes.progress import Stage
 from expattn.probes.runner import ProbeConfig, ProbeOutcome, probe
 from expattn.results.files import write_json_atomic
 from expattn.results.outputs import check_output_folder, output_folder
+from expattn.results.seed_spread import seed_spread, spread_document
 from expattn.terminal import plain
 
 
@@ -47,9 +49,11 @@ def probe_progress(console: Console, model: str) -> Iterator[Callable[..., None]
 
 
 def probe_to_dir(
-    config: ProbeConfig, out: Path, progress: Callable[..., None] | None = None, overwrite: bool = False
-) -> ProbeOutcome:
-    """Run the probe and write ``out/results.json`` plus the PNG plots, all or nothing.
+    configs: list[ProbeConfig], out: Path, progress: Callable[..., None] | None = None, overwrite: bool = False
+) -> dict[int, ProbeOutcome]:
+    """Run the probe once per config (one per seed) and write its ``results.json`` plus the PNG plots, all or
+    nothing: into ``out`` for one config; for several, into ``out/seed-N/`` each, and ``out/seeds.json`` with each
+    headline's median and range over the seeds (``results.seed_spread``). Returns seed -> outcome.
 
     ``out`` follows the one rule of output folders (``expattn.results.outputs``; ``overwrite`` is
     ``--overwrite``). Everything is written into a temporary sibling folder moved into ``out`` at
@@ -59,10 +63,18 @@ def probe_to_dir(
         ValueError: as ``probe``, or when the rule refuses ``out`` or another process is writing it.
     """
     check_output_folder(out, overwrite)
-    config.require_memory()
+    for config in configs:
+        config.require_memory()
     if int(os.environ.get("RANK", "0")) != 0:
-        return probe(config, None, progress)
+        return {c.seed: probe(c, None, progress) for c in configs}
+    outcomes = {}
     with output_folder(out, overwrite=overwrite) as tmp:
-        outcome = probe(config, tmp, progress)
-        write_json_atomic(tmp / "results.json", outcome.document())
-    return outcome
+        for config in configs:
+            folder = tmp if len(configs) == 1 else tmp / f"seed-{config.seed}"
+            folder.mkdir(exist_ok=True)
+            outcomes[config.seed] = outcome = probe(config, folder, progress)
+            write_json_atomic(folder / "results.json", outcome.document())
+        if len(configs) > 1:
+            spreads = seed_spread({s: o.records for s, o in outcomes.items()}, headlines())
+            write_json_atomic(tmp / "seeds.json", spread_document(spreads, configs[0].model))
+    return outcomes

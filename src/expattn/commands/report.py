@@ -29,7 +29,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from rich.table import Table
 
 from expattn.catalogue import ENTRIES
-from expattn.catalogue.registry import RunContext, claims, timed_claim
+from expattn.catalogue.registry import RunContext
+from expattn.commands.checks import claims, timed_claim
 from expattn.probes.models.loading import BUILTIN_MODELS
 from expattn.probes.progress import Stage as ProbeStage
 from expattn.report.document import Stage, cpu
@@ -245,6 +246,7 @@ class _Runner:
         the probe on each trained model's exported folder) go into the report.
         """
         self.progress.update(self.task, description="train: one small LM per normalization")
+        from expattn.commands.sweep_probe import probe_dynamics
         from expattn.nn.lm import LMConfig
         from expattn.sweeps.run import SWEEP_BUDGET, run_sweep
         from expattn.train.loop import TrainConfig
@@ -257,7 +259,7 @@ class _Runner:
                 model = LMConfig(layers=budget["layers"], dim=budget["dim"])
                 base = TrainConfig(out=Path(tmp), model=model, iters=budget["iters"], eval_every=budget["eval_every"],
                                    ckpt_every=budget["iters"], seed=self.config.seed, device="cpu", progress=False)
-                run_sweep("norms", base)
+                run_sweep("norms", base, probe_dynamics)
                 shutil.copyfile(Path(tmp) / "sweep.png", plot_dir / "sweep_norms.png")
                 records = load_records(Path(tmp) / "sweep.json")
         finally:

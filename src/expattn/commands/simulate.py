@@ -18,7 +18,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from expattn.arguments import positive_int
-from expattn.catalogue.registry import RunContext, select, timed_claim
+from expattn.catalogue.registry import RunContext
+from expattn.commands.checks import select, timed_claim
 from expattn.commands.tables import STYLE
 from expattn.dynamics.clouds import CLOUD_KINDS, make_cloud
 from expattn.dynamics.metrics import METRICS

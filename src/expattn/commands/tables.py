@@ -56,3 +56,21 @@ def headline_table(records: list[Record], title: str) -> Table:
         table.add_row(escape(r.id), escape(titles.get(r.id, r.statement)), escape(measure), shown,
                       f"[{STYLE.get(r.verdict, 'yellow')}]{escape(r.verdict)}[/]", *why)
     return table
+
+
+def spread_table(outcomes: dict, title: str) -> Table:
+    """Columns: ID, headline measure, its median and [min, max] over the seeds, each seed's verdict, and whether
+    they agree; ``outcomes`` maps a seed to its probe's outcome (``.records``)."""
+    from expattn.catalogue import headlines
+    from expattn.report.cards import format_value
+    from expattn.results.seed_spread import seed_spread
+
+    table = Table(title=title, show_lines=False)
+    for name in ("ID", "headline measure", "median", "[min, max]", "verdicts", "agree"):
+        table.add_column(escape(name), overflow="fold", justify="right" if name in ("median", "[min, max]") else "left")
+    for s in seed_spread({seed: o.records for seed, o in outcomes.items()}, headlines()):
+        shown = "-" if s.median is None else format_value(s.median)
+        span = "-" if s.low is None else escape(f"[{format_value(s.low)}, {format_value(s.high)}]")
+        verdicts = ", ".join(f"[{STYLE.get(v, 'yellow')}]{escape(v)}[/]" for v in s.verdicts)
+        table.add_row(escape(s.id), escape(s.description), shown, span, verdicts, "yes" if s.verdicts_agree else "no")
+    return table

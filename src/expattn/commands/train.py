@@ -6,6 +6,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from expattn.commands.sweep_probe import probe_dynamics
 from expattn.nn.lm import LMConfig
 from expattn.sweeps.run import SWEEP_BUDGET, run_sweep
 from expattn.train.loop import TrainConfig, train
@@ -49,7 +50,7 @@ def train_command(
         **train_options,
     )
     if sweep is not None:
-        run_sweep(sweep, cfg, console)
+        run_sweep(sweep, cfg, probe_dynamics, console)
         return
     last = train(cfg).metrics[-1]
     console.print(

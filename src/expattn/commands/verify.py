@@ -8,7 +8,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from expattn.catalogue.registry import RunContext, select, timed_claim
+from expattn.catalogue.registry import RunContext
+from expattn.commands.checks import select, timed_claim
 from expattn.commands.tables import record_table
 from expattn.results.files import write_json_atomic
 from expattn.results.outputs import output_file

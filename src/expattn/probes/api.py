@@ -8,6 +8,8 @@ res = expattn.probe(model, tok, texts=["..."], hypotheses=("E1", "E5"), tokens=4
 res.verdicts            # {"E1": "supported", "E5": "pass"}
 res.to_frame()          # pandas DataFrame: id, verdict, metric, layer, head, value, low, high
 res.save("probe-out")   # results.json and plots, as `expattn probe --out`
+runs = expattn.probe(model, tok, hypotheses="E1,E3", seeds=[0, 1, 2])
+runs.to_frame()         # one row per hypothesis: its headline's median, min and max over seeds, and each seed's
 ```
 
 The sample of sequences, the estimators and the records are the CLI's (``expattn.probes.runner``),
@@ -23,6 +25,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from expattn.catalogue import headlines
 from expattn.probes.models.corpus import load_text
 from expattn.probes.runner import HYPOTHESES, ProbeConfig, ProbeOutcome, probe_subject, records
 from expattn.probes.runner import probe as probe_config
@@ -30,6 +33,8 @@ from expattn.probes.models.subject import subject_from_model
 from expattn.results.files import write_json_atomic
 from expattn.results.outputs import output_folder
 from expattn.results.record import Record
+from expattn.results.seed_spread import SeedSpread, seed_spread, spread_document, spread_frame
+from expattn.seeds import check_seeds
 
 
 @dataclass
@@ -80,13 +85,46 @@ class ProbeResults:
         return out
 
 
+@dataclass
+class SeedResults:
+    """What ``probe(..., seeds=...)`` returns: one ``ProbeResults`` per seed, and each hypothesis's headline over
+    them (``results.seed_spread``)."""
+
+    runs: dict[int, ProbeResults]
+
+    @property
+    def spread(self) -> list[SeedSpread]:
+        """Per hypothesis: its headline at each seed, their median and range, and each seed's verdict."""
+        return seed_spread({s: r.records for s, r in self.runs.items()}, headlines())
+
+    @property
+    def verdicts(self) -> dict[int, dict[str, str]]:
+        """Seed -> hypothesis id -> verdict."""
+        return {s: r.verdicts for s, r in self.runs.items()}
+
+    def to_frame(self):
+        """A pandas DataFrame, one row per hypothesis (``results.seed_spread.spread_frame``)."""
+        return spread_frame(self.spread)
+
+    def save(self, out: str | Path, overwrite: bool = False) -> Path:
+        """Write ``out/seeds.json`` and, per seed, ``out/seed-N/`` as ``ProbeResults.save``, all or nothing."""
+        out = Path(out)
+        with output_folder(out, overwrite=overwrite, flag="overwrite=True") as tmp:
+            for seed, results in self.runs.items():
+                results.save(tmp / f"seed-{seed}")
+            model = next(iter(self.runs.values())).outcome.model["name"]
+            write_json_atomic(tmp / "seeds.json", spread_document(self.spread, model))
+        return out
+
+
 def probe(model: nn.Module | str, tokenizer: object | None = None, *, texts: str | list[str] | None = None,
           input_ids: torch.Tensor | None = None, hypotheses: str | tuple[str, ...] | list[str] = HYPOTHESES,
-          tokens: int = 4096, seq_len: int = 128, seed: int = 0, batch_size: int = 16, replicates: int = 200,
-          detail_sequences: int = 32, device: str | None = None, dtype: str | torch.dtype | None = None,
-          out_dir: str | Path | None = None, statistics: str = "float64",
-          progress: Callable[..., None] | None = None) -> ProbeResults:
-    """Measure hypotheses E1-E9 on ``model`` and return the records (see module docstring).
+          tokens: int | None = None, seq_len: int = 128, seed: int | None = None, seeds: list[int] | None = None,
+          batch_size: int = 16, replicates: int = 200, detail_sequences: int = 32, device: str | None = None,
+          dtype: str | torch.dtype | None = None, out_dir: str | Path | None = None, statistics: str = "float64",
+          progress: Callable[..., None] | None = None) -> ProbeResults | SeedResults:
+    """Measure hypotheses E1-E9 on ``model`` and return the records (see module docstring); with ``seeds``, once
+    per seed, returning a ``SeedResults``.
 
     Args:
         model: a HuggingFace model in memory (a backbone, a model with a head, or an encoder-decoder, whose
@@ -96,7 +134,10 @@ def probe(model: nn.Module | str, tokenizer: object | None = None, *, texts: str
         input_ids: ``(sequences, seq_len)`` token ids to use as they are instead (``tokens``, ``seq_len`` follow).
         hypotheses: IDs as ``ProbeConfig`` takes them, or one string: an ID (``"E1"``) or IDs separated by
             commas (``"E1,E3"``).
-        tokens, seq_len, seed, batch_size, replicates, detail_sequences: as ``ProbeConfig``.
+        tokens, seq_len, seed, batch_size, replicates, detail_sequences: as ``ProbeConfig`` (``tokens``: the
+            model's default, ``budgets.default_tokens``, 20,000 for a model in memory; ``seed`` 0 unless given).
+        seeds: at least two distinct seeds instead of ``seed``: the probe runs once per seed (plots under
+            ``out_dir/seed-N``) and the result gives each headline's median and range over them.
         device, dtype: where and in which dtype the model runs (``cpu``, ``cuda:N``; ``float32``, ``bfloat16``,
             ``float16``); None keeps the model where and as it is.
         out_dir: folder for the plots while probing (None: no plots; ``ProbeResults.save`` draws them later).
@@ -115,6 +156,13 @@ def probe(model: nn.Module | str, tokenizer: object | None = None, *, texts: str
     the same SDPA kernel and records the kernel's inputs): the results' estimators recompute attention
     through them when ``ProbeResults.save`` draws the plots.
     """
+    if seeds is not None:
+        if seed is not None:
+            raise ValueError(f"give seed or seeds, not both (got seed {seed!r} and seeds {seeds!r})")
+        arguments = {k: v for k, v in locals().items() if k not in ("seed", "seeds", "out_dir")}
+        return SeedResults({s: probe(seed=s, out_dir=None if out_dir is None else Path(out_dir) / f"seed-{s}",
+                                     **arguments) for s in check_seeds(seeds)})
+    seed = 0 if seed is None else seed
     if input_ids is not None:
         if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.is_floating_point():
             raise TypeError("input_ids must be an integer tensor (sequences, seq_len)")

@@ -1,4 +1,5 @@
-r"""Bytes of the statistics the probe keeps, per estimator, for a model's shape: known before the run.
+r"""Bytes of the statistics the probe keeps, per estimator, for a model's shape: known before the run (each
+estimator states its own, ``Estimator.statistics_bytes``; this module sums them and checks the free memory).
 
 With $D$ = hidden width, $L$ = blocks, $H$ heads of width $d_h$, $R$ bootstrap replicates, $S$ detail
 sequences of $T$ tokens, $s$ = 8 (float64) or 4 (float32, ``statistics="float32"``) bytes per entry of
@@ -19,28 +20,17 @@ nor the model; ``tests/integration/test_probe_footprint_run.py`` checks them aga
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 
 import torch
 
 from expattn.memory import probe_bytes, readable, require
-from expattn.probes.hypotheses.base import VARIANTS, ProbeContext
-from expattn.probes.hypotheses.e1_expansion import _F as E1_COLUMNS
-from expattn.probes.hypotheses.e2_normalization import _F as E2_COLUMNS
-from expattn.probes.hypotheses.e2_normalization import NORMS
-from expattn.probes.hypotheses.e3_gaussianity import DIRECTIONS
-from expattn.probes.hypotheses.e3_shape import BUFFER
-from expattn.probes.hypotheses.e5_gradient import E5Gradient
-from expattn.probes.hypotheses.e8_heads import _F as E8_COLUMNS
+from expattn.probes.hypotheses.base import ProbeContext
+from expattn.probes.hypotheses import BY_CLAIM, HYPOTHESES
+from expattn.probes.sizes import Sizes
 
 STATISTICS = {"float64": 8, "float32": 4}  # bytes per entry of the (D, D) accumulators
-ESTIMATED = ("E1", "E2", "E3", "E4", "E5", "E6", "E7", "E8", "E9")
-
-
-def _bootstrap(features: int, replicates: int) -> int:
-    """``BootstrapMeans``: sums ``(F,)``, replicate sums ``(R, F)`` and weights ``(R,)``, float64."""
-    return 8 * (features + replicates * features + replicates)
+ESTIMATED = HYPOTHESES
 
 
 def statistics_bytes(hidden: int, layers: int, heads: int, hypotheses: Iterable[str] = ESTIMATED, *,
@@ -48,7 +38,7 @@ def statistics_bytes(hidden: int, layers: int, heads: int, hypotheses: Iterable[
                      detail_sequences: int = 32, replicates: int = 200,
                      statistics: str = "float64") -> dict[str, int]:
     """Bytes each chosen estimator holds after a run (see the module docstring); an upper bound where the
-    data decide (E3 buffers at most ``BUFFER`` kept tokens per depth and assumes ``tokens`` reach it).
+    data decide (E3 buffers at most ``buffer_size(D)`` kept tokens per depth and assumes ``tokens`` reach it).
 
     Args:
         hidden, layers, heads: the model's width $D$, blocks $L$ and query heads $H$.
@@ -75,28 +65,8 @@ def statistics_bytes(hidden: int, layers: int, heads: int, hypotheses: Iterable[
     unknown = [h for h in chosen if h not in ESTIMATED]
     if unknown:
         raise ValueError(f"unknown hypothesis {unknown[0]!r}; choose among {', '.join(ESTIMATED)}")
-    d, big = hidden, STATISTICS[statistics] * hidden * hidden  # one (D, D) accumulator
-    v, r = len(VARIANTS), replicates
-    detail = min(detail_sequences, math.ceil(tokens / seq_len))  # detail sequences actually seen
-    depths = layers + 1
-    moments = 8 * d + 4 * 8 * DIRECTIONS  # Moments without its scatter: mean (D,), projected sums (K,) x 4
-    table = {
-        "E1": _bootstrap(layers * v * E1_COLUMNS, r),
-        "E2": _bootstrap(layers * len(NORMS) * v * E2_COLUMNS, r),
-        "E3": (12 * d * DIRECTIONS  # the directions in float64 and float32
-               + 2 * depths * (big + moments)  # kept and set-aside tokens, per depth
-               + _bootstrap(depths * v * (1 + 4 * DIRECTIONS), r)
-               + 4 * depths * min(BUFFER, tokens) * d  # float32 token buffer for the radius ratio
-               + 8 * depths * (d + 3)),  # cross-sequence cosine sums
-        "E4": layers * (big + 8 * d + 4 * detail * seq_len * d),
-        "E5": 8 * detail * len(E5Gradient.KINDS) * layers * heads,
-        "E6": 2 * layers * (3 * big + 40 * d) + _bootstrap(layers * v * 2, r),  # means of x, y and diag S_yy
-        "E7": detail * (4 * seq_len * d + 8 * depths),
-        "E9": layers * (big + 8 * d + 4 * detail * seq_len * d),  # E4's statistics, held again
-        "E8": (2 * _bootstrap(layers * E8_COLUMNS, r) + 4 * layers * (heads * dh) * (heads * dh + dh)
-               + 8 * layers * heads),  # per-head sums
-    }
-    return {h: table[h] for h in chosen}
+    n = Sizes(hidden, layers, heads, dh, tokens, seq_len, detail_sequences, replicates, STATISTICS[statistics])
+    return {h: BY_CLAIM[h].statistics_bytes(n) for h in chosen}
 
 
 def total_bytes(hidden: int, layers: int, heads: int, hypotheses: Iterable[str] = ESTIMATED, **sizes) -> int:

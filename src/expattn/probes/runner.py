@@ -27,33 +27,18 @@ import torch
 
 from expattn.catalogue import entry
 from expattn.memory import probe_bytes, require
+from expattn.probes.budgets import default_tokens
 from expattn.probes.hypotheses.base import ProbeContext
 from expattn.probes.models.corpus import TokenSample, excluded_positions, load_text, sequence
-from expattn.probes.hypotheses.e1_expansion import E1Expansion
-from expattn.probes.hypotheses.e2_normalization import E2Normalization
-from expattn.probes.hypotheses.e3_gaussianity import E3Gaussianity
-from expattn.probes.hypotheses.e4_alignment import E4Alignment, E9Covariance
-from expattn.probes.hypotheses.e5_gradient import E5Gradient
-from expattn.probes.hypotheses.e6_mlp import E6Mlp
-from expattn.probes.hypotheses.e7_collapse import E7Collapse
-from expattn.probes.hypotheses.e8_heads import E8Heads
 from expattn.probes.feeding import feed, merge
 from expattn.probes.footprint import STATISTICS, require_room
+from expattn.probes.hypotheses import ESTIMATORS, HYPOTHESES
 from expattn.probes.models.loading import load_pretrained, read_config, resolve_model_dir
 from expattn.probes.overlap import measure_in_parallel
 from expattn.probes.progress import Stage, reporter
 from expattn.probes.models.subject import Subject, parse_device, parse_dtype, place, subject_from_model, synthetic_image
 from expattn.results.record import Record, enforce_controls, error_record, results_document
 from expattn.seeds import check_seed
-
-ESTIMATORS = (E1Expansion, E2Normalization, E3Gaussianity, E4Alignment, E5Gradient, E6Mlp, E7Collapse, E8Heads,
-              E9Covariance)
-HYPOTHESES = tuple(cls.claim for cls in ESTIMATORS)
-
-DEFAULT_TOKENS = {"minilm": 20_000, "smollm2": 8_192}
-# quick: SmolLM2 (width 576) needs 1,024 kept tokens per depth for E3's radius ratio to tell a sphere from a
-# Gaussian (``e3_shape.SPHERE_POWER``); at 768 tokens (762 kept) its sphere control passed or failed by the seed
-QUICK_TOKENS = {"minilm": 2_048, "smollm2": 1_152}
 
 
 @dataclass(frozen=True)
@@ -65,7 +50,7 @@ class ProbeConfig:
             ``expattn train`` (its ``model/`` subfolder).
         corpus: built-in corpus name (``shakespeare``); ignored when ``text`` is given.
         text: path of a UTF-8 text file (or a folder of ``*.txt`` files) to use instead of the corpus.
-        tokens: number of tokens to read (rounded up to whole sequences).
+        tokens: number of tokens to read (rounded up to whole sequences); None: ``default_tokens(model)``.
         seq_len: tokens per sequence, special tokens included.
         seed: seed of the sample, the bootstrap and every random baseline.
         batch_size: sequences per forward pass.
@@ -84,7 +69,7 @@ class ProbeConfig:
     model: str = "minilm"
     corpus: str = "shakespeare"
     text: str | None = None
-    tokens: int = 20_000
+    tokens: int | None = None
     seq_len: int = 128
     seed: int = 0
     batch_size: int = 16
@@ -100,17 +85,18 @@ class ProbeConfig:
     @classmethod
     def preset(cls, model: str, quick: bool = False, seed: int = 0) -> ProbeConfig:
         """The default size for ``model`` (about 3 min on 2 CPU cores; ``quick``: under 40 s)."""
-        table = QUICK_TOKENS if quick else DEFAULT_TOKENS
         return cls(
             model=model,
-            tokens=table.get(model, 4_096 if quick else 20_000),
+            tokens=default_tokens(model, quick),
             seed=seed,
             detail_sequences=8 if quick else 32,
             replicates=100 if quick else 200,
         )
 
     def __post_init__(self) -> None:
-        """ValueError naming the first bad field."""
+        """ValueError naming the first bad field; ``tokens`` None becomes the model's default."""
+        if self.tokens is None:
+            object.__setattr__(self, "tokens", default_tokens(self.model))
         for name, low in (("tokens", 1), ("seq_len", 4), ("batch_size", 1), ("replicates", 2), ("detail_sequences", 1)):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < low:

@@ -106,12 +106,13 @@ def _max_over_heads(values: Any, label: str) -> Series | None:
 
 
 def _folds(details: dict[str, Any]) -> list[Series]:
-    """E6: mean of the two held-out folds' R^2 per layer, band between the folds."""
-    a, b = numbers(details.get("heldout_r2_fold_even_to_odd")), numbers(details.get("heldout_r2_fold_odd_to_even"))
-    if a is None or b is None or len(a) != len(b):
+    """E6: mean of the held-out folds' R^2 per layer (``heldout_r2_fold0``, ``1``, ...), band from the lowest fold to
+    the highest."""
+    folds = [numbers(details[k]) for k in sorted(details) if k.startswith("heldout_r2_fold")]
+    if not folds or any(f is None or len(f) != len(folds[0]) for f in folds):
         return []
-    pair = np.array([a, b])
-    return [Series("held-out R^2", tuple(pair.mean(axis=0)), tuple(pair.min(axis=0)), tuple(pair.max(axis=0)))]
+    each = np.array(folds)
+    return [Series("held-out R^2", tuple(each.mean(axis=0)), tuple(each.min(axis=0)), tuple(each.max(axis=0)))]
 
 
 def _residual(details: dict[str, Any]) -> list[Series]:
@@ -158,7 +159,8 @@ HEADLINE_CURVES = {
                    lambda d: _one(_over_heads(d.get("cos_sigma_inv"), "median over heads")), reference=0.0),
     "E5": Headline(r"max error vs $\nabla \log Z$", "band: min to max over heads",
                    lambda d: _one(_max_over_heads(d.get("identity_f32"), "max over heads")), log=True),
-    "E6": Headline("held-out R^2 of a linear fit", "band: the two folds", _folds, reference=0.0),
+    "E6": Headline("held-out R^2 of a linear fit", "band: lowest to highest of the five folds", _folds,
+                   reference=0.0),
     "E7": Headline("decades lost since depth 0", "no interval; solid no skip, dashed with skip", _residual),
     "E8": Headline("mean pairwise cos of heads", "95% interval", lambda d: _one(interval(d, "mean_pairwise_cos")),
                    reference=0.0),

@@ -8,7 +8,9 @@ shows as text.
 from __future__ import annotations
 
 import html
+import json
 import re
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -228,8 +230,54 @@ FINDINGS_PREFACE = (
 )
 
 
-def findings_markdown(document: dict[str, Any]) -> str:
-    """``docs/FINDINGS.md``: the report of ``document`` without plots and details, under a preface naming its run."""
+SPREAD_PREFACE = (
+    "Each probed model's headline numbers at seeds {seeds} (`expattn probe --model MODEL --seeds {seed_list}` at "
+    "its default budget, in [`seeds/`](seeds/)): the median over seeds, its range in brackets, and the verdict "
+    "(one per seed, in order, where they differ). The seed draws the text sample, the bootstrap and the baselines; "
+    "a number quoted from one seed can sit anywhere in its range."
+)
+
+
+def _spread_cell(entry: dict[str, Any]) -> str:
+    verdicts = entry["verdicts"]
+    said = md(verdicts[0]) if len(set(verdicts)) == 1 else "**" + ", ".join(md(v) for v in verdicts) + "**"
+    if entry["median"] is None:
+        return said
+    return f"{format_value(entry['median'])} [{format_value(entry['min'])}, {format_value(entry['max'])}] {said}"
+
+
+def spread_section(spreads: list[dict[str, Any]]) -> list[str]:
+    """The Markdown table of headlines over seeds: one row per hypothesis, one column per model's ``seeds.json``
+    (``results.seed_spread.spread_document``)."""
+    if not spreads:
+        return []
+    seeds = spreads[0]["seeds"]
+    rows, order = {}, []
+    for doc in spreads:
+        for entry in doc["hypotheses"]:
+            if entry["id"] not in rows:
+                order.append(entry["id"])
+                rows[entry["id"]] = [md(entry["id"]), md(entry["description"])]
+    for doc in spreads:
+        cells = {e["id"]: _spread_cell(e) for e in doc["hypotheses"]}
+        for i in order:
+            rows[i].append(cells.get(i, "-"))
+    preface = SPREAD_PREFACE.format(seeds=", ".join(map(str, seeds)), seed_list=",".join(map(str, seeds)))
+    return ["## Headlines over seeds", "", preface, "",
+            *_table(["ID", "headline", *(md(d["model"]) for d in spreads)], [rows[i] for i in order])]
+
+
+def read_spreads(folder: Path) -> list[dict[str, Any]]:
+    """The ``seeds.json`` documents of ``folder`` (``MODEL.json`` each), in the order of their file names."""
+    return [json.loads(p.read_text(encoding="utf-8")) for p in sorted(folder.glob("*.json"))]
+
+
+def findings_markdown(document: dict[str, Any], spreads: list[dict[str, Any]] = ()) -> str:
+    """``docs/FINDINGS.md``: the report of ``document`` without plots and details, under a preface naming its run
+    and, from ``spreads`` (one ``seeds.json`` per model), each headline's median and range over seeds."""
     preface = FINDINGS_PREFACE.format(seed=document.get("seeds", {}).get("seed", "?"),
                                       revision=document.get("git_revision") or "unknown")
+    section = spread_section(list(spreads))
+    if section:
+        preface = preface + "\n\n" + "\n".join(section).rstrip()
     return render_markdown(document, "What the report finds", preface=preface, attachments=False)

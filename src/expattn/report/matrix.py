@@ -8,9 +8,9 @@ own verdict and number in the trained-runs table (``Matrix.runs``), which the ce
 Records that belong to no model (verify, simulate) stay in the claim summary, where the worst
 verdict pools only them.
 
-The headline number of a cell is one metric per hypothesis (``HEADLINES``); a sweep run's number
-is the median of that run's per-layer values (``SWEEP_KEYS``), the same quantity the probe
-summarises over layers.
+The headline number of a cell is one metric per hypothesis (``HEADLINES``, the catalogue entries'
+``headline``); a sweep run's number is the median of that run's per-layer values (``SWEEP_KEYS``), the same
+quantity the probe summarises over layers.
 """
 
 from __future__ import annotations
@@ -20,23 +20,11 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from expattn.catalogue import headlines
 from expattn.report.cards import Card, claim_key, format_value, worst
 
-# One headline metric per hypothesis: (metric key of a probe record, what it is).
-HEADLINES = {
-    "E1": ("median_raw_ratio_excl", "median spread ratio (x + attn) / x over layers"),
-    "E2": ("median_raw_ratio_excl", "median spread ratio after / before norm (the verdict's raw reading)"),
-    "E3": (
-        "median_abs_kurtosis_excl",
-        "median |excess kurtosis| along random directions over depths (the verdict also reads the radius ratio)",
-    ),
-    "E4": ("median_cos_sigma_inv", "median cosine of W_q^T W_k with Sigma^+ over heads, on the range of Sigma"),
-    "E5": ("max_error", "max error of attention vs grad log Z"),
-    "E6": ("median_heldout_r2", "median held-out R^2 of a linear FC fit"),
-    "E7": ("decades_lost_no_skip", "decades lost by the rank-one residual, pure attention: -log10(res_L / res_0)"),
-    "E8": ("median_pairwise_cos", "median pairwise cosine of head outputs"),
-    "E9": ("median_cos_sigma", "median cosine of W_q^T W_k with Sigma over heads, on the range of Sigma"),
-}
+# One headline metric per hypothesis: (metric key of a probe record, what it is), from the catalogue.
+HEADLINES = headlines()
 
 # Per-layer metric keys of one run in a training-sweep record (``{run}`` is the run's name).
 SWEEP_KEYS = {

@@ -17,14 +17,12 @@ only its validation split.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from expattn.probes.runner import ProbeConfig, probe
-from expattn.sweeps.series import layer_series, layer_values
 from expattn.results.record import Record
-from expattn.train.data import SHAKESPEARE
+from expattn.results.series import layer_series, layer_values
 
 SWEEP_HYPOTHESES = ("E1", "E2", "E3")
 # 256 sequences of the full context: 16,384 tokens at context 64, about 0.4 s per sweep model on one core.
@@ -69,13 +67,6 @@ class LayerDynamics:
     seconds: float
 
 
-def probe_config(model_dir: Path, corpus: str, context: int, seed: int = 0) -> ProbeConfig:
-    """The probe's settings for a model trained on ``corpus`` (``shakespeare``, a text file or a folder)."""
-    text = None if corpus == SHAKESPEARE else str(corpus)
-    return ProbeConfig(model=str(model_dir), text=text, tokens=PROBE_SEQUENCES * context, seq_len=context,
-                       seed=seed, hypotheses=SWEEP_HYPOTHESES)
-
-
 def layer_dynamics(records: list[Record], layers: int, tokens: int, seconds: float) -> LayerDynamics:
     """``LayerDynamics`` from the probe's records E1-E3 of a model with ``layers`` blocks.
 
@@ -104,18 +95,6 @@ def layer_dynamics(records: list[Record], layers: int, tokens: int, seconds: flo
     return LayerDynamics(rows, kurtosis[-1], {h: rec[h].verdict for h in SWEEP_HYPOTHESES}, tokens, seconds)
 
 
-def probe_dynamics(model_dir: Path, corpus: str, context: int, seed: int = 0) -> LayerDynamics:
-    """E1-E3 per layer of the model in ``model_dir`` (a folder of ``expattn.nn.export``).
-
-    Args:
-        model_dir: the exported model.
-        corpus: what it was trained on (the probe reads the same text).
-        context: the model's context, used as the probe's sequence length.
-        seed: seed of the token sample and the bootstrap.
-
-    Raises:
-        ValueError: as ``expattn.probes.runner.probe`` (e.g. non-finite states of a diverged model), or
-            the probe skipped one of E1-E3.
-    """
-    outcome = probe(probe_config(model_dir, corpus, context, seed), None)
-    return layer_dynamics(outcome.records, outcome.model["layers"], outcome.tokens, outcome.seconds)
+# ``dynamics(model_dir, corpus, context, seed)``: E1-E3 of an exported model; the command layer gives the probe
+# (``expattn.commands.sweep_probe.probe_dynamics``), so this package imports no probe.
+ProbeDynamics = Callable[[Path, str, int, int], LayerDynamics]

@@ -32,7 +32,7 @@ from expattn.results.files import write_json_atomic
 from expattn.results.lock import hold_output
 from expattn.results.outputs import check_output_folder
 from expattn.results.record import Record, results_document
-from expattn.sweeps.layer_dynamics import LayerDynamics, LayerRow, probe_dynamics
+from expattn.sweeps.layer_dynamics import LayerDynamics, LayerRow, ProbeDynamics
 from expattn.terminal import plain
 from expattn.train.loop import TrainConfig, train
 
@@ -244,17 +244,19 @@ def _table_cells(dynamics: LayerDynamics) -> list[str]:
             f"{_numbers(_depth_kurtosis(dynamics), '.2f', ' ')} {v['E3']}"]
 
 
-def run_sweep(kind: str, base: TrainConfig, console: Console | None = None) -> list[SweepRun]:
+def run_sweep(kind: str, base: TrainConfig, dynamics: ProbeDynamics, console: Console | None = None
+              ) -> list[SweepRun]:
     """Train one model per value of ``kind`` (``norms`` or ``carriers``) and summarise them.
 
     Args:
         kind: which field to sweep.
         base: the shared config; its ``out`` becomes the sweep's folder.
+        dynamics: the probe's E1-E3 of a trained model (``expattn.commands.sweep_probe.probe_dynamics``).
         console: where to print the table (``None``: print nothing).
 
     Returns:
         One ``SweepRun`` per value, in the order of ``sweep_variants``: losses, all evaluations and the
-        probe's E1-E3 (``expattn.sweeps.layer_dynamics.probe_dynamics``), or why they are missing.
+        probe's E1-E3 (``dynamics``), or why they are missing.
     """
     field = "norm" if kind == "norms" else "carrier"
     if not base.resume:
@@ -277,13 +279,13 @@ def run_sweep(kind: str, base: TrainConfig, console: Console | None = None) -> l
             losses = {"val_loss": last["val_loss"], "train_loss": last["train_loss"],
                       "tokens_per_s": last["tokens_per_s"]}
             try:
-                dynamics = probe_dynamics(cfg.out / MODEL_DIR, base.corpus, model.context, base.seed)
+                measured = dynamics(cfg.out / MODEL_DIR, base.corpus, model.context, base.seed)
             except ValueError as err:  # e.g. a diverged model with non-finite states: keep its losses
                 rows.append(SweepRun(value, result.metrics, **losses, probe_error=str(err)))
                 if console is not None:
                     console.print(f"[bold red]{kind}: probing {plain(value)} failed:[/] {plain(err)}")
                 continue
-            rows.append(SweepRun(value, result.metrics, **losses, dynamics=dynamics))
+            rows.append(SweepRun(value, result.metrics, **losses, dynamics=measured))
         budget = {"iters": base.iters, "batch": base.batch, "context": base.model.context,
                   "tokens_per_model": base.iters * base.batch * base.model.context}
         write_summary(kind, rows, base.out, budget)

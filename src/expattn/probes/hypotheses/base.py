@@ -21,6 +21,7 @@ from torch import Tensor, nn
 
 from expattn.probes.models.adapters import Adapter
 from expattn.probes.models.attention import AttnWeights
+from expattn.probes.sizes import Sizes
 from expattn.results.plotting import plain_label, pyplot, save_figure
 from expattn.results.record import Control, Record
 
@@ -116,7 +117,7 @@ class Estimator:
     fitted statistics travel between processes cheaply; ``merge`` only reads fitted attributes.
 
     Subclasses set ``claim``, ``kind``, ``criterion`` (the rule, stated before the data) and ``method``, and
-    define ``measure``, ``judge`` and ``draw``.
+    define ``measure``, ``judge``, ``draw`` and ``statistics_bytes`` (their memory, known before the run).
     """
 
     ctx: ProbeContext
@@ -140,6 +141,12 @@ class Estimator:
 
     def draw(self, measured: Measured, out_dir: Path | None) -> list[str]:
         """The figure of ``measured`` saved under ``out_dir`` (``[]`` without one)."""
+        raise NotImplementedError
+
+    @staticmethod
+    def statistics_bytes(n: Sizes) -> int:
+        """Bytes this estimator holds from the first batch to its record, for a run of sizes ``n`` (an upper
+        bound where the data decide); ``probes.footprint`` sums them before the run."""
         raise NotImplementedError
 
     def result(self, out_dir: Path | None, measured: Measured | None = None) -> Record:

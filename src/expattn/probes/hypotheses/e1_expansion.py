@@ -46,6 +46,7 @@ from expattn.probes.hypotheses.base import (
     shared_second_moments,
 )
 from expattn.probes.hypotheses.readings import GROW, SHRINK, growth_verdict, readings, scaled
+from expattn.probes.sizes import Sizes, bootstrap_bytes
 from expattn.probes.statistics.stats import BootstrapMeans
 from expattn.results.record import Control
 
@@ -67,6 +68,11 @@ class E1Expansion(Estimator):
     claim = "E1"
     criterion = CRITERION
     method = "spread(attn.residual)/spread(input) per layer, Poisson bootstrap over sequences, shuffled-update null"
+
+    @staticmethod
+    def statistics_bytes(n: Sizes) -> int:
+        """Bootstrap sums of ``_F`` spreads per layer and variant."""
+        return bootstrap_bytes(n.layers * len(VARIANTS) * _F, n.replicates)
 
     def __init__(self, ctx: ProbeContext):
         self.ctx = ctx

@@ -42,6 +42,7 @@ from expattn.probes.hypotheses.base import (
     shared_second_moments,
 )
 from expattn.probes.hypotheses.readings import GROW, SHRINK, contraction_verdict, readings, scaled
+from expattn.probes.sizes import Sizes, bootstrap_bytes
 from expattn.probes.statistics.stats import BootstrapMeans
 from expattn.results.record import Control
 
@@ -62,6 +63,11 @@ class E2Normalization(Estimator):
     claim = "E2"
     criterion = CRITERION
     method = "spread(norm output)/spread(norm input) for both norms per block, Poisson bootstrap over sequences"
+
+    @staticmethod
+    def statistics_bytes(n: Sizes) -> int:
+        """Bootstrap sums of ``_F`` spreads per layer, norm and variant."""
+        return bootstrap_bytes(n.layers * len(NORMS) * len(VARIANTS) * _F, n.replicates)
 
     def __init__(self, ctx: ProbeContext):
         self.ctx = ctx

@@ -9,7 +9,7 @@ $$\text{skew}_k = \frac{E(y-\bar y)^3}{\sigma^3},\quad \kappa_k = \frac{E(y-\bar
 (seed 000 §6: the "useful experiment" of watching the distribution change layer by layer;
 Thm. 1 predicts a Gaussian equilibrium). Random directions alone cannot tell a sphere from a
 Gaussian in high dimension, so the verdict also reads the radius ratio of ``e3_shape`` (the
-distribution of token norms in the cloud's own metric) on up to ``BUFFER`` tokens per depth, with
+distribution of token norms in the cloud's own metric) on up to ``buffer_size(D)`` tokens per depth, with
 per-coordinate and principal-direction kurtosis beside it. Anisotropy as Ethayarajh (2019) defines
 it: the mean cosine between tokens of different sequences (contexts); the mean cosine over pairs
 of distinct tokens within a sequence is kept under its own name, ``within_sequence_cosine``.
@@ -52,11 +52,11 @@ from expattn.probes.hypotheses.base import (
     squared_norms,
 )
 from expattn.probes.hypotheses.e3_shape import (
-    BUFFER,
     KURTOSIS_LIMIT,
     RADIUS_BAND,
     SKEW_LIMIT,
     SPHERE_POWER,
+    buffer_size,
     close_and_far,
     control_clouds,
     coordinate_kurtosis,
@@ -67,6 +67,7 @@ from expattn.probes.hypotheses.e3_shape import (
 )
 from expattn.probes.hypotheses.massive import MassiveActivations
 from expattn.probes.hypotheses.published import ethayarajh_2019, sun_2024
+from expattn.probes.sizes import Sizes, bootstrap_bytes
 from expattn.probes.statistics.stats import BootstrapMeans, Moments
 from expattn.results.record import Control
 
@@ -123,6 +124,17 @@ class E3Gaussianity(Estimator):
         "size must not be supported; a Gaussian one must"
     )
 
+    @staticmethod
+    def statistics_bytes(n: Sizes) -> int:
+        """Per depth: the scatter of the kept and of the set-aside tokens (with their means and projected
+        moments), bootstrap sums of the projected moments, the radius ratio's float32 token buffer and the
+        cross-sequence cosine sums; the random directions in float64 and float32."""
+        d, depths = n.hidden, n.depths
+        moments = 8 * d + 4 * 8 * DIRECTIONS  # Moments without its scatter: mean (D,), projected sums (K,) x 4
+        return (12 * d * DIRECTIONS + 2 * depths * (n.big + moments)
+                + bootstrap_bytes(depths * len(VARIANTS) * (1 + 4 * DIRECTIONS), n.replicates)
+                + 4 * depths * min(buffer_size(d), n.tokens) * d + 8 * depths * (d + 3))
+
     def __init__(self, ctx: ProbeContext):
         self.ctx = ctx
         gen = torch.Generator().manual_seed(ctx.seed + 3)
@@ -138,7 +150,8 @@ class E3Gaussianity(Estimator):
         self._f = len(VARIANTS) * (1 + 4 * DIRECTIONS)
         self.boot_ = BootstrapMeans(self.depths * self._f, ctx.replicates)
         self._rows: list[Tensor] = []
-        self.buffer_: list[list[Tensor]] = [[] for _ in range(self.depths)]  # up to BUFFER kept tokens per depth
+        # up to buffer_size(D) kept tokens per depth
+        self.buffer_: list[list[Tensor]] = [[] for _ in range(self.depths)]
         # per depth, over kept tokens of all sequences: sum of unit vectors, sum over sequences of |their sum|^2,
         # token count, sum over sequences of count^2 (cross-context cosine, Ethayarajh 2019)
         self.context_ = torch.zeros(self.depths, ctx.dim + 3, dtype=torch.float64)
@@ -157,7 +170,7 @@ class E3Gaussianity(Estimator):
         self.special_[d].update(torch.cat([x[:, self.ctx.excluded].flatten(0, 1), xk[~keep]]))
         self.massive_[d] = self.massive_[d] + (~keep).sum()  # a count on the data's device (read in measure)
         norm_all = shared(batch, "squared norms", x, squared_norms).sqrt().float()  # (B, T), computed once
-        room = BUFFER - sum(len(b) for b in self.buffer_[d])
+        room = buffer_size(self.ctx.dim) - sum(len(b) for b in self.buffer_[d])
         if room > 0:
             self.buffer_[d].append(xk[keep][:room].float().clone())
         unit = torch.bmm((w / norm_all[:, kept].clamp_min(1e-8)).unsqueeze(1), xk).squeeze(1).double()  # (B, D)
@@ -194,7 +207,8 @@ class E3Gaussianity(Estimator):
             mine.merge(theirs)
         self.massive_ = [a + b for a, b in zip(self._massive(), other._massive(), strict=True)]
         self.activations_.merge(other.activations_)
-        self.buffer_ = [[torch.cat(a + b)[:BUFFER]] for a, b in zip(self.buffer_, other.buffer_, strict=True)]
+        room = buffer_size(self.ctx.dim)
+        self.buffer_ = [[torch.cat(a + b)[:room]] for a, b in zip(self.buffer_, other.buffer_, strict=True)]
         self.context_ += other.context_.to(self.context_.device)
         self.boot_.merge(other.boot_)
         return self

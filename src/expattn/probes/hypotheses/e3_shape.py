@@ -33,7 +33,7 @@ RADIUS_BAND = (0.75, 1.33)  # Gaussian clouds of n=1024, p=384-576: rho 1.02-1.0
 # 0.56, 0.36-0.39 at 0.38, spread +-0.04): above p/n = 0.6 it comes within that spread of the band's lower edge, and
 # whether the rule rejects a sphere is decided by the draw.
 SPHERE_POWER = 0.6
-BUFFER = 1024  # tokens kept per depth for the radius ratio (float32)
+BUFFER = 1024  # tokens kept per depth for the radius ratio (float32), at least; wider models keep more
 
 
 class Spectrum(NamedTuple):
@@ -73,6 +73,12 @@ def sphere_power(n: int, p: int) -> bool:
     """Whether ``n`` tokens of rank ``p`` are enough for the radius ratio to tell a sphere (rho about p/n) from a
     Gaussian (rho about 1): ``p / n <= SPHERE_POWER``."""
     return p <= SPHERE_POWER * n
+
+
+def buffer_size(p: int) -> int:
+    """Tokens kept per depth for the radius ratio of a width-``p`` model: ``BUFFER``, or the fewest that give
+    ``sphere_power`` where ``BUFFER`` does not (Gemma 3's width 640 needs 1,067)."""
+    return max(BUFFER, math.ceil(p / SPHERE_POWER))
 
 
 def _excess_kurtosis(y: Tensor) -> Tensor:

@@ -62,6 +62,7 @@ from expattn.probes.hypotheses.e4_readings import (
     regularised_inverse,
     sym_cos,
 )
+from expattn.probes.sizes import Sizes
 from expattn.probes.statistics.stats import Moments, gram
 from expattn.results.record import Control
 
@@ -120,6 +121,12 @@ class E4Alignment(Estimator):
     readings = ("sigma_inv", "fisher_inv")
     method = method("Sigma^+", "the inverse attention Fisher")
     criterion = criterion("Sigma^+", "Sigma", "inverse attention Fisher")
+
+    @staticmethod
+    def statistics_bytes(n: Sizes) -> int:
+        """Per layer: the scatter and mean of the attention input, and the detail sequences' inputs (float32)
+        for the Fisher matrices (E9 holds its own copy)."""
+        return n.layers * (n.big + 8 * n.hidden + 4 * n.detail * n.seq_len * n.hidden)
 
     def __init__(self, ctx: ProbeContext):
         self.ctx = ctx

@@ -32,6 +32,7 @@ from torch import Tensor
 
 from expattn.probes.models.attention import attend, attention_logits, queries_keys_values, reference_heads
 from expattn.probes.hypotheses.base import Batch, Estimator, Judgement, Measured, ProbeContext, as_list, figure, save
+from expattn.probes.sizes import Sizes
 from expattn.results.record import Control
 
 EPS32 = float(torch.finfo(torch.float32).eps)
@@ -65,6 +66,11 @@ class E5Gradient(Estimator):
         "(the model's own head outputs) are <= T*eps32; each negative control must exceed it"
     )
     KINDS = ("identity_f32", "f32_vs_f64", "reconstruction", "null_wrong_temperature", "null_shuffled_values")
+
+    @staticmethod
+    def statistics_bytes(n: Sizes) -> int:
+        """Per detail sequence, kind of error, layer and head: one float64 error."""
+        return 8 * n.detail * len(E5Gradient.KINDS) * n.layers * n.heads
 
     def __init__(self, ctx: ProbeContext):
         self.ctx = ctx

@@ -39,6 +39,7 @@ from expattn.nn.norms import Norm
 from expattn.probes.models.attention import attention_branch
 from expattn.probes.hypotheses.base import Batch, Estimator, Judgement, Measured, ProbeContext, as_list, figure, save
 from expattn.probes.hypotheses.published import dong_2021
+from expattn.probes.sizes import Sizes
 from expattn.results.record import Control
 
 COLLAPSED, KEPT = 2.0, 1.0  # decades lost: above COLLAPSED a collapse, below KEPT the rank is kept
@@ -106,6 +107,11 @@ class E7Collapse(Estimator):
         f"lies above {COLLAPSED:g}; not_supported iff below {KEPT:g}; else inconclusive. The full model's residual "
         "stream, judged by the same rule, must not be supported"
     )
+
+    @staticmethod
+    def statistics_bytes(n: Sizes) -> int:
+        """The detail sequences' embeddings (float32) and their residual curves over depth."""
+        return n.detail * (4 * n.seq_len * n.hidden + 8 * n.depths)
 
     def __init__(self, ctx: ProbeContext):
         self.ctx = ctx

@@ -47,6 +47,7 @@ from expattn.probes.hypotheses.base import (
     majority_verdict,
     save,
 )
+from expattn.probes.sizes import Sizes, bootstrap_bytes
 from expattn.probes.statistics.stats import BootstrapMeans
 from expattn.results.record import Control
 
@@ -136,6 +137,14 @@ class E8Heads(Estimator):
         f"- other-token null) lies within +-{MARGIN}; not_supported iff in most it lies outside; the coherent "
         "control must not come out supported"
     )
+
+    @staticmethod
+    def statistics_bytes(n: Sizes) -> int:
+        """Two bootstrap sums of ``_F`` numbers per layer, ``W_o^T W_o`` and its diagonal blocks in float32 (not an
+        accumulator: the statistics' dtype leaves it as it is) and per-head sums."""
+        width = n.heads * n.head_dim
+        return (2 * bootstrap_bytes(n.layers * _F, n.replicates) + 4 * n.layers * width * (width + n.head_dim)
+                + 8 * n.layers * n.heads)
 
     def __init__(self, ctx: ProbeContext):
         self.ctx = ctx

@@ -1,4 +1,4 @@
-"""Per-layer series read from probe records (``expattn.sweeps.series``) and the sweep's typed E1-E3 rows."""
+"""Per-layer series read from probe records (``expattn.results.series``) and the sweep's typed E1-E3 rows."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
-from expattn.sweeps.series import LayerSeries, layer_series, layer_values
 from expattn.results.record import Record
+from expattn.results.series import LayerSeries, layer_series, layer_values
 from expattn.sweeps.layer_dynamics import layer_dynamics
 
 

@@ -1,0 +1,79 @@
+"""``expattn probe --seeds`` and ``expattn.probe(..., seeds=...)``: one probe per seed, each the same records as a
+probe at that seed alone, and each headline's median and range over the seeds; bad seeds are one-line errors."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+sys.path.insert(0, str(Path(__file__).parent))
+from tiny_models import save_tiny
+
+import expattn
+from expattn.cli import app
+
+ARGS = {"hypotheses": ("E1", "E5"), "tokens": 192, "seq_len": 32}
+TEXT = "Now is the winter of our discontent made glorious summer by this sun of York.\n" * 40
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    from transformers import AutoModel, AutoTokenizer
+
+    folder = save_tiny("bert", tmp_path_factory.mktemp("tiny") / "bert")
+    return folder, AutoModel.from_pretrained(folder), AutoTokenizer.from_pretrained(folder)
+
+
+def _metrics(records) -> list:
+    return [(r.id, r.verdict, r.metrics) for r in records]
+
+
+def test_api_seeds_are_the_single_seed_probes(tiny, tmp_path):
+    _, model, tokenizer = tiny
+    runs = expattn.probe(model, tokenizer, texts=TEXT, seeds=[0, 1], **ARGS)
+    alone = expattn.probe(model, tokenizer, texts=TEXT, seed=1, **ARGS)
+    assert _metrics(runs.runs[1].records) == _metrics(alone.records)
+    assert _metrics(runs.runs[0].records) != _metrics(alone.records)  # the seed draws another sample
+    e1 = next(s for s in runs.spread if s.id == "E1")
+    values = [r.metrics["median_raw_ratio_excl"] for r in (runs.runs[0].records[0], alone.records[0])]
+    assert (e1.low, e1.high) == (min(values), max(values)) and e1.median == pytest.approx(sum(values) / 2, rel=1e-12)
+    frame = runs.to_frame()
+    assert list(frame["id"]) == ["E1", "E5"] and {"seed 0", "seed 1", "verdict 0"} <= set(frame.columns)
+    saved = runs.save(tmp_path / "saved")
+    assert sorted(p.name for p in saved.iterdir()) == ["seed-0", "seed-1", "seeds.json"]
+    with pytest.raises(ValueError, match="seed or seeds"):
+        expattn.probe(model, tokenizer, texts=TEXT, seed=0, seeds=[0, 1], **ARGS)
+
+
+def test_cli_seeds_write_one_folder_per_seed_and_the_spread(tiny, tmp_path):
+    folder, _, _ = tiny
+    text = tmp_path / "text.txt"
+    text.write_text(TEXT)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["probe", "--model", str(folder), "--text", str(text), "--out", str(out),
+                                      "--only", "E1,E5", "--tokens", "192", "--seq-len", "32", "--seeds", "0,2"])
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in out.iterdir()) == ["seed-0", "seed-2", "seeds.json"]
+    doc = json.loads((out / "seeds.json").read_text())
+    per_seed = [json.loads((out / f"seed-{s}" / "results.json").read_text())["records"][0] for s in (0, 2)]
+    values = [r["metrics"]["median_raw_ratio_excl"] for r in per_seed]
+    e1 = doc["hypotheses"][0]
+    assert doc["seeds"] == [0, 2] and e1["values"] == values and (e1["min"], e1["max"]) == (min(values), max(values))
+    assert "agree" in result.output
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    (["--seed", "1", "--seeds", "0,1"], "give --seed or --seeds, not both"),
+    (["--seeds", "0"], "--seeds must hold at least two seeds"),
+    (["--seeds", "0,0"], "--seeds must not repeat a seed"),
+    (["--seeds", "a,b"], "--seeds must be comma-separated integers"),
+])
+def test_bad_seeds_are_one_line_errors(tmp_path, args, fragment):
+    result = CliRunner().invoke(app, ["probe", *args, "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2 and fragment in result.output and "Traceback" not in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []

@@ -1,0 +1,64 @@
+"""``results.seed_spread``: each headline's median and range over seeds, on records whose answer is known by
+hand; ``seeds.check_seeds``' errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from expattn.results.record import Record
+from expattn.results.seed_spread import seed_spread, spread_document, spread_frame
+from expattn.seeds import check_seeds
+
+HEADLINES = {"E1": ("ratio", "spread ratio"), "E5": ("max_error", "error")}
+
+
+def _record(i: str, verdict: str, **metrics) -> Record:
+    return Record(id=i, kind="empirical", verdict=verdict, metrics=metrics)
+
+
+def _runs() -> dict:
+    return {
+        0: [_record("E1", "supported", ratio=1.10), _record("E5", "pass", max_error=2e-6)],
+        1: [_record("E1", "inconclusive", ratio=1.30), _record("E5", "pass", max_error=1e-6)],
+        2: [_record("E1", "supported", ratio=1.05), _record("E5", "pass", max_error=float("nan"))],
+    }
+
+
+def test_median_and_range_over_seeds():
+    e1, e5 = seed_spread(_runs(), HEADLINES)
+    assert (e1.median, e1.low, e1.high) == (1.10, 1.05, 1.30)  # median of 1.10, 1.30, 1.05
+    assert e1.verdicts == ("supported", "inconclusive", "supported") and not e1.verdicts_agree
+    # a non-finite number is no value: the median of the two others
+    assert e5.values == (2e-6, 1e-6, None) and e5.median == pytest.approx(1.5e-6, rel=1e-12)
+    assert e5.verdicts_agree
+    doc = spread_document([e1, e5], "minilm")
+    assert doc["seeds"] == [0, 1, 2] and doc["hypotheses"][0]["max"] == 1.30
+    frame = spread_frame([e1, e5])
+    assert list(frame["verdict 1"]) == ["inconclusive", "pass"] and frame["seed 2"].iloc[0] == 1.05
+
+
+def test_a_skipped_record_has_no_number():
+    runs = {s: [_record("E1", "skipped")] for s in (0, 1)}
+    (e1,) = seed_spread(runs, HEADLINES)
+    assert e1.values == (None, None) and e1.median is None and e1.low is None
+
+
+def test_runs_that_measured_different_hypotheses_are_refused():
+    with pytest.raises(ValueError, match="seed 1 measured"):
+        seed_spread({0: [_record("E1", "pass", ratio=1.0)], 1: [_record("E5", "pass")]}, HEADLINES)
+    with pytest.raises(ValueError, match="at least two seeds"):
+        seed_spread({0: [_record("E1", "pass")]}, HEADLINES)
+
+
+@pytest.mark.parametrize(("seeds", "error", "fragment"), [
+    ([0], ValueError, "at least two"), ([1, 1], ValueError, "repeat"), ([0, -1], ValueError, "[0, 2**63)"),
+    ("0,1", TypeError, "list of integers"), ([0, 1.5], TypeError, "integer"), ([True, 2], TypeError, "integer"),
+])
+def test_bad_seeds_name_the_argument(seeds, error, fragment):
+    with pytest.raises(error, match="seeds") as caught:
+        check_seeds(seeds)
+    assert fragment in str(caught.value)
+
+
+def test_good_seeds_come_back_as_a_tuple():
+    assert check_seeds([2, 0, 1]) == (2, 0, 1)
