@@ -33,9 +33,9 @@ from expattn.nn.lm import LM, LMConfig
 from expattn.nn.norms import NormConfig, build_norm, norm_names
 from expattn.probes import runner
 from expattn.probes.models import subject as subject_module
+from expattn.probes.models.subject import parse_device, place, subject_from_model
 from expattn.probes.runner import HYPOTHESES, ProbeConfig, probe_subject
 from expattn.probes.statistics.stats import BootstrapMeans, Moments
-from expattn.probes.models.subject import parse_device, place, subject_from_model
 from expattn.train.optim import adamw
 from expattn.train.step import optimizer_step
 
@@ -95,7 +95,8 @@ def test_each_hypothesis_on_another_device(hypothesis):
 # where an update may still read to the host, and why (boolean masks: their size is data): E3's and E4's masked
 # copies when a massive token is left out, E3's count of hits (massive activations), E6's folds, E7's few
 # detail sequences; nonzero() and boolean indexing synchronise on CUDA without passing through .item()
-HOST_READS = {"probes/hypotheses/e3_gaussianity.py:kept_moments", "probes/hypotheses/e6_mlp.py:update", "probes/hypotheses/e7_collapse.py:update"}
+HOST_READS = {"probes/hypotheses/e3_gaussianity.py:kept_moments", "probes/hypotheses/e6_mlp.py:update",
+              "probes/hypotheses/e7_collapse.py:update"}
 
 
 def test_probe_updates_read_to_host_only_where_known(monkeypatch):

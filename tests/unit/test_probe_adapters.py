@@ -9,12 +9,12 @@ import pytest
 import torch
 from tiny_models import build_tiny
 
-from expattn.probes.models.adapters import Capture, adapter_for
-from expattn.probes.models.attention import AttnWeights, head_outputs, head_updates
 from expattn.probes.hypotheses.base import Batch, ProbeContext
 from expattn.probes.hypotheses.e4_readings import sym_cos
 from expattn.probes.hypotheses.e5_gradient import E5Gradient
 from expattn.probes.hypotheses.e8_heads import head_cosines, head_gram
+from expattn.probes.models.adapters import Capture, adapter_for
+from expattn.probes.models.attention import AttnWeights, head_outputs, head_updates
 
 NAMES = {
     "input",

@@ -9,8 +9,6 @@ import pytest
 import torch
 from tiny_models import build_tiny
 
-from expattn.probes.models.adapters import adapter_for
-from expattn.probes.models.attention import attention_probs
 from expattn.probes.hypotheses.base import ProbeContext
 from expattn.probes.hypotheses.e4_alignment import E4Alignment, E9Covariance, full_cos
 from expattn.probes.hypotheses.e4_readings import (
@@ -24,6 +22,8 @@ from expattn.probes.hypotheses.e4_readings import (
     regularised_inverse,
     sym_cos,
 )
+from expattn.probes.models.adapters import adapter_for
+from expattn.probes.models.attention import attention_probs
 from expattn.probes.statistics.stats import Moments
 
 

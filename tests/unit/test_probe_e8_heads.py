@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from expattn.probes.models.attention import AttnWeights, head_updates
 from expattn.probes.hypotheses.base import Batch, ProbeContext
 from expattn.probes.hypotheses.e8_heads import E8Heads, head_cosines, head_gram
+from expattn.probes.models.attention import AttnWeights, head_updates
 from expattn.probes.statistics.stats import poisson_weights
 
 

@@ -7,7 +7,15 @@ import pytest
 import scipy.stats
 import torch
 
-from expattn.probes.hypotheses.base import Batch, ProbeContext, kept_weights, massive, second_moments, shared, squared_norms
+from expattn.probes.hypotheses.base import (
+    Batch,
+    ProbeContext,
+    kept_weights,
+    massive,
+    second_moments,
+    shared,
+    squared_norms,
+)
 from expattn.probes.hypotheses.e3_gaussianity import mean_pair_cosine
 from expattn.probes.hypotheses.regression import CrossMoments
 from expattn.probes.statistics.stats import BootstrapMeans, Moments, centre, cross, gram, poisson_weights

@@ -1,4 +1,4 @@
-"""``expattn.probe``: hypotheses E1-E9 on a model already in memory (or named as on the command line).
+"""``expattn.probe``: the probe's hypotheses on a model already in memory (or named as on the command line).
 
 ```python
 import expattn
@@ -27,9 +27,9 @@ from torch import nn
 
 from expattn.catalogue import headlines
 from expattn.probes.models.corpus import load_text
+from expattn.probes.models.subject import subject_from_model
 from expattn.probes.runner import HYPOTHESES, ProbeConfig, ProbeOutcome, probe_subject, records
 from expattn.probes.runner import probe as probe_config
-from expattn.probes.models.subject import subject_from_model
 from expattn.results.files import write_json_atomic
 from expattn.results.outputs import output_folder
 from expattn.results.record import Record
@@ -123,7 +123,7 @@ def probe(model: nn.Module | str, tokenizer: object | None = None, *, texts: str
           batch_size: int = 16, replicates: int = 200, detail_sequences: int = 32, device: str | None = None,
           dtype: str | torch.dtype | None = None, out_dir: str | Path | None = None, statistics: str = "float64",
           progress: Callable[..., None] | None = None) -> ProbeResults | SeedResults:
-    """Measure hypotheses E1-E9 on ``model`` and return the records (see module docstring); with ``seeds``, once
+    """Measure the probe's hypotheses on ``model`` and return the records (see module docstring); with ``seeds``, once
     per seed, returning a ``SeedResults``.
 
     Args:

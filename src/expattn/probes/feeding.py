@@ -16,12 +16,12 @@ from pathlib import Path
 
 import torch
 
+from expattn.probes.hypotheses.base import Batch, ProbeContext
 from expattn.probes.models.acceptance import check_heads
 from expattn.probes.models.adapters import Capture
-from expattn.probes.hypotheses.base import Batch, ProbeContext
+from expattn.probes.models.subject import Subject
 from expattn.probes.overlap import UpdateWorker, overlap_available
 from expattn.probes.statistics.stats import poisson_weights
-from expattn.probes.models.subject import Subject
 from expattn.results.record import error_record
 
 TRIM_SLACK = 0.10  # relative growth of the resident size that triggers a heap trim (see _heap_trimmer)

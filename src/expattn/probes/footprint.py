@@ -25,8 +25,8 @@ from collections.abc import Iterable
 import torch
 
 from expattn.memory import probe_bytes, readable, require
-from expattn.probes.hypotheses.base import ProbeContext
 from expattn.probes.hypotheses import BY_CLAIM, HYPOTHESES
+from expattn.probes.hypotheses.base import ProbeContext
 from expattn.probes.sizes import Sizes
 
 STATISTICS = {"float64": 8, "float32": 4}  # bytes per entry of the (D, D) accumulators
@@ -42,7 +42,7 @@ def statistics_bytes(hidden: int, layers: int, heads: int, hypotheses: Iterable[
 
     Args:
         hidden, layers, heads: the model's width $D$, blocks $L$ and query heads $H$.
-        hypotheses: the estimators built (ids among E1-E9).
+        hypotheses: the estimators built (claim ids of ``hypotheses.ESTIMATORS``).
         head_dim: width of a head (default ``hidden // heads``).
         tokens, seq_len, detail_sequences, replicates: as ``ProbeConfig``.
         statistics: ``float64`` or ``float32``, the dtype of the ``(D, D)`` accumulators.

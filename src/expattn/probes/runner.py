@@ -1,4 +1,4 @@
-"""``expattn probe``: measure hypotheses E1-E9 on a real pretrained transformer and real text.
+"""``expattn probe``: measure the hypotheses of ``hypotheses.ESTIMATORS`` on a pretrained transformer and real text.
 
 The model is a HuggingFace model directory (BERT, GPT-2, Llama families) or a folder written by
 ``expattn train`` (expattn's own LM). ``ProbeConfig.hypotheses`` chooses which estimators are
@@ -8,7 +8,7 @@ update or analysis raises gets an ``error`` record (the exception and its traceb
 still measured.
 
 One pass over a deterministic token sample: the model runs batch by batch with forward hooks
-(``expattn.probes.models.adapters.Capture``); after each block the estimators of E1-E9 update their
+(``expattn.probes.models.adapters.Capture``); after each block the estimators update their
 streaming statistics from that block's tensors and the tensors are dropped. Under ``torchrun``
 (gloo on CPU, NCCL on GPU) every process takes the batches ``rank, rank + world, ...`` and the
 fitted statistics are merged on rank 0, which computes the records and draws the plots.
@@ -28,15 +28,15 @@ import torch
 from expattn.catalogue import entry
 from expattn.memory import probe_bytes, require
 from expattn.probes.budgets import default_tokens
-from expattn.probes.hypotheses.base import ProbeContext
-from expattn.probes.models.corpus import TokenSample, excluded_positions, load_text, sequence
 from expattn.probes.feeding import feed, merge
 from expattn.probes.footprint import STATISTICS, require_room
 from expattn.probes.hypotheses import ESTIMATORS, HYPOTHESES
+from expattn.probes.hypotheses.base import ProbeContext
+from expattn.probes.models.corpus import TokenSample, excluded_positions, load_text, sequence
 from expattn.probes.models.loading import load_pretrained, read_config, resolve_model_dir
+from expattn.probes.models.subject import Subject, parse_device, parse_dtype, place, subject_from_model, synthetic_image
 from expattn.probes.overlap import measure_in_parallel
 from expattn.probes.progress import Stage, reporter
-from expattn.probes.models.subject import Subject, parse_device, parse_dtype, place, subject_from_model, synthetic_image
 from expattn.results.record import Record, enforce_controls, error_record, results_document
 from expattn.seeds import check_seed
 

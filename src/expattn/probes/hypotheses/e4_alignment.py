@@ -7,7 +7,7 @@ Seed 000 §3.2 (claim A11): for Gaussian hidden states the matched key is $\Sigm
 $W_q^\top W_k \approx \Sigma^{-1}$ (E4). Seed 000 §6: $W_q^\top W_k \approx$ the Fisher matrix, which is
 $\Sigma$ for a Gaussian carrier (E9). Both are compared on the range of $\Sigma$, against their rival, the identity,
 the target's spectrum on random eigenvectors and random forms, also with the target's top eigen-directions projected
-out, with the head's own attention Fisher as a second target of each reading (see ``expattn.probes.hypotheses.e4_readings`` for
+out, with the head's own attention Fisher as a second target of each reading (see ``hypotheses.e4_readings`` for
 the targets, the margins and the rule). Reported beside the verdict: the strength, $\cos^2$ (the fraction of a
 head's squared norm the target explains), and whether a head fits its own layer's target better than every other
 layer's (full space, $\Sigma_{l'}$ and $\Sigma_{l'}^{+}$ of each layer $l'$). $\Sigma$ is the covariance of
@@ -31,7 +31,6 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from expattn.probes.models.attention import attention_probs
 from expattn.probes.hypotheses.base import (
     Batch,
     Estimator,
@@ -62,6 +61,7 @@ from expattn.probes.hypotheses.e4_readings import (
     regularised_inverse,
     sym_cos,
 )
+from expattn.probes.models.attention import attention_probs
 from expattn.probes.sizes import Sizes
 from expattn.probes.statistics.stats import Moments, gram
 from expattn.results.record import Control

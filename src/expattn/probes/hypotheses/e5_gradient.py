@@ -30,8 +30,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from expattn.probes.models.attention import attend, attention_logits, queries_keys_values, reference_heads
 from expattn.probes.hypotheses.base import Batch, Estimator, Judgement, Measured, ProbeContext, as_list, figure, save
+from expattn.probes.models.attention import attend, attention_logits, queries_keys_values, reference_heads
 from expattn.probes.sizes import Sizes
 from expattn.results.record import Control
 

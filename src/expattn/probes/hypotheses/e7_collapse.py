@@ -36,9 +36,9 @@ from torch import Tensor, nn
 
 from expattn.nn.lm import BatchCloudNorm
 from expattn.nn.norms import Norm
-from expattn.probes.models.attention import attention_branch
 from expattn.probes.hypotheses.base import Batch, Estimator, Judgement, Measured, ProbeContext, as_list, figure, save
 from expattn.probes.hypotheses.published import dong_2021
+from expattn.probes.models.attention import attention_branch
 from expattn.probes.sizes import Sizes
 from expattn.results.record import Control
 

@@ -33,8 +33,6 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from expattn.probes.statistics import stats
-from expattn.probes.models.attention import AttnWeights
 from expattn.probes.hypotheses.base import (
     Batch,
     Estimator,
@@ -47,7 +45,9 @@ from expattn.probes.hypotheses.base import (
     majority_verdict,
     save,
 )
+from expattn.probes.models.attention import AttnWeights
 from expattn.probes.sizes import Sizes, bootstrap_bytes
+from expattn.probes.statistics import stats
 from expattn.probes.statistics.stats import BootstrapMeans
 from expattn.results.record import Control
 

@@ -1,6 +1,6 @@
 r"""Streaming, mergeable sufficient statistics of an affine regression $y \approx W^\top x + b$ (E6's fits).
 
-The same merging and precision rules as ``expattn.probes.statistics.stats`` (Chan's update of centred sums; ``dtype`` of the
+The same merging and precision rules as ``statistics.stats`` (Chan's update of centred sums; ``dtype`` of the
 ``(D, D)`` and ``(D, E)`` accumulators float64 or float32, read-outs in float64).
 """
 
