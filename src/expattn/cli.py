@@ -95,7 +95,7 @@ def report(
                                              "folders.")] = (
         "minilm,smollm2"
     ),
-    quick: Annotated[bool, typer.Option("--quick", help="Small sizes everywhere (74-80 s wall, 120-128 CPU-seconds "
+    quick: Annotated[bool, typer.Option("--quick", help="Small sizes everywhere (96-119 s wall, 157-191 CPU-seconds "
                                         "on a quiet 2-core machine, as measured in the README).")] = False,
     seed: Annotated[int, typer.Option(help="Seed of every stage.")] = 0,
     stages: Annotated[str, typer.Option(help="Comma-separated stages to run: verify, simulate, probe, train.")] = (
