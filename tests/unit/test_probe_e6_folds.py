@@ -53,7 +53,9 @@ def test_five_fold_r2_of_a_linear_map_is_its_population_value():
     assert np.all(np.abs(control[0]) < 0.01)  # noise: nothing to fit, R^2 about 0 (slightly below, held out)
 
 
-def test_too_few_sequences_for_the_folds_is_an_error():
-    x = torch.randn(40, 4, dtype=torch.float64)
-    with pytest.raises(ValueError, match="at least 5 sequences"):
-        _estimator(4, x, x, torch.arange(40) // 10)._fits(0)  # sequences 0-3: fold 4 is empty
+def test_fewer_sequences_than_folds_use_one_fold_per_sequence_and_one_is_an_error():
+    x = torch.randn(40, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    (update, _) = _estimator(4, x, x, torch.arange(40) // 10)._fits(0)  # sequences 0-3: fold 4 is empty
+    assert update[0].shape == (4,) and np.all(np.abs(update[0] - 1) < 1e-6)  # y = x: every held-out R^2 is 1
+    with pytest.raises(ValueError, match="at least two sequences"):
+        _estimator(4, x, x, torch.zeros(40, dtype=torch.long))._fits(0)  # one sequence: one fold

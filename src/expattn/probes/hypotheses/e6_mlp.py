@@ -140,11 +140,12 @@ class E6Mlp(Estimator):
     def _fits(self, i: int) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """Layer ``i``'s ridge fits over ``RIDGE_GRID``, one per held-out fold on the other folds' statistics (one
         eigendecomposition per fit), for the update and for its noise control: per one, the held-out R^2
-        ``(FOLDS,)`` at the ridge each fit's GCV chooses, those ridges ``(FOLDS,)``, and the held-out R^2 of every
-        ridge of the grid ``(grid, FOLDS)`` (reported, never chosen from)."""
-        folds = self.folds_[i]
-        if any(f.n_ < 2 for f in folds):
-            raise ValueError(f"E6 needs at least {FOLDS} sequences, one per fold of its cross-validation")
+        ``(K,)`` at the ridge each fit's GCV chooses, those ridges ``(K,)``, and the held-out R^2 of every ridge of
+        the grid ``(grid, K)`` (reported, never chosen from). ``K`` is ``FOLDS``, or the number of sequences read
+        where that is fewer (each fold then one sequence)."""
+        folds = [f for f in self.folds_[i] if f.n_ > 0]
+        if len(folds) < 2 or any(f.n_ < 2 for f in folds):
+            raise ValueError(f"E6 needs at least two sequences for its folds of sequences (up to {FOLDS})")
         blocks = (slice(0, self.ctx.dim), slice(self.ctx.dim, 2 * self.ctx.dim))  # update, noise control
         held, pick = [], []
         for k, scored in enumerate(folds):
@@ -157,27 +158,28 @@ class E6Mlp(Estimator):
             pick.append([int(np.argmin(path.gcv(block))) for block in blocks])
         out = []
         for b in range(len(blocks)):
-            grid = np.array([held[k][b] for k in range(FOLDS)]).T  # (grid, FOLDS)
-            chosen = [pick[k][b] for k in range(FOLDS)]
-            out.append((grid[chosen, range(FOLDS)], np.array(RIDGE_GRID)[chosen], grid))
+            grid = np.array([h[b] for h in held]).T  # (grid, K)
+            chosen = [p[b] for p in pick]
+            out.append((grid[chosen, range(len(folds))], np.array(RIDGE_GRID)[chosen], grid))
         return out
 
     def measure(self) -> Measured:
         est, lo, hi = (t.cpu().numpy() for t in self.stats_.interval(self._rho))
         both = [self._fits(i) for i in range(self.ctx.layers)]
         fits = [update for update, _ in both]
-        r2 = np.array([f[0] for f in fits])  # (L, FOLDS)
-        chosen = np.array([f[1] for f in fits])  # (L, FOLDS)
+        r2 = np.array([f[0] for f in fits])  # (L, K)
+        chosen = np.array([f[1] for f in fits])  # (L, K)
         grid = np.array([f[2].mean(1) for f in fits])  # (L, grid)
         r2_control = np.array([np.mean(control[0]) for _, control in both])
         v = VARIANTS.index("excl")
         details = {
             "tensors": {"x": "layers.i.mlp.input", "update": "layers.i.mlp.output", "skip": "layers.i.mlp.skip"},
-            **{f"heldout_r2_fold{k}": as_list(r2[:, k]) for k in range(FOLDS)},
-            **{f"ridge_chosen_fold{k}": as_list(chosen[:, k]) for k in range(FOLDS)},
+            **{f"heldout_r2_fold{k}": as_list(r2[:, k]) for k in range(r2.shape[1])},
+            **{f"ridge_chosen_fold{k}": as_list(chosen[:, k]) for k in range(r2.shape[1])},
             "ridge_grid": {f"{lam:g}": as_list(grid[:, g]) for g, lam in enumerate(RIDGE_GRID)},
             "tokens_per_fold": [int(m.n_) for m in self.folds_[0]],
-            "folds": f"sequence j in fold j mod {FOLDS}; fold k scored by the fit on the other {FOLDS - 1}",
+            "folds": f"sequence j in fold j mod {FOLDS}; each fold scored by the fit on the others ({r2.shape[1]} "
+            "folds held sequences)",
             "ridge_choice": "per fit, the ridge of RIDGE_GRID (x tr S_xx / D) with the least generalised "
             "cross-validation score on the fit's folds; ridge_grid's held-out R^2 are shown, never chosen from. GCV "
             "cannot validate when a fit has fewer tokens than the width D (quick budgets of wide models)",
@@ -228,7 +230,7 @@ class E6Mlp(Estimator):
         name = self.ctx.title_name
         axes[0].set(xlabel="layer", ylabel="E|update|^2 / E|skip|^2", title=f"E6 {name}: MLP update size")
         axes[1].fill_between(x, r2.min(1), r2.max(1), alpha=0.3)
-        axes[1].plot(x, r2.mean(1), marker="o", ms=3, label=f"held-out R^2 of ridge (mean of {FOLDS} folds)")
+        axes[1].plot(x, r2.mean(1), marker="o", ms=3, label=f"held-out R^2 of ridge (mean of {r2.shape[1]} folds)")
         axes[1].axhline(0, color="k", lw=0.8, label="null: identity (R^2 = 0)")
         axes[1].axhline(R2_LIMIT, color="k", ls="--", lw=0.8, label="linear threshold")
         axes[1].set(xlabel="layer", ylabel="R^2 of the update", title=f"E6 {name}: affine fit of the MLP")
