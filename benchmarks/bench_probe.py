@@ -35,9 +35,9 @@ from expattn.probes.runner import HYPOTHESES
 
 def plain_forward(config) -> tuple[float, float]:
     """Wall and CPU seconds of plain forward passes over the probe's own token batches."""
-    from expattn.probes.adapters import adapter_for
-    from expattn.probes.corpus import TokenSample, load_text, sequence
-    from expattn.probes.loading import load_pretrained, read_config, resolve_model_dir
+    from expattn.probes.models.adapters import adapter_for
+    from expattn.probes.models.corpus import TokenSample, load_text, sequence
+    from expattn.probes.models.loading import load_pretrained, read_config, resolve_model_dir
 
     path = resolve_model_dir(config.model)
     hf = read_config(path)

@@ -39,7 +39,7 @@ import torch
 from bench_probe import plain_forward
 
 from expattn.probes.runner import ProbeConfig, context, load
-from expattn.probes.stats import cross, gram
+from expattn.probes.statistics.stats import cross, gram
 
 
 def timed(fn) -> float:

@@ -80,8 +80,8 @@ def carry() -> Path:
     ``CARRIED`` (under 1 MB)."""
     import shutil
 
-    from expattn.probes.corpus import shakespeare_files
-    from expattn.probes.loading import minilm_dir
+    from expattn.probes.models.corpus import shakespeare_files
+    from expattn.probes.models.loading import minilm_dir
 
     for folder in (CARRIED_TOKENIZER, CARRIED_TEXT):
         folder.mkdir(parents=True, exist_ok=True)

@@ -10,17 +10,20 @@ import torch
 from tiny_models import build_tiny
 
 from expattn.probes.hypotheses.base import ProbeContext
-from expattn.probes.hypotheses.e4_alignment import E4Alignment, E9Covariance, full_cos
+from expattn.probes.hypotheses.e4_alignment import E4Alignment, E9Covariance
 from expattn.probes.hypotheses.e4_readings import (
     DEFLATIONS,
     READINGS,
     deflated,
+    full_cos,
     haar,
     mean_interval,
+    own_over_best_other,
     random_q95,
     range_basis,
     regularised_inverse,
     sym_cos,
+    top_form,
 )
 from expattn.probes.models.adapters import adapter_for
 from expattn.probes.models.attention import attention_probs
@@ -226,7 +229,8 @@ def test_the_spectrum_rival_in_rotated_coordinates_is_the_dense_cosine(gen):
     lam = torch.rand(10, generator=gen, dtype=torch.float64) + 0.1
     q = haar(10, gen)
     torch.testing.assert_close(q.T @ q, torch.eye(10, dtype=torch.float64))
-    got = deflated({"h": (u, v, u @ q, v @ q)}, lam, READINGS["sigma"], 2)["h"]
+    got = deflated({"h": (u, v, u @ q, v @ q)}, {"sigma": lam, "sigma_inv": lam.reciprocal()}, READINGS["sigma"],
+                   2)["h"]
     kept = lam.clone()
     kept[lam.argsort(descending=True)[:2]] = 0
     dense = (q * kept) @ q.T
@@ -237,3 +241,89 @@ def test_the_spectrum_rival_in_rotated_coordinates_is_the_dense_cosine(gen):
 def test_the_zero_form_has_cosine_zero():
     z = torch.zeros(2, 3, 5)
     assert sym_cos(z, z, torch.rand(5) + 0.1).tolist() == [0.0, 0.0]
+
+
+def test_per_head_deflation_in_each_heads_eigen_coordinates_is_the_dense_cosine(gen):
+    """The Fisher readings: a target per head, compared in each head's eigen-coordinates, equals the dense
+    range-coordinate cosine with that head's deflated target and with its spectrum on V_h Q."""
+    heads, rows, r = 3, 4, 10
+    a = torch.randn(heads, r, 2 * r, generator=gen, dtype=torch.float64)
+    f_dense = a @ a.mT / (2 * r)  # (H, r, r): a target per head
+    f, vf = torch.linalg.eigh(f_dense)
+    inverse = 1 / (f + 0.1)
+    u, v = torch.randn(heads, rows, r, generator=gen, dtype=torch.float64), torch.randn(heads, rows, r, generator=gen,
+                                                                                       dtype=torch.float64)
+    q = haar(r, gen)
+    sets = {"h": (u @ vf, v @ vf, u @ vf @ q, v @ vf @ q)}
+    got = deflated(sets, {"fisher": f, "fisher_inv": inverse}, READINGS["fisher"], 2)["h"]
+    p = vf[..., :-2] @ vf[..., :-2].mT  # projector off each head's top 2 directions (eigh: ascending)
+    kept = p @ f_dense @ p
+    torch.testing.assert_close(got["fisher"].double(), sym_cos(u, v, kept), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(got["identity"].double(), sym_cos(u, v, p), rtol=1e-5, atol=1e-6)
+    rival = p @ ((vf / (f + 0.1).unsqueeze(-2)) @ vf.mT) @ p
+    torch.testing.assert_close(got["fisher_inv"].double(), sym_cos(u, v, rival), rtol=1e-5, atol=1e-6)
+    spread = f.clone()
+    spread[:, -2:] = 0
+    haar_dense = (vf @ q * spread.unsqueeze(-2)) @ (vf @ q).mT
+    torch.testing.assert_close(got["haar_fisher"].double(), sym_cos(u, v, haar_dense), rtol=1e-5, atol=1e-6)
+    top = top_form(f)  # (H, 1, r): each head's own top direction
+    assert top.shape == (heads, 1, r) and top[:, 0, -1].tolist() == [1.0] * heads and top.sum().item() == heads
+
+
+class _KnownFisher:
+    """An estimator whose attention Fisher is a given full-space matrix ``G`` for every head, ``U^T G U`` in range
+    coordinates, so that heads can be planted on it (the model's own Fisher depends on its heads)."""
+
+    g: torch.Tensor
+
+    def fisher(self, i, basis):
+        heads = self.ctx.attention[i].heads
+        return (basis.T @ self.g.float() @ basis).expand(heads, -1, -1).contiguous()
+
+
+def _fisher_planted(gen, reading: str, ranks: tuple[int, ...]):
+    """``_planted``'s tokens, with a Fisher target ``G`` of its own eigen-directions in the hyperplane (a spread
+    spectrum, eigenvectors unrelated to Sigma's), and every head planted on the given ``ranks`` of the reading's
+    target built from ``G`` (0: its top direction)."""
+    ctx, x = _planted(gen, "sigma", ranks=())
+    dim = ctx.dim
+    normal = torch.ones(dim, 1, dtype=torch.float64) / dim**0.5
+    basis = torch.randn(dim, dim - 1, generator=gen, dtype=torch.float64)
+    basis = torch.linalg.qr(basis - normal @ (normal.T @ basis)).Q  # (D, D - 1): orthonormal, in the hyperplane
+    g_spectrum = torch.logspace(-1, 1, dim - 1, dtype=torch.float64)
+    g = (basis * g_spectrum) @ basis.T
+    ridge = 1e-2 * g_spectrum.mean()
+    target = g_spectrum if reading == "fisher" else 1 / (g_spectrum + ridge)
+    top = target.argsort(descending=True)[list(ranks)]
+    rows = torch.zeros(4, dim)
+    rows[: len(ranks)] = (basis[:, top] * target[top].sqrt()).T.float()
+    attn = ctx.model.layers[0].self_attn
+    with torch.no_grad():
+        attn.q_proj.weight.copy_(rows.repeat(4, 1))
+        attn.k_proj.weight.copy_(rows.repeat(attn.k_proj.weight.shape[0] // 4, 1))
+    w = ctx.adapter.attention(ctx.model, 0)
+    ctx = ProbeContext(ctx.model, ctx.adapter, (w,), 1, dim, torch.zeros(32, dtype=torch.bool), 0, 10, 8, "planted")
+    cls = E4Alignment if reading == "fisher_inv" else E9Covariance
+    est = type("Planted", (_KnownFisher, cls), {"g": g})(ctx)
+    est.inputs_[0] = Moments.of(x)
+    est.detail_[0] = dict(enumerate(x[:256].view(8, 32, -1)))
+    return est.result(None).details["readings"][reading]
+
+
+@pytest.mark.parametrize("reading", ["fisher_inv", "fisher"])
+def test_fisher_reading_rejects_its_top_direction_and_supports_the_target_below_it(gen, reading):
+    below = _fisher_planted(gen, reading, ranks=(1, 2, 3, 4))
+    assert below["verdict"] == "supported"
+    assert below["deflated_1"]["low"] > 0 and below["deflated_5"]["high"] < 0  # all planted within the top 5
+    # the rank-one form of each head's own top direction: the negative control, rejected by the same rule
+    assert below["controls"]["top"]["verdict"] == "not_supported"
+    assert below["controls"]["random"]["verdict"] != "supported"
+    top_only = _fisher_planted(gen, reading, ranks=(0,))
+    assert top_only["old_rule"]["verdict"] == "supported" and top_only["low"] > 0  # beats every undeflated rival
+    assert top_only["deflated_1"]["high"] < 0 and top_only["verdict"] == "not_supported"
+
+
+def test_own_over_best_other_is_the_diagonal_minus_the_best_off_diagonal():
+    table = np.array([[[0.5, 0.1], [0.2, 0.3]]])  # (1, 2 targets, 2 units): unit 0 owns 0.5, unit 1 owns 0.3
+    np.testing.assert_array_equal(own_over_best_other(table), [[0.5 - 0.2, 0.3 - 0.1]])
+    assert np.isinf(own_over_best_other(np.ones((3, 1, 1)))).all()  # a single target: no rival

@@ -48,18 +48,23 @@ from expattn.probes.hypotheses.e4_readings import (
     DEFLATIONS,
     RANGE_TOL,
     READINGS,
+    RIDGE,
     TOLERANCES,
     WEAK,
     deflated,
+    full_cos,
     haar,
     judge_reading,
     margin_verdict,
     margins,
     mean_interval,
+    own_over_best_other,
     random_q95,
     range_basis,
     regularised_inverse,
+    specificity,
     sym_cos,
+    top_form,
 )
 from expattn.probes.models.attention import attention_probs
 from expattn.probes.sizes import Sizes
@@ -68,7 +73,12 @@ from expattn.results.record import Control
 
 MIN_TOKENS_PER_DIM = 4
 TARGETS = ("sigma_inv", "sigma", "fisher_inv", "fisher", "identity")
-SPECTRAL = ("sigma_inv", "sigma")  # the readings whose target has a spectrum of its own: Haar rival, deflation
+
+
+def family(reading: str) -> str:
+    r"""Whose eigen-coordinates a reading is compared in: ``sigma`` (the range of $\Sigma$, shared by the heads) or
+    ``fisher`` (each head's own $F_h$)."""
+    return "fisher" if reading.startswith("fisher") else "sigma"
 
 
 def method(target: str, fisher: str) -> str:
@@ -91,24 +101,11 @@ def criterion(target: str, rival: str, fisher: str) -> str:
         "be not_supported: random heads, and the rank-one form u_1 u_1^T of the target's top eigen-direction; "
         "reported, not deciding: the deflated margins at k = 2, 5, cos^2 (median, max: aligned weakly when the maximum "
         f"is below {WEAK:g}), the margin over the best other layer's target (a head is specific to its layer iff "
-        f"positive); the {fisher} reading (a target per head) is judged by the undeflated margin without the "
-        "spectrum rival (details['readings'])"
+        f"positive); the {fisher} reading (a target per head, details['readings']) by the same rule in each head's "
+        "eigen-coordinates of its Fisher (its own top direction deflated, its spectrum on Haar-random eigenvectors, "
+        "the rank-one form of its own top direction as the control), reported with the margin of its own Fisher "
+        "target over the best other head's of its layer"
     )
-
-
-def full_cos(wq: Tensor, wk: Tensor, targets: dict[str, Tensor]) -> dict[str, Tensor]:
-    r"""$\cos(\operatorname{sym}(W_{q,h}^\top W_{k,h}), T_l)$ ``(L, H)`` for the heads' ``wq, wk`` ``(H, dh, D)``
-    and each stack of symmetric ``targets[name]`` ``(L, D, D)``: each head's ``(D, D)`` form once (one at a time),
-    then one product with all targets ($H L D^2$ multiply-adds instead of ``sym_cos``'s $H L\,d_h D^2$)."""
-    flat = {name: (t.flatten(1), torch.linalg.matrix_norm(t)) for name, t in targets.items()}
-    out: dict[str, list[Tensor]] = {name: [] for name in targets}
-    for q, k in zip(wq, wk, strict=True):
-        a = q.T @ k
-        a = (a + a.T) / 2
-        norm = torch.linalg.matrix_norm(a)
-        for name, (t, t_norm) in flat.items():
-            out[name].append(t @ a.flatten() / (norm * t_norm))
-    return {name: torch.stack(c, 1) for name, c in out.items()}
 
 
 class E4Alignment(Estimator):
@@ -165,20 +162,23 @@ class E4Alignment(Estimator):
         return (gram(rooted.flatten(1, 2)) - gram(means.flatten(1, 2))) / (xs.shape[0] * xs.shape[1])
 
     def _layer(self, i: int, gen: torch.Generator) -> dict:
-        """Per head cosines of layer ``i`` in range coordinates with every target, for the model's heads
-        (``cos_*``) and for as many random heads (``control_*``); for the $\\Sigma$ readings (``spectral``: reading ->
-        k -> heads -> key -> ``(H,)``) the cosines of ``e4_readings.deflated`` at k = 0 and ``DEFLATIONS`` of the
-        model's heads, the random ones and the rank-one top form (``(1,)``); and the full-space targets
-        (``sigma_full``, taken out by ``_layers``)."""
+        r"""Per head cosines of layer ``i`` with every target, for the model's heads (``cos_<target>``: ``(H,)``);
+        per reading ``spectral`` (name -> k -> heads -> key -> ``(H,)``) the cosines of ``e4_readings.deflated`` at
+        k = 0 and ``DEFLATIONS`` of the model's heads, the random ones and the rank-one top forms (``(1,)`` for a
+        $\Sigma$ reading, ``(H,)`` for a Fisher reading: one per head); ``own_fisher`` (reading -> ``(H, H)``, row
+        = target head, column = head) the full-range cosines of each head with every head's Fisher target; and the
+        full-space targets (``sigma_full``, taken out by ``_layers``)."""
         w = self.ctx.attention[i].to(torch.float32)
         sigma = self.inputs_[i].covariance_
         e, v = torch.linalg.eigh(sigma.double())
         lam, basis, gap = range_basis(e, v)
         u = basis.float()  # (D, r)
         fisher = self.fisher(i, u)  # (H, r, r)
-        fisher_inv, lam_f, clipped = regularised_inverse(fisher)
-        targets = {"sigma_inv": lam.reciprocal().float(), "sigma": lam.float(), "fisher_inv": fisher_inv,
-                   "fisher": fisher, "identity": None}
+        f, vf = torch.linalg.eigh(fisher)  # (H, r), (H, r, r): each head's eigen-coordinates
+        ridge = RIDGE * f.mean(-1, keepdim=True)  # lambda_F = 1e-2 tr F_h / r
+        # (F_h+ + lambda_F I)^-1's spectrum times lambda_F (cosines do not see scale): no overflow as lambda_F -> 0
+        inverse = torch.where(ridge > 0, ridge / (f.clamp_min(0) + ridge), torch.ones_like(f))
+        spectra = {"sigma": lam.float(), "sigma_inv": lam.reciprocal().float(), "fisher": f, "fisher_inv": inverse}
         wq, wk = w.head_matrices()  # (H, dh, D) each: all heads at once
         aq, ak = wq @ u, wk @ u  # (H, dh, r): A_h in range coordinates is sym(aq^T ak)
         # random heads, range coordinates: drawn on the CPU (the same on every device), used on the data's device
@@ -189,24 +189,26 @@ class E4Alignment(Estimator):
             "range_gap": gap,
             "condition_sigma": float(lam[-1] / lam[0]),
             "sigma_tokens": self.inputs_[i].n_,
-            "ridge_fisher": lam_f,
-            "fisher_heads_clipped": clipped,
+            "ridge_fisher": float(ridge.mean()),
+            "fisher_heads_clipped": int((f[:, 0] < 0).sum()),
             "random_q95": random_q95(lam.numel()),
+            "cos_identity": sym_cos(aq, ak, None).double().cpu().numpy(),
         }
-        for key, target in targets.items():
-            out[f"cos_{key}"] = sym_cos(aq, ak, target).double().cpu().numpy()
-            out[f"control_{key}"] = sym_cos(rq, rk, target).double().cpu().numpy()
-        top = {name: torch.zeros(1, 1, lam.numel(), device=u.device) for name in SPECTRAL}
-        top["sigma"][..., -1] = top["sigma_inv"][..., 0] = 1.0  # u_1 of Sigma (ascending order), of Sigma^+
-        q = haar(lam.numel(), gen).to(u.device, torch.float32)
-        sets = {"model": (aq, ak), "random": (rq, rk)}
-        sets = {name: (a, b, a @ q, b @ q) for name, (a, b) in sets.items()}
-        out["spectral"] = {
-            name: {k: {key: {t: c.double().cpu().numpy() for t, c in cos.items()} for key, cos in deflated(
-                sets | {"top": (top[name], top[name], top[name] @ q, top[name] @ q)}, lam, READINGS[name],
-                k).items()} for k in (0, *DEFLATIONS)}
-            for name in SPECTRAL
-        }
+        q = haar(lam.numel(), gen, u.device).to(torch.float32)
+        coordinates = {"sigma": {"model": (aq, ak), "random": (rq, rk)},
+                       "fisher": {"model": (aq @ vf, ak @ vf), "random": (rq @ vf, rk @ vf)}}
+        out["spectral"] = {}
+        for name, reading in READINGS.items():
+            top = top_form(spectra[reading.target])
+            sets = coordinates[family(name)] | {"top": (top, top)}
+            sets = {h: (a, b, a @ q, b @ q) for h, (a, b) in sets.items()}
+            out["spectral"][name] = {
+                k: {h: {t: c.double().cpu().numpy() for t, c in cos.items()}
+                    for h, cos in deflated(sets, spectra, reading, k).items()}
+                for k in (0, *DEFLATIONS)}
+            out[f"cos_{name}"] = out["spectral"][name][0]["model"][name]
+        dense = {"fisher": fisher, "fisher_inv": (vf * inverse.unsqueeze(-2)) @ vf.mT}  # (H, r, r) each
+        out["own_fisher"] = {name: c.double().cpu().numpy() for name, c in full_cos(aq, ak, dense).items()}
         out["sigma_full"] = {"sigma": sigma.float(), "sigma_inv": ((basis / lam) @ basis.T).float()}
         out["cos_sigma_inv_ridge"] = sym_cos(wq, wk, regularised_inverse(sigma)[0].float()).double().cpu().numpy()
         for tol in TOLERANCES:  # the Sigma readings again at other cuts of the range
@@ -232,7 +234,7 @@ class E4Alignment(Estimator):
                 gen = torch.Generator().manual_seed(self.ctx.seed + 4)
                 layers = [self._layer(i, gen) for i in range(self.ctx.layers)]
                 full = [lay.pop("sigma_full") for lay in layers]
-                targets = {name: torch.stack([f[name] for f in full]) for name in SPECTRAL}  # (L, D, D) each
+                targets = {name: torch.stack([f[name] for f in full]) for name in full[0]}  # (L, D, D) each
                 for i, lay in enumerate(layers):
                     wq, wk = self.ctx.attention[i].to(torch.float32).head_matrices()
                     lay["across"] = {name: c.double().cpu().numpy() for name, c in full_cos(wq, wk, targets).items()}
@@ -241,12 +243,8 @@ class E4Alignment(Estimator):
 
     @staticmethod
     def _heads(layers: list[dict], name: str) -> dict:
-        """The sets of heads of reading ``name`` for ``judge_reading`` (the model's, the random ones and, for a
-        $\\Sigma$ reading, the rank-one form of its target's top direction), each ``{"cos": key -> (L, H),
-        "deflated": k -> {key -> (L, H)}}``."""
-        if name not in SPECTRAL:
-            return {h: {"cos": {k: np.stack([lay[f"{prefix}_{k}"] for lay in layers]) for k in TARGETS},
-                        "deflated": {}} for h, prefix in (("model", "cos"), ("random", "control"))}
+        """The sets of heads of reading ``name`` for ``judge_reading`` (the model's, the random ones and the rank-one
+        forms of the target's top direction), each ``{"cos": key -> (L, H), "deflated": k -> {key -> (L, H)}}``."""
 
         def at(k: int, h: str) -> dict[str, np.ndarray]:
             return {t: np.stack([lay["spectral"][name][k][h][t] for lay in layers])
@@ -278,19 +276,18 @@ class E4Alignment(Estimator):
         for name, r in readings.items():
             metrics |= {f"heads_aligned_{name}": r["heads_aligned"], f"mean_margin_{name}": r["mean_margin"],
                         f"mean_margin_{name}_low": r["low"], f"mean_margin_{name}_high": r["high"]}
-            for k in DEFLATIONS if name in SPECTRAL else ():
+            for k in DEFLATIONS:
                 d = r[f"deflated_{k}"]
                 key = f"deflated_margin_{name}_k{k}"
                 metrics |= {key: d["mean_margin"], f"{key}_low": d["low"], f"{key}_high": d["high"]}
             metrics |= {f"median_cos2_{name}": r["median_cos2"], f"max_cos2_{name}": r["max_cos2"]}
-        if len(layers) > 1:  # own layer's target against the best other layer's, full space
-            across = np.stack([lay["across"][headline.name] for lay in layers])  # (L, L', H)
-            own = across[np.arange(len(layers)), np.arange(len(layers))]
-            other = np.where(np.eye(len(layers), dtype=bool)[:, :, None], -np.inf, across).max(1)
-            mean, low, high = mean_interval(own - other, rng)
-            metrics |= {f"heads_specific_{headline.name}": int((own > other).sum()),
-                        f"specificity_margin_{headline.name}": mean, f"specificity_margin_{headline.name}_low": low,
-                        f"specificity_margin_{headline.name}_high": high}
+        across = np.stack([lay["across"][headline.name] for lay in layers])  # (L, L', H): target layer, layer
+        own_layer = own_over_best_other(across.transpose(2, 1, 0)).T  # (L, H): the layer's target against others
+        metrics |= specificity(own_layer, f"heads_specific_{headline.name}", f"specificity_margin_{headline.name}",
+                               rng)
+        fisher = self.readings[1]
+        table = np.stack([lay["own_fisher"][fisher] for lay in layers])  # (L, H', H): target head, head
+        metrics |= specificity(own_over_best_other(table), f"heads_own_{fisher}", f"own_head_margin_{fisher}", rng)
         metrics |= {
             "heads": int(cos["identity"].size),
             f"median_cos_{self.readings[0]}": float(np.median(cos[self.readings[0]])),
@@ -302,7 +299,7 @@ class E4Alignment(Estimator):
             "fisher_sequences": len(self.detail_[0]),
         }
         details = {k: [as_list(lay[k]) if isinstance(lay[k], np.ndarray) else lay[k] for lay in layers]
-                   for k in layers[0] if not k.startswith(("control_", "tolerance_", "spectral", "across"))}
+                   for k in layers[0] if not k.startswith(("tolerance_", "spectral", "across", "own_"))}
         details["readings"] = {name: {k: v for k, v in r.items() if k != "margin"} for name, r in readings.items()}
         details["range_tolerance"] = tolerance
         details["resampling_unit"] = "layer"
@@ -339,6 +336,11 @@ class E4Alignment(Estimator):
                     f"{m[f'heads_specific_{name}']} of {m['heads']}, mean margin "
                     f"{m[f'specificity_margin_{name}']:+.3f} [{m[f'specificity_margin_{name}_low']:+.3f}, "
                     f"{m[f'specificity_margin_{name}_high']:+.3f}]" if f"heads_specific_{name}" in m else "")
+        fisher = self.readings[1]
+        specific += (f"; heads closer to their own {fisher} target than to every other head's of their layer: "
+                     f"{m[f'heads_own_{fisher}']} of {m['heads']}, mean margin {m[f'own_head_margin_{fisher}']:+.3f} "
+                     f"[{m[f'own_head_margin_{fisher}_low']:+.3f}, {m[f'own_head_margin_{fisher}_high']:+.3f}]"
+                     if f"heads_own_{fisher}" in m else "")
         notes = (
             "; ".join(strength)
             + f"; {name} margin over the best rival {m[f'mean_margin_{name}']:+.3f} "

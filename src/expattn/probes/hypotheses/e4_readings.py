@@ -47,11 +47,15 @@ has, nearly, a head that reads the top direction of the population while the sam
 $u_2$).
 A $\Sigma$ reading is supported when the 95% interval of the mean of $m_h$ and that of the mean of $m_h^{(1)}$ both
 lie above 0, not supported when either lies below 0 ($k = 1$ removes exactly the trivial explanation; $k = 2, 5$,
-reported, remove genuine parts of the target too). The Fisher readings (a target per head) keep $m_h$ without the
-spectrum rival and without deflation. Heads of a layer share its input, so the intervals resample layers, then heads
-within each drawn layer (``mean_interval``). Negative controls through the same rule: random heads
-$\operatorname{sym}(R_q^\top R_k)$ in range coordinates (Gaussian $R$ of the head's shape: an orthonormal $U_r$
-keeps them Gaussian), and the rank-one form of the target's top direction.
+reported, remove genuine parts of the target too). The Fisher readings have a target per head: the same margins
+and rule in each head's own eigen-coordinates of $F_h = V_h\operatorname{diag}(f_h)V_h^\top$ (float32
+eigendecomposition: $F_h$ is a float32 statistic), where $F_h \to \operatorname{diag}(f_h)$ and
+$(F_h + \lambda_F I)^{-1} \to \operatorname{diag}(1/(\max(f_h, 0) + \lambda_F))$ (negative eigenvalues of the
+estimate clipped), its top directions deflated per head, its spectrum put on $V_hQ$ (Haar-random as $Q$ is), and its
+rank-one control the form of each head's own top direction. Heads of a layer share its input, so the intervals
+resample layers, then heads within each drawn layer (``mean_interval``). Negative controls through the same rule:
+random heads $\operatorname{sym}(R_q^\top R_k)$ in range coordinates (Gaussian $R$ of the head's shape: an
+orthonormal $U_r$ keeps them Gaussian), and the rank-one form of the target's top direction.
 """
 
 from __future__ import annotations
@@ -117,10 +121,20 @@ def sym_cos(u: Tensor, v: Tensor, b: Tensor | None, norm: Tensor | None = None) 
     if b is None:
         inner, b_norm = (u * v).sum((-1, -2)), u.shape[-1] ** 0.5
     elif b.ndim == 1:
-        inner, b_norm = (u * b * v).sum((-1, -2)), torch.linalg.vector_norm(b)
+        return sym_cos_diagonal(u, v, b, norm)
     else:
         inner, b_norm = ((u @ b) * v).sum((-1, -2)), torch.linalg.matrix_norm(b)
     norm = (sym_norm(u, v) if norm is None else norm) * b_norm
+    return torch.where(norm > 0, inner / norm.clamp_min(torch.finfo(norm.dtype).tiny), 0.0)
+
+
+def sym_cos_diagonal(u: Tensor, v: Tensor, d: Tensor, norm: Tensor | None = None) -> Tensor:
+    r"""$\cos(\operatorname{sym}(u^\top v), \operatorname{diag}(d))$ for ``u, v`` ``(..., rows, r)`` and diagonals
+    ``d`` ``(..., r)``, both batched over (broadcast) leading dims: $\sum_{ab} u_{ab} d_b v_{ab}$ over
+    $\lVert\operatorname{sym}(u^\top v)\rVert_F \lVert d\rVert_2$ (``norm``: ``sym_norm(u, v)`` when the caller
+    has it). The zero form or the zero diagonal has cosine 0."""
+    inner = (u * d.unsqueeze(-2) * v).sum((-1, -2))
+    norm = (sym_norm(u, v) if norm is None else norm) * torch.linalg.vector_norm(d, dim=-1)
     return torch.where(norm > 0, inner / norm.clamp_min(torch.finfo(norm.dtype).tiny), 0.0)
 
 
@@ -131,33 +145,59 @@ def random_q95(dim: int) -> float:
     return 1.6449 * (2.0 / (dim * (dim + 1))) ** 0.5
 
 
-def haar(r: int, gen: torch.Generator) -> Tensor:
-    """A Haar-random orthogonal ``(r, r)`` float64 matrix (QR of a Gaussian, the signs of R's diagonal moved into
-    Q), drawn on the CPU from ``gen``."""
-    q, rr = torch.linalg.qr(torch.randn(r, r, generator=gen, dtype=torch.float64))
+def haar(r: int, gen: torch.Generator, device: torch.device | str = "cpu") -> Tensor:
+    """A Haar-random orthogonal ``(r, r)`` float64 matrix on ``device``: QR of a Gaussian drawn on the CPU from
+    ``gen`` (the same draw on every device), factorised on ``device`` (a 2048-wide QR takes 0.14 s of a GPU run's
+    host otherwise), the signs of R's diagonal moved into Q."""
+    q, rr = torch.linalg.qr(torch.randn(r, r, generator=gen, dtype=torch.float64).to(device))
     return q * torch.sign(torch.diagonal(rr))
 
 
-def deflated(heads: dict[str, tuple[Tensor, Tensor, Tensor, Tensor]], lam: Tensor, reading: Reading,
+def top_form(spectrum: Tensor) -> Tensor:
+    r"""The rank-one form $e_1 e_1^\top$ of a target's top direction, as rows ``(..., 1, r)`` for ``sym_cos``: the
+    one-hot row at the largest entry of each ``spectrum`` ``(..., r)`` (a leading dim of 1 when it has none)."""
+    lead = spectrum.shape[:-1] or (1,)
+    top = spectrum.argmax(-1).reshape(*lead, 1, 1)
+    return torch.zeros(*lead, 1, spectrum.shape[-1], device=spectrum.device).scatter_(-1, top, 1.0)
+
+
+def deflated(heads: dict[str, tuple[Tensor, Tensor, Tensor, Tensor]], spectra: dict[str, Tensor], reading: Reading,
              k: int) -> dict[str, dict[str, Tensor]]:
-    """Cosines of each set of heads $\\operatorname{sym}(u^\\top v)$ with the targets of a $\\Sigma$ ``reading`` built
-    from the range's eigenvalues ``lam`` ``(r,)``, each with the reading's target's top-``k`` eigen-directions
-    (coordinates) projected out: $P T P$ with $P$ the projector on the other directions. ``heads[name] =
-    (u, v, uQ, vQ)``: rows ``(..., rows, r)`` in range coordinates, and the same rotated by a Haar-random orthogonal
-    $Q$ (``haar``). Per name, keys: the target, the rival, ``identity`` ($P$) and ``haar_<target>``,
-    $Q\\,P T P\\,Q^\\top$ (the deflated target's spectrum on random eigenvectors: $\\cos(\\operatorname{sym}(u^\\top v),
-    Q D Q^\\top) = \\cos(\\operatorname{sym}((uQ)^\\top vQ), D)$); each ``(...)``."""
-    spectra = {"sigma": lam, "sigma_inv": lam.reciprocal()}
-    mask = torch.ones_like(lam).index_fill_(0, spectra[reading.target].argsort(descending=True)[:k], 0.0)
+    r"""Cosines of each set of heads $\operatorname{sym}(u^\top v)$ with the targets of ``reading``, each with the
+    reading's target's top-``k`` eigen-directions projected out: $P T P$ with $P$ the projector on the other
+    directions. Everything is in the eigen-coordinates shared by the target and its rival, where both are diagonal:
+    ``spectra[name]`` ``(..., r)`` (range coordinates for the $\Sigma$ readings, ``(r,)``; each head's $F_h$
+    eigenvectors for the Fisher readings, ``(H, r)``). ``heads[name] = (u, v, uQ, vQ)``: rows ``(..., rows, r)`` in
+    those coordinates, and the same rotated by a Haar-random orthogonal $Q$ (``haar``). Per name, keys: the target,
+    the rival, ``identity`` ($P$) and ``haar_<target>``, $Q\,P T P\,Q^\top$ (the deflated target's spectrum on
+    random eigenvectors: $\cos(\operatorname{sym}(u^\top v), Q D Q^\top) = \cos(\operatorname{sym}((uQ)^\top vQ),
+    D)$); each ``(...)``."""
+    order = spectra[reading.target].argsort(-1, descending=True)[..., :k]
+    mask = torch.ones_like(spectra[reading.target]).scatter_(-1, order, 0.0)
     targets = {reading.target: spectra[reading.target] * mask, reading.rival: spectra[reading.rival] * mask,
                "identity": mask}
     targets = {key: t.float() for key, t in targets.items()}
     out = {}
     for name, (u, v, uq, vq) in heads.items():
         norm = sym_norm(u, v)  # the form is kept whole (and Q is orthogonal): one norm for every target
-        out[name] = {key: sym_cos(u, v, t, norm) for key, t in targets.items()}
-        out[name][f"haar_{reading.target}"] = sym_cos(uq, vq, targets[reading.target], norm)
+        out[name] = {key: sym_cos_diagonal(u, v, t, norm) for key, t in targets.items()}
+        out[name][f"haar_{reading.target}"] = sym_cos_diagonal(uq, vq, targets[reading.target], norm)
     return out
+
+
+def full_cos(wq: Tensor, wk: Tensor, targets: dict[str, Tensor]) -> dict[str, Tensor]:
+    r"""$\cos(\operatorname{sym}(W_{q,h}^\top W_{k,h}), T_l)$ ``(L, H)`` for the heads' ``wq, wk`` ``(H, dh, D)``
+    and each stack of symmetric ``targets[name]`` ``(L, D, D)``: each head's ``(D, D)`` form once (one at a time),
+    then one product with all targets ($H L D^2$ multiply-adds instead of ``sym_cos``'s $H L\,d_h D^2$)."""
+    flat = {name: (t.flatten(1), torch.linalg.matrix_norm(t)) for name, t in targets.items()}
+    out: dict[str, list[Tensor]] = {name: [] for name in targets}
+    for q, k in zip(wq, wk, strict=True):
+        a = q.T @ k
+        a = (a + a.T) / 2
+        norm = torch.linalg.matrix_norm(a)
+        for name, (t, t_norm) in flat.items():
+            out[name].append(t @ a.flatten() / (norm * t_norm))
+    return {name: torch.stack(c, 1) for name, c in out.items()}
 
 
 def margin_verdict(low: float, high: float) -> str:
@@ -191,11 +231,27 @@ def mean_interval(values: np.ndarray, rng: np.random.Generator, unit: str = "lay
     return float(values.mean()), float(low), float(high)
 
 
-def rule(headline: tuple[float, float], deflated_one: tuple[float, float] | None) -> str:
+def own_over_best_other(table: np.ndarray) -> np.ndarray:
+    """``table`` ``(..., N', N)``: the cosine of unit ``n`` with target ``n'`` (its own at ``n' = n``). Returns its
+    own cosine minus its best other one, ``(..., N)`` (``-inf`` with a single target)."""
+    n = table.shape[-1]
+    own = table[..., np.arange(n), np.arange(n)]
+    return own - np.where(np.eye(n, dtype=bool), -np.inf, table).max(-2)
+
+
+def specificity(margin: np.ndarray, count: str, name: str, rng: np.random.Generator) -> dict[str, float]:
+    """``{count: heads whose own target wins, name: mean margin, name_low, name_high}`` for per-head margins
+    ``(L, H)`` of ``own_over_best_other`` (intervals by ``mean_interval``); ``{}`` when there is no other target."""
+    if not np.isfinite(margin).all():
+        return {}
+    mean, low, high = mean_interval(margin, rng)
+    return {count: int((margin > 0).sum()), name: mean, f"{name}_low": low, f"{name}_high": high}
+
+
+def rule(headline: tuple[float, float], deflated_one: tuple[float, float]) -> str:
     """The verdict of a reading from the intervals ``(low, high)`` of its mean margin and of its mean deflated
-    margin at $k = 1$ (``None`` for the Fisher readings): supported when both lie above 0, not supported when
-    either lies below 0."""
-    parts = [headline] if deflated_one is None else [headline, deflated_one]
+    margin at $k = 1$: supported when both lie above 0, not supported when either lies below 0."""
+    parts = [headline, deflated_one]
     if all(low > 0 for low, _ in parts):
         return "supported"
     return "not_supported" if any(high < 0 for _, high in parts) else "inconclusive"
@@ -203,8 +259,8 @@ def rule(headline: tuple[float, float], deflated_one: tuple[float, float] | None
 
 def judge_margins(cos: dict[str, np.ndarray], deflations: dict[int, dict[str, np.ndarray]], q95: np.ndarray,
                   reading: Reading, rng: np.random.Generator) -> dict:
-    """``rule`` on one set of heads: ``cos`` (key -> ``(L, H)``), the deflated cosines per ``k`` (``{}`` for the
-    Fisher readings) and the random forms' percentile ``q95`` ``(L,)`` (the same with every deflation). Returns the
+    """``rule`` on one set of heads: ``cos`` (key -> ``(L, H)``), the deflated cosines per ``k`` (``DEFLATIONS``: 1
+    decides) and the random forms' percentile ``q95`` ``(L,)`` (the same with every deflation). Returns the
     verdict, the margins ``(L, H)``, the mean margin with its interval, per ``k`` the deflated one, and the old rule
     (rivals without the spectrum, no deflation, heads pooled) for reference."""
     m = margins(cos, q95, reading)
@@ -213,8 +269,7 @@ def judge_margins(cos: dict[str, np.ndarray], deflations: dict[int, dict[str, np
     for k, at in deflations.items():
         mk = margins(at, q95, reading)
         out[f"deflated_{k}"] = dict(zip(("mean_margin", "low", "high"), mean_interval(mk, rng), strict=True))
-    one = out["deflated_1"] if 1 in deflations else None
-    out["verdict"] = rule((low, high), None if one is None else (one["low"], one["high"]))
+    out["verdict"] = rule((low, high), (out["deflated_1"]["low"], out["deflated_1"]["high"]))
     old = {key: c for key, c in cos.items() if not key.startswith("haar_")}
     o_mean, o_low, o_high = mean_interval(margins(old, q95, reading), rng, "head")
     out["old_rule"] = {"verdict": margin_verdict(o_low, o_high), "mean_margin": o_mean, "low": o_low, "high": o_high}
