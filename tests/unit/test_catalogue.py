@@ -86,6 +86,20 @@ def test_entry_rejects_bad_fields():
             dataclasses.replace(good, **change)
 
 
+def test_display_data_is_checked_and_only_probed_claims_have_it():
+    from expattn.catalogue import Curve, HeadMap
+    with pytest.raises(ValueError, match="reader must be one of"):
+        Curve("y", "band", "spline", ("key",))
+    with pytest.raises(ValueError, match="labels one per key"):
+        Curve("y", "band", "interval", ("a", "b"), ("only one",))
+    curve = Curve("y", "band", "interval", ("key",))
+    with pytest.raises(ValueError, match="only a probed claim has a curve"):
+        dataclasses.replace(entry("A4"), curve=curve)
+    with pytest.raises(ValueError, match="only a probed claim has a curve"):
+        dataclasses.replace(entry("A4"), head_map=HeadMap("key", "label", "text"))
+    assert all(e.curve is not None for e in ENTRIES if e.probe)  # every hypothesis has its summary curve
+
+
 def test_reproducing_commands():
     assert entry("A4").reproduce == ("expattn verify --only A4",)
     assert entry("B5").reproduce == ("expattn verify --only B5",

@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 from test_report_html import EVIL, parse
 
+from expattn.catalogue.entry import CURVE_READERS
 from expattn.report.document import CLAIM_TITLES
 from expattn.report.figures import report_figures
-from expattn.report.figures_series import HEADLINE_CURVES, grid, interval, interval_keys
+from expattn.report.figures_series import HEADLINE_CURVES, READERS, grid, interval, interval_keys
 from expattn.report.html import CSP, render_html
 from expattn.results.record import Record, results_document
 
@@ -142,3 +143,7 @@ def test_massive_profile_draws_each_models_maxima_and_their_ratio_to_the_median(
     assert report_figures(recs[1:], CLAIM_TITLES).massive is None
     page = render_html(results_document(recs, "test"), None)
     assert page.index('id="figures"') < page.index('id="fig-massive"')
+
+
+def test_the_report_reads_every_curve_the_catalogue_can_declare():
+    assert tuple(READERS) == CURVE_READERS

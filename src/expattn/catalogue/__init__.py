@@ -10,7 +10,7 @@ group's module; the checks, the probe, the report and ``expattn claims`` read it
 from __future__ import annotations
 
 from expattn.catalogue import a_families, b_dynamics, c_contrastive, d_energy, e_trained, f_audit, g_theory
-from expattn.catalogue.entry import AS_PRINTED_KINDS, Entry, Group
+from expattn.catalogue.entry import AS_PRINTED_KINDS, Curve, Entry, Group, HeadMap
 
 _MODULES = (a_families, b_dynamics, c_contrastive, d_energy, e_trained, f_audit, g_theory)
 GROUPS: tuple[Group, ...] = tuple(m.GROUP for m in _MODULES)
@@ -41,9 +41,19 @@ def entry(claim_id: str) -> Entry:
     return found
 
 
-__all__ = ["AS_PRINTED_KINDS", "ENTRIES", "GROUPS", "Entry", "Group", "entry", "ids"]
+__all__ = ["AS_PRINTED_KINDS", "ENTRIES", "GROUPS", "Curve", "Entry", "Group", "HeadMap", "entry", "ids"]
 
 
 def headlines() -> dict[str, tuple[str, str]]:
     """Hypothesis ID -> ``(metric key of its record, what it is)``: each probed claim's headline number."""
     return {e.id: e.headline for e in ENTRIES if e.headline is not None}
+
+
+def curves() -> dict[str, Curve]:
+    """Hypothesis ID -> how the report's summary figure draws it per layer."""
+    return {e.id: e.curve for e in ENTRIES if e.curve is not None}
+
+
+def head_maps() -> dict[str, HeadMap]:
+    """Hypothesis ID -> the report's per-head map of it."""
+    return {e.id: e.head_map for e in ENTRIES if e.head_map is not None}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from expattn.catalogue.entry import Entry, Group
+from expattn.catalogue.entry import Curve, Entry, Group, HeadMap
 
 GROUP = Group(
     "E",
@@ -33,6 +33,7 @@ ENTRIES = (
         tests=("tests/unit/test_probe_lm.py", "tests/unit/test_probe_stats.py", RUNNER_TEST, SWEEP_TEST),
         probe=True,
         headline=("median_raw_ratio_excl", "median spread ratio (x + attn) / x over layers"),
+        curve=Curve("spread ratio (x + attn) / x", "95% interval", "interval", ("raw_ratio_excl",), reference=1.0),
     ),
     Entry(
         "E2",
@@ -44,6 +45,8 @@ ENTRIES = (
         tests=("tests/unit/test_probe_lm.py", RUNNER_TEST, SWEEP_TEST),
         probe=True,
         headline=("median_raw_ratio_excl", "median spread ratio after / before norm (the verdict's raw reading)"),
+        curve=Curve("scale-free ratio after / before", "95% interval; solid norm1, dashed norm2", "interval",
+                    ("norm1_normalized_ratio_excl", "norm2_normalized_ratio_excl"), ("norm1", "norm2"), reference=1.0),
     ),
     Entry(
         "E3",
@@ -62,6 +65,7 @@ ENTRIES = (
         probe=True,
         headline=("median_abs_kurtosis_excl", "median |excess kurtosis| along random directions over depths "
                                               "(the verdict also reads the radius ratio)"),
+        curve=Curve("mean |excess kurtosis|", "95% interval", "interval", ("mean_abs_kurtosis_excl",), log=True),
     ),
     Entry(
         "E4",
@@ -75,6 +79,11 @@ ENTRIES = (
         tests=("tests/unit/test_probe_e4.py", "tests/unit/test_probe_adapters.py", RUNNER_TEST),
         probe=True,
         headline=("median_cos_sigma_inv", "median cosine of W_q^T W_k with Sigma^+ over heads, on the range of Sigma"),
+        curve=Curve(r"$\cos(W_q^\top W_k,\ \Sigma^{+})$",
+                    "median over heads on the range of Sigma, band: quartiles over heads", "median_over_heads",
+                    ("cos_sigma_inv",), ("median over heads",), reference=0.0),
+        head_map=HeadMap("cos_sigma_inv", r"cosine of $W_q^\top W_k$ with $\Sigma^{+}$ (range of $\Sigma$)",
+                         "Cosine of W_q^T W_k with Sigma^+ on the range of Sigma"),
     ),
     Entry(
         "E5",
@@ -87,6 +96,10 @@ ENTRIES = (
         tests=("tests/unit/test_probe_adapters.py", "tests/unit/test_probe_lm.py", RUNNER_TEST),
         probe=True,
         headline=("max_error", "max error of attention vs grad log Z"),
+        curve=Curve(r"max error vs $\nabla \log Z$", "band: min to max over heads", "max_over_heads",
+                    ("identity_f32",), ("max over heads",), log=True),
+        head_map=HeadMap("identity_f32", r"$\log_{10}$ max error of attention vs $\nabla \log Z$ (float32)",
+                         "log10 of the max error of attention against grad log Z (float32)", log=True),
     ),
     Entry(
         "E6",
@@ -99,6 +112,8 @@ ENTRIES = (
         tests=("tests/unit/test_probe_stats.py", RUNNER_TEST),
         probe=True,
         headline=("median_heldout_r2", "median held-out R^2 of a linear FC fit"),
+        curve=Curve("held-out R^2 of a linear fit", "band: lowest to highest of the five folds", "folds",
+                    ("heldout_r2_fold",), ("held-out R^2",), reference=0.0),
     ),
     Entry(
         "E7",
@@ -116,6 +131,8 @@ ENTRIES = (
         probe=True,
         headline=("decades_lost_no_skip",
                   "decades lost by the rank-one residual, pure attention: -log10(res_L / res_0)"),
+        curve=Curve("decades lost since depth 0", "no interval; solid no skip, dashed with skip", "decades",
+                    ("res_no_skip", "res_skip"), ("no skip", "with skip")),
     ),
     Entry(
         "E8",
@@ -127,6 +144,10 @@ ENTRIES = (
         tests=("tests/unit/test_probe_e8_heads.py", "tests/unit/test_probe_adapters.py", RUNNER_TEST),
         probe=True,
         headline=("median_pairwise_cos", "median pairwise cosine of head outputs"),
+        curve=Curve("mean pairwise cos of heads", "95% interval", "interval", ("mean_pairwise_cos",), reference=0.0),
+        head_map=HeadMap("head_coherence", "mean cosine with the other heads, minus the other-token null",
+                         "Mean cosine of a head's update with the other heads' at the same token, minus the same at "
+                         "other tokens"),
     ),
     Entry(
         "E9",
@@ -140,5 +161,10 @@ ENTRIES = (
         tests=("tests/unit/test_probe_e4.py", RUNNER_TEST),
         probe=True,
         headline=("median_cos_sigma", "median cosine of W_q^T W_k with Sigma over heads, on the range of Sigma"),
+        curve=Curve(r"$\cos(W_q^\top W_k,\ \Sigma)$",
+                    "median over heads on the range of Sigma, band: quartiles over heads", "median_over_heads",
+                    ("cos_sigma",), ("median over heads",), reference=0.0),
+        head_map=HeadMap("cos_sigma", r"cosine of $W_q^\top W_k$ with $\Sigma$ (range of $\Sigma$)",
+                         "Cosine of W_q^T W_k with Sigma on the range of Sigma"),
     ),
 )

@@ -25,6 +25,45 @@ PROBE_MODEL = "minilm"  # the model of the reproducing probe command; any model 
 _ID = re.compile(r"[A-Z][1-9][0-9]*")
 
 
+# How the report reads a probed hypothesis's per-layer curve from its record's details (``Curve.reader``):
+# ``interval``: each key an {"estimate", "low", "high"} entry (a second key dashed); ``median_over_heads`` /
+# ``max_over_heads``: a (layer, head) grid; ``folds``: the mean of the keys starting with the prefix, band lowest to
+# highest; ``decades``: -log10 of each key's first row over its first value (a second key dashed), no band.
+CURVE_READERS = ("interval", "median_over_heads", "max_over_heads", "folds", "decades")
+
+
+@dataclass(frozen=True)
+class Curve:
+    """How the report's summary figure draws a probed hypothesis per layer: plain data that
+    ``report.figures_series`` reads. ``keys`` name the record's details (``folds``: a prefix); ``labels``, when
+    given, one per key; ``band`` says what the shaded band is; ``reference`` draws a horizontal line."""
+
+    ylabel: str
+    band: str
+    reader: str
+    keys: tuple[str, ...]
+    labels: tuple[str, ...] = ()
+    reference: float | None = None
+    log: bool = False
+
+    def __post_init__(self) -> None:
+        if self.reader not in CURVE_READERS:
+            raise ValueError(f"reader must be one of {CURVE_READERS}, got {self.reader!r}")
+        if not self.keys or (self.labels and len(self.labels) != len(self.keys)):
+            raise ValueError(f"keys must be non-empty and labels one per key, got {self.keys!r}, {self.labels!r}")
+
+
+@dataclass(frozen=True)
+class HeadMap:
+    """The report's per-head map (layer x head) of a probed hypothesis: its record's details ``key`` (a grid), the
+    colour bar's ``label`` (matplotlib TeX), the same as plain ``text``, and a log10 colour scale."""
+
+    key: str
+    label: str
+    text: str
+    log: bool = False
+
+
 @dataclass(frozen=True)
 class Group:
     """A claim group: its letter (the first character of its IDs), title, seeds and notes."""
@@ -55,6 +94,8 @@ class Entry:
         as_printed_kind: ``None``, or a key of ``AS_PRINTED_KINDS``: how the print is wrong.
         headline: for a probed hypothesis, its one headline number: ``(metric key of its record, what it is)``;
             the report's matrix, the probe's table and the spread over seeds show it.
+        curve: for a probed hypothesis, the per-layer form of its headline in the report's summary figure.
+        head_map: the report's per-head map of it, where it has one number per head.
     """
 
     id: str
@@ -70,6 +111,8 @@ class Entry:
     as_printed: str | None = None
     as_printed_kind: str | None = None
     headline: tuple[str, str] | None = None
+    curve: Curve | None = None
+    head_map: HeadMap | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.id, str) or not _ID.fullmatch(self.id):
@@ -97,6 +140,8 @@ class Entry:
             isinstance(self.headline, tuple) and len(self.headline) == 2 and all(isinstance(h, str) and h
                                                                                  for h in self.headline)):
             raise ValueError(f"{self.id}: headline must be (metric key, description), got {self.headline!r}")
+        if not self.probe and (self.curve is not None or self.head_map is not None):
+            raise ValueError(f"{self.id}: only a probed claim has a curve or a head map")
 
     @property
     def group(self) -> str:

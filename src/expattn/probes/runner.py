@@ -300,10 +300,11 @@ def probe_subject(subject: Subject, config: ProbeConfig, out_dir: Path | None,
     torch.manual_seed(config.seed)
     ctx = context(subject, config)
     adapter = subject.adapter
-    inapplicable = dict(adapter.inapplicable(subject.model))
-    if subject.dtype != torch.float32 and "E5" not in inapplicable:
-        inapplicable["E5"] = (f"the model runs in {str(subject.dtype).removeprefix('torch.')}; E5 checks attention "
-                              "to float32 rounding (probe in float32 for E5)")
+    inapplicable = dict(adapter.inapplicable(subject.model))  # what the model reading cannot offer
+    for cls in ESTIMATORS:  # then what each hypothesis asks of the model
+        why = None if cls.claim in inapplicable or cls.claim not in config.hypotheses else cls.inapplicable(subject)
+        if why is not None:
+            inapplicable[cls.claim] = why
     inapplicable = {h: why for h, why in inapplicable.items() if h in config.hypotheses}
     built = [cls for cls in ESTIMATORS if cls.claim in config.hypotheses and cls.claim not in inapplicable]
     require_room(ctx, [cls.claim for cls in built], config.tokens, config.seq_len, config.replicates,

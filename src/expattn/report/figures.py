@@ -77,7 +77,7 @@ def report_figures(records: Sequence[Record], titles: dict[str, str]) -> Figures
     heads, notes = [], []
     for claim in HEAD_MAPS:
         uri = head_uri(probed, claim)
-        key, _, label, _ = HEAD_MAPS[claim]
+        key, label = HEAD_MAPS[claim].key, HEAD_MAPS[claim].text
         if uri is not None:
             heads.append(Figure(f"fig-heads-{claim}", f"{claim}: per head",
                                 f"{label}, per layer (rows, first at the top) and head (columns); one panel per "

@@ -24,7 +24,7 @@ PANELS_PER_ROW = 3
 
 def head_grids(records: Sequence[Record], claim: str) -> list[tuple[str, np.ndarray]]:
     """(model, ``(layer, head)`` array) of each record of ``claim`` that has the map's entry."""
-    key = HEAD_MAPS[claim][0]
+    key = HEAD_MAPS[claim].key
     found = []
     for r in records:
         if r.id == claim and (values := grid(r.details.get(key))) is not None:
@@ -44,7 +44,7 @@ def _limits(maps: list[np.ndarray], log: bool) -> tuple[float, float] | None:
 
 def head_uri(records: Sequence[Record], claim: str) -> str | None:
     """SVG data URI of ``claim``'s layer x head maps, one panel per model (None: no record has them)."""
-    _, label, _, log = HEAD_MAPS[claim]
+    label, log = HEAD_MAPS[claim].label, HEAD_MAPS[claim].log
     found = head_grids(records, claim)
     if not found:
         return None

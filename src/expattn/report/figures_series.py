@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from expattn.catalogue import Curve, curves, head_maps
 from expattn.results.record import Record
 
 NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
@@ -105,28 +106,28 @@ def _max_over_heads(values: Any, label: str) -> Series | None:
     return Series(label, tuple(heads.max(axis=1)), tuple(heads.min(axis=1)), tuple(heads.max(axis=1)))
 
 
-def _folds(details: dict[str, Any]) -> list[Series]:
-    """E6: mean of the held-out folds' R^2 per layer (``heldout_r2_fold0``, ``1``, ...), band from the lowest fold to
-    the highest."""
-    folds = [numbers(details[k]) for k in sorted(details) if k.startswith("heldout_r2_fold")]
+def _folds(details: dict[str, Any], prefix: str, label: str) -> list[Series]:
+    """Mean over the folds per layer of the entries ``prefix0``, ``prefix1``, ... (E6's held-out R^2), band from the
+    lowest fold to the highest."""
+    folds = [numbers(details[k]) for k in sorted(details) if k.startswith(prefix)]
     if not folds or any(f is None or len(f) != len(folds[0]) for f in folds):
         return []
     each = np.array(folds)
-    return [Series("held-out R^2", tuple(each.mean(axis=0)), tuple(each.min(axis=0)), tuple(each.max(axis=0)))]
+    return [Series(label, tuple(each.mean(axis=0)), tuple(each.min(axis=0)), tuple(each.max(axis=0)))]
 
 
-def _residual(details: dict[str, Any]) -> list[Series]:
-    r"""E7: decades the rank-one residual has lost since depth 0, $-\log_{10}(\operatorname{res}_\ell /
-    \operatorname{res}_0)$ (the headline's per-layer form), pure attention (solid) and with the skip path (dashed);
-    no band (one deterministic pass per sequence set)."""
+def _decades(details: dict[str, Any], keys: tuple[str, ...], labels: tuple[str, ...]) -> list[Series]:
+    r"""Decades lost since depth 0, $-\log_{10}(\operatorname{res}_\ell / \operatorname{res}_0)$, of the first row
+    of each entry ``keys`` (E7: pure attention, solid; with the skip path, dashed); no band (one deterministic pass
+    per sequence set)."""
     out = []
-    for key, label, style in (("res_no_skip", "no skip", "solid"), ("res_skip", "with skip", "dashed")):
+    for i, (key, label) in enumerate(zip(keys, labels, strict=True)):
         rows = details.get(key)
         series = numbers(rows[0]) if isinstance(rows, list) and rows else None
         if series is None or not series[0] > 0:
             continue
         with np.errstate(all="ignore"):
-            out.append(Series(label, tuple(-np.log10(np.array(series) / series[0])), style=style))
+            out.append(Series(label, tuple(-np.log10(np.array(series) / series[0])), style="dashed" if i else "solid"))
     return out
 
 
@@ -145,42 +146,30 @@ class Headline:
     log: bool = False
 
 
-# Per hypothesis, the per-layer form of its headline number (``report.matrix.HEADLINES``).
-HEADLINE_CURVES = {
-    "E1": Headline("spread ratio (x + attn) / x", "95% interval",
-                   lambda d: _one(interval(d, "raw_ratio_excl")), reference=1.0),
-    "E2": Headline("scale-free ratio after / before", "95% interval; solid norm1, dashed norm2",
-                   lambda d: _one(interval(d, "norm1_normalized_ratio_excl", "norm1"))
-                   + _one(interval(d, "norm2_normalized_ratio_excl", "norm2", "dashed")), reference=1.0),
-    "E3": Headline("mean |excess kurtosis|", "95% interval", lambda d: _one(interval(d, "mean_abs_kurtosis_excl")),
-                   log=True),
-    "E4": Headline(r"$\cos(W_q^\top W_k,\ \Sigma^{+})$",
-                   "median over heads on the range of Sigma, band: quartiles over heads",
-                   lambda d: _one(_over_heads(d.get("cos_sigma_inv"), "median over heads")), reference=0.0),
-    "E5": Headline(r"max error vs $\nabla \log Z$", "band: min to max over heads",
-                   lambda d: _one(_max_over_heads(d.get("identity_f32"), "max over heads")), log=True),
-    "E6": Headline("held-out R^2 of a linear fit", "band: lowest to highest of the five folds", _folds,
-                   reference=0.0),
-    "E7": Headline("decades lost since depth 0", "no interval; solid no skip, dashed with skip", _residual),
-    "E8": Headline("mean pairwise cos of heads", "95% interval", lambda d: _one(interval(d, "mean_pairwise_cos")),
-                   reference=0.0),
-    "E9": Headline(r"$\cos(W_q^\top W_k,\ \Sigma)$",
-                   "median over heads on the range of Sigma, band: quartiles over heads",
-                   lambda d: _one(_over_heads(d.get("cos_sigma"), "median over heads")), reference=0.0),
+def _intervals(details: dict[str, Any], curve: Curve) -> list[Series]:
+    """Each key's interval entry, the first solid, the others dashed."""
+    labels = curve.labels or ("",) * len(curve.keys)
+    return [s for i, (key, label) in enumerate(zip(curve.keys, labels, strict=True))
+            for s in _one(interval(details, key, label, "dashed" if i else "solid"))]
+
+
+# Curve.reader -> how the series are read from a record's details
+READERS: dict[str, Callable[[dict[str, Any], Curve], list[Series]]] = {
+    "interval": _intervals,
+    "median_over_heads": lambda d, c: _one(_over_heads(d.get(c.keys[0]), (c.labels or c.keys)[0])),
+    "max_over_heads": lambda d, c: _one(_max_over_heads(d.get(c.keys[0]), (c.labels or c.keys)[0])),
+    "folds": lambda d, c: _folds(d, c.keys[0], (c.labels or c.keys)[0]),
+    "decades": lambda d, c: _decades(d, c.keys, c.labels or c.keys),
 }
 
-# Per-head maps (layer x head): details key, colour-bar label, the same as plain text, log10 colour scale.
-HEAD_MAPS = {
-    "E4": ("cos_sigma_inv", r"cosine of $W_q^\top W_k$ with $\Sigma^{+}$ (range of $\Sigma$)",
-           "Cosine of W_q^T W_k with Sigma^+ on the range of Sigma", False),
-    "E9": ("cos_sigma", r"cosine of $W_q^\top W_k$ with $\Sigma$ (range of $\Sigma$)",
-           "Cosine of W_q^T W_k with Sigma on the range of Sigma", False),
-    "E5": ("identity_f32", r"$\log_{10}$ max error of attention vs $\nabla \log Z$ (float32)",
-           "log10 of the max error of attention against grad log Z (float32)", True),
-    "E8": ("head_coherence", "mean cosine with the other heads, minus the other-token null",
-           "Mean cosine of a head's update with the other heads' at the same token, minus the same at other tokens",
-           False),
-}
+
+def _headline(curve: Curve) -> Headline:
+    return Headline(curve.ylabel, curve.band, lambda d: READERS[curve.reader](d, curve), curve.reference, curve.log)
+
+
+# Per hypothesis, the per-layer form of its headline number and its per-head map: declared in the catalogue
+HEADLINE_CURVES = {claim: _headline(curve) for claim, curve in curves().items()}
+HEAD_MAPS = head_maps()
 
 
 def probe_records(records: list[Record]) -> list[Record]:

@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -24,6 +25,9 @@ from expattn.probes.models.attention import AttnWeights
 from expattn.probes.sizes import Sizes
 from expattn.results.plotting import plain_label, pyplot, save_figure
 from expattn.results.record import Control, Record
+
+if TYPE_CHECKING:
+    from expattn.probes.models.subject import Subject
 
 
 @dataclass(frozen=True)
@@ -142,6 +146,12 @@ class Estimator:
     def draw(self, measured: Measured, out_dir: Path | None) -> list[str]:
         """The figure of ``measured`` saved under ``out_dir`` (``[]`` without one)."""
         raise NotImplementedError
+
+    @staticmethod
+    def inapplicable(subject: Subject) -> str | None:
+        """Why this hypothesis cannot apply to ``subject`` (a loaded model) beyond what its model reading reports
+        (``Adapter.inapplicable``), or None; the runner asks before building the estimator."""
+        return None
 
     @staticmethod
     def statistics_bytes(n: Sizes) -> int:

@@ -25,6 +25,7 @@ Interval: 95% bootstrap over the detail sequences of the mean per-sequence max e
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -34,6 +35,9 @@ from expattn.probes.hypotheses.base import Batch, Estimator, Judgement, Measured
 from expattn.probes.models.attention import attend, attention_logits, queries_keys_values, reference_heads
 from expattn.probes.sizes import Sizes
 from expattn.results.record import Control
+
+if TYPE_CHECKING:
+    from expattn.probes.models.subject import Subject
 
 EPS32 = float(torch.finfo(torch.float32).eps)
 
@@ -66,6 +70,14 @@ class E5Gradient(Estimator):
         "(the model's own head outputs) are <= T*eps32; each negative control must exceed it"
     )
     KINDS = ("identity_f32", "f32_vs_f64", "reconstruction", "null_wrong_temperature", "null_shuffled_values")
+
+    @staticmethod
+    def inapplicable(subject: Subject) -> str | None:
+        """E5 checks attention to float32 rounding: not in another dtype."""
+        if subject.dtype == torch.float32:
+            return None
+        return (f"the model runs in {str(subject.dtype).removeprefix('torch.')}; E5 checks attention to float32 "
+                "rounding (probe in float32 for E5)")
 
     @staticmethod
     def statistics_bytes(n: Sizes) -> int:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -41,6 +42,9 @@ from expattn.probes.hypotheses.published import dong_2021
 from expattn.probes.models.attention import attention_branch
 from expattn.probes.sizes import Sizes
 from expattn.results.record import Control
+
+if TYPE_CHECKING:
+    from expattn.probes.models.subject import Subject
 
 COLLAPSED, KEPT = 2.0, 1.0  # decades lost: above COLLAPSED a collapse, below KEPT the rank is kept
 FLOOR = 1e-13  # res below this is float64 round-off of the rank-one residual: no rate is read there
@@ -107,6 +111,33 @@ class E7Collapse(Estimator):
         f"lies above {COLLAPSED:g}; not_supported iff below {KEPT:g}; else inconclusive. The full model's residual "
         "stream, judged by the same rule, must not be supported"
     )
+
+
+    @staticmethod
+    def inapplicable(subject: Subject) -> str | None:
+        """E7 recomputes the pre-attention norm in float64 (``normalize64``): where that does not reproduce the
+        model's own module on random input (to float32 rounding), the hypothesis does not apply. expattn's own
+        norms run as a float64 copy of the module itself: nothing to check."""
+        adapter, model = subject.adapter, subject.model
+        if adapter.norm_position != "pre":
+            return None
+        for depth in range(len(adapter.blocks(model))):
+            module = adapter.norm1(model, depth)
+            if module is None or isinstance(module, nn.Identity | BatchCloudNorm | Norm):
+                continue
+            param = next(module.parameters(), None)
+            width = adapter.attention(model, depth).wo.shape[0]
+            x = torch.randn(2, 3, width, generator=torch.Generator().manual_seed(depth), dtype=torch.float64)
+            x = x.to(param.device) if param is not None else x  # the module's device (its weight multiplies x)
+            why = f"E7's float64 normalization does not reproduce {type(module).__name__}, the norm before attention"
+            try:
+                mine = normalize64(x, module)
+            except TypeError:
+                return why
+            own = module(x.to(param.dtype if param is not None else torch.float32)).double()
+            if not bool((mine - own).abs().max() <= 1e-5 * own.abs().max()):
+                return why
+        return None
 
     @staticmethod
     def statistics_bytes(n: Sizes) -> int:
