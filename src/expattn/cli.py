@@ -132,58 +132,63 @@ def train(
                                                   "[layernorm].")] = None,
     layers: Annotated[int | None, typer.Option(help="Depth [4; sweeps 2].")] = None,
     dim: Annotated[int | None, typer.Option(help="Width [128; sweeps 64].")] = None,
-    heads: Annotated[int, typer.Option(help="Attention heads.")] = 4,
-    context: Annotated[int, typer.Option(help="Context length in characters.")] = 64,
+    heads: Annotated[int | None, typer.Option(help="Attention heads [4].")] = None,
+    context: Annotated[int | None, typer.Option(help="Context length in characters [64].")] = None,
     tied_layers: Annotated[bool, typer.Option(help="One block shared by all layers.")] = False,
-    dropout: Annotated[float, typer.Option(help="Dropout probability.")] = 0.0,
+    dropout: Annotated[float | None, typer.Option(help="Dropout probability [0].")] = None,
     implicit: Annotated[bool, typer.Option(help="Solve each layer to its fixed point (deep equilibrium).")] = False,
-    jacobian_reg: Annotated[float, typer.Option(help="Implicit layers: weight of the Jacobian penalty (0: off).")] = (
-        30.0
-    ),
-    batch: Annotated[int, typer.Option(help="Global batch (sequences per step).")] = 12,
+    jacobian_reg: Annotated[float | None, typer.Option(help="Implicit layers: weight of the Jacobian penalty "
+                                                            "(0: off) [30].")] = None,
+    batch: Annotated[int | None, typer.Option(help="Global batch (sequences per step) [12].")] = None,
     iters: Annotated[int | None, typer.Option(help="Optimizer steps [2000; sweeps 400].")] = None,
-    lr: Annotated[float, typer.Option(help="Peak learning rate.")] = 1e-3,
-    seed: Annotated[int, typer.Option(help="Seed of initialisation and batches.")] = 0,
-    corpus: Annotated[str, typer.Option(help="'shakespeare', a text file or a folder of *.txt.")] = "shakespeare",
-    split: Annotated[str, typer.Option(help="Validation split: 'per-text' (each text 90/10) or 'contiguous' "
-                                            "(the concatenated corpus 90/10, as nanoGPT).")] = "per-text",
-    bias: Annotated[bool, typer.Option(help="Biases in projections and layernorm shifts (GPT-2); "
-                                            "--no-bias as nanoGPT's recipe.")] = True,
+    lr: Annotated[float | None, typer.Option(help="Peak learning rate [0.001].")] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed of initialisation and batches [0].")] = None,
+    corpus: Annotated[str | None, typer.Option(help="'shakespeare', a text file or a folder of *.txt "
+                                                    "[shakespeare].")] = None,
+    split: Annotated[str | None, typer.Option(help="Validation split: 'per-text' (each text 90/10) or 'contiguous' "
+                                                   "(the concatenated corpus 90/10, as nanoGPT) [per-text].")] = None,
+    bias: Annotated[bool | None, typer.Option("--bias/--no-bias", help="Biases in projections and layernorm shifts "
+                                                                       "(GPT-2); --no-bias as nanoGPT's recipe "
+                                                                       "[bias].")] = None,
     eval_every: Annotated[int | None, typer.Option(help="Evaluate every N steps [250; sweeps 100].")] = None,
-    ckpt_every: Annotated[int, typer.Option(help="Checkpoint every N steps.")] = 250,
-    device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
-    dtype: Annotated[str, typer.Option(help="float32, or bfloat16 / float16 mixed precision (autocast).")] = (
-        "float32"
-    ),
+    ckpt_every: Annotated[int | None, typer.Option(help="Checkpoint every N steps [250].")] = None,
+    device: Annotated[str | None, typer.Option(help="auto, cpu or cuda [auto].")] = None,
+    dtype: Annotated[str | None, typer.Option(help="float32, or bfloat16 / float16 mixed precision (autocast) "
+                                                   "[float32].")] = None,
     compile: Annotated[bool, typer.Option("--compile", help="Compile the model with torch.compile.")] = False,
-    grad_accum: Annotated[int, typer.Option(help="Micro-batches per step (gradient accumulation).")] = 1,
+    grad_accum: Annotated[int | None, typer.Option(help="Micro-batches per step (gradient accumulation) [1].")] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --out from its checkpoint.")] = False,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Start a new run in a non-empty --out: a run it "
                                                                 "holds is removed, other files kept.")] = False,
     sweep: Annotated[str | None, typer.Option(help="One model per 'norms' or per 'carriers' (+ implicit).")] = None,
-    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+    progress: Annotated[bool | None, typer.Option("--progress/--no-progress", help="Show a progress bar "
+                                                                               "[progress].")] = None,
 ) -> None:
-    """Train a small character-level LM (nanoGPT's Shakespeare recipe by default); torchrun-aware."""
-    checked_seed(seed)
+    """Train a small character-level LM (nanoGPT's Shakespeare recipe by default); torchrun-aware.
+
+    The defaults in brackets are the recipes of ``expattn.train.recipes`` (``single``; ``sweep`` with --sweep):
+    an option left out is left to the recipe."""
+    if seed is not None:
+        checked_seed(seed)
     from expattn.commands.train import train_command
+    from expattn.train.recipes import recipe
 
     swept = {"norms": ("norm", norm), "carriers": ("carrier", carrier)}.get(sweep or "")
     if swept is not None and swept[1] is not None:
         fail(f"--sweep {sweep} trains one model per {swept[0]}: leave out --{swept[0]} (got {swept[1]!r})")
     if sweep == "carriers" and implicit:
         fail("--sweep carriers already trains an implicit model: leave out --implicit")
-    carrier, norm = carrier or "empirical", norm or "layernorm"
+    flags = {"tied_layers": tied_layers, "implicit": implicit, "compile": compile, "resume": resume,
+             "overwrite": overwrite}  # a flag left out is left to the recipe
     try:
-        train_command(
-            out=out, sweep=sweep, console=console, layers=layers, dim=dim, iters=iters, eval_every=eval_every,
-            model_options={"context": context, "heads": heads, "carrier": carrier, "norm": norm,
-                           "tied_layers": tied_layers, "dropout": dropout, "implicit": implicit,
-                           "jacobian_reg": jacobian_reg, "bias": bias},
-            train_options={"corpus": corpus, "split": split, "batch": batch, "lr": lr, "seed": seed,
-                           "ckpt_every": ckpt_every, "device": device, "dtype": dtype, "compile": compile,
-                           "grad_accum": grad_accum, "resume": resume, "overwrite": overwrite,
-                           "progress": progress},
+        config = recipe(
+            "single" if sweep is None else "sweep", out, carrier=carrier, norm=norm, layers=layers, dim=dim,
+            heads=heads, context=context, dropout=dropout, jacobian_reg=jacobian_reg, bias=bias, batch=batch,
+            iters=iters, lr=lr, seed=seed, corpus=corpus, split=split, eval_every=eval_every, ckpt_every=ckpt_every,
+            device=device, dtype=dtype, grad_accum=grad_accum, progress=progress,
+            **{name: True if given else None for name, given in flags.items()},
         )
+        train_command(config, sweep=sweep, console=console)
     except (ValueError, OSError) as err:
         fail(str(err))
 

@@ -247,18 +247,16 @@ class _Runner:
         """
         self.progress.update(self.task, description="train: one small LM per normalization")
         from expattn.commands.sweep_probe import probe_dynamics
-        from expattn.nn.lm import LMConfig
-        from expattn.sweeps.run import SWEEP_BUDGET, run_sweep
-        from expattn.train.loop import TrainConfig
+        from expattn.sweeps.run import run_sweep
+        from expattn.train.recipes import recipe
 
-        budget = dict(SWEEP_BUDGET, iters=100, eval_every=50) if self.config.quick else SWEEP_BUDGET
         plot_dir = self.staging / "plots" / "train"
         plot_dir.mkdir(parents=True, exist_ok=True)
         try:
             with tempfile.TemporaryDirectory(prefix="expattn-sweep-") as tmp:
-                model = LMConfig(layers=budget["layers"], dim=budget["dim"])
-                base = TrainConfig(out=Path(tmp), model=model, iters=budget["iters"], eval_every=budget["eval_every"],
-                                   ckpt_every=budget["iters"], seed=self.config.seed, device="cpu", progress=False)
+                base = recipe("sweep-quick" if self.config.quick else "sweep", Path(tmp), seed=self.config.seed,
+                              device="cpu", progress=False)
+                base = dataclasses.replace(base, ckpt_every=base.iters)  # one checkpoint, at the end
                 run_sweep("norms", base, probe_dynamics)
                 shutil.copyfile(Path(tmp) / "sweep.png", plot_dir / "sweep_norms.png")
                 records = load_records(Path(tmp) / "sweep.json")

@@ -8,9 +8,9 @@ schema, one record per hypothesis E1-E3 plus the losses), ``OUT/sweep.md`` (the 
 ``OUT/sweep.png`` (validation curves, per-layer E1/E2 ratios with their intervals, E3 per depth)
 summarise them.
 
-Default budget (``SWEEP_BUDGET``, used where the command line leaves a field unset): 2 layers,
-width 64, 4 heads, context 64, batch 12, 400 steps = 307,200 training tokens per model,
-chosen to fit a few minutes of two shared CPU cores for the five normalizations.
+Its default budget is the ``sweep`` recipe (``expattn.train.recipes``): 2 layers, width 64, 4 heads, context 64,
+batch 12, 400 steps = 307,200 training tokens per model, chosen to fit a few minutes of two shared CPU cores for the
+five normalizations.
 """
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ from expattn.sweeps.layer_dynamics import LayerDynamics, LayerRow, ProbeDynamics
 from expattn.terminal import plain
 from expattn.train.loop import TrainConfig, train
 
-SWEEP_BUDGET = {"layers": 2, "dim": 64, "iters": 400, "eval_every": 100}
 SWEEPS = ("norms", "carriers")
 # The carriers sweep adds a model variant that is not a carrier: deep-equilibrium layers of the empirical carrier.
 DEEP_EQUILIBRIUM = {"implicit": {"carrier": "empirical", "implicit": True}}
