@@ -197,16 +197,15 @@ def train(
 def probe(
     out: Annotated[Path, typer.Option(readable=False, help="Output folder for results.json and plots (missing or "
                                                            "empty, or --overwrite).")],
-    model: Annotated[str, typer.Option(help="minilm, smollm2, gemma3, a local HuggingFace model directory, a model ID "
-                                           "in the local HuggingFace cache, or the model/ folder of an `expattn train` "
-                                           "run."
-                                      )] = "minilm",
+    model: Annotated[str | None, typer.Option(help="minilm, smollm2, gemma3, a local HuggingFace model directory, a "
+                                                  "model ID in the local HuggingFace cache, or the model/ folder of "
+                                                  "an `expattn train` run [minilm].")] = None,
     corpus: Annotated[str | None, typer.Option(help="Built-in corpus (shakespeare) [shakespeare].")] = None,
     text: Annotated[Path | None, typer.Option(readable=False,
                                               help="UTF-8 text file to read instead of the corpus.")] = None,
     tokens: Annotated[int | None, typer.Option(help="Number of tokens to read [the model's: minilm 20,000, smollm2 "
                                                     "and gemma3 8,192, others 20,000].")] = None,
-    seq_len: Annotated[int, typer.Option(help="Tokens per sequence, special tokens included.")] = 128,
+    seq_len: Annotated[int | None, typer.Option(help="Tokens per sequence, special tokens included [128].")] = None,
     seed: Annotated[int | None, typer.Option(help="Seed of the sample, bootstrap and baselines [0].")] = None,
     seeds: Annotated[str | None, typer.Option(help="Comma-separated seeds instead of --seed, e.g. 0,1,2: one probe "
                                                    "per seed into OUT/seed-N, and each headline's median and range "
@@ -226,32 +225,32 @@ def probe(
                           ] = None,
     tokenizer: Annotated[Path | None, typer.Option(readable=False,
                                                    help="Tokenizer folder, when the model folder has none.")] = None,
-    statistics: Annotated[str, typer.Option(help="dtype of the (D, D) statistics of E3, E4, E6: float64 or float32 "
-                                                 "(half the memory; docs/MEMORY.md).")] = "float64",
+    statistics: Annotated[str | None, typer.Option(help="dtype of the (D, D) statistics of E3, E4, E6: float64 or "
+                                                        "float32 (half the memory; docs/MEMORY.md) [float64].")] = None,
     overwrite: Overwrite = False,
 ) -> None:
     """Measure hypotheses E1-E9 on a pretrained transformer and real text; writes results.json and plots."""
     if seed is not None and seeds is not None:
         fail(f"give --seed or --seeds, not both (got --seed {seed} and --seeds {seeds!r})")
-    chosen = (checked_seed(0 if seed is None else seed),) if seeds is None else _checked_seeds(seeds)
+    chosen = ((None if seed is None else checked_seed(seed)),) if seeds is None else _checked_seeds(seeds)
     from expattn.commands.probe import ProbeConfig, probe_progress, probe_to_dir
 
     verbose_loading(verbose)
     if corpus is not None and text is not None:
         fail(f"give --corpus or --text, not both (got --corpus {corpus!r} and --text {str(text)!r})")
     try:
-        configs = [ProbeConfig(model=model, corpus=corpus or "shakespeare", text=None if text is None else str(text),
-                               tokens=tokens, seq_len=seq_len, seed=s,
-                               detail_sequences=32 if detail_sequences is None else detail_sequences,
-                               **({} if hypotheses is None else
-                                  {"hypotheses": tuple(h.strip().upper() for h in hypotheses.split(","))}),
-                               device=device, dtype=dtype, device_map=device_map,
-                               tokenizer=None if tokenizer is None else str(tokenizer), statistics=statistics)
-                   for s in chosen]
-        sequences = -(-configs[0].tokens // seq_len)  # tokens are read in whole sequences
+        given = {"model": model, "corpus": corpus, "text": None if text is None else str(text), "tokens": tokens,
+                 "seq_len": seq_len, "detail_sequences": detail_sequences, "device": device, "dtype": dtype,
+                 "device_map": device_map, "tokenizer": None if tokenizer is None else str(tokenizer),
+                 "statistics": statistics,
+                 "hypotheses": None if hypotheses is None else tuple(h.strip().upper() for h in hypotheses.split(","))}
+        given = {key: value for key, value in given.items() if value is not None}  # the others: ProbeConfig's
+        configs = [ProbeConfig(**given, **({} if s is None else {"seed": s})) for s in chosen]
+        sequences = -(-configs[0].tokens // configs[0].seq_len)  # tokens are read in whole sequences
         if detail_sequences is not None and detail_sequences > sequences:
             fail(f"--detail-sequences must be at most the number of sequences, ceil(--tokens / --seq-len) = "
                  f"{sequences}, got {detail_sequences}")
+        model = configs[0].model
         with probe_progress(console, model) as progress:
             outcomes = probe_to_dir(configs, out, progress, overwrite)
     except (ValueError, OSError) as err:

@@ -129,10 +129,14 @@ def test_cli_statistics_option(tmp_path):
         document = json.loads((out / "results.json").read_text())
         assert document["config"]["statistics"] == dtype
         runs[dtype] = document["records"][0]
-    # E4 inverts the covariance through a float32 Cholesky factor in both cases (its ridge bounds the condition
-    # number by 100 D + 1, cosines accurate to ~1e-4): the float32 scatter (rounding ~6e-8 of each entry) moves
-    # no metric by more than that
+    # E4's cosines are float32 in both cases (accurate to ~1e-4 relative): the float32 scatter (rounding ~6e-8 of
+    # each entry) moves no metric by more than that, but the deflated Fisher-inverse margins: they project out
+    # the eigen-directions of each head's smallest Fisher eigenvalues, separated by gaps of the order of the ridge
+    # (1% of the mean eigenvalue), which turns the same perturbation into up to 100 times more (seen: 1.2e-4):
+    # 1e-3 absolute, a thirtieth of the widths of the intervals that decide (about 0.03)
     metrics = [runs[d]["metrics"] for d in runs]
     assert metrics[0].keys() == metrics[1].keys() and runs["float32"]["verdict"] == runs["float64"]["verdict"]
-    for key, value in metrics[0].items():
-        assert metrics[1][key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
+    off = {key: (value, metrics[1][key]) for key, value in metrics[0].items()
+           if metrics[1][key] != pytest.approx(value, rel=1e-4,
+                                               abs=1e-3 if key.startswith("deflated_margin_fisher_inv") else 1e-6)}
+    assert not off, off
