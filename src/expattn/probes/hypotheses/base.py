@@ -316,7 +316,6 @@ def majority_verdict(above: np.ndarray, below: np.ndarray) -> str:
 
 
 def as_list(t: Float[Tensor, "*shape"] | Int[Tensor, "*shape"] | np.ndarray | list) -> list:
-
     """Numbers as a JSON-friendly list, six significant digits (tensors on any device: read to the host here)."""
     if isinstance(t, Tensor):
         t = t.detach().cpu()

@@ -110,8 +110,6 @@ def kept_moments(
     ``keep`` ``(B, kept)`` is True: the ``"excl"`` tokens of a block, shared by E3 and E4 (on post-LN models both
     read ``input``). ``kept``: a slice or a ``(T,)`` boolean mask (``ProbeContext.kept``); ``directions``
     ``(D, K)``; ``projections`` ``(B, T, K)``: ``x @ directions`` if already computed."""
-
-
     xs, ys = x[:, kept], None if projections is None else projections[:, kept]
     if not bool(keep.all()):  # a massive token: masked copies (otherwise the views are read in place)
         xs, ys = xs[keep], None if ys is None else ys[keep]

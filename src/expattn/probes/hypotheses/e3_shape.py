@@ -117,7 +117,6 @@ def control_clouds(n: int, dim: int, seed: int) -> dict[str, tuple[str, Float[Te
     """Synthetic clouds of ``n`` points in ``dim`` dimensions with known answers: name -> (control kind, cloud
     ``(n, dim)``).
 
-
     A Gaussian (positive), points on a sphere and a Student t with 5 degrees of freedom (negative), each
     mapped by the same random linear map so that none is isotropic."""
     gen = torch.Generator().manual_seed(seed)

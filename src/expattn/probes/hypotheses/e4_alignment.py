@@ -148,7 +148,6 @@ class E4Alignment(Estimator):
         return self
 
     def fisher(self, i: int, basis: Float[Tensor, "dim r"]) -> Float[Tensor, "heads r r"]:
-
         """Per head $U^\\top F_h U = E_i \\operatorname{Cov}_{p_h(j|i)}[U^\\top x_j]$ over the detail sequences, for a
         ``basis`` $U$ ``(D, r)``: ``(H, r, r)`` float32.
 

@@ -318,7 +318,6 @@ def judge_reading(reading: Reading, heads: dict[str, dict], q95: np.ndarray, rng
 
 
 def regularised_inverse(m: Float[Tensor, "*batch dim dim"]) -> tuple[Float[Tensor, "*batch dim dim"], float, int]:
-
     """$(M_+ + \\lambda I)^{-1}$ with $\\lambda = 10^{-2}\\operatorname{tr}M/D$ (batched over leading dims), where
     $M_+$ is $M$ with negative eigenvalues clipped to 0; returns it, $\\lambda$ (mean over the batch)
     and how many matrices needed the clipping.

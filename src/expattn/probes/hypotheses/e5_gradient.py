@@ -52,7 +52,6 @@ def relative_error(a: Float[Tensor, "*batch dim"], b: Float[Tensor, "*batch dim"
 def gradients_of_log_normalizer(
     q: Float[Tensor, "batch head query hd"], k: Float[Tensor, "batch head key hd"], w, factors: tuple[float, ...]
 ) -> tuple[list[Float[Tensor, "batch head query hd"]], Float[Tensor, "batch head query key"]]:
-
     """$\\frac1s\\nabla_q \\sum \\operatorname{logsumexp}(c\\,(s\\,qK^\\top + M))$ by autograd for each
     factor $c$ ($c = 2$: the temperature doubled), through one product of the logits; and the logits (detached)."""
     with torch.enable_grad():

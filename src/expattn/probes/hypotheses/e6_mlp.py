@@ -63,7 +63,6 @@ def fold_rows(index: Int[Tensor, " batch"], fold: int) -> slice | Bool[Tensor, "
     """Rows of a batch (sequence indices ``index`` ``(batch,)``) whose sequence index is ``fold`` modulo ``FOLDS``: a
     step-``FOLDS`` slice (a view, no copy) when the indices are consecutive, as the runner's batches are, else a
     ``(batch,)`` boolean mask."""
-
     if len(index) > 1 and bool((index.diff() == 1).all()):
         return slice((fold - int(index[0])) % FOLDS, None, FOLDS)
     return index % FOLDS == fold

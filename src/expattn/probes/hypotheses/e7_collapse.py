@@ -64,7 +64,6 @@ WEIGHTED_RMS_NORMS = frozenset({
 
 
 def normalize64(x: Float[Tensor, "*batch dim"], module: nn.Module) -> Float[Tensor, "*batch dim"]:
-
     r"""The block's input normalization applied in float64: ``nn.LayerNorm``; the HuggingFace RMSNorms of
     ``WEIGHTED_RMS_NORMS``, $w \odot x / \sqrt{\overline{x^2} + \epsilon}$ (which would compute in
     float32); or expattn's own normalizations (``expattn.nn.norms``, as the LM wraps them), run as a

@@ -100,7 +100,6 @@ def head_cosines(
 
     ``z`` ``(batch, token, heads*head_dim)`` is the heads' outputs side by side, before the output projection.
     Works in the heads' value space through ``gram`` (``head_gram``; no ``(token, head, dim)`` tensor). With
-
     $\hat z_h = z_h / \lVert u_h\rVert$ and $G^\circ$ = $G$ with its diagonal blocks $G_{hh}$ set to 0,
     $\sum_{h'\ne h}\cos(u_{h,t}, u_{h',t}) = \hat z_{h,t}^\top (G^\circ \hat z_t)_h$, so a sequence's sum over
     tokens is $\langle G^\circ_h, S_h\rangle_F$, the rows of head $h$ of $G^\circ$ and of the per-sequence

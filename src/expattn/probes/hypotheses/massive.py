@@ -76,7 +76,6 @@ class MassiveActivations:
         return self.__dict__.copy()
 
     def update(self, depth: int, x: Float[Tensor, "batch token dim"], index: Int[Tensor, " batch"]) -> None:
-
         """Add the hidden states ``x`` ``(B, T, D)`` of depth ``depth`` of the sequences ``index`` ``(B,)``."""
         a = x.detach().abs().float()
         median = lower_median(a.flatten(1))  # (B,)

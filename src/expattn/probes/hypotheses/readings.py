@@ -39,7 +39,6 @@ def readings(
 ) -> tuple[Float[Tensor, "*batch"], Float[Tensor, "*batch"]]:
     """Raw and scale-free ratios of a map from the spreads ``sb, sa`` and mean squared norms ``nb, na``
     before and after it; per sequence, ``(batch,)`` (any shape: elementwise)."""
-
     return sa / sb, (sa / na) / (sb / nb)
 
 

@@ -136,7 +136,6 @@ class RidgePath:
 
     def weights(self, k: int, block: slice = slice(None)) -> tuple[Float[Tensor, "dx block"], Float[Tensor, " block"]]:
         """$(W, b)$ of the ``k``-th ridge for the columns ``block``, formed: ``(dx, block)`` and ``(block,)``."""
-
         w = self.q @ (self.g[:, block] / (self.e + self.lams[k])[:, None])
         return w, self.fit.mean_y_[block] - w.T @ self.fit.mean_x_
 

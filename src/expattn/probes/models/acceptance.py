@@ -32,11 +32,10 @@ class AttentionMismatch(ValueError):
 
 def head_errors(
     x: Float[Tensor, "batch token dim"], z: Float[Tensor, "batch token hd_all"], w: AttnWeights
-) -> Float[Tensor, " head"]:
+) -> Float[Tensor, " heads"]:
     """``(heads,)`` float64: per head the largest relative error over sequences and tokens, between the model's
     concatenated head outputs ``z`` ``(batch, token, heads*head_dim)`` (``attn.heads``) and their recomputation
     from the attention input ``x`` ``(batch, token, dim)``."""
-
     with torch.no_grad():
         mine = reference_heads(*queries_keys_values(x, w), w).transpose(1, 2)  # (B, T, H, dh) float64
     b, t = z.shape[:2]

@@ -49,7 +49,6 @@ class AttnWeights:
     bv: Float[Tensor, " kv_hd_all"] | None
     wo: Float[Tensor, "dim hd_all"]
     bo: Float[Tensor, " dim"] | None
-
     heads: int
     kv_heads: int
     scale: float
@@ -153,7 +152,6 @@ def reference_heads(
     v: Float[Tensor, "batch head key hd"],
     w: AttnWeights,
 ) -> Float[Tensor, "batch head query hd"]:
-
     r"""$\operatorname{softmax}(\operatorname{cap}(s\,q k^\top) + M)\, v$ per head by the explicit product: the logits
     (``attention_logits``) in the dtype of ``(batch, head, token, head_dim)`` $q, k, v$ (GQA heads repeated),
     rounded as the model rounds its own, then the softmax and the weighted sum in float64.

@@ -85,7 +85,6 @@ def special_ids(tokenizer: object, family: str) -> tuple[list[int], list[int]]:
 def sequence(
     text: str, tokenizer: object, family: str, sample: TokenSample, index: int
 ) -> Int[torch.Tensor, " seq_len"]:
-
     """Token ids ``(seq_len,)`` of sequence ``index`` of the sample (see module docstring).
 
     Raises ValueError when the text is too short to give ``seq_len`` tokens.
@@ -108,7 +107,6 @@ def sequence(
 
 
 def excluded_positions(seq_len: int, family: str, tokenizer: object) -> Bool[torch.Tensor, " seq_len"]:
-
     """Boolean ``(seq_len,)``: True at the first token and at special tokens (reported separately)."""
     head, tail = special_ids(tokenizer, family)
     mask = torch.zeros(seq_len, dtype=torch.bool)

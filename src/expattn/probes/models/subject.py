@@ -134,7 +134,6 @@ def synthetic_image(shape: tuple[int, int, int], seed: int, index: int) -> Float
     """Image ``index`` of the synthetic set, ``shape`` = ``(channels, height, width)``: smooth random fields (a 4x4
     grid of N(0, 1) per channel, upsampled bilinearly) plus N(0, 0.1^2) pixel noise, from
     ``Generator([seed, index])``-style seeding."""
-
     gen = torch.Generator().manual_seed(seed * 1_000_003 + index)
     coarse = torch.randn(1, shape[0], 4, 4, generator=gen)
     smooth = torch.nn.functional.interpolate(coarse, size=shape[1:], mode="bilinear", align_corners=False)[0]

@@ -55,7 +55,6 @@ class Logits:
     causal: bool
 
 
-
 class Tap:
     """Per attention module: the last call's arguments, its logits recipe and its head outputs.
 
@@ -95,7 +94,6 @@ class Tap:
         ``query`` ``(batch, head, token, head_dim)``, ``key`` and ``value`` ``(batch, kv_head, token, head_dim)``;
         ``bias`` ``(batch | 1, head | 1, token, token)`` additive (float) or a boolean mask (True: attend), or None.
         """
-
         if self.replaying:
             self.qkv = (query, key, value)
             raise Stop
