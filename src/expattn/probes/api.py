@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from jaxtyping import Int
 from torch import nn
 
 from expattn.catalogue import headlines
@@ -118,7 +119,8 @@ class SeedResults:
 
 
 def probe(model: nn.Module | str, tokenizer: object | None = None, *, texts: str | list[str] | None = None,
-          input_ids: torch.Tensor | None = None, hypotheses: str | tuple[str, ...] | list[str] = HYPOTHESES,
+          input_ids: Int[torch.Tensor, "sequences seq_len"] | None = None,
+          hypotheses: str | tuple[str, ...] | list[str] = HYPOTHESES,
           tokens: int | None = None, seq_len: int = 128, seed: int | None = None, seeds: list[int] | None = None,
           batch_size: int = 16, replicates: int = 200, detail_sequences: int = 32, device: str | None = None,
           dtype: str | torch.dtype | None = None, out_dir: str | Path | None = None, statistics: str = "float64",

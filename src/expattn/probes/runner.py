@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
+from jaxtyping import Int
 
 from expattn.catalogue import entry
 from expattn.memory import probe_bytes, require
@@ -292,7 +293,7 @@ def probe(
 
 def probe_subject(subject: Subject, config: ProbeConfig, out_dir: Path | None,
                   progress: Callable[..., None] | None = None, *, text: str | None = None,
-                  input_ids: torch.Tensor | None = None, start: float | None = None,
+                  input_ids: Int[torch.Tensor, "sequence seq_len"] | None = None, start: float | None = None,
                   overlap: bool | None = None) -> ProbeOutcome:
     """Steps 2-4 on a loaded ``subject``: sequences cut from ``text`` (as ``TokenSample`` does) or the rows of
     ``input_ids`` ``(sequence, seq_len)``; see ``probe``."""

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
+from jaxtyping import Bool, Float, Int
 from torch import Tensor, nn
 
 from expattn.probes.models.adapters import Adapter
@@ -67,7 +68,7 @@ class ProbeContext:
     analyses_lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
 
     @property
-    def kept(self) -> slice | Tensor:
+    def kept(self) -> slice | Bool[Tensor, " token"]:
         """Index of the non-excluded positions along the token axis: a slice (a view, no copy) when they
         are contiguous, else a boolean mask."""
         idx = (~self.excluded).nonzero().flatten()
@@ -197,7 +198,7 @@ class Batch:
     carry: dict = field(default_factory=dict, compare=False, repr=False)
 
 
-def shared(batch: Batch, name: str, x: Tensor, compute: Callable[[Tensor], object]) -> object:
+def shared(batch: Batch, name: str, x: Float[Tensor, "*shape"], compute: Callable[[Tensor], object]) -> object:
     """``compute(x)``, computed once per block for the tensor object ``x`` and statistic ``name``.
 
     Hook points often hand the same tensor to several estimators under different names (a post-LN
@@ -216,14 +217,18 @@ def shared(batch: Batch, name: str, x: Tensor, compute: Callable[[Tensor], objec
 VARIANTS = ("all", "excl")
 
 
-def squared_norms(x: Tensor) -> Tensor:
+def squared_norms(x: Float[Tensor, "batch token dim"]) -> Float[Tensor, "batch token"]:
     """$\\lVert x_t\\rVert^2$ per token, ``(batch, token)`` float64 (the norm summed in float32 over the D
     features in one pass, no squared copy of ``x``: relative error ~1e-7; squared and averaged over tokens
     in float64)."""
     return torch.linalg.vector_norm(x, dim=-1).double().square()
 
 
-def second_moments(x: Tensor, w: Tensor | None = None, sq: Tensor | None = None) -> tuple[Tensor, Tensor]:
+def second_moments(
+    x: Float[Tensor, "batch token dim"],
+    w: Float[Tensor, "batch token"] | None = None,
+    sq: Float[Tensor, "batch token"] | None = None,
+) -> tuple[Float[Tensor, " batch"], Float[Tensor, " batch"]]:
     r"""Per sequence: the spread $\operatorname{tr}\operatorname{Cov}$ (mean squared distance to the sequence
     centroid) and the mean squared norm; ``(batch,)`` each.
 
@@ -247,8 +252,13 @@ def second_moments(x: Tensor, w: Tensor | None = None, sq: Tensor | None = None)
     return msn - mean.double().pow(2).sum(-1), msn
 
 
-def shared_second_moments(batch: Batch, x: Tensor, variant: str, kept: slice | Tensor, w: Tensor
-                          ) -> tuple[Tensor, Tensor]:
+def shared_second_moments(
+    batch: Batch,
+    x: Float[Tensor, "batch token dim"],
+    variant: str,
+    kept: slice | Bool[Tensor, " token"],
+    w: Float[Tensor, "batch kept"],
+) -> tuple[Float[Tensor, " batch"], Float[Tensor, " batch"]]:
     """``second_moments`` of ``x`` over all tokens (``variant="all"``) or over ``x[:, kept]`` with the block's token
     weights ``w`` (``"excl"``, see ``kept_weights``), computed once per block and tensor (E1 and E2 read
     several of the same tensors), from the tensor's shared ``squared_norms``."""
@@ -262,7 +272,7 @@ MASSIVE_FACTOR = 20.0
 RESIDUAL_STREAM = ("input", "attn.residual", "norm2.input", "output")
 
 
-def massive(sq: Tensor) -> Tensor:
+def massive(sq: Float[Tensor, "batch token"]) -> Bool[Tensor, "batch token"]:
     r"""``(batch, token)`` True where $\lVert x_t\rVert > 20\,\operatorname{median}_s \lVert x_s\rVert$ within
     the sequence, from the squared norms ``sq`` ``(batch, token)`` (``squared_norms``; the median commutes with
     squaring): the "massive activations" of Sun et al. (2024), a handful of tokens (in Llama-family
@@ -271,7 +281,9 @@ def massive(sq: Tensor) -> Tensor:
     return sq > MASSIVE_FACTOR**2 * sq.median(dim=1, keepdim=True).values
 
 
-def kept_weights(batch: Batch, tensors: dict[str, Tensor], kept: slice | Tensor) -> Tensor:
+def kept_weights(
+    batch: Batch, tensors: dict[str, Tensor], kept: slice | Bool[Tensor, " token"]
+) -> Float[Tensor, "batch kept"]:
     """``(batch, kept)`` float32 token weights of the ``"excl"`` variant in this block: 1 at the non-excluded
     positions, 0 where a token is massive (``massive``) in any residual-stream tensor of this block
     (``RESIDUAL_STREAM``) or of an earlier one: once flagged, a token stays out while its outsized state
@@ -303,7 +315,7 @@ def majority_verdict(above: np.ndarray, below: np.ndarray) -> str:
     return "inconclusive"
 
 
-def as_list(t: Tensor | np.ndarray | list) -> list:
+def as_list(t: Float[Tensor, "*shape"] | Int[Tensor, "*shape"] | np.ndarray | list) -> list:
     """Numbers as a JSON-friendly list, six significant digits (tensors on any device: read to the host here)."""
     if isinstance(t, Tensor):
         t = t.detach().cpu()

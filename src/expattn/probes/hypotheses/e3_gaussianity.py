@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from jaxtyping import Bool, Float
 from torch import Tensor
 
 from expattn.probes.hypotheses.base import (
@@ -79,7 +80,9 @@ def _token_mean(v: Tensor, w: Tensor | None) -> Tensor:
     return v.mean(1) if w is None else (v * w).sum(1) / w.sum(1)
 
 
-def mean_pair_cosine(x: Tensor, norm: Tensor, w: Tensor) -> Tensor:
+def mean_pair_cosine(
+    x: Float[Tensor, "batch token dim"], norm: Float[Tensor, "batch token"], w: Float[Tensor, "batch token"]
+) -> Float[Tensor, " batch"]:
     r"""Per sequence, the mean cosine over all pairs of distinct used tokens, ``(batch,)`` float64:
 
     $$\frac{\sum_{s\ne t} w_s w_t \cos(x_s, x_t)}{\sum_{s\ne t} w_s w_t}
@@ -88,7 +91,7 @@ def mean_pair_cosine(x: Tensor, norm: Tensor, w: Tensor) -> Tensor:
 
     the expectation of the cosine between two tokens drawn at random (Ethayarajh 2019), over every pair
     at once: one weighted sum of the tokens, no pairing. ``x`` ``(batch, token, D)``, ``norm`` its
-    per-token norms and ``w`` ``(batch, token)`` token weights (1 = use, 0 = leave out)."""
+    per-token norms ``(batch, token)`` and ``w`` ``(batch, token)`` token weights (1 = use, 0 = leave out)."""
     c = w / norm.clamp_min(1e-8)  # (B, T)
     total = torch.bmm(c.unsqueeze(1), x).squeeze(1).double()  # (B, D): sum_t w_t x_t / |x_t|
     diagonal = (c * norm).double().pow(2).sum(1)
@@ -97,11 +100,16 @@ def mean_pair_cosine(x: Tensor, norm: Tensor, w: Tensor) -> Tensor:
 
 
 def kept_moments(
-    x: Tensor, kept: slice | Tensor, keep: Tensor, directions: Tensor | None = None, projections: Tensor | None = None
+    x: Float[Tensor, "batch token dim"],
+    kept: slice | Bool[Tensor, " token"],
+    keep: Bool[Tensor, "batch kept"],
+    directions: Float[Tensor, "dim k"] | None = None,
+    projections: Float[Tensor, "batch token k"] | None = None,
 ) -> Moments:
-    """Count, mean, scatter (and projected moments) of the tokens of ``x[:, kept]`` where ``keep`` ``(B, kept)``
-    is True: the ``"excl"`` tokens of a block, shared by E3 and E4 (on post-LN models both read ``input``).
-    ``projections`` ``(B, T, K)``: ``x @ directions`` if already computed."""
+    """Count, mean, scatter (and projected moments) of the tokens of ``x[:, kept]`` (``x`` ``(B, T, D)``) where
+    ``keep`` ``(B, kept)`` is True: the ``"excl"`` tokens of a block, shared by E3 and E4 (on post-LN models both
+    read ``input``). ``kept``: a slice or a ``(T,)`` boolean mask (``ProbeContext.kept``); ``directions``
+    ``(D, K)``; ``projections`` ``(B, T, K)``: ``x @ directions`` if already computed."""
     xs, ys = x[:, kept], None if projections is None else projections[:, kept]
     if not bool(keep.all()):  # a massive token: masked copies (otherwise the views are read in place)
         xs, ys = xs[keep], None if ys is None else ys[keep]

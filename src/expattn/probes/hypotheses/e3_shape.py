@@ -25,6 +25,7 @@ import math
 from typing import NamedTuple
 
 import torch
+from jaxtyping import Bool, Float
 from torch import Tensor
 
 KURTOSIS_LIMIT, SKEW_LIMIT = 1.0, 0.5
@@ -41,12 +42,12 @@ class Spectrum(NamedTuple):
     ``centred`` $X - \bar x$ ``(n, D)`` float64, ``eig`` ``(D,)`` ascending eigenvalues and ``vec`` ``(D, D)``
     eigenvectors of $S = (X - \bar x)^\top (X - \bar x) / n$."""
 
-    centred: Tensor
-    eig: Tensor
-    vec: Tensor
+    centred: Float[Tensor, "n dim"]
+    eig: Float[Tensor, " dim"]
+    vec: Float[Tensor, "dim dim"]
 
 
-def spectrum(x: Tensor) -> Spectrum:
+def spectrum(x: Float[Tensor, "n dim"]) -> Spectrum:
     """``Spectrum`` of ``x`` ``(n, D)``: one eigendecomposition for all the shape statistics of a cloud."""
     x = x.double()
     xc = x - x.mean(0)
@@ -93,7 +94,7 @@ def coordinate_kurtosis(cloud: Spectrum) -> tuple[float, float]:
     return float(_excess_kurtosis(xc).abs().max()), float(_excess_kurtosis(xc @ vec[:, -1]))
 
 
-def direction_moments(x: Tensor, directions: Tensor) -> tuple[float, float]:
+def direction_moments(x: Float[Tensor, "n dim"], directions: Float[Tensor, "dim k"]) -> tuple[float, float]:
     """Mean |excess kurtosis| and mean |skewness| of ``x`` ``(n, D)`` along ``directions`` ``(D, K)``."""
     y = x.double() @ directions
     yc = y - y.mean(0)
@@ -101,15 +102,20 @@ def direction_moments(x: Tensor, directions: Tensor) -> tuple[float, float]:
     return float(_excess_kurtosis(y).abs().mean()), float(((yc**3).mean(0) / var**1.5).abs().mean())
 
 
-def close_and_far(kurt: Tensor, skew: Tensor, rho: Tensor, kurt_low: Tensor) -> tuple[Tensor, Tensor]:
-    """Per depth: close to Gaussian, and far from it (see module); a NaN radius ratio is neither."""
+def close_and_far(
+    kurt: Float[Tensor, " depth"], skew: Float[Tensor, " depth"], rho: Float[Tensor, " depth"],
+    kurt_low: Float[Tensor, " depth"],
+) -> tuple[Bool[Tensor, " depth"], Bool[Tensor, " depth"]]:
+    """Per depth: close to Gaussian, and far from it (see module); a NaN radius ratio is neither. Each argument
+    and each result is ``(depth,)``."""
     inside = (rho >= RADIUS_BAND[0]) & (rho <= RADIUS_BAND[1])
     outside = (rho < RADIUS_BAND[0]) | (rho > RADIUS_BAND[1])
     return (kurt < KURTOSIS_LIMIT) & (skew < SKEW_LIMIT) & inside, (kurt_low > KURTOSIS_LIMIT) | outside
 
 
-def control_clouds(n: int, dim: int, seed: int) -> dict[str, tuple[str, Tensor]]:
-    """Synthetic clouds of ``n`` points in ``dim`` dimensions with known answers: name -> (control kind, cloud).
+def control_clouds(n: int, dim: int, seed: int) -> dict[str, tuple[str, Float[Tensor, "n dim"]]]:
+    """Synthetic clouds of ``n`` points in ``dim`` dimensions with known answers: name -> (control kind, cloud
+    ``(n, dim)``).
 
     A Gaussian (positive), points on a sphere and a Student t with 5 degrees of freedom (negative), each
     mapped by the same random linear map so that none is isotropic."""

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from jaxtyping import Float
 from torch import Tensor
 
 from expattn.probes.hypotheses.base import (
@@ -146,7 +147,7 @@ class E4Alignment(Estimator):
             mine.update(theirs)
         return self
 
-    def fisher(self, i: int, basis: Tensor) -> Tensor:
+    def fisher(self, i: int, basis: Float[Tensor, "dim r"]) -> Float[Tensor, "heads r r"]:
         """Per head $U^\\top F_h U = E_i \\operatorname{Cov}_{p_h(j|i)}[U^\\top x_j]$ over the detail sequences, for a
         ``basis`` $U$ ``(D, r)``: ``(H, r, r)`` float32.
 

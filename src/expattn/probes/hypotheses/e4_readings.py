@@ -64,6 +64,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from jaxtyping import Float
 from torch import Tensor
 
 RANGE_TOL = 1e-6
@@ -96,7 +97,9 @@ READINGS = {
 }
 
 
-def range_basis(e: Tensor, v: Tensor, tol: float = RANGE_TOL) -> tuple[Tensor, Tensor, float]:
+def range_basis(
+    e: Float[Tensor, " dim"], v: Float[Tensor, "dim dim"], tol: float = RANGE_TOL
+) -> tuple[Float[Tensor, " r"], Float[Tensor, "dim r"], float]:
     """Eigenvalues $\\lambda_r$ ``(r,)`` and eigenvectors $U_r$ ``(D, r)`` of the range of a symmetric matrix, from its
     eigendecomposition ``e`` ``(D,)`` (ascending), ``v`` ``(D, D)``: the eigenvalues above ``tol`` times the largest;
     and the gap: largest dropped over smallest kept eigenvalue in absolute value (0 when none is dropped)."""
@@ -105,7 +108,7 @@ def range_basis(e: Tensor, v: Tensor, tol: float = RANGE_TOL) -> tuple[Tensor, T
     return e[keep], v[:, keep], gap
 
 
-def sym_norm(u: Tensor, v: Tensor) -> Tensor:
+def sym_norm(u: Float[Tensor, "*batch r dim"], v: Float[Tensor, "*batch r dim"]) -> Float[Tensor, "*batch"]:
     """$\\lVert\\operatorname{sym}(u^\\top v)\\rVert_F$ for ``u, v`` of shape ``(..., r, D)``, without forming the
     ``(D, D)`` product: $\\lVert\\operatorname{sym}(u^\\top v)\\rVert^2 =
     \\tfrac12(\\langle uu^\\top, vv^\\top\\rangle + \\langle vu^\\top, uv^\\top\\rangle)$."""
@@ -113,7 +116,12 @@ def sym_norm(u: Tensor, v: Tensor) -> Tensor:
     return ((((u @ u.mT) * (v @ v.mT)).sum((-1, -2)) + (vu * vu.mT).sum((-1, -2))) / 2).sqrt()
 
 
-def sym_cos(u: Tensor, v: Tensor, b: Tensor | None, norm: Tensor | None = None) -> Tensor:
+def sym_cos(
+    u: Float[Tensor, "*batch r dim"],
+    v: Float[Tensor, "*batch r dim"],
+    b: Float[Tensor, "*batch dim dim"] | Float[Tensor, " dim"] | None,
+    norm: Float[Tensor, "*batch"] | None = None,
+) -> Float[Tensor, "*batch"]:
     """$\\cos(\\operatorname{sym}(u^\\top v), B)$ for ``u, v`` of shape ``(..., r, D)``, batched over the leading dims,
     without forming the ``(D, D)`` product. ``B``: symmetric ``(..., D, D)``, a diagonal given as its ``(D,)``
     entries, or ``None`` for the identity: $\\langle u^\\top v, B\\rangle = \\sum (uB)\\odot v$; ``norm``:
@@ -128,7 +136,12 @@ def sym_cos(u: Tensor, v: Tensor, b: Tensor | None, norm: Tensor | None = None) 
     return torch.where(norm > 0, inner / norm.clamp_min(torch.finfo(norm.dtype).tiny), 0.0)
 
 
-def sym_cos_diagonal(u: Tensor, v: Tensor, d: Tensor, norm: Tensor | None = None) -> Tensor:
+def sym_cos_diagonal(
+    u: Float[Tensor, "*batch rows r"],
+    v: Float[Tensor, "*batch rows r"],
+    d: Float[Tensor, "*batch r"],
+    norm: Float[Tensor, "*batch"] | None = None,
+) -> Float[Tensor, "*batch"]:
     r"""$\cos(\operatorname{sym}(u^\top v), \operatorname{diag}(d))$ for ``u, v`` ``(..., rows, r)`` and diagonals
     ``d`` ``(..., r)``, both batched over (broadcast) leading dims: $\sum_{ab} u_{ab} d_b v_{ab}$ over
     $\lVert\operatorname{sym}(u^\top v)\rVert_F \lVert d\rVert_2$ (``norm``: ``sym_norm(u, v)`` when the caller
@@ -145,7 +158,7 @@ def random_q95(dim: int) -> float:
     return 1.6449 * (2.0 / (dim * (dim + 1))) ** 0.5
 
 
-def haar(r: int, gen: torch.Generator, device: torch.device | str = "cpu") -> Tensor:
+def haar(r: int, gen: torch.Generator, device: torch.device | str = "cpu") -> Float[Tensor, "r r"]:
     """A Haar-random orthogonal ``(r, r)`` float64 matrix on ``device``: QR of a Gaussian drawn on the CPU from
     ``gen`` (the same draw on every device), factorised on ``device`` (a 2048-wide QR takes 0.14 s of a GPU run's
     host otherwise), the signs of R's diagonal moved into Q."""
@@ -153,7 +166,7 @@ def haar(r: int, gen: torch.Generator, device: torch.device | str = "cpu") -> Te
     return q * torch.sign(torch.diagonal(rr))
 
 
-def top_form(spectrum: Tensor) -> Tensor:
+def top_form(spectrum: Float[Tensor, "*batch r"]) -> Float[Tensor, "*batch 1 r"]:
     r"""The rank-one form $e_1 e_1^\top$ of a target's top direction, as rows ``(..., 1, r)`` for ``sym_cos``: the
     one-hot row at the largest entry of each ``spectrum`` ``(..., r)`` (a leading dim of 1 when it has none)."""
     lead = spectrum.shape[:-1] or (1,)
@@ -185,7 +198,11 @@ def deflated(heads: dict[str, tuple[Tensor, Tensor, Tensor, Tensor]], spectra: d
     return out
 
 
-def full_cos(wq: Tensor, wk: Tensor, targets: dict[str, Tensor]) -> dict[str, Tensor]:
+def full_cos(
+    wq: Float[Tensor, "heads head_dim dim"],
+    wk: Float[Tensor, "heads head_dim dim"],
+    targets: dict[str, Float[Tensor, "layers dim dim"]],
+) -> dict[str, Float[Tensor, "layers heads"]]:
     r"""$\cos(\operatorname{sym}(W_{q,h}^\top W_{k,h}), T_l)$ ``(L, H)`` for the heads' ``wq, wk`` ``(H, dh, D)``
     and each stack of symmetric ``targets[name]`` ``(L, D, D)``: each head's ``(D, D)`` form once (one at a time),
     then one product with all targets ($H L D^2$ multiply-adds instead of ``sym_cos``'s $H L\,d_h D^2$)."""
@@ -300,7 +317,7 @@ def judge_reading(reading: Reading, heads: dict[str, dict], q95: np.ndarray, rng
     }
 
 
-def regularised_inverse(m: Tensor) -> tuple[Tensor, float, int]:
+def regularised_inverse(m: Float[Tensor, "*batch dim dim"]) -> tuple[Float[Tensor, "*batch dim dim"], float, int]:
     """$(M_+ + \\lambda I)^{-1}$ with $\\lambda = 10^{-2}\\operatorname{tr}M/D$ (batched over leading dims), where
     $M_+$ is $M$ with negative eigenvalues clipped to 0; returns it, $\\lambda$ (mean over the batch)
     and how many matrices needed the clipping.

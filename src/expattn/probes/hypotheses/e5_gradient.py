@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
+from jaxtyping import Float
 from torch import Tensor
 
 from expattn.probes.hypotheses.base import Batch, Estimator, Judgement, Measured, ProbeContext, as_list, figure, save
@@ -42,13 +43,15 @@ if TYPE_CHECKING:
 EPS32 = float(torch.finfo(torch.float32).eps)
 
 
-def relative_error(a: Tensor, b: Tensor) -> Tensor:
+def relative_error(a: Float[Tensor, "*batch dim"], b: Float[Tensor, "*batch dim"]) -> Float[Tensor, "*batch"]:
     """$\\lVert a - b\\rVert / \\lVert b\\rVert$ over the last dim (float64 result)."""
     a, b = a.double(), b.double()
     return (a - b).norm(dim=-1) / b.norm(dim=-1).clamp_min(1e-30)
 
 
-def gradients_of_log_normalizer(q: Tensor, k: Tensor, w, factors: tuple[float, ...]) -> tuple[list[Tensor], Tensor]:
+def gradients_of_log_normalizer(
+    q: Float[Tensor, "batch head query hd"], k: Float[Tensor, "batch head key hd"], w, factors: tuple[float, ...]
+) -> tuple[list[Float[Tensor, "batch head query hd"]], Float[Tensor, "batch head query key"]]:
     """$\\frac1s\\nabla_q \\sum \\operatorname{logsumexp}(c\\,(s\\,qK^\\top + M))$ by autograd for each
     factor $c$ ($c = 2$: the temperature doubled), through one product of the logits; and the logits (detached)."""
     with torch.enable_grad():

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from jaxtyping import Bool, Int
 from torch import Tensor
 
 from expattn.probes.hypotheses.base import (
@@ -58,9 +59,10 @@ RHO_LIMIT, R2_LIMIT = 0.1, 0.9
 FOLDS = 5
 
 
-def fold_rows(index: Tensor, fold: int) -> slice | Tensor:
-    """Rows of a batch whose sequence index is ``fold`` modulo ``FOLDS``: a step-``FOLDS`` slice (a view, no copy)
-    when the indices are consecutive, as the runner's batches are, else a boolean mask."""
+def fold_rows(index: Int[Tensor, " batch"], fold: int) -> slice | Bool[Tensor, " batch"]:
+    """Rows of a batch (sequence indices ``index`` ``(batch,)``) whose sequence index is ``fold`` modulo ``FOLDS``: a
+    step-``FOLDS`` slice (a view, no copy) when the indices are consecutive, as the runner's batches are, else a
+    ``(batch,)`` boolean mask."""
     if len(index) > 1 and bool((index.diff() == 1).all()):
         return slice((fold - int(index[0])) % FOLDS, None, FOLDS)
     return index % FOLDS == fold

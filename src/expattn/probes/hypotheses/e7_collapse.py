@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 import torch.nn.functional as F
+from jaxtyping import Float
 from torch import Tensor, nn
 
 from expattn.nn.lm import BatchCloudNorm
@@ -50,7 +51,7 @@ COLLAPSED, KEPT = 2.0, 1.0  # decades lost: above COLLAPSED a collapse, below KE
 FLOOR = 1e-13  # res below this is float64 round-off of the rank-one residual: no rate is read there
 
 
-def residual_norm(x: Tensor) -> Tensor:
+def residual_norm(x: Float[Tensor, "*batch token dim"]) -> Float[Tensor, "*batch"]:
     """$\\lVert X - \\mathbf 1\\bar x^\\top\\rVert_F / \\lVert X\\rVert_F$ per sequence, ``(batch,)``."""
     return (x - x.mean(-2, keepdim=True)).norm(dim=(-1, -2)) / x.norm(dim=(-1, -2))
 
@@ -62,7 +63,7 @@ WEIGHTED_RMS_NORMS = frozenset({
 })
 
 
-def normalize64(x: Tensor, module: nn.Module) -> Tensor:
+def normalize64(x: Float[Tensor, "*batch dim"], module: nn.Module) -> Float[Tensor, "*batch dim"]:
     r"""The block's input normalization applied in float64: ``nn.LayerNorm``; the HuggingFace RMSNorms of
     ``WEIGHTED_RMS_NORMS``, $w \odot x / \sqrt{\overline{x^2} + \epsilon}$ (which would compute in
     float32); or expattn's own normalizations (``expattn.nn.norms``, as the LM wraps them), run as a

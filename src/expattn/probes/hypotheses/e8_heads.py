@@ -31,6 +31,7 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
+from jaxtyping import Float
 from torch import Tensor
 
 from expattn.probes.hypotheses.base import (
@@ -60,8 +61,8 @@ class HeadGram(NamedTuple):
     ``blocks`` ``(heads, head_dim, head_dim)`` the diagonal blocks $G_{hh}$, and ``off`` ``(heads*head_dim,
     heads*head_dim)`` the matrix $G^\circ$, $G$ with those blocks set to 0."""
 
-    blocks: Tensor
-    off: Tensor
+    blocks: Float[Tensor, "heads head_dim head_dim"]
+    off: Float[Tensor, "heads*head_dim heads*head_dim"]
 
 
 def head_gram(w: AttnWeights) -> HeadGram:
@@ -83,18 +84,21 @@ class HeadCosines(NamedTuple):
     """Per sequence, float64 (``head_cosines``): ``same``, ``null`` and ``energy`` ``(batch,)`` and the per-head
     margin ``head`` ``(batch, heads)``."""
 
-    same: Tensor
-    null: Tensor
-    energy: Tensor
-    head: Tensor
+    same: Float[Tensor, " batch"]
+    null: Float[Tensor, " batch"]
+    energy: Float[Tensor, " batch"]
+    head: Float[Tensor, "batch heads"]
 
 
-def head_cosines(z: Tensor, gram: HeadGram, heads: int, update: Tensor) -> HeadCosines:
+def head_cosines(
+    z: Float[Tensor, "batch token heads*head_dim"], gram: HeadGram, heads: int, update: Float[Tensor, "batch token dim"]
+) -> HeadCosines:
     r"""Per sequence ``(batch,)`` float64: the mean over tokens of the mean pairwise cosine of the heads'
     updates; the mean cosine between head $h$ at token $t$ and head $h'$ at any other token $s \ne t$; the
     mean over tokens of $\lVert\sum_h u_h\rVert^2 / \sum_h\lVert u_h\rVert^2$; and ``(batch, heads)`` each head's
     margin $c_h$ (module docstring), the first two restricted to pairs that contain head $h$.
 
+    ``z`` ``(batch, token, heads*head_dim)`` is the heads' outputs side by side, before the output projection.
     Works in the heads' value space through ``gram`` (``head_gram``; no ``(token, head, dim)`` tensor). With
     $\hat z_h = z_h / \lVert u_h\rVert$ and $G^\circ$ = $G$ with its diagonal blocks $G_{hh}$ set to 0,
     $\sum_{h'\ne h}\cos(u_{h,t}, u_{h',t}) = \hat z_{h,t}^\top (G^\circ \hat z_t)_h$, so a sequence's sum over

@@ -18,6 +18,7 @@ $\overline{\lVert y\rVert^2} = n - s + f^2 s$: it contracts for $f < 1$ and expa
 from __future__ import annotations
 
 import numpy as np
+from jaxtyping import Float
 from torch import Tensor
 
 from expattn.probes.hypotheses.base import majority_verdict
@@ -25,14 +26,19 @@ from expattn.probes.hypotheses.base import majority_verdict
 SHRINK, GROW = 0.5, 1.5  # factors of the control maps about the centroid
 
 
-def scaled(spread: Tensor, msn: Tensor, factor: float) -> tuple[Tensor, Tensor]:
-    r"""Spread and mean squared norm of $\bar x + f(x - \bar x)$ from those of $x$ (exact, see module)."""
+def scaled(
+    spread: Float[Tensor, "*batch"], msn: Float[Tensor, "*batch"], factor: float
+) -> tuple[Float[Tensor, "*batch"], Float[Tensor, "*batch"]]:
+    r"""Spread and mean squared norm of $\bar x + f(x - \bar x)$ from those of $x$ (exact, see module); per
+    sequence, ``(batch,)`` (any shape: elementwise)."""
     return factor**2 * spread, msn - spread + factor**2 * spread
 
 
-def readings(sb: Tensor, sa: Tensor, nb: Tensor, na: Tensor) -> tuple[Tensor, Tensor]:
+def readings(
+    sb: Float[Tensor, "*batch"], sa: Float[Tensor, "*batch"], nb: Float[Tensor, "*batch"], na: Float[Tensor, "*batch"]
+) -> tuple[Float[Tensor, "*batch"], Float[Tensor, "*batch"]]:
     """Raw and scale-free ratios of a map from the spreads ``sb, sa`` and mean squared norms ``nb, na``
-    before and after it."""
+    before and after it; per sequence, ``(batch,)`` (any shape: elementwise)."""
     return sa / sb, (sa / na) / (sb / nb)
 
 

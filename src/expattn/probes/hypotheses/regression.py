@@ -73,9 +73,10 @@ class CrossMoments:
         self.n_ = n
         return self
 
-    def ridge(self, relative: float) -> tuple[Tensor, Tensor, float]:
+    def ridge(self, relative: float) -> tuple[Float[Tensor, "dx dy"], Float[Tensor, " dy"], float]:
         """Ridge fit on these statistics: $W = (S_{xx} + \\lambda I)^{-1} S_{xy}$, $b = \\bar y - W^\\top \\bar x$,
-        $\\lambda = $ ``relative`` $\\cdot \\operatorname{tr} S_{xx} / D$. Returns (W, b, lambda)."""
+        $\\lambda = $ ``relative`` $\\cdot \\operatorname{tr} S_{xx} / D$. Returns (W, b, lambda): ``(dx, dy)``,
+        ``(dy,)``, a float."""
         sxx = self.sxx_.double()
         lam = relative * float(torch.diagonal(sxx).mean())
         eye = torch.eye(sxx.shape[0], dtype=torch.float64, device=sxx.device)
@@ -90,9 +91,9 @@ class CrossMoments:
         scale = float(torch.diagonal(sxx).mean())
         return RidgePath(self, q, e.clamp_min(0), q.T @ self.sxy_.double(), [r * scale for r in relatives])
 
-    def r_squared(self, w: Tensor, b: Tensor, block: slice = slice(None)) -> float:
+    def r_squared(self, w: Float[Tensor, "dx block"], b: Float[Tensor, " block"], block: slice = slice(None)) -> float:
         """$1 - \\sum\\lVert y - W^\\top x - b\\rVert^2 / \\sum\\lVert y - \\bar y\\rVert^2$ on the data of
-        these statistics, for the columns ``block`` of $y$."""
+        these statistics, for the columns ``block`` of $y$: ``w`` ``(dx, block)``, ``b`` ``(block,)``."""
         offset = self.mean_y_[block] - w.T @ self.mean_x_ - b
         sxx, sxy, syy = self.sxx_.double(), self.sxy_[:, block].double(), self.syy_[block].sum()
         resid = syy - 2 * (w * sxy).sum() + (w * (sxx @ w)).sum() + self.n_ * offset.pow(2).sum()
@@ -110,9 +111,9 @@ class RidgePath:
     """
 
     fit: CrossMoments
-    q: Tensor
-    e: Tensor
-    g: Tensor
+    q: Float[Tensor, "dx dx"]
+    e: Float[Tensor, " dx"]
+    g: Float[Tensor, "dx dy"]
     lams: list[float]
 
     def gcv(self, block: slice = slice(None)) -> list[float]:
@@ -133,8 +134,8 @@ class RidgePath:
             scores.append(rss / n / room**2 if room > 0 else math.inf)
         return scores
 
-    def weights(self, k: int, block: slice = slice(None)) -> tuple[Tensor, Tensor]:
-        """$(W, b)$ of the ``k``-th ridge for the columns ``block``, formed."""
+    def weights(self, k: int, block: slice = slice(None)) -> tuple[Float[Tensor, "dx block"], Float[Tensor, " block"]]:
+        """$(W, b)$ of the ``k``-th ridge for the columns ``block``, formed: ``(dx, block)`` and ``(block,)``."""
         w = self.q @ (self.g[:, block] / (self.e + self.lams[k])[:, None])
         return w, self.fit.mean_y_[block] - w.T @ self.fit.mean_x_
 

@@ -18,6 +18,7 @@ the kernel that produced $z$: $e_h$ is the rounding of the model's own softmax a
 from __future__ import annotations
 
 import torch
+from jaxtyping import Float
 from torch import Tensor
 
 from expattn.probes.models.attention import AttnWeights, queries_keys_values, reference_heads
@@ -29,8 +30,12 @@ class AttentionMismatch(ValueError):
     """The probe's recomputed attention differs from the model's own on some head."""
 
 
-def head_errors(x: Tensor, z: Tensor, w: AttnWeights) -> Tensor:
-    """``(heads,)`` float64: per head the largest relative error over sequences and tokens."""
+def head_errors(
+    x: Float[Tensor, "batch token dim"], z: Float[Tensor, "batch token hd_all"], w: AttnWeights
+) -> Float[Tensor, " heads"]:
+    """``(heads,)`` float64: per head the largest relative error over sequences and tokens, between the model's
+    concatenated head outputs ``z`` ``(batch, token, heads*head_dim)`` (``attn.heads``) and their recomputation
+    from the attention input ``x`` ``(batch, token, dim)``."""
     with torch.no_grad():
         mine = reference_heads(*queries_keys_values(x, w), w).transpose(1, 2)  # (B, T, H, dh) float64
     b, t = z.shape[:2]

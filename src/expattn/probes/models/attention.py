@@ -41,14 +41,14 @@ class AttnWeights:
         bias: ``() -> (1, head | 1, token, token)`` additive bias of the logits (or None), read when they are formed.
     """
 
-    wq: Tensor
-    bq: Tensor | None
-    wk: Tensor
-    bk: Tensor | None
-    wv: Tensor
-    bv: Tensor | None
-    wo: Tensor
-    bo: Tensor | None
+    wq: Float[Tensor, "hd_all dim"]
+    bq: Float[Tensor, " hd_all"] | None
+    wk: Float[Tensor, "kv_hd_all dim"]
+    bk: Float[Tensor, " kv_hd_all"] | None
+    wv: Float[Tensor, "kv_hd_all dim"]
+    bv: Float[Tensor, " kv_hd_all"] | None
+    wo: Float[Tensor, "dim hd_all"]
+    bo: Float[Tensor, " dim"] | None
     heads: int
     kv_heads: int
     scale: float
@@ -70,7 +70,7 @@ class AttnWeights:
         }
         return replace(self, **cast, qkv=None if self.qkv is None else self.qkv.to(dtype))
 
-    def head_matrices(self) -> tuple[Tensor, Tensor]:
+    def head_matrices(self) -> tuple[Float[Tensor, "head hd dim"], Float[Tensor, "head hd dim"]]:
         """Rows of $W_q$ and $W_k$ serving each query head: two ``(heads, head_dim, dim)`` tensors (a key
         head shared by a group of query heads is repeated)."""
         wq = self.wq.view(self.heads, self.head_dim, -1)
@@ -106,9 +106,12 @@ def queries_keys_values(
     return q, k.repeat_interleave(group, dim=1), v
 
 
-def attention_logits(q: Tensor, k: Tensor, w: AttnWeights) -> Float[Tensor, "batch head query key"]:
+def attention_logits(
+    q: Float[Tensor, "batch head query hd"], k: Float[Tensor, "batch head key hd"], w: AttnWeights
+) -> Float[Tensor, "batch head query key"]:
     """$\\operatorname{cap}(s\\, q k^\\top) + M$: the soft-cap and additive bias where the model has them, and
-    $-\\infty$ above the diagonal for causal models."""
+    $-\\infty$ above the diagonal for causal models. ``q``, ``k`` ``(batch, head, token, head_dim)`` (GQA heads
+    repeated), the logits ``(batch, head, token, token)``."""
     logits = w.scale * (q @ k.transpose(-1, -2))  # (B, H, T, T)
     if w.softcap is not None:
         logits = w.softcap * torch.tanh(logits / w.softcap)
@@ -128,16 +131,27 @@ def attention_probs(x: Float[Tensor, "batch token dim"], w: AttnWeights) -> Floa
     return attention_logits(q, k, w).softmax(-1)
 
 
-def attend(q: Tensor, k: Tensor, v: Tensor, w: AttnWeights) -> Float[Tensor, "batch head query hd"]:
+def attend(
+    q: Float[Tensor, "batch head query hd"],
+    k: Float[Tensor, "batch head key hd"],
+    v: Float[Tensor, "batch head key hd"],
+    w: AttnWeights,
+) -> Float[Tensor, "batch head query hd"]:
     """$\\operatorname{softmax}(s\\,qk^\\top + M)\\,v$ per head, through torch's fused attention kernel where the logits
     are $s\\,qk^\\top$ with at most a causal mask (2.5x faster in float64 on CPU; equal to the explicit product to
-    float rounding), through ``attention_logits`` otherwise (a soft-cap or an additive bias)."""
+    float rounding), through ``attention_logits`` otherwise (a soft-cap or an additive bias). ``q``, ``k``, ``v``
+    and the result ``(batch, head, token, head_dim)``."""
     if w.softcap is None and w.bias is None:
         return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=w.causal, scale=w.scale)
     return attention_logits(q, k, w).softmax(-1) @ v
 
 
-def reference_heads(q: Tensor, k: Tensor, v: Tensor, w: AttnWeights) -> Float[Tensor, "batch head query hd"]:
+def reference_heads(
+    q: Float[Tensor, "batch head query hd"],
+    k: Float[Tensor, "batch head key hd"],
+    v: Float[Tensor, "batch head key hd"],
+    w: AttnWeights,
+) -> Float[Tensor, "batch head query hd"]:
     r"""$\operatorname{softmax}(\operatorname{cap}(s\,q k^\top) + M)\, v$ per head by the explicit product: the logits
     (``attention_logits``) in the dtype of ``(batch, head, token, head_dim)`` $q, k, v$ (GQA heads repeated),
     rounded as the model rounds its own, then the softmax and the weighted sum in float64.

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from jaxtyping import Bool, Int
 
 from expattn.textfiles import read_text_limited
 
@@ -81,7 +82,9 @@ def special_ids(tokenizer: object, family: str) -> tuple[list[int], list[int]]:
     return ([bos] if bos is not None else []), []
 
 
-def sequence(text: str, tokenizer: object, family: str, sample: TokenSample, index: int) -> torch.Tensor:
+def sequence(
+    text: str, tokenizer: object, family: str, sample: TokenSample, index: int
+) -> Int[torch.Tensor, " seq_len"]:
     """Token ids ``(seq_len,)`` of sequence ``index`` of the sample (see module docstring).
 
     Raises ValueError when the text is too short to give ``seq_len`` tokens.
@@ -103,7 +106,7 @@ def sequence(text: str, tokenizer: object, family: str, sample: TokenSample, ind
     raise ValueError(f"the text is too short for sequences of {sample.seq_len} tokens (found {len(ids) + 1})")
 
 
-def excluded_positions(seq_len: int, family: str, tokenizer: object) -> torch.Tensor:
+def excluded_positions(seq_len: int, family: str, tokenizer: object) -> Bool[torch.Tensor, " seq_len"]:
     """Boolean ``(seq_len,)``: True at the first token and at special tokens (reported separately)."""
     head, tail = special_ids(tokenizer, family)
     mask = torch.zeros(seq_len, dtype=torch.bool)

@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass
 
 import torch
+from jaxtyping import Float
 from torch import Tensor, nn
 
 from expattn.probes.models.taps import Tap
@@ -44,8 +45,9 @@ def _input(args: tuple, kwargs: dict) -> Tensor | None:
     return _first(args) if args else kwargs.get("hidden_states")
 
 
-def same(a: Tensor | None, b: Tensor | None) -> bool:
-    """Equal values to float32 rounding (relative to the larger magnitude), ``b`` read in ``a``'s shape."""
+def same(a: Float[Tensor, "*shape"] | None, b: Float[Tensor, "*other"] | None) -> bool:
+    """Equal values to float32 rounding (relative to the larger magnitude), ``b`` read in ``a``'s shape (any
+    shapes with the same number of elements; anything else, or None, or an integer tensor: not the same)."""
     if a is None or b is None or a.numel() != b.numel() or not a.is_floating_point() or not b.is_floating_point():
         return False
     b = b.reshape(a.shape)

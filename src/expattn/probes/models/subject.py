@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from jaxtyping import Float
 from torch import nn
 
 import expattn.probes.models.lm_adapter  # noqa: F401  (registers the adapter of expattn's own LMs)
@@ -129,9 +130,10 @@ def adapter_of(model: nn.Module, model_type: str, vocab: int | None) -> Adapter:
     return read_model(model, model_type, lambda: model(input_ids=ids, attention_mask=mask, **forward_kwargs(model)))
 
 
-def synthetic_image(shape: tuple[int, int, int], seed: int, index: int) -> torch.Tensor:
-    """Image ``index`` of the synthetic set: smooth random fields (a 4x4 grid of N(0, 1) per channel,
-    upsampled bilinearly) plus N(0, 0.1^2) pixel noise, from ``Generator([seed, index])``-style seeding."""
+def synthetic_image(shape: tuple[int, int, int], seed: int, index: int) -> Float[torch.Tensor, "channels height width"]:
+    """Image ``index`` of the synthetic set, ``shape`` = ``(channels, height, width)``: smooth random fields (a 4x4
+    grid of N(0, 1) per channel, upsampled bilinearly) plus N(0, 0.1^2) pixel noise, from
+    ``Generator([seed, index])``-style seeding."""
     gen = torch.Generator().manual_seed(seed * 1_000_003 + index)
     coarse = torch.randn(1, shape[0], 4, 4, generator=gen)
     smooth = torch.nn.functional.interpolate(coarse, size=shape[1:], mode="bilinear", align_corners=False)[0]

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+from jaxtyping import Bool, Float
 from torch import Tensor, nn
 
 IMPLEMENTATION = "expattn"
@@ -50,7 +51,7 @@ class Logits:
 
     scale: float
     softcap: float | None
-    bias: Tensor | None
+    bias: Float[Tensor, "1 head_or_1 query key"] | None
     causal: bool
 
 
@@ -78,9 +79,21 @@ class Tap:
     def _remember(self, _module: nn.Module, args: tuple, kwargs: dict) -> None:
         self.call = (args, kwargs)
 
-    def kernel(self, query: Tensor, key: Tensor, value: Tensor, bias: Tensor | None, scale: float,
-               softcap: float | None, causal: bool) -> Tensor | None:
-        """Record one kernel call's logits recipe; while replaying, store $q, k, v$ and raise ``Stop``."""
+    def kernel(
+        self,
+        query: Float[Tensor, "batch head query head_dim"],
+        key: Float[Tensor, "batch kv_head key head_dim"],
+        value: Float[Tensor, "batch kv_head key head_dim"],
+        bias: Float[Tensor, "batch_or_1 head_or_1 query key"] | Bool[Tensor, "batch_or_1 head_or_1 query key"] | None,
+        scale: float,
+        softcap: float | None,
+        causal: bool,
+    ) -> None:
+        """Record one kernel call's logits recipe; while replaying, store $q, k, v$ and raise ``Stop``.
+
+        ``query`` ``(batch, head, token, head_dim)``, ``key`` and ``value`` ``(batch, kv_head, token, head_dim)``;
+        ``bias`` ``(batch | 1, head | 1, token, token)`` additive (float) or a boolean mask (True: attend), or None.
+        """
         if self.replaying:
             self.qkv = (query, key, value)
             raise Stop

@@ -27,7 +27,7 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
-from jaxtyping import Float
+from jaxtyping import Float, Int
 from torch import Tensor
 
 ACCUMULATOR_DTYPES = (torch.float64, torch.float32)
@@ -68,7 +68,9 @@ def cross(x: Float[Tensor, "token dx"], y: Float[Tensor, "token dy"]) -> Float[T
     return torch.from_numpy(x.contiguous().numpy().T @ y.contiguous().numpy())
 
 
-def centre(x: Float[Tensor, "*token dim"]) -> tuple[Tensor, Tensor, Tensor]:
+def centre(
+    x: Float[Tensor, "*token dim"],
+) -> tuple[Float[Tensor, "token dim"], Float[Tensor, " dim"], Float[Tensor, " dim"]]:
     """Two-pass centring: $x_c = x - m$ with $m$ the mean in the dtype of $x$, then the residual mean
     $r = \\bar x_c$ (float64) and the exact mean $\\mu = m + r$ (float64). Products of centred data
     are corrected exactly, $\\sum_t (x_t-\\mu)(y_t-\\nu)^\\top = x_c^\\top y_c - n\\, r_x r_y^\\top$, and stay
@@ -107,7 +109,7 @@ class Moments:
     ``proj_m2_``, ``proj_m3_``, ``proj_m4_`` (K,) central power sums.
     """
 
-    def __init__(self, dim: int, covariance: bool = True, directions: Tensor | None = None,
+    def __init__(self, dim: int, covariance: bool = True, directions: Float[Tensor, "dim k"] | None = None,
                  dtype: torch.dtype = torch.float64):
         if dim < 1:
             raise ValueError(f"dim must be >= 1, got {dim}")
@@ -128,7 +130,7 @@ class Moments:
         cls,
         x: Float[Tensor, "*token dim"],
         covariance: bool = True,
-        directions: Tensor | None = None,
+        directions: Float[Tensor, "dim k"] | None = None,
         projections: Float[Tensor, "*token k"] | None = None,
     ) -> Moments:
         """The statistics of one batch of vectors (any float dtype; the scatter is a float32/float64
@@ -213,26 +215,26 @@ class Moments:
             raise ValueError("x holds NaN or infinity")
 
     @property
-    def covariance_(self) -> Tensor:
+    def covariance_(self) -> Float[Tensor, "dim dim"]:
         """Sample covariance $M_2 / (n - 1)$, ``(D, D)`` float64 (whatever the dtype of the scatter)."""
         if self.scatter_ is None or self.n_ < 2:
             raise ValueError(f"covariance needs covariance=True and at least 2 vectors, got n={self.n_}")
         self._finite()
         return self.scatter_.double() / (self.n_ - 1)
 
-    def skewness_(self) -> Tensor:
+    def skewness_(self) -> Float[Tensor, " k"]:
         """Sample skewness $\\sqrt{n} M_3 / M_2^{3/2}$ along each direction, ``(K,)``."""
         self._finite()
         return self.n_**0.5 * self.proj_m3_ / self.proj_m2_**1.5
 
-    def excess_kurtosis_(self) -> Tensor:
+    def excess_kurtosis_(self) -> Float[Tensor, " k"]:
         """Sample excess kurtosis $n M_4 / M_2^2 - 3$ along each direction, ``(K,)``."""
         self._finite()
         return self.n_ * self.proj_m4_ / self.proj_m2_**2 - 3.0
 
 
-def poisson_weights(seed: int, index: Tensor, replicates: int) -> Tensor:
-    """Poisson(1) bootstrap weights ``(len(index), replicates)``, one seeded stream per sequence index."""
+def poisson_weights(seed: int, index: Int[Tensor, " seq"], replicates: int) -> Float[Tensor, "seq replicate"]:
+    """Poisson(1) bootstrap weights ``(len(index), replicates)``, one seeded stream per sequence index ``(seq,)``."""
     rows = [np.random.default_rng([seed, 7919, int(i)]).poisson(1.0, replicates) for i in index.tolist()]
     return torch.as_tensor(np.stack(rows), dtype=torch.float64)
 
@@ -287,7 +289,8 @@ class BootstrapMeans:
         self.rep_weight_ += other.rep_weight_.to(self.sum_.device)
         return self
 
-    def mean_(self) -> Tensor:
+    def mean_(self) -> Float[Tensor, " feature"]:
+        """The mean of the sequences' vectors, ``(F,)``."""
         return self.sum_ / self.n_
 
     def interval(self, statistic: Callable[[Tensor], Tensor], level: float = 0.95) -> tuple[Tensor, Tensor, Tensor]:
