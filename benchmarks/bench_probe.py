@@ -5,8 +5,8 @@
     python benchmarks/bench_probe.py memory --model minilm --tokens 20000 100000
 
 ``time`` runs, in one process, plain forward passes (no hooks) over exactly the batches the probe
-reads, then the full probe (``--overlap both``: synchronous, then with the estimators' updates in a
-worker thread), then the plain passes again (A/A control), and prints ratios to the first plain run
+reads, then the full probe (``--overlap both``: with the speed machinery off, i.e. synchronous and without heap
+trimming, then on, the estimators' updates in a worker thread; ``probe(..., speedups=...)``), then the plain passes again (A/A control), and prints ratios to the first plain run
 of wall and CPU time. For the overlapped probe it also prints the CPU time of the main thread alone
 (model, hooks, records): its wall time when the worker has a core of its own, readable on a loaded
 machine where wall time is not; ``--repeat N`` repeats that N times and prints the median ratio (this shared
@@ -84,7 +84,7 @@ def bench_time(model: str, token_counts: list[int], repeat: int, hypotheses: tup
                     row[name] = plain_forward(config)
                     continue
                 t0, c0, m0 = time.perf_counter(), time.process_time(), time.thread_time()
-                outcome = probe(config, None, overlap=name == "overlapped")
+                outcome = probe(config, None, speedups=name == "overlapped")
                 row[name] = (time.perf_counter() - t0, time.process_time() - c0)
                 if name == "overlapped":  # the critical path: this thread's CPU, what wall time is given a free core
                     row["overlapped, main thread"] = (math.nan, time.thread_time() - m0)

@@ -69,7 +69,7 @@ def test_progress_names_each_stage_in_order(model_dir, overlap):
         heard.append(stage)
 
     config = replace(tiny_config(model_dir), hypotheses=("E1", "E5", "E8"))
-    probe(config, None, progress, overlap=overlap)
+    probe(config, None, progress, speedups=overlap)
     names = [s.name for s in heard]
     assert names[0] == "loading" and names == sorted(names, key=["loading", "feeding", "analyses"].index)
     feeding = [s for s in heard if s.name == "feeding"]

@@ -77,10 +77,10 @@ def _probe(model_type: str, on_device: bool, hypotheses: tuple[str, ...] = HYPOT
     config = ProbeConfig(model=model_type, tokens=ids.numel(), seq_len=32, batch_size=4, replicates=20,
                          detail_sequences=4, hypotheses=hypotheses)
     if not on_device:
-        return probe_subject(subject_from_model(model, None), config, None, input_ids=ids, overlap=False)
+        return probe_subject(subject_from_model(model, None), config, None, input_ids=ids, speedups=False)
     to_elsewhere(model)
     with elsewhere():
-        return probe_subject(subject_from_model(model, None), config, None, input_ids=ids, overlap=False)
+        return probe_subject(subject_from_model(model, None), config, None, input_ids=ids, speedups=False)
 
 
 @pytest.mark.parametrize("hypothesis", HYPOTHESES)

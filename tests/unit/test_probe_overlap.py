@@ -116,7 +116,7 @@ def test_overlapped_probe_is_bitwise_the_synchronous_one(gen, tmp_path):
     folder = export_model(model, VOCAB, tmp_path / "model")
     config = ProbeConfig(model=str(folder), text=str(tmp_path / "t.txt"), tokens=16 * 40, seq_len=16, batch_size=8,
                          replicates=10, detail_sequences=2)
-    sync, overlapped = probe(config, None, overlap=False), probe(config, None, overlap=True)
+    sync, overlapped = probe(config, None, speedups=False), probe(config, None, speedups=True)
     assert [e.claim for e in sync.estimators] == [e.claim for e in overlapped.estimators] and sync.estimators
     for a, b in zip(sync.estimators, overlapped.estimators, strict=True):
         fitted = {k: v for k, v in vars(a).items() if k.endswith("_")}

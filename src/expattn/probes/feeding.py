@@ -5,14 +5,10 @@ every process's statistics.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import os
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 
@@ -20,40 +16,9 @@ from expattn.probes.hypotheses.base import Batch, ProbeContext
 from expattn.probes.models.acceptance import check_heads
 from expattn.probes.models.adapters import Capture
 from expattn.probes.models.subject import Subject
-from expattn.probes.overlap import UpdateWorker, overlap_available
+from expattn.probes.overlap import speedups as speed_machinery
 from expattn.probes.statistics.stats import poisson_weights
 from expattn.results.record import error_record
-
-TRIM_SLACK = 0.10  # relative growth of the resident size that triggers a heap trim (see _heap_trimmer)
-
-
-def _heap_trimmer() -> Callable[[], None] | None:
-    """After each batch: glibc's ``malloc_trim(0)`` when the resident size has grown more than
-    ``TRIM_SLACK`` over its size after the first batch (None where there is no glibc or /proc).
-
-    Each batch frees tens of MiB of activations; glibc keeps freed heap pages mapped and
-    fragmentation lets the heap creep up over hundreds of batches, so without trimming the peak
-    depends on the run's length. Trimming after every batch would make the next forward pass
-    fault those pages in again (~0.5 s per 20,000 MiniLM tokens), hence the threshold.
-    """
-    name = ctypes.util.find_library("c")
-    trim = getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
-    if trim is None or not Path("/proc/self/statm").exists():
-        return None
-    page = os.sysconf("SC_PAGE_SIZE")
-    first: list[int] = []
-
-    def resident() -> int:
-        return int(Path("/proc/self/statm").read_text().split()[1]) * page
-
-    def after_batch() -> None:
-        now = resident()
-        if not first:
-            first.append(now)
-        elif now > first[0] * (1 + TRIM_SLACK):
-            trim(0)
-
-    return after_batch
 
 
 def _batch(indices: list[int], seed: int, replicates: int) -> Batch:
@@ -78,17 +43,18 @@ class Feeding:
 
 def feed(subject: Subject, ctx: ProbeContext, estimators: list, batches: list[list[int]],
          inputs: Callable[[int], torch.Tensor], config, progress, rank: int, world: int,
-         overlap: bool | None = None) -> Feeding:
+         speedups: bool | None = None) -> Feeding:
     """Step 2: run the model over ``batches`` (sequence indices; ``inputs(index)`` their token ids) with the
     estimators updated block by block. On the first batch every head's recomputed attention is checked
     against the model's own (``expattn.probes.models.acceptance``) wherever the adapter can recompute it.
-    ``overlap``: the updates run in a worker thread while the model computes on (``expattn.probes.overlap``;
-    bitwise the same statistics); ``None``: where that can help (one CPU process with a core to spare) and is
-    safe: not for an adapter of the generic reading (``adapter.reading``), whose estimators recompute attention
-    by calling the model's own modules, which carry the capture's hooks and taps (not thread-safe)."""
-    if overlap is None:
-        overlap = world == 1 and subject.adapter.reading is None and overlap_available(subject.device)
-    fed = Feeding(per_estimator=dict.fromkeys((est.claim for est in estimators), 0.0), overlapped=overlap)
+    ``speedups``: the one switch of the speed machinery (``expattn.probes.overlap``: the updates in a worker
+    thread while the model computes on, and heap trimming; bitwise the same statistics); ``None``: each part where
+    it helps and is safe. The worker is not safe for an adapter of the generic reading (``adapter.reading``), whose
+    estimators recompute attention by calling the model's own modules, which carry the capture's hooks and taps,
+    nor under ``torchrun``."""
+    machinery = speed_machinery(speedups, subject.device, world == 1 and subject.adapter.reading is None)
+    worker, trim = machinery.worker, machinery.trim
+    fed = Feeding(per_estimator=dict.fromkeys((est.claim for est in estimators), 0.0), overlapped=worker is not None)
     state: dict = {"batch": None, "check": recomputable(subject)}
     eps = float(torch.finfo(subject.dtype).eps)
     cast = subject.dtype != torch.float32
@@ -117,9 +83,7 @@ def feed(subject: Subject, ctx: ProbeContext, estimators: list, batches: list[li
         update(i, tensors, state["batch"], state["check"])
         fed.stats_cpu += time.process_time() - c0
 
-    trim = _heap_trimmer()
     capture = subject.adapter.capture or Capture
-    worker = UpdateWorker() if overlap else None
     with torch.no_grad(), capture(subject.model, subject.adapter, on_block), worker or nullcontext():
         for done, indices in enumerate(batches if estimators else [], start=1):
             rows = torch.stack([inputs(i) for i in indices]).to(subject.device)

@@ -258,7 +258,7 @@ def records(estimators: list, inapplicable: dict[str, str], failed: dict[str, Re
 
 def probe(
     config: ProbeConfig, out_dir: Path | None, progress: Callable[..., None] | None = None,
-    overlap: bool | None = None,
+    speedups: bool | None = None,
 ) -> ProbeOutcome:
     """Run the chosen hypotheses on ``config.model`` and return the records with timing (see module docstring).
 
@@ -268,8 +268,9 @@ def probe(
         progress: called as ``progress(tokens_done, tokens_total)`` after each batch (rank 0), or, when it has a
             parameter named ``stage``, as ``progress(done, total, stage=Stage(...))`` at every stage: loading,
             feeding, analyses (``expattn.probes.progress``).
-        overlap: the estimators' updates in a worker thread beside the forward pass (the same numbers);
-            ``None``: where it can help, i.e. one CPU process whose torch threads leave a core free.
+        speedups: the one switch of the feeding step's speed machinery (``expattn.probes.overlap``: the
+            estimators' updates in a worker thread beside the forward pass, and heap trimming; the same numbers);
+            ``None``: each part where it helps and is safe.
 
     Raises:
         ValueError: bad settings, unknown model, a directory that is not a supported model, an
@@ -288,13 +289,13 @@ def probe(
     text = load_text(config.corpus, config.text)
     if int(os.environ.get("RANK", "0")) == 0:
         reporter(progress)(Stage("loading", 0, 1))
-    return probe_subject(load(config), config, out_dir, progress, text=text, start=start, overlap=overlap)
+    return probe_subject(load(config), config, out_dir, progress, text=text, start=start, speedups=speedups)
 
 
 def probe_subject(subject: Subject, config: ProbeConfig, out_dir: Path | None,
                   progress: Callable[..., None] | None = None, *, text: str | None = None,
                   input_ids: Int[torch.Tensor, "sequence seq_len"] | None = None, start: float | None = None,
-                  overlap: bool | None = None) -> ProbeOutcome:
+                  speedups: bool | None = None) -> ProbeOutcome:
     """Steps 2-4 on a loaded ``subject``: sequences cut from ``text`` (as ``TokenSample`` does) or the rows of
     ``input_ids`` ``(sequence, seq_len)``; see ``probe``."""
     start = time.perf_counter() if start is None else start
@@ -342,7 +343,7 @@ def probe_subject(subject: Subject, config: ProbeConfig, out_dir: Path | None,
     fed_ids = tuple(est.claim for est in estimators)
     report(Stage("feeding", 0, config.tokens, fed_ids))
     fed = feed(subject, ctx, estimators, mine, inputs, config,
-               lambda done, total: report(Stage("feeding", done, total, fed_ids)), rank, world, overlap)
+               lambda done, total: report(Stage("feeding", done, total, fed_ids)), rank, world, speedups)
     forward, stats_seconds = merge(estimators, fed, rank, world)
     if fed.overlapped:  # records measures them all first, two at a time (measure_in_parallel)
         report(Stage("analyses", 0, len(estimators), fed_ids))
