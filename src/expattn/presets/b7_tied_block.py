@@ -66,6 +66,7 @@ class TiedBlock(Preset):
                     iters=n.iters)
 
     def judge(self, measured: Measured) -> Record:
+        """B7's Record: ``judge_fixed_point`` over the gains; LayerNorm after a cyclic shift as control."""
         table, control_row, batch, iters = (measured[k] for k in ("table", "control_row", "batch", "iters"))
         verdict, agree = judge_fixed_point([{"name": k, **v} for k, v in table.items()], batch)
         control_verdict, _ = judge_fixed_point([{"name": "cyclic shift", **control_row}], batch)

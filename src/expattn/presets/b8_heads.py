@@ -151,6 +151,7 @@ class Heads(Preset):
         return dict(results=results, draws=n.draws)
 
     def judge(self, measured: Measured) -> Record:
+        """B8's Record: ``judge`` on the independent heads; each other case of ``CASES`` as a control."""
         results, heads = measured["results"], self.heads
         runs = results["independent heads"]
         gap = np.array([r["cos"] - r["null_cos"] for r in runs])

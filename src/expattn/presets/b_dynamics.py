@@ -96,6 +96,7 @@ class Collapse(Preset):
                     steps=n.steps)
 
     def judge(self, measured: Measured) -> Record:
+        """B2's Record: the diameter never grows, every cloud shrinks, beta = 0.1 collapses; residual as control."""
         curves, table, worst, batch = measured["curves"], measured["table"], measured["worst"], measured["batch"]
         betas, steps, worst_res = self.betas, measured["steps"], measured["worst_res"]
         control = Control("with the residual (x + attention), beta = 1", "negative",
@@ -178,6 +179,7 @@ class Expansion(Preset):
                     tokens=n.tokens)
 
     def judge(self, measured: Measured) -> Record:
+        """B3's Record: ``judge_expansion`` on the symmetric clouds; the step without the residual as control."""
         table, min_ratio, weak, plain_min = (measured[k] for k in ("table", "min_ratio", "weak", "plain_min"))
         verdict, lower = judge_expansion(table, min_ratio, SYMMETRIC)
         plain_verdict, plain_lower = judge_expansion(measured["plain"], plain_min, SYMMETRIC)
@@ -314,6 +316,7 @@ class Normalization(Preset):
                     steps=n.steps)
 
     def judge(self, measured: Measured) -> Record:
+        """B4's Record: ``judge_normalization`` on every normalization but the identity, the control."""
         table, worst, dim, names = measured["table"], measured["worst"], measured["dim"], self.names
         rows = {n: [table[f"{n}/beta={b:g}"] for b in self.betas] for n in names}
         verdict = judge_normalization([r for n in names[1:] for r in rows[n]], dim)
@@ -385,6 +388,7 @@ class SphereClusters(Preset):
         return dict(counts=counts, finals=finals, repelled=repelled, tokens=n.tokens, steps=n.steps)
 
     def judge(self, measured: Measured) -> Record:
+        """sphere-clusters' Record: ``judge_clusters`` on the median clusters; the repelling step as control."""
         betas, counts, steps = self.betas, measured["counts"], measured["steps"]
         final = {b: float(np.median(h[-1][1])) for b, h in counts.items()}
         medians = [final[b] for b in betas]

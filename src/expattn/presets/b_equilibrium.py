@@ -202,6 +202,7 @@ class Theorem1(Preset):
         }
 
     def judge(self, measured: Measured) -> Record:
+        """B5's Record: ``judge_theorem1`` on the D = 2, 8, 32 rows; residual dropped, RN as printed as controls."""
         table, printed_rows = measured["table"], measured["printed_rows"]
         affine_err, wrong_err, printed_z = measured["affine_err"], measured["wrong_err"], measured["printed_z"]
         rows = list(table.values())
@@ -385,6 +386,7 @@ class ContinuousCarrier(Preset):
                     iters=n.iters)
 
     def judge(self, measured: Measured) -> Record:
+        """B6's Record: ``judge_gaussianity`` on every run's end; whitening alone, a fresh draw as controls."""
         ends = measured["ends"]
         controls = [
             Control(

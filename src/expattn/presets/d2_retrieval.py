@@ -89,6 +89,7 @@ class OneStepError(Preset):
         return dict(rows=rows, halved=halved)
 
     def judge(self, measured: Measured) -> Record:
+        """D2's Record: ``judge_one_step`` on errors ``(beta, R, T, N)``; the beta / 2 update as control."""
         rows = measured["rows"]
         errors = torch.stack([row[1] for row in rows])  # (beta, R, T, N)
         bounds = torch.stack([row[2] for row in rows])
@@ -184,6 +185,7 @@ class Capacity(Preset):
         return tuple(b / 64 for b in self.betas)
 
     def judge(self, measured: Measured) -> Record:
+        """D2's Record: ``judge_capacity`` on the retrieval curves; beta / 64 as control."""
         sizes, curves, queries = measured["sizes"], measured["curves"], measured["queries"]
         betas, dims = self.betas, self.dims
         verdict, flags = judge_capacity(curves, sizes, betas, dims, queries)
@@ -263,6 +265,7 @@ class Metastable(Preset):
         return dict(betas=betas, sweep=sweep, control_sweep=control_sweep, patterns=patterns)
 
     def judge(self, measured: Measured) -> Record:
+        """D2's Record: ``judge_metastable`` on the sweep; every pattern stored twice as control."""
         sweep, control_sweep, betas = measured["sweep"], measured["control_sweep"], measured["betas"]
         n, size = measured["patterns"], self.size
         median, low, high = sweep["n_eff_median"], sweep["n_eff_min"], sweep["n_eff_max"]
@@ -348,6 +351,7 @@ class FixedVsChanging(Preset):
                     steps=n.steps)
 
     def judge(self, measured: Measured) -> Record:
+        """D2's Record: ``judge_fixed_vs_changing`` on the traces; near-uniform attention as control."""
         trace, control_trace, diameter0 = measured["trace"], measured["control_trace"], measured["diameter0"]
         one_step = trace["dist_fixed"][0]
         control = Control(f"beta = {CONTROL_BETA:g} (near-uniform attention)", "negative",

@@ -208,6 +208,7 @@ class AndersonVsPlain(Preset):
         return dict(rows=rows, unstable=unstable, targets=n.targets)
 
     def judge(self, measured: Measured) -> Record:
+        """D7's Record: ``judge`` on the blocks; the contractive plus unstable blocks as control."""
         rows, unstable = measured["rows"], measured["unstable"]
         slow, fast = split(rows)
         converged = all(r["fixed_point_iter_converged"] and r["anderson_converged"] for r in rows)

@@ -143,6 +143,7 @@ class Hopfield(Preset):
         return dict(rows=rows, control_rows=control_rows, betas=n.betas, queries=n.trials * self.patterns)
 
     def judge(self, measured: Measured) -> Record:
+        """D7's Record: ``judge_hopfield`` on the rows; correlated patterns as control."""
         rows, control_rows, betas = measured["rows"], measured["control_rows"], measured["betas"]
         control = Control("correlated patterns (cosine ~0.98 to a shared direction)", "negative",
                           judge_hopfield(control_rows), _hopfield_summary(control_rows))
@@ -259,6 +260,7 @@ class Attention(Preset):
                     grad_error=grad_error, phantom_error=phantom_error, seconds_step=seconds_step)
 
     def judge(self, measured: Measured) -> Record:
+        """D7's Record: ``judge_attention`` on the implicit gradient; the phantom gradient as control."""
         solvers, gap, rho, depth = measured["solvers"], measured["gap"], measured["rho"], measured["depth"]
         grad_error, phantom_error, seconds_step = (measured[k] for k in ("grad_error", "phantom_error",
                                                                          "seconds_step"))
@@ -364,6 +366,7 @@ class TiedWeights(Preset):
         return dict(runs=runs, depth=n.depth)
 
     def judge(self, measured: Measured) -> Record:
+        """B7's Record: ``judge_stack`` at gain 1; gain 4 (rho > 1) as control."""
         runs, depth = measured["runs"], measured["depth"]
         low, high = runs[1.0], runs[4.0]
         control = Control("gain 4 (spectral radius above 1)", "negative", judge_stack(high),
