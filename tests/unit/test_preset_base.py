@@ -4,6 +4,8 @@ and every preset module short and free of inline quick/full choices."""
 from __future__ import annotations
 
 import ast
+import inspect
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -88,12 +90,13 @@ def test_the_check_finds_an_inline_choice():
     assert not _reads_quick(ast.parse("n = sizes.pick(flag)"))
 
 
-def test_every_simulate_preset_is_a_preset_instance():
-    from expattn.catalogue.registry import registered
-    from expattn.commands.checks import select
+def test_every_simulate_preset_calls_a_preset():
+    """Each registered simulate check is ``return X()(ctx)`` with ``X`` a ``Preset`` subclass."""
+    from expattn.commands.checks import claims
 
-    select("simulate", None)  # imports the preset modules
-    checks = [c.check for c in registered("simulate")]
-    assert checks
-    unwrapped = [getattr(c, "__wrapped__", c) for c in checks]
-    assert all(isinstance(c, Preset) for c in unwrapped), [c for c in unwrapped if not isinstance(c, Preset)]
+    checks = [inspect.unwrap(c.check) for c in claims("simulate")]
+    assert len(checks) >= 16
+    for fn in checks:
+        (ret,) = ast.parse(textwrap.dedent(inspect.getsource(fn))).body[0].body[-1:]
+        called = ret.value.func.func.id
+        assert issubclass(fn.__globals__[called], Preset), fn.__name__

@@ -118,10 +118,14 @@ class TiedBlock(Preset):
         return save_figure(fig, out_dir, "b7_tied_block.png")
 
 
-b7_tied_block = register_claim(
+@register_claim(
     "B7",
     method="post-LN block (attention with a random W, MLP, LayerNorm), D=16, 32 tokens, weight gain in "
     "{0.1, 0.25, 0.5, 1, 2, 4}: 300 plain iterations vs Broyden's method (expattn.core.solvers) from the same start",
     command="simulate",
     name="b7-tied-block",
-)(single_thread(TiedBlock()))
+)
+@single_thread
+def b7_tied_block(ctx: RunContext) -> Record:
+    """``TiedBlock``: measure at the sizes of ``ctx``'s mode, judge, draw into ``ctx.out_dir``."""
+    return TiedBlock()(ctx)

@@ -206,7 +206,7 @@ class Heads(Preset):
         return save_figure(fig, out_dir, "b8_heads.png")
 
 
-heads_incoherent = register_claim(
+@register_claim(
     "B8",
     method="random multi-head attention (8 heads, d=64, 128 tokens of a Gaussian cloud, float64) over seeds: "
     "each head's update vs autograd of its log-normalizer in its distortion; mean cosine between heads' "
@@ -217,4 +217,7 @@ heads_incoherent = register_claim(
     criterion=f"supported iff in every draw each head's update is its gradient step (relative error <= "
     f"{GRADIENT_TOL:g}), |cosine - null| <= {COSINE_BAND} and the energy ratio lies in {ENERGY_BAND}; "
     "each negative control, judged by the same rule, must come out not_supported",
-)(Heads())
+)
+def heads_incoherent(ctx: RunContext) -> Record:
+    """``Heads``: measure at the sizes of ``ctx``'s mode, judge, draw into ``ctx.out_dir``."""
+    return Heads()(ctx)

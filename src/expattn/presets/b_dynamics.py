@@ -149,13 +149,17 @@ class Collapse(Preset):
         return save_figure(fig, out_dir, "b2_collapse.png")
 
 
-b2_collapse = register_claim(
+@register_claim(
     "B2",
     method="Gaussian clouds (64 tokens, D=8), pure self-attention at beta in {0.1, 0.3, 1, 4}, 200 steps; diameter "
     "at every step (exact monotonicity) and its per-step collapse rate",
     command="simulate",
     name="b2-collapse",
-)(single_thread(Collapse()))
+)
+@single_thread
+def b2_collapse(ctx: RunContext) -> Record:
+    """``Collapse``: measure at the sizes of ``ctx``'s mode, judge, draw into ``ctx.out_dir``."""
+    return Collapse()(ctx)
 
 
 class Expansion(Preset):
@@ -233,14 +237,18 @@ class Expansion(Preset):
         return save_figure(fig, out_dir, "b3_expansion.png")
 
 
-b3_expansion = register_claim(
+@register_claim(
     "B3",
     method="one residual self-attention step on 100 clouds of 64 tokens per setting, D in {2, 16}, "
     "beta in {0.01, 0.1, 1, 10}; ratio of trace of covariance with a 95% interval over clouds, also "
     "mean distance to the centroid and fitted-Gaussian entropy; contrasted with non-symmetric clouds",
     command="simulate",
     name="b3-expansion",
-)(single_thread(Expansion()))
+)
+@single_thread
+def b3_expansion(ctx: RunContext) -> Record:
+    """``Expansion``: measure at the sizes of ``ctx``'s mode, judge, draw into ``ctx.out_dir``."""
+    return Expansion()(ctx)
 
 
 def settling(traj, operator, start_diameter: torch.Tensor) -> list[str]:
@@ -359,13 +367,17 @@ class Normalization(Preset):
         return save_figure(fig, out_dir, "b4_normalization.png")
 
 
-b4_normalization = register_claim(
+@register_claim(
     "B4",
     method="Gaussian clouds (64 tokens, D=16), beta in {0.1, 1}: contraction factor (spread after/before) of "
     "each normalization on the expanded cloud A(x), then 150 steps of N∘A and where they settle",
     command="simulate",
     name="b4-normalization",
-)(single_thread(Normalization()))
+)
+@single_thread
+def b4_normalization(ctx: RunContext) -> Record:
+    """``Normalization``: measure at the sizes of ``ctx``'s mode, judge, draw into ``ctx.out_dir``."""
+    return Normalization()(ctx)
 
 
 class SphereClusters(Preset):
@@ -434,7 +446,7 @@ class SphereClusters(Preset):
         return save_figure(fig, out_dir, "sphere_clusters.png")
 
 
-sphere_clusters = register_claim(
+@register_claim(
     "B4",
     statement="Tokens projected to the sphere after every residual self-attention step gather in clusters; "
     "the larger beta, the more clusters at a given time (Geshkovski et al. 2023)",
@@ -444,4 +456,8 @@ sphere_clusters = register_claim(
     "400 steps, beta in {1, 4, 16, 64}; clusters = connected groups closer than 0.01",
     command="simulate",
     name="sphere-clusters",
-)(single_thread(SphereClusters()))
+)
+@single_thread
+def sphere_clusters(ctx: RunContext) -> Record:
+    """``SphereClusters``: measure at the sizes of ``ctx``'s mode, judge, draw into ``ctx.out_dir``."""
+    return SphereClusters()(ctx)

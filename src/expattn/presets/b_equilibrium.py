@@ -299,7 +299,7 @@ THEOREM1_CRITERION = (
     "the same rule, must fail"
 )
 
-b5_theorem1 = register_claim(
+@register_claim(
     "B5",
     statement="Theorem 1: with eta ~ N(Sigma^-1 mu, Sigma^-1) and carrier x = Sigma eta, A(eta) = mu + (I + Sigma) "
     "eta and RN o A maps p_eq to itself",
@@ -309,7 +309,11 @@ b5_theorem1 = register_claim(
     "uniform start with the same moments (10 iterations), and the empirical self-carrier x_n = Sigma eta_n",
     command="simulate",
     name="b5-theorem1",
-)(single_thread(Theorem1()))
+)
+@single_thread
+def b5_theorem1(ctx: RunContext) -> Record:
+    """``Theorem1``: measure at the sizes of ``ctx``'s mode, judge, draw into ``ctx.out_dir``."""
+    return Theorem1()(ctx)
 
 
 STARTS = ("gaussian", "cube", "lognormal", "two_clusters")  # B6's start clouds
@@ -436,11 +440,15 @@ class ContinuousCarrier(Preset):
         return save_figure(fig, out_dir, "b6_continuous_carrier.png")
 
 
-b6_continuous_carrier = register_claim(
+@register_claim(
     "B6",
     method="600 samples in D = 2, 8; carriers: the cloud smoothed by N(0, I) kernels (self, A6) and a fixed "
     "4-component mixture with Sigma = I; RN = whitening to N(0, I); starts: gaussian, cube, lognormal, two "
     "clusters; 25 iterations; sliced-W2 excess per iteration, Mardia and SW tests at the end",
     command="simulate",
     name="b6-continuous-carrier",
-)(single_thread(ContinuousCarrier()))
+)
+@single_thread
+def b6_continuous_carrier(ctx: RunContext) -> Record:
+    """``ContinuousCarrier``: measure at the sizes of ``ctx``'s mode, judge, draw into ``ctx.out_dir``."""
+    return ContinuousCarrier()(ctx)

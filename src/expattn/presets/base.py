@@ -1,6 +1,6 @@
 r"""The shape every ``expattn simulate`` preset shares: declared sizes, then measure, judge, draw.
 
-A preset is a ``Preset`` subclass whose instance is the check registered with ``register_claim``::
+A preset is a ``Preset`` subclass; the check registered with ``register_claim`` calls an instance::
 
     class Collapse(Preset):
         sizes = Sizes(quick=dict(batch=3, steps=40), full=dict(batch=8, steps=200))
@@ -9,7 +9,8 @@ A preset is a ``Preset`` subclass whose instance is the check registered with ``
         def judge(self, measured): ...      # the Record: verdict, controls, metrics, notes
         def draw(self, measured, out_dir): ...  # the figure's file names
 
-    b2_collapse = register_claim("B2", ..., command="simulate", name="b2-collapse")(single_thread(Collapse()))
+    def b2_collapse(ctx: RunContext) -> Record:  # decorated by register_claim and single_thread
+        return Collapse()(ctx)
 
 ``Preset.__call__`` is the only place that reads ``ctx.quick``: it picks ``sizes.quick`` or ``sizes.full``
 and hands them to ``measure`` as attributes (``n.batch``).

@@ -145,7 +145,7 @@ class OneStepError(Preset):
         return save_figure(fig, out_dir, "d2_one_step_error.png")
 
 
-one_step_error = register_claim(
+@register_claim(
     "D2",
     method="N=16 random patterns of norm r in d=32, queries x_i + 5% noise, one update, beta in {0.5,1,2,4}, "
     "8 radii; every error vs the Theorem 5 bound, and the slope of log error against beta * (query's gap)",
@@ -154,7 +154,10 @@ one_step_error = register_claim(
     criterion=f"pass iff no one-step error exceeds its Theorem 5 bound and the slope of log error against beta * "
     f"(the query's gap) lies in {list(SLOPE_BAND)}; the same draws updated at beta / 2, judged by the same rule "
     "against the bound at beta, must fail",
-)(OneStepError())
+)
+def one_step_error(ctx: RunContext) -> Record:
+    """``OneStepError``: measure at the sizes of ``ctx``'s mode, judge, draw into ``ctx.out_dir``."""
+    return OneStepError()(ctx)
 
 
 class Capacity(Preset):
@@ -224,7 +227,7 @@ class Capacity(Preset):
         return save_figure(fig, out_dir, "d2_capacity.png")
 
 
-capacity = register_claim(
+@register_claim(
     "D2",
     method="N = 2..2^13 unit-norm random patterns, d in {32, 64}, beta in {16,32,64,128}; queries at cosine 0.5 "
     "to a pattern; retrieved if one update lands within 0.1 of it; >= 128 queries per point",
@@ -234,7 +237,10 @@ capacity = register_claim(
     "(largest N with >= 90% retrieved) at the largest beta is larger in d=64 than in d=32, capacity never falls as "
     "beta grows, and >= 95% are retrieved at N=2 in d=64 at the largest beta; beta 64 times smaller, judged by the "
     "same rule, must fail",
-)(Capacity())
+)
+def capacity(ctx: RunContext) -> Record:
+    """``Capacity``: measure at the sizes of ``ctx``'s mode, judge, draw into ``ctx.out_dir``."""
+    return Capacity()(ctx)
 
 
 class Metastable(Preset):
@@ -315,7 +321,7 @@ class Metastable(Preset):
         return save_figure(fig, out_dir, "d2_metastable.png")
 
 
-metastable = register_claim(
+@register_claim(
     "D2",
     method="4 clusters of 8 patterns (unit centres, spread 0.15) in d=32; iterate from every pattern to a fixed "
     "point for beta from 0.1 to 1000; effective number of averaged patterns 1/sum p^2; energy never rises",
@@ -325,7 +331,10 @@ metastable = register_claim(
     "smallest beta, is below 1.1 at the largest, lies within 0.5-1.5 cluster sizes at some beta, never rises by more "
     "than 0.05 N between betas, and every iteration converges without the energy rising; every pattern stored "
     "twice, judged by the same rule, must fail",
-)(Metastable())
+)
+def metastable(ctx: RunContext) -> Record:
+    """``Metastable``: measure at the sizes of ``ctx``'s mode, judge, draw into ``ctx.out_dir``."""
+    return Metastable()(ctx)
 
 
 class FixedVsChanging(Preset):
@@ -398,7 +407,7 @@ class FixedVsChanging(Preset):
         return save_figure(fig, out_dir, "d2_fixed_vs_changing.png")
 
 
-fixed_vs_changing = register_claim(
+@register_claim(
     "D2",
     method="16 patterns of norm 3 in d=32, beta=1, queries = patterns + noise of norm 0.3; 60 iterations with the "
     "patterns fixed (Hopfield retrieval) vs self-attention whose patterns are the moving states (no residual)",
@@ -407,4 +416,7 @@ fixed_vs_changing = register_claim(
     criterion="pass iff with the patterns fixed one update lands within 0.1 of every stored pattern and the "
     "iteration settles (last step < 1e-10), while self-attention ends more than 1.0 from the patterns with a cloud "
     f"smaller than at the start; beta = {CONTROL_BETA:g}, judged by the same rule, must fail",
-)(FixedVsChanging())
+)
+def fixed_vs_changing(ctx: RunContext) -> Record:
+    """``FixedVsChanging``: measure at the sizes of ``ctx``'s mode, judge, draw into ``ctx.out_dir``."""
+    return FixedVsChanging()(ctx)

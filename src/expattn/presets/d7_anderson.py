@@ -256,7 +256,7 @@ class AndersonVsPlain(Preset):
         return _plot(measured["rows"], out_dir)
 
 
-anderson_vs_plain = register_claim(
+@register_claim(
     "D7",
     method="random attention blocks (InjectedAttention with layernorm, 4 heads, float64) whose gain is set by "
     "bisection to spectral radii 0.5-0.98 at the fixed point; evaluations of f to relative residual 1e-5 for plain "
@@ -269,4 +269,7 @@ anderson_vs_plain = register_claim(
     "least GMRES + 1 on every block, there are at least two blocks with radius >= 0.9 and two below, and the median "
     "plain/Anderson ratio is larger on the former; the contractive blocks plus blocks of radius 1.1 and 1.2, "
     "judged by the same rule, must come out not_supported",
-)(AndersonVsPlain())
+)
+def anderson_vs_plain(ctx: RunContext) -> Record:
+    """``AndersonVsPlain``: measure at the sizes of ``ctx``'s mode, judge, draw into ``ctx.out_dir``."""
+    return AndersonVsPlain()(ctx)

@@ -190,7 +190,7 @@ class Hopfield(Preset):
         return save_figure(fig, out_dir, "d7_hopfield.png")
 
 
-hopfield = register_claim(
+@register_claim(
     "D7",
     method="16 unit-norm patterns in d=32, queries = patterns + noise of norm 0.2, beta from 1 to 64; one update vs "
     "the Anderson fixed point (tol 1e-10, float64): gap, iterations, evaluations, CPU time, retrieved pattern",
@@ -199,7 +199,10 @@ hopfield = register_claim(
     criterion=f"pass iff every Anderson solve converges, one update is within {ONE_STEP_TOL:g} (relative) of the "
     f"fixed point at the largest beta and more than {AVERAGING_GAP:g} from it at the smallest; correlated patterns "
     "(not separated), judged by the same rule, must fail",
-)(Hopfield())
+)
+def hopfield(ctx: RunContext) -> Record:
+    """``Hopfield``: measure at the sizes of ``ctx``'s mode, judge, draw into ``ctx.out_dir``."""
+    return Hopfield()(ctx)
 
 
 GRADIENT_TOL = 1e-7  # backward and forward solves at 1e-10: the gradient error is ~1e-10, far below
@@ -303,7 +306,7 @@ class Attention(Preset):
         return save_figure(fig, out_dir, "d7_attention.png")
 
 
-attention = register_claim(
+@register_claim(
     "D7",
     method="random attention block f(z,x) = LayerNorm(x + W_o attn(z)), d=32, 4 heads, 16 tokens, float64; one "
     "step f(x,x) vs the fixed point (tol 1e-10) with each solver; implicit vs unrolled and phantom gradients",
@@ -312,7 +315,10 @@ attention = register_claim(
     criterion=f"pass iff every solver converges (forward and adjoint) and the implicit gradients agree with "
     f"backpropagation through the unrolled stack to {GRADIENT_TOL:g} (largest relative error over the inputs and "
     "parameters); the phantom gradient (5 steps), judged by the same rule, must fail",
-)(Attention())
+)
+def attention(ctx: RunContext) -> Record:
+    """``Attention``: measure at the sizes of ``ctx``'s mode, judge, draw into ``ctx.out_dir``."""
+    return Attention()(ctx)
 
 
 def _stack(block: nn.Module, x: Tensor, depth: int, gen: torch.Generator) -> dict[str, object]:
@@ -413,7 +419,7 @@ class TiedWeights(Preset):
         return save_figure(fig, out_dir, "b7_implicit.png")
 
 
-tied_weights = register_claim(
+@register_claim(
     "B7",
     statement=B7_STATEMENT,
     method="random attention blocks (d=32, 4 heads, 16 tokens, float64) with gains 1 and 4, each stacked 80 times "
@@ -423,4 +429,7 @@ tied_weights = register_claim(
     criterion=f"pass iff at gain 1 the solver converges, rho < 1, the stack's fitted per-layer rate is at most "
     f"1.1 rho and its last layer is within {STACK_TOL:g} (relative) of the fixed point; the gain-4 block "
     "(rho > 1), judged by the same rule, must fail",
-)(TiedWeights())
+)
+def tied_weights(ctx: RunContext) -> Record:
+    """``TiedWeights``: measure at the sizes of ``ctx``'s mode, judge, draw into ``ctx.out_dir``."""
+    return TiedWeights()(ctx)
