@@ -9,6 +9,8 @@ on ``(batch, tokens, D)`` clouds; the rule and the no-fixed-point control live i
 from __future__ import annotations
 
 import math
+from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 
@@ -18,6 +20,7 @@ from expattn.dynamics.operators import AttentionConfig, AttentionUpdate, Compose
 from expattn.nn.norms import NormConfig, build_norm
 from expattn.presets.b_dynamics import single_thread
 from expattn.presets.b_rules import FIXED_TOL, CyclicShift, fixed_point_row, judge_fixed_point
+from expattn.presets.base import Measured, Preset, Sizes
 from expattn.results.plotting import pyplot, save_figure
 from expattn.results.record import Control, Record
 
@@ -34,6 +37,87 @@ def tied_block(dim: int, gain: float, gen: torch.Generator, seed: int) -> Compos
     )
 
 
+class TiedBlock(Preset):
+    r"""B7: a tied-weight post-LN block $f$ on ``(batch, tokens, D)`` has a fixed point $x^* = f(x^*)$ that plain
+    iteration and Broyden's method both find, for some weight gain; judged by ``judge_fixed_point``.
+
+    Negative control through the same rule: $\mathrm{LN}\circ$``CyclicShift``, which has no fixed point (a fixed
+    point would be constant across channels, which LayerNorm maps to zero), iterated and solved the same way.
+    """
+
+    sizes = Sizes(quick=dict(batch=2, tokens=16, dim=8, iters=300), full=dict(batch=4, tokens=32, dim=16, iters=300))
+    gains = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0)
+
+    def measure(self, ctx: RunContext, n: SimpleNamespace) -> Measured:
+        """``table`` per gain (``fixed_point_row``), ``curves[gain]``: step change per iteration, and the cyclic
+        shift's ``control_row``."""
+        gen = generator(ctx.seed)
+        table, curves = {}, {}
+        for i, gain in enumerate(self.gains):
+            block = tied_block(n.dim, gain, gen, seed=ctx.seed + i)
+            x = torch.randn(n.batch, n.tokens, n.dim, generator=gen, dtype=torch.float64)
+            row = fixed_point_row(block, x, n.iters)
+            curves[gain] = row.pop("step_change")
+            table[f"gain={gain:g}"] = row
+        shift = Compose(CyclicShift(), build_norm("layernorm", NormConfig(dim=n.dim)))
+        x = torch.randn(n.batch, n.tokens, n.dim, generator=gen, dtype=torch.float64)
+        control_row = fixed_point_row(shift, x, n.iters)
+        return dict(table=table, curves=curves, control_row=control_row, batch=n.batch, tokens=n.tokens,
+                    iters=n.iters)
+
+    def judge(self, measured: Measured) -> Record:
+        """B7's Record: ``judge_fixed_point`` over the gains; LayerNorm after a cyclic shift as control."""
+        table, control_row, batch, iters = (measured[k] for k in ("table", "control_row", "batch", "iters"))
+        verdict, agree = judge_fixed_point([{"name": k, **v} for k, v in table.items()], batch)
+        control_verdict, _ = judge_fixed_point([{"name": "cyclic shift", **control_row}], batch)
+        collapsed = all(v["final_token_spread"] < 1e-20 for v in table.values())
+        never = [k for k, v in table.items() if v["iteration_reached_fixed_point"] == 0]
+        mixed = [k for k in table if k not in agree and k not in never]
+        return Record(
+            id="B7",
+            kind="dynamics",
+            verdict=verdict,
+            criterion=f"pass iff at some weight gain plain iteration settles (step change < 1e-8) in every cloud and "
+            f"Broyden's residual and its relative distance from the iterate are below {FIXED_TOL:g}; LayerNorm after "
+            "a cyclic shift of the channels (no fixed point), judged by the same rule, must fail",
+            controls=[
+                Control(
+                    "LayerNorm o cyclic channel shift (no fixed point)",
+                    "negative",
+                    control_verdict,
+                    {k: float(v) for k, v in control_row.items() if k != "step_change"},
+                )
+            ],
+            metrics={"gains_with_fixed_point": len(agree), "gains": len(table), "iterations": iters,
+                     "tokens": measured["tokens"]},
+            details={"per_gain": table},
+            notes=f"Fixed point reached by iteration and found directly by Broyden (residual and distance < 1e-6) at "
+            f"{', '.join(agree) or 'no gain'}; not reached within {iters} iterations at "
+            f"{', '.join(never) or 'no gain'}"
+            + (f"; mixed (some clouds only, or Broyden elsewhere) at {', '.join(mixed)}. " if mixed else ". ")
+            + (
+                "At every gain the tokens first collapse to one common vector (final_token_spread below 1e-20: rank "
+                "collapse), after which the block acts on that single vector; whether the iteration then settles "
+                "depends on the weights, not monotonically on their size."
+                if collapsed
+                else "Token spread at the end is listed per gain."
+            ),
+        )
+
+    def draw(self, measured: Measured, out_dir: Path) -> list[str]:
+        """Step change per iteration (worst cloud), one line per gain."""
+        plt = pyplot()
+        fig, ax = plt.subplots(figsize=(7, 4.3))
+        for gain, change in measured["curves"].items():
+            ax.semilogy(change.clamp_min(1e-17).numpy(), label=f"gain = {gain:g}")
+        ax.axhline(1e-8, color="k", lw=0.8, ls="--")
+        ax.set_xlabel("iteration of the tied block")
+        ax.set_ylabel("|x_(k+1) - x_k| / |x_k| (worst cloud)")
+        ax.set_title("B7: iterating one tied-weight block: fixed point at some gains only")
+        ax.legend(fontsize=8)
+        return save_figure(fig, out_dir, "b7_tied_block.png")
+
+
 @register_claim(
     "B7",
     method="post-LN block (attention with a random W, MLP, LayerNorm), D=16, 32 tokens, weight gain in "
@@ -43,67 +127,5 @@ def tied_block(dim: int, gain: float, gen: torch.Generator, seed: int) -> Compos
 )
 @single_thread
 def b7_tied_block(ctx: RunContext) -> Record:
-    r"""B7: a tied-weight post-LN block $f$ on ``(batch, tokens, D)`` has a fixed point $x^* = f(x^*)$ that plain
-    iteration and Broyden's method both find, for some weight gain; judged by ``judge_fixed_point``.
-
-    Negative control through the same rule: $\mathrm{LN}\circ$``CyclicShift``, which has no fixed point (a fixed
-    point would be constant across channels, which LayerNorm maps to zero), iterated and solved the same way.
-    """
-    gen = generator(ctx.seed)
-    batch, tokens, dim, iters = (2, 16, 8, 300) if ctx.quick else (4, 32, 16, 300)
-    table, curves = {}, {}
-    for i, gain in enumerate((0.1, 0.25, 0.5, 1.0, 2.0, 4.0)):
-        block = tied_block(dim, gain, gen, seed=ctx.seed + i)
-        x = torch.randn(batch, tokens, dim, generator=gen, dtype=torch.float64)
-        row = fixed_point_row(block, x, iters)
-        curves[gain] = row.pop("step_change")
-        table[f"gain={gain:g}"] = row
-    verdict, agree = judge_fixed_point([{"name": k, **v} for k, v in table.items()], batch)
-    shift = Compose(CyclicShift(), build_norm("layernorm", NormConfig(dim=dim)))
-    x = torch.randn(batch, tokens, dim, generator=gen, dtype=torch.float64)
-    control_row = fixed_point_row(shift, x, iters)
-    control_verdict, _ = judge_fixed_point([{"name": "cyclic shift", **control_row}], batch)
-    collapsed = all(v["final_token_spread"] < 1e-20 for v in table.values())
-    never = [k for k, v in table.items() if v["iteration_reached_fixed_point"] == 0]
-    mixed = [k for k in table if k not in agree and k not in never]
-    record = Record(
-        id="B7",
-        kind="dynamics",
-        verdict=verdict,
-        criterion=f"pass iff at some weight gain plain iteration settles (step change < 1e-8) in every cloud and "
-        f"Broyden's residual and its relative distance from the iterate are below {FIXED_TOL:g}; LayerNorm after a "
-        "cyclic shift of the channels (no fixed point), judged by the same rule, must fail",
-        controls=[
-            Control(
-                "LayerNorm o cyclic channel shift (no fixed point)",
-                "negative",
-                control_verdict,
-                {k: float(v) for k, v in control_row.items() if k != "step_change"},
-            )
-        ],
-        metrics={"gains_with_fixed_point": len(agree), "gains": len(table), "iterations": iters, "tokens": tokens},
-        details={"per_gain": table},
-        notes=f"Fixed point reached by iteration and found directly by Broyden (residual and distance < 1e-6) at "
-        f"{', '.join(agree) or 'no gain'}; not reached within {iters} iterations at "
-        f"{', '.join(never) or 'no gain'}"
-        + (f"; mixed (some clouds only, or Broyden elsewhere) at {', '.join(mixed)}. " if mixed else ". ")
-        + (
-            "At every gain the tokens first collapse to one common vector (final_token_spread below 1e-20: rank "
-            "collapse), after which the block acts on that single vector; whether the iteration then settles "
-            "depends on the weights, not monotonically on their size."
-            if collapsed
-            else "Token spread at the end is listed per gain."
-        ),
-    )
-    if ctx.out_dir is not None:
-        plt = pyplot()
-        fig, ax = plt.subplots(figsize=(7, 4.3))
-        for gain, change in curves.items():
-            ax.semilogy(change.clamp_min(1e-17).numpy(), label=f"gain = {gain:g}")
-        ax.axhline(1e-8, color="k", lw=0.8, ls="--")
-        ax.set_xlabel("iteration of the tied block")
-        ax.set_ylabel("|x_(k+1) - x_k| / |x_k| (worst cloud)")
-        ax.set_title("B7: iterating one tied-weight block: fixed point at some gains only")
-        ax.legend(fontsize=8)
-        record.plots = save_figure(fig, ctx.out_dir, "b7_tied_block.png")
-    return record
+    """``TiedBlock``: measure at the sizes of ``ctx``'s mode, judge, draw into ``ctx.out_dir``."""
+    return TiedBlock()(ctx)

@@ -19,6 +19,8 @@ E8 measures the same quantities on trained models.
 from __future__ import annotations
 
 import math
+from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -26,6 +28,7 @@ from torch import Tensor
 
 from expattn.catalogue.registry import RunContext, register_claim
 from expattn.checks.tools import generator
+from expattn.presets.base import Measured, Preset, Sizes
 from expattn.results.plotting import pyplot, save_figure
 from expattn.results.record import Control, Record
 
@@ -122,6 +125,87 @@ CASES = {  # name: (shared distortion, update map); the first is the claim's own
 }
 
 
+class Heads(Preset):
+    r"""B8: in random multi-head attention on a Gaussian cloud ``(tokens, dim)``, each head's update $u_h$ is the
+    gradient step of its own log-normalizer in its distortion, and the heads' updates of one token are incoherent:
+    mean cosine at its token-permuted null and energy ratio $|\sum_h u_h|^2 / \sum_h |u_h|^2$ near 1; judged by
+    ``judge``.
+
+    Negative controls, each through the same rule: one distortion shared by every head, $x W_v W_o$ without
+    attention, and uniform averaging (``CASES``).
+    """
+
+    sizes = Sizes(quick=dict(draws=4), full=dict(draws=16))
+    heads, dim, tokens = 8, 64, 128
+
+    def measure(self, ctx: RunContext, n: SimpleNamespace) -> Measured:
+        """``results[case]``: one row per draw (``alignment`` and the gradient error) for every case of ``CASES``."""
+        gen = generator(ctx.seed)
+        results: dict[str, list[dict]] = {name: [] for name in CASES}
+        for _ in range(n.draws):
+            x = torch.randn(self.tokens, self.dim, generator=gen, dtype=torch.float64)
+            for name, (shared, update) in CASES.items():
+                w = _weights(gen, self.heads, self.dim, shared=shared)
+                u = update(x, w)
+                results[name].append({**alignment(u, gen), "gradient_error": gradient_error(x, w, u)})
+        return dict(results=results, draws=n.draws)
+
+    def judge(self, measured: Measured) -> Record:
+        """B8's Record: ``judge`` on the independent heads; each other case of ``CASES`` as a control."""
+        results, heads = measured["results"], self.heads
+        runs = results["independent heads"]
+        gap = np.array([r["cos"] - r["null_cos"] for r in runs])
+        energy = np.array([r["energy_ratio"] for r in runs])
+        shared_runs = results["one distortion shared by every head"]
+        control_cos = float(np.mean([c["cos"] for c in shared_runs]))
+        control_energy = float(np.mean([c["energy_ratio"] for c in shared_runs]))
+        controls = [Control(name, "negative", judge(r), _summary(r)) for name, r in results.items() if r is not runs]
+        return Record(
+            id="B8",
+            kind="dynamics",
+            verdict=judge(runs),
+            metrics={
+                "max_gradient_error": _summary(runs)["max_gradient_error"],
+                "mean_cos": float(np.mean([r["cos"] for r in runs])),
+                "mean_null_cos": float(np.mean([r["null_cos"] for r in runs])),
+                "max_abs_cos_minus_null": float(np.abs(gap).max()),
+                "cosine_band": COSINE_BAND,
+                "energy_ratio_mean": float(energy.mean()),
+                "energy_ratio_min": float(energy.min()),
+                "energy_ratio_max": float(energy.max()),
+                "control_cos": control_cos,
+                "control_energy_ratio": control_energy,
+                "heads": heads,
+                "draws": measured["draws"],
+            },
+            controls=controls,
+            notes=f"independent heads: mean cosine {np.mean([r['cos'] for r in runs]):.3f} vs null "
+            f"{np.mean([r['null_cos'] for r in runs]):.3f} (largest gap {np.abs(gap).max():.3f}, band "
+            f"{COSINE_BAND}); energy ratio {energy.min():.2f}-{energy.max():.2f} (1 = orthogonal, {heads} = "
+            f"aligned); shared-distortion control: cosine {control_cos:.3f}, energy ratio {control_energy:.2f}; "
+            "x W_v W_o and uniform averaging are as incoherent but are not gradient steps of the heads' "
+            "log-normalizers",
+        )
+
+    def draw(self, measured: Measured, out_dir: Path) -> list[str]:
+        """Histograms of the cosines between two heads' updates of one token and of the null, and the control."""
+        runs = measured["results"]["independent heads"]
+        control_cos = float(np.mean([c["cos"] for c in measured["results"]["one distortion shared by every head"]]))
+        plt = pyplot()
+        fig, ax = plt.subplots(figsize=(7, 4))
+        bins = np.linspace(-1, 1, 81)
+        ax.hist(np.concatenate([r["cos_values"] for r in runs]), bins=bins, alpha=0.6, density=True,
+                label="independent heads, same token")
+        ax.hist(np.concatenate([r["null_values"] for r in runs]), bins=bins, alpha=0.6, density=True,
+                label="null: different tokens")
+        ax.axvline(control_cos, color="k", ls="--", label=f"shared distortion (control): {control_cos:.2f}")
+        ax.set_xlabel("cosine between two heads' updates")
+        ax.set_ylabel("density")
+        ax.set_title("B8: heads' gradient steps are incoherent")
+        ax.legend(fontsize=8)
+        return save_figure(fig, out_dir, "b8_heads.png")
+
+
 @register_claim(
     "B8",
     method="random multi-head attention (8 heads, d=64, 128 tokens of a Gaussian cloud, float64) over seeds: "
@@ -135,59 +219,5 @@ CASES = {  # name: (shared distortion, update map); the first is the claim's own
     "each negative control, judged by the same rule, must come out not_supported",
 )
 def heads_incoherent(ctx: RunContext) -> Record:
-    gen = generator(ctx.seed)
-    heads, dim, tokens, draws = 8, 64, 128, 4 if ctx.quick else 16
-    results: dict[str, list[dict]] = {name: [] for name in CASES}
-    for _ in range(draws):
-        x = torch.randn(tokens, dim, generator=gen, dtype=torch.float64)
-        for name, (shared, update) in CASES.items():
-            w = _weights(gen, heads, dim, shared=shared)
-            u = update(x, w)
-            results[name].append({**alignment(u, gen), "gradient_error": gradient_error(x, w, u)})
-    runs = results["independent heads"]
-    gap = np.array([r["cos"] - r["null_cos"] for r in runs])
-    energy = np.array([r["energy_ratio"] for r in runs])
-    shared_runs = results["one distortion shared by every head"]
-    control_cos = float(np.mean([c["cos"] for c in shared_runs]))
-    control_energy = float(np.mean([c["energy_ratio"] for c in shared_runs]))
-    controls = [Control(name, "negative", judge(r), _summary(r)) for name, r in results.items() if r is not runs]
-    record = Record(
-        id="B8",
-        kind="dynamics",
-        verdict=judge(runs),
-        metrics={
-            "max_gradient_error": _summary(runs)["max_gradient_error"],
-            "mean_cos": float(np.mean([r["cos"] for r in runs])),
-            "mean_null_cos": float(np.mean([r["null_cos"] for r in runs])),
-            "max_abs_cos_minus_null": float(np.abs(gap).max()),
-            "cosine_band": COSINE_BAND,
-            "energy_ratio_mean": float(energy.mean()),
-            "energy_ratio_min": float(energy.min()),
-            "energy_ratio_max": float(energy.max()),
-            "control_cos": control_cos,
-            "control_energy_ratio": control_energy,
-            "heads": heads,
-            "draws": draws,
-        },
-        controls=controls,
-        notes=f"independent heads: mean cosine {np.mean([r['cos'] for r in runs]):.3f} vs null "
-        f"{np.mean([r['null_cos'] for r in runs]):.3f} (largest gap {np.abs(gap).max():.3f}, band {COSINE_BAND}); "
-        f"energy ratio {energy.min():.2f}-{energy.max():.2f} (1 = orthogonal, {heads} = aligned); shared-distortion "
-        f"control: cosine {control_cos:.3f}, energy ratio {control_energy:.2f}; x W_v W_o and uniform averaging are "
-        "as incoherent but are not gradient steps of the heads' log-normalizers",
-    )
-    if ctx.out_dir is not None:
-        plt = pyplot()
-        fig, ax = plt.subplots(figsize=(7, 4))
-        bins = np.linspace(-1, 1, 81)
-        ax.hist(np.concatenate([r["cos_values"] for r in runs]), bins=bins, alpha=0.6, density=True,
-                label="independent heads, same token")
-        ax.hist(np.concatenate([r["null_values"] for r in runs]), bins=bins, alpha=0.6, density=True,
-                label="null: different tokens")
-        ax.axvline(control_cos, color="k", ls="--", label=f"shared distortion (control): {control_cos:.2f}")
-        ax.set_xlabel("cosine between two heads' updates")
-        ax.set_ylabel("density")
-        ax.set_title("B8: heads' gradient steps are incoherent")
-        ax.legend(fontsize=8)
-        record.plots = save_figure(fig, ctx.out_dir, "b8_heads.png")
-    return record
+    """``Heads``: measure at the sizes of ``ctx``'s mode, judge, draw into ``ctx.out_dir``."""
+    return Heads()(ctx)

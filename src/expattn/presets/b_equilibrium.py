@@ -8,6 +8,8 @@ $A(\eta) = \mu + (I + \Sigma)\eta$, and $\mathrm{RN}_{\Sigma^{-1}\mu, \Sigma^{-1
 from __future__ import annotations
 
 import math
+from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 from scipy.stats import norm
@@ -37,6 +39,7 @@ from expattn.presets.b_rules import (
     judge_gaussianity,
     judge_theorem1,
 )
+from expattn.presets.base import Measured, Preset, Sizes
 from expattn.results.plotting import pyplot, save_figure
 from expattn.results.record import Control, Record
 
@@ -97,19 +100,7 @@ def _moment_z(x: torch.Tensor, mean: torch.Tensor, cov: torch.Tensor) -> tuple[f
     return float(z_mean), float(((covariance(x)[0] - cov).abs() / cov_se).max())
 
 
-@register_claim(
-    "B5",
-    statement="Theorem 1: with eta ~ N(Sigma^-1 mu, Sigma^-1) and carrier x = Sigma eta, A(eta) = mu + (I + Sigma) "
-    "eta and RN o A maps p_eq to itself",
-    source="seed 000 Theorem 1 and its proof (appendix)",
-    method="20,000 samples in D = 2, 8, 32, 100 iterations of RN o A: affine map error, mean/covariance vs "
-    "Monte Carlo error, Mardia and sliced-Wasserstein Gaussianity (on 5,000 of the samples); contrasts: a "
-    "uniform start with the same moments (10 iterations), and the empirical self-carrier x_n = Sigma eta_n",
-    command="simulate",
-    name="b5-theorem1",
-)
-@single_thread
-def b5_theorem1(ctx: RunContext) -> Record:
+class Theorem1(Preset):
     r"""B5: $A(\eta) = \mu + (I + \Sigma)\eta$ on ``(1, n, D)`` samples $\eta \sim p_{eq}$, and
     $\mathrm{RN}\circ A$ keeps $p_{eq}$ (moments within Monte Carlo error, Gaussian, no drift), judged by
     ``judge_theorem1``.
@@ -118,45 +109,66 @@ def b5_theorem1(ctx: RunContext) -> Record:
     the affine error is of order one), and RN as printed (``PrintedRN``, the raw second moment in place of
     the covariance) iterated in place of RN (the covariance misses $p_{eq}$'s by many standard errors).
     """
-    gen = generator(ctx.seed)
-    n, iters, n_emp, emp_iters = (1000, 10, 300, 5) if ctx.quick else (20000, 100, 1000, 20)
-    table, affine_err, printed_z, curves, wrong_err, setups = {}, 0.0, 0.0, {}, 0.0, []
-    for dim in (2, 8, 32):
+
+    sizes = Sizes(quick=dict(samples=1000, iters=10, emp_samples=300, emp_iters=5),
+                  full=dict(samples=20000, iters=100, emp_samples=1000, emp_iters=20))
+
+    def measure(self, ctx: RunContext, n: SimpleNamespace) -> Measured:
+        r"""Per D in (2, 8, 32): the row of ``table``, the largest affine errors of $A$ and of $\mu + \Sigma\eta$,
+        the as-printed covariance z-score, ``curves[D]`` = (sliced-W2 excess per empirical iteration, the
+        empirical end ``(1, emp_samples, D)`` and Theorem 1's end ``(1, samples, D)``, both for D = 2 only),
+        and ``printed_rows``: the iterated printed RN's rows."""
+        gen = generator(ctx.seed)
+        table, curves, setups = {}, {}, []
+        affine_err = printed_z = wrong_err = 0.0
+        for dim in (2, 8, 32):
+            row, errors, curves[dim], setup = self._one_dim(gen, dim, n)
+            table[f"D={dim}"] = row
+            affine_err, wrong_err, printed_z = (max(a, b) for a, b in zip((affine_err, wrong_err, printed_z), errors,
+                                                                           strict=True))
+            setups.append(setup)
+        printed_rows = [self._printed_row(gen, *setup, n.iters) for setup in setups]
+        return dict(table=table, curves=curves, affine_err=affine_err, wrong_err=wrong_err, printed_z=printed_z,
+                    printed_rows=printed_rows, samples=n.samples, iters=n.iters, emp_samples=n.emp_samples,
+                    emp_iters=n.emp_iters)
+
+    @staticmethod
+    def _one_dim(gen: torch.Generator, dim: int, n: SimpleNamespace) -> tuple:
+        """One dimension: (row of the table, (affine error, residual-dropped error, as-printed cov z), curve,
+        (start ``(1, samples, D)``, attention, eta0, lam0))."""
         sigma, mu = spd_with_spectrum(gen, dim), 0.5 * torch.randn(dim, generator=gen, dtype=torch.float64)
         eta0, lam0 = torch.linalg.solve(sigma, mu), torch.linalg.inv(sigma)
-        start = eta0 + torch.randn(1, n, dim, generator=gen, dtype=torch.float64) @ sym_power(lam0, 0.5)
+        start = eta0 + torch.randn(1, n.samples, dim, generator=gen, dtype=torch.float64) @ sym_power(lam0, 0.5)
         attention = AttentionUpdate(AttentionConfig(carrier="gaussian_mixture"), atoms=mu[None], covariance=sigma)
         rn = Whitening(NormConfig(dim=dim, target_mean=eta0, target_cov=lam0))
         moved = attention(start)
         affine = mu + start @ (torch.eye(dim, dtype=torch.float64) + sigma).T
-        affine_err = max(affine_err, float((moved - affine).abs().max() / affine.abs().max()))
+        affine_err = float((moved - affine).abs().max() / affine.abs().max())
         wrong = mu + start @ sigma.T
-        wrong_err = max(wrong_err, float((moved - wrong).abs().max() / wrong.abs().max()))
-        setups.append((start, attention, eta0, lam0))
+        wrong_err = float((moved - wrong).abs().max() / wrong.abs().max())
         # As printed: RN scales by the raw second moment E[eta eta^T] instead of the covariance.
         centred = moved - moved.mean(-2, keepdim=True)
-        raw = moved.mT @ moved / n
+        raw = moved.mT @ moved / n.samples
         printed = eta0 + centred @ (sym_power(lam0, 0.5) @ sym_power(raw[0], -0.5)).T
-        printed_z = max(printed_z, _moment_z(printed, eta0, lam0)[1])
-        traj = run(start, Compose(attention, rn), iters, metrics=[], keep=[1])
+        printed_z = _moment_z(printed, eta0, lam0)[1]
+        traj = run(start, Compose(attention, rn), n.iters, metrics=[], keep=[1])
         z_mean, z_cov = _moment_z(traj.final, eta0, lam0)
         z0_mean, z0_cov = _moment_z(start, eta0, lam0)
         gaussian, stats = is_gaussian(traj.final, gen)
         drift = float((traj.final - traj.snapshots[1]).abs().max() / traj.snapshots[1].abs().max())
         # Contrast 1: a uniform (non-Gaussian) cloud with p_eq's moments is fixed just the same.
-        cube = rn(make_cloud("cube", 1, n, dim, gen))
-        cube_end = run(cube, Compose(attention, rn), min(iters, 10), metrics=[]).final
+        cube = rn(make_cloud("cube", 1, n.samples, dim, gen))
+        cube_end = run(cube, Compose(attention, rn), min(n.iters, 10), metrics=[]).final
         cube_gaussian, cube_stats = is_gaussian(cube_end, gen)
         cube_moved = float((cube_end - cube).abs().max() / cube.abs().max())
         # Contrast 2: the empirical self-carrier (atoms Sigma eta_n of the cloud itself) leaves p_eq.
         emp_op = Compose(AttentionUpdate(AttentionConfig(), carrier_map=sigma), rn)
-        x, sw_curve = start[:, :n_emp], []
-        for _ in range(emp_iters + 1):
+        x, sw_curve = start[:, :n.emp_samples], []
+        for _ in range(n.emp_iters + 1):
             sw_curve.append(float(sliced_wasserstein_gaussian(x, gen, directions=16, null_draws=8)["excess"][0]))
             x = emp_op(x)
         emp_gaussian, emp_stats = is_gaussian(x, gen)
-        curves[dim] = (sw_curve, x if dim == 2 else None, traj.final if dim == 2 else None)
-        table[f"D={dim}"] = {
+        row = {
             "start_mean_z": z0_mean,
             "start_cov_z": z0_cov,
             "final_mean_z": z_mean,
@@ -171,74 +183,86 @@ def b5_theorem1(ctx: RunContext) -> Record:
             "empirical_carrier_final": emp_stats,
             "empirical_carrier_sw_excess": sw_curve,
         }
-    rows = list(table.values())
-    printed_rows = []
-    for start, attention, eta0, lam0 in setups:
+        curve = (sw_curve, x if dim == 2 else None, traj.final if dim == 2 else None)
+        return row, (affine_err, wrong_err, printed_z), curve, (start, attention, eta0, lam0)
+
+    @staticmethod
+    def _printed_row(gen, start, attention, eta0, lam0, iters: int) -> dict[str, float]:
+        """RN as printed (``PrintedRN``) iterated ``iters`` times from ``start``: its moments, Gaussianity, drift."""
         traj = run(start, Compose(attention, PrintedRN(eta0, lam0)), iters, metrics=[], keep=[1])
         z_mean, z_cov = _moment_z(traj.final, eta0, lam0)
         drift = float((traj.final - traj.snapshots[1]).abs().max() / traj.snapshots[1].abs().max())
         printed_gaussian, printed_stats = is_gaussian(traj.final, gen)
-        printed_rows.append(
-            {
-                "final_mean_z": z_mean,
-                "final_cov_z": z_cov,
-                "final_is_gaussian": printed_gaussian,
-                "final_rank_deficient": printed_stats["rank_deficient"],
-                "max_drift_after_first_iteration": drift,
-            }
-        )
-    controls = [
-        Control(
-            "A read as mu + Sigma eta (residual dropped)",
-            "negative",
-            judge_theorem1(wrong_err, rows),
-            {"max_error": wrong_err, "tolerance": AFFINE_TOL},
-        ),
-        Control(
-            "RN as printed (raw second moment), iterated",
-            "negative",
-            judge_theorem1(affine_err, printed_rows),
-            {
-                "max_final_mean_z": max(r["final_mean_z"] for r in printed_rows),
-                "max_final_cov_z": max(r["final_cov_z"] for r in printed_rows),
-                "rank_deficient_final_clouds": sum(r["final_rank_deficient"] for r in printed_rows),
+        return {
+            "final_mean_z": z_mean,
+            "final_cov_z": z_cov,
+            "final_is_gaussian": printed_gaussian,
+            "final_rank_deficient": printed_stats["rank_deficient"],
+            "max_drift_after_first_iteration": drift,
+        }
+
+    def judge(self, measured: Measured) -> Record:
+        """B5's Record: ``judge_theorem1`` on the D = 2, 8, 32 rows; residual dropped, RN as printed as controls."""
+        table, printed_rows = measured["table"], measured["printed_rows"]
+        affine_err, wrong_err, printed_z = measured["affine_err"], measured["wrong_err"], measured["printed_z"]
+        rows = list(table.values())
+        controls = [
+            Control(
+                "A read as mu + Sigma eta (residual dropped)",
+                "negative",
+                judge_theorem1(wrong_err, rows),
+                {"max_error": wrong_err, "tolerance": AFFINE_TOL},
+            ),
+            Control(
+                "RN as printed (raw second moment), iterated",
+                "negative",
+                judge_theorem1(affine_err, printed_rows),
+                {
+                    "max_final_mean_z": max(r["final_mean_z"] for r in printed_rows),
+                    "max_final_cov_z": max(r["final_cov_z"] for r in printed_rows),
+                    "rank_deficient_final_clouds": sum(r["final_rank_deficient"] for r in printed_rows),
+                },
+            ),
+        ]
+        return Record(
+            id="B5",
+            kind="identity+dynamics",
+            verdict=judge_theorem1(affine_err, rows),
+            as_printed="pass" if printed_z <= Z_COV else "fail",
+            criterion=THEOREM1_CRITERION,
+            controls=controls,
+            metrics={
+                "max_error": affine_err,
+                "tolerance": AFFINE_TOL,
+                "samples": measured["samples"],
+                "iterations": measured["iters"],
+                "as_printed_cov_z": printed_z,
+                "max_final_cov_z": max(v["final_cov_z"] for v in table.values()),
             },
-        ),
-    ]
-    record = Record(
-        id="B5",
-        kind="identity+dynamics",
-        verdict=judge_theorem1(affine_err, rows),
-        as_printed="pass" if printed_z <= Z_COV else "fail",
-        criterion=f"pass iff A matches mu + (I + Sigma) eta to relative {AFFINE_TOL:g} and in D = 2, 8, 32 the final "
-        f"sample mean and covariance lie within {Z_MEAN:g} and {Z_COV:g} Monte Carlo standard errors of p_eq's, "
-        f"Mardia's tests and the sliced-W2 z-score accept Gaussianity at level {ALPHA:g} and the cloud moves less "
-        f"than {DRIFT_TOL:g} after the first iteration; A read without the residual and RN as printed, judged by "
-        "the same rule, must fail",
-        controls=controls,
-        metrics={
-            "max_error": affine_err,
-            "tolerance": AFFINE_TOL,
-            "samples": n,
-            "iterations": iters,
-            "as_printed_cov_z": printed_z,
-            "max_final_cov_z": max(v["final_cov_z"] for v in table.values()),
-        },
-        details={"per_dim": table},
-        notes="A is the affine map mu + (I + Sigma) eta to rounding; after the first RN the sample mean and "
-        "covariance equal p_eq's exactly (z-scores against Monte Carlo error are ~1e-10) and RN o A is then "
-        "the identity on the samples themselves (drift column), so the cloud stays Gaussian. Contrasts: a "
-        "uniform cloud with the same moments is also left exactly in place (cube_start_moved), so Theorem 1's "
-        "equilibrium is not attracting and the dynamics do not select Gaussians; with the empirical "
-        "self-carrier x_n = Sigma eta_n (real self-attention) the Gaussian start does not stay put: after "
-        f"{emp_iters} iterations on {n_emp} samples the sliced-W2 excess is "
-        + ", ".join(f"{v['empirical_carrier_sw_excess'][-1]:.1f} (D={k[2:]})" for k, v in table.items())
-        + " (1 = Gaussian) and Mardia's kurtosis test rejects in "
-        + ", ".join(k for k, v in table.items() if v["empirical_carrier_final"].get("kurtosis_p", 0.0) <= ALPHA)
-        + ". As printed, RN divides by the raw second moment E[eta eta^T], "
-        f"which misses p_eq's covariance by {printed_z:.0f} Monte Carlo standard errors.",
-    )
-    if ctx.out_dir is not None:
+            details={"per_dim": table},
+            notes=self._notes(table, measured["emp_iters"], measured["emp_samples"], printed_z),
+        )
+
+    @staticmethod
+    def _notes(table: dict, emp_iters: int, n_emp: int, printed_z: float) -> str:
+        return (
+            "A is the affine map mu + (I + Sigma) eta to rounding; after the first RN the sample mean and "
+            "covariance equal p_eq's exactly (z-scores against Monte Carlo error are ~1e-10) and RN o A is then "
+            "the identity on the samples themselves (drift column), so the cloud stays Gaussian. Contrasts: a "
+            "uniform cloud with the same moments is also left exactly in place (cube_start_moved), so Theorem 1's "
+            "equilibrium is not attracting and the dynamics do not select Gaussians; with the empirical "
+            "self-carrier x_n = Sigma eta_n (real self-attention) the Gaussian start does not stay put: after "
+            f"{emp_iters} iterations on {n_emp} samples the sliced-W2 excess is "
+            + ", ".join(f"{v['empirical_carrier_sw_excess'][-1]:.1f} (D={k[2:]})" for k, v in table.items())
+            + " (1 = Gaussian) and Mardia's kurtosis test rejects in "
+            + ", ".join(k for k, v in table.items() if v["empirical_carrier_final"].get("kurtosis_p", 0.0) <= ALPHA)
+            + ". As printed, RN divides by the raw second moment E[eta eta^T], "
+            f"which misses p_eq's covariance by {printed_z:.0f} Monte Carlo standard errors."
+        )
+
+    def draw(self, measured: Measured, out_dir: Path) -> list[str]:
+        """Sliced-W2 excess per iteration (empirical carrier) beside Theorem 1's final excess, and the D = 2 ends."""
+        table, curves, iters = measured["table"], measured["curves"], measured["iters"]
         plt = pyplot()
         fig, axes = plt.subplots(1, 3, figsize=(14, 4.3))
         for dim, (sw_curve, _, _) in curves.items():
@@ -262,10 +286,34 @@ def b5_theorem1(ctx: RunContext) -> Record:
         axes[1].scatter(*thm_cloud[0, :2000].T.numpy(), s=2, alpha=0.5)
         axes[1].set_title(f"Gaussian carrier, D = 2, after {iters} iterations")
         axes[2].scatter(*emp_cloud[0].T.numpy(), s=3, alpha=0.6, color="C3")
-        axes[2].set_title(f"empirical self-carrier, D = 2, after {emp_iters} iterations")
+        axes[2].set_title(f"empirical self-carrier, D = 2, after {measured['emp_iters']} iterations")
         fig.suptitle("B5: Theorem 1's Gaussian equilibrium holds with the Gaussian carrier, not with the empirical one")
-        record.plots = save_figure(fig, ctx.out_dir, "b5_theorem1.png")
-    return record
+        return save_figure(fig, out_dir, "b5_theorem1.png")
+
+
+THEOREM1_CRITERION = (
+    f"pass iff A matches mu + (I + Sigma) eta to relative {AFFINE_TOL:g} and in D = 2, 8, 32 the final "
+    f"sample mean and covariance lie within {Z_MEAN:g} and {Z_COV:g} Monte Carlo standard errors of p_eq's, "
+    f"Mardia's tests and the sliced-W2 z-score accept Gaussianity at level {ALPHA:g} and the cloud moves less "
+    f"than {DRIFT_TOL:g} after the first iteration; A read without the residual and RN as printed, judged by "
+    "the same rule, must fail"
+)
+
+@register_claim(
+    "B5",
+    statement="Theorem 1: with eta ~ N(Sigma^-1 mu, Sigma^-1) and carrier x = Sigma eta, A(eta) = mu + (I + Sigma) "
+    "eta and RN o A maps p_eq to itself",
+    source="seed 000 Theorem 1 and its proof (appendix)",
+    method="20,000 samples in D = 2, 8, 32, 100 iterations of RN o A: affine map error, mean/covariance vs "
+    "Monte Carlo error, Mardia and sliced-Wasserstein Gaussianity (on 5,000 of the samples); contrasts: a "
+    "uniform start with the same moments (10 iterations), and the empirical self-carrier x_n = Sigma eta_n",
+    command="simulate",
+    name="b5-theorem1",
+)
+@single_thread
+def b5_theorem1(ctx: RunContext) -> Record:
+    """``Theorem1``: measure at the sizes of ``ctx``'s mode, judge, draw into ``ctx.out_dir``."""
+    return Theorem1()(ctx)
 
 
 STARTS = ("gaussian", "cube", "lognormal", "two_clusters")  # B6's start clouds
@@ -285,6 +333,113 @@ def _runs_to_gaussian(operator, rn, dim: int, n: int, iters: int, gen: torch.Gen
     return out
 
 
+CARRIERS = ("kernel-smoothed cloud", "fixed 4-component mixture")  # B6's carriers
+
+
+class ContinuousCarrier(Preset):
+    r"""B6: does $\mathrm{RN}\circ A$, $A(x) = x + \nabla G(x)$ with a continuous carrier, drive whitened
+    non-Gaussian clouds ``(1, n, D)`` to a Gaussian? Judged by ``judge_gaussianity``.
+
+    Controls through the same runs and rule: whitening alone (no attention), which leaves a non-Gaussian
+    cloud non-Gaussian (negative: must be not_supported); and ``GaussianRedraw``, whose output is an i.i.d.
+    standard normal sample (positive: must be supported, i.e. the tests do not reject Gaussian ends; one step).
+    Quick mode keeps the 600 samples: at 200 the tests miss the two clusters in D = 8 after whitening alone.
+    """
+
+    sizes = Sizes(quick=dict(samples=600, iters=6), full=dict(samples=600, iters=25))
+
+    def measure(self, ctx: RunContext, n: SimpleNamespace) -> Measured:
+        """``table`` (one row per D/carrier/start), ``curves[(D, carrier, start)]`` (sliced-W2 excess per
+        iteration, ``iters + 1`` floats), ``ends`` [(start, ends Gaussian)], and ``control_runs``: per control
+        (name, kind, [(D, start, ends Gaussian)])."""
+        gen = generator(ctx.seed)
+        table, curves, ends = {}, {}, []
+        for dim in (2, 8):
+            rn = Whitening(NormConfig(dim=dim))
+            means = 2.0 * torch.randn(4, dim, generator=gen, dtype=torch.float64)
+            carriers = dict(zip(CARRIERS, (
+                AttentionUpdate(AttentionConfig(carrier="gaussian_mixture", bandwidth=1.0)),
+                AttentionUpdate(AttentionConfig(carrier="gaussian_mixture", bandwidth=1.0), atoms=means),
+            ), strict=True))
+            for carrier, attention in carriers.items():
+                for kind, (gaussian, stats, excess) in _runs_to_gaussian(
+                    Compose(attention, rn), rn, dim, n.samples, n.iters, gen
+                ).items():
+                    ends.append((kind, gaussian))
+                    curves[(dim, carrier, kind)] = excess
+                    table[f"D={dim}/{carrier}/{kind}"] = {
+                        "final_is_gaussian": gaussian,
+                        "final": stats,
+                        "sw_excess_start": excess[0],
+                        "sw_excess_end": excess[-1],
+                    }
+        control_runs = []
+        for name, kind, make, steps in (
+            ("whitening alone (no attention)", "negative", lambda rn: rn, n.iters),
+            ("fresh N(0, I) draw (Gaussian by construction)", "positive", lambda rn: GaussianRedraw(gen), 1),
+        ):
+            runs = [
+                (d, k, g)
+                for d in (2, 8)
+                for k, (g, _, _) in _runs_to_gaussian(
+                    make(Whitening(NormConfig(dim=d))), Whitening(NormConfig(dim=d)), d, n.samples, steps, gen
+                ).items()
+            ]
+            control_runs.append((name, kind, runs))
+        return dict(table=table, curves=curves, ends=ends, control_runs=control_runs, samples=n.samples,
+                    iters=n.iters)
+
+    def judge(self, measured: Measured) -> Record:
+        """B6's Record: ``judge_gaussianity`` on every run's end; whitening alone, a fresh draw as controls."""
+        ends = measured["ends"]
+        controls = [
+            Control(
+                name,
+                kind,
+                judge_gaussianity([(k, g) for _, k, g in runs]),
+                {f"D={d}/{k}_ends_gaussian": float(g) for d, k, g in runs},
+            )
+            for name, kind, runs in measured["control_runs"]
+        ]
+        reached = sum(g for _, g in ends)
+        return Record(
+            id="B6",
+            kind="dynamics",
+            verdict=judge_gaussianity(ends),
+            metrics={"runs": len(ends), "runs_ending_gaussian": reached, "samples": measured["samples"],
+                     "iterations": measured["iters"]},
+            criterion="supported iff every run from a non-Gaussian start (cube, lognormal, two clusters; both "
+            f"carriers, D = 2 and 8) ends accepted by Mardia's skewness and kurtosis tests and the sliced-W2 "
+            f"z-score, each at level {ALPHA:g}; not_supported iff none does; else inconclusive. Whitening alone "
+            "must come out not_supported and a fresh N(0, I) draw supported under the same rule",
+            controls=controls,
+            details={"per_run": measured["table"]},
+            notes=f"{reached} of {len(ends)} runs end Gaussian (Mardia skewness and kurtosis and the sliced-W2 "
+            f"z-score, each at level {ALPHA:g}). Even Gaussian starts leave Gaussianity: the non-linear (softmax) "
+            "part of the continuous carrier's gradient bends the cloud and whitening only fixes its first two "
+            "moments, so in these runs the answer to seed 002's question is no.",
+        )
+
+    def draw(self, measured: Measured, out_dir: Path) -> list[str]:
+        """Sliced-W2 excess per iteration, one panel per D and carrier, one line per start."""
+        curves = measured["curves"]
+        plt = pyplot()
+        fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), sharey=True)
+        for (row, dim), (col, carrier) in ((r, c) for r in enumerate((2, 8)) for c in enumerate(CARRIERS)):
+            ax = axes[row][col]
+            for kind in STARTS:
+                ax.plot(curves[(dim, carrier, kind)], "o-", ms=2, label=f"start: {kind}")
+            ax.axhline(1.0, color="k", lw=0.8, ls="--")
+            ax.set_yscale("log")
+            ax.set_title(f"{carrier}, D = {dim}")
+            ax.set_xlabel("iteration of RN o A")
+        axes[0][0].set_ylabel("sliced W2 excess over a Gaussian sample")
+        axes[1][0].set_ylabel("sliced W2 excess over a Gaussian sample")
+        axes[0][0].legend(fontsize=8)
+        fig.suptitle("B6: continuous carriers + whitening do not drive clouds to a Gaussian (1 = Gaussian level)")
+        return save_figure(fig, out_dir, "b6_continuous_carrier.png")
+
+
 @register_claim(
     "B6",
     method="600 samples in D = 2, 8; carriers: the cloud smoothed by N(0, I) kernels (self, A6) and a fixed "
@@ -295,91 +450,5 @@ def _runs_to_gaussian(operator, rn, dim: int, n: int, iters: int, gen: torch.Gen
 )
 @single_thread
 def b6_continuous_carrier(ctx: RunContext) -> Record:
-    r"""B6: does $\mathrm{RN}\circ A$, $A(x) = x + \nabla G(x)$ with a continuous carrier, drive whitened
-    non-Gaussian clouds ``(1, n, D)`` to a Gaussian? Judged by ``judge_gaussianity``.
-
-    Controls through the same runs and rule: whitening alone (no attention), which leaves a non-Gaussian
-    cloud non-Gaussian (negative: must be not_supported); and ``GaussianRedraw``, whose output is an i.i.d.
-    standard normal sample (positive: must be supported, i.e. the tests do not reject Gaussian ends; one step).
-    Quick mode keeps the 600 samples: at 200 the tests miss the two clusters in D = 8 after whitening alone.
-    """
-    gen = generator(ctx.seed)
-    n, iters = (600, 6) if ctx.quick else (600, 25)
-    starts = STARTS
-    table, curves, ends = {}, {}, []
-    for dim in (2, 8):
-        rn = Whitening(NormConfig(dim=dim))
-        means = 2.0 * torch.randn(4, dim, generator=gen, dtype=torch.float64)
-        carriers = {
-            "kernel-smoothed cloud": AttentionUpdate(AttentionConfig(carrier="gaussian_mixture", bandwidth=1.0)),
-            "fixed 4-component mixture": AttentionUpdate(
-                AttentionConfig(carrier="gaussian_mixture", bandwidth=1.0), atoms=means
-            ),
-        }
-        for carrier, attention in carriers.items():
-            for kind, (gaussian, stats, excess) in _runs_to_gaussian(
-                Compose(attention, rn), rn, dim, n, iters, gen
-            ).items():
-                ends.append((kind, gaussian))
-                curves[(dim, carrier, kind)] = excess
-                table[f"D={dim}/{carrier}/{kind}"] = {
-                    "final_is_gaussian": gaussian,
-                    "final": stats,
-                    "sw_excess_start": excess[0],
-                    "sw_excess_end": excess[-1],
-                }
-    controls = []
-    for name, kind, make, steps in (
-        ("whitening alone (no attention)", "negative", lambda rn: rn, iters),
-        ("fresh N(0, I) draw (Gaussian by construction)", "positive", lambda rn: GaussianRedraw(gen), 1),
-    ):
-        runs = [
-            (d, k, g)
-            for d in (2, 8)
-            for k, (g, _, _) in _runs_to_gaussian(
-                make(Whitening(NormConfig(dim=d))), Whitening(NormConfig(dim=d)), d, n, steps, gen
-            ).items()
-        ]
-        controls.append(
-            Control(
-                name,
-                kind,
-                judge_gaussianity([(k, g) for _, k, g in runs]),
-                {f"D={d}/{k}_ends_gaussian": float(g) for d, k, g in runs},
-            )
-        )
-    verdict = judge_gaussianity(ends)
-    reached = sum(g for _, g in ends)
-    record = Record(
-        id="B6",
-        kind="dynamics",
-        verdict=verdict,
-        metrics={"runs": len(ends), "runs_ending_gaussian": reached, "samples": n, "iterations": iters},
-        criterion="supported iff every run from a non-Gaussian start (cube, lognormal, two clusters; both "
-        f"carriers, D = 2 and 8) ends accepted by Mardia's skewness and kurtosis tests and the sliced-W2 z-score, "
-        f"each at level {ALPHA:g}; not_supported iff none does; else inconclusive. Whitening alone must come out "
-        "not_supported and a fresh N(0, I) draw supported under the same rule",
-        controls=controls,
-        details={"per_run": table},
-        notes=f"{reached} of {len(ends)} runs end Gaussian (Mardia skewness and kurtosis and the sliced-W2 z-score, "
-        f"each at level {ALPHA:g}). Even Gaussian starts leave Gaussianity: the non-linear (softmax) part of "
-        "the continuous carrier's gradient bends the cloud and whitening only fixes its first two moments, so "
-        "in these runs the answer to seed 002's question is no.",
-    )
-    if ctx.out_dir is not None:
-        plt = pyplot()
-        fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), sharey=True)
-        for (row, dim), (col, carrier) in ((r, c) for r in enumerate((2, 8)) for c in enumerate(carriers)):
-            ax = axes[row][col]
-            for kind in starts:
-                ax.plot(curves[(dim, carrier, kind)], "o-", ms=2, label=f"start: {kind}")
-            ax.axhline(1.0, color="k", lw=0.8, ls="--")
-            ax.set_yscale("log")
-            ax.set_title(f"{carrier}, D = {dim}")
-            ax.set_xlabel("iteration of RN o A")
-        axes[0][0].set_ylabel("sliced W2 excess over a Gaussian sample")
-        axes[1][0].set_ylabel("sliced W2 excess over a Gaussian sample")
-        axes[0][0].legend(fontsize=8)
-        fig.suptitle("B6: continuous carriers + whitening do not drive clouds to a Gaussian (1 = Gaussian level)")
-        record.plots = save_figure(fig, ctx.out_dir, "b6_continuous_carrier.png")
-    return record
+    """``ContinuousCarrier``: measure at the sizes of ``ctx``'s mode, judge, draw into ``ctx.out_dir``."""
+    return ContinuousCarrier()(ctx)

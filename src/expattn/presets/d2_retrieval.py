@@ -21,12 +21,16 @@ single-pattern fixed points), and near-uniform attention that retrieves nothing.
 
 from __future__ import annotations
 
+from pathlib import Path
+from types import SimpleNamespace
+
 import numpy as np
 import torch
 
 from expattn.catalogue.registry import RunContext, register_claim
 from expattn.checks.tools import generator
 from expattn.core.hopfield import hopfield_update
+from expattn.presets.base import Measured, Preset, Sizes
 from expattn.presets.d2_hopfield import (
     CONTROL_BETA,
     QUERY_COSINE,
@@ -48,65 +52,75 @@ from expattn.results.plotting import pyplot, save_figure
 from expattn.results.record import Control, Record
 
 
-@register_claim(
-    "D2",
-    method="N=16 random patterns of norm r in d=32, queries x_i + 5% noise, one update, beta in {0.5,1,2,4}, "
-    "8 radii; every error vs the Theorem 5 bound, and the slope of log error against beta * (query's gap)",
-    command="simulate",
-    name="d2-one-step-error",
-    criterion=f"pass iff no one-step error exceeds its Theorem 5 bound and the slope of log error against beta * "
-    f"(the query's gap) lies in {list(SLOPE_BAND)}; the same draws updated at beta / 2, judged by the same rule "
-    "against the bound at beta, must fail",
-)
-def one_step_error(ctx: RunContext) -> Record:
-    gen = generator(ctx.seed)
-    d, n, noise, trials = 32, 16, 0.05, 2 if ctx.quick else 8
-    betas = (0.5, 1.0, 2.0, 4.0)
-    radii = torch.linspace(0.5, 4.5, 5 if ctx.quick else 9, dtype=torch.float64)
-    rows, draws = [], []
-    for beta in betas:
-        shape = (len(radii), trials, n, d)
-        r = radii.view(-1, 1, 1, 1)
-        x = r * unit_rows(torch.randn(*shape, generator=gen, dtype=torch.float64))
-        xi = x + noise * r * unit_rows(torch.randn(*shape, generator=gen, dtype=torch.float64))
-        err = (hopfield_update(xi, x, beta) - x).norm(dim=-1)  # (R, T, N)
-        m = x.norm(dim=-1).amax(-1, keepdim=True)
-        delta = separation(x)  # (R, T, N)
-        exponent = beta * (delta - 2 * (xi - x).norm(dim=-1) * m)
-        bound = 2 * (n - 1) * m * torch.exp(-exponent)
-        gap = beta * separation(x, xi)  # the query's own softmax gap
-        rows.append((beta, err, bound, exponent, gap, m, delta))
-        draws.append((x, xi))
-    errors = torch.stack([row[1] for row in rows])  # (beta, R, T, N)
-    bounds = torch.stack([row[2] for row in rows])
-    gaps = torch.stack([row[4] for row in rows])
-    verdict, violations, slope = judge_one_step(errors, bounds, gaps)
-    # Negative control: the same draws updated at beta / 2, judged against the bound and gap at beta.
-    halved = torch.stack([(hopfield_update(xi, x, beta / 2) - x).norm(dim=-1)
-                          for beta, (x, xi) in zip(betas, draws, strict=True)])
-    control_verdict, control_violations, control_slope = judge_one_step(halved, bounds, gaps)
-    control = Control("update at beta / 2 (exponent halved)", "negative", control_verdict,
-                      {"bound_violations": control_violations, "log_error_slope_vs_beta_gap": control_slope})
-    record = Record(
-        id="D2",
-        kind="dynamics",
-        verdict=verdict,
-        controls=[control],
-        metrics={
-            "bound_violations": violations,
-            "trials": errors.numel(),
-            "log_error_slope_vs_beta_gap": float(slope),
-            "max_error_over_bound": float((errors / bounds).max()),
-            "smallest_error": float(errors[errors > 0].min()),
-        },
-        notes=f"errors never exceed the Theorem 5 bound ({violations} violations in {errors.numel()}); "
-        f"log error falls with slope {slope:.2f} per unit of beta * gap (exponential decay has slope -1)",
-    )
-    if ctx.out_dir is not None:
+class OneStepError(Preset):
+    r"""D2 one-step error: $|f(\xi) - x_i|$ after one update from $\xi = x_i + $ noise, for ``(R, T, N, d)``
+    patterns of R norms, never exceeds Theorem 5's bound $2(N-1)M e^{-\beta(\Delta_i - 2M|\xi - x_i|)}$ and falls
+    exponentially in $\beta$ times the query's gap; judged by ``judge_one_step``.
+
+    Negative control: the same draws updated at $\beta/2$, judged against the bound and gap at $\beta$.
+    """
+
+    sizes = Sizes(quick=dict(trials=2, radii=5), full=dict(trials=8, radii=9))
+    d, patterns, noise, betas = 32, 16, 0.05, (0.5, 1.0, 2.0, 4.0)
+
+    def measure(self, ctx: RunContext, n: SimpleNamespace) -> Measured:
+        """``rows`` per beta: (beta, error, bound, exponent, gap, M, Delta), each ``(R, T, N)`` (M ``(R, T, 1)``),
+        and ``halved``: the errors of the beta / 2 update ``(beta, R, T, N)``."""
+        gen = generator(ctx.seed)
+        d, patterns, noise = self.d, self.patterns, self.noise
+        radii = torch.linspace(0.5, 4.5, n.radii, dtype=torch.float64)
+        rows, draws = [], []
+        for beta in self.betas:
+            shape = (len(radii), n.trials, patterns, d)
+            r = radii.view(-1, 1, 1, 1)
+            x = r * unit_rows(torch.randn(*shape, generator=gen, dtype=torch.float64))
+            xi = x + noise * r * unit_rows(torch.randn(*shape, generator=gen, dtype=torch.float64))
+            err = (hopfield_update(xi, x, beta) - x).norm(dim=-1)  # (R, T, N)
+            m = x.norm(dim=-1).amax(-1, keepdim=True)
+            delta = separation(x)  # (R, T, N)
+            exponent = beta * (delta - 2 * (xi - x).norm(dim=-1) * m)
+            bound = 2 * (patterns - 1) * m * torch.exp(-exponent)
+            gap = beta * separation(x, xi)  # the query's own softmax gap
+            rows.append((beta, err, bound, exponent, gap, m, delta))
+            draws.append((x, xi))
+        # Negative control: the same draws updated at beta / 2, judged against the bound and gap at beta.
+        halved = torch.stack([(hopfield_update(xi, x, beta / 2) - x).norm(dim=-1)
+                              for beta, (x, xi) in zip(self.betas, draws, strict=True)])
+        return dict(rows=rows, halved=halved)
+
+    def judge(self, measured: Measured) -> Record:
+        """D2's Record: ``judge_one_step`` on errors ``(beta, R, T, N)``; the beta / 2 update as control."""
+        rows = measured["rows"]
+        errors = torch.stack([row[1] for row in rows])  # (beta, R, T, N)
+        bounds = torch.stack([row[2] for row in rows])
+        gaps = torch.stack([row[4] for row in rows])
+        verdict, violations, slope = judge_one_step(errors, bounds, gaps)
+        control_verdict, control_violations, control_slope = judge_one_step(measured["halved"], bounds, gaps)
+        control = Control("update at beta / 2 (exponent halved)", "negative", control_verdict,
+                          {"bound_violations": control_violations, "log_error_slope_vs_beta_gap": control_slope})
+        return Record(
+            id="D2",
+            kind="dynamics",
+            verdict=verdict,
+            controls=[control],
+            metrics={
+                "bound_violations": violations,
+                "trials": errors.numel(),
+                "log_error_slope_vs_beta_gap": float(slope),
+                "max_error_over_bound": float((errors / bounds).max()),
+                "smallest_error": float(errors[errors > 0].min()),
+            },
+            notes=f"errors never exceed the Theorem 5 bound ({violations} violations in {errors.numel()}); "
+            f"log error falls with slope {slope:.2f} per unit of beta * gap (exponential decay has slope -1)",
+        )
+
+    def draw(self, measured: Measured, out_dir: Path) -> list[str]:
+        """Scaled error against the bound's exponent (left) and median error and bound against separation."""
+        rows, patterns = measured["rows"], self.patterns
         plt = pyplot()
         fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
         for beta, err, _, exponent, _, m, _ in rows:
-            scaled = (err / (2 * (n - 1) * m)).flatten()
+            scaled = (err / (2 * (patterns - 1) * m)).flatten()
             left.scatter(exponent.flatten(), scaled.clamp_min(1e-30), s=4, alpha=0.4, label=f"beta = {beta:g}")
         exponents = torch.stack([row[3] for row in rows])
         grid = np.linspace(float(exponents.min()), float(exponents.max()), 200)
@@ -128,8 +142,89 @@ def one_step_error(ctx: RunContext) -> Record:
         right.set_ylabel("median one-step error (solid) and bound (dashed)")
         right.set_title("retrieval error decays exponentially with separation")
         right.legend(fontsize=8)
-        record.plots = save_figure(fig, ctx.out_dir, "d2_one_step_error.png")
-    return record
+        return save_figure(fig, out_dir, "d2_one_step_error.png")
+
+
+@register_claim(
+    "D2",
+    method="N=16 random patterns of norm r in d=32, queries x_i + 5% noise, one update, beta in {0.5,1,2,4}, "
+    "8 radii; every error vs the Theorem 5 bound, and the slope of log error against beta * (query's gap)",
+    command="simulate",
+    name="d2-one-step-error",
+    criterion=f"pass iff no one-step error exceeds its Theorem 5 bound and the slope of log error against beta * "
+    f"(the query's gap) lies in {list(SLOPE_BAND)}; the same draws updated at beta / 2, judged by the same rule "
+    "against the bound at beta, must fail",
+)
+def one_step_error(ctx: RunContext) -> Record:
+    """``OneStepError``: measure at the sizes of ``ctx``'s mode, judge, draw into ``ctx.out_dir``."""
+    return OneStepError()(ctx)
+
+
+class Capacity(Preset):
+    r"""D2 capacity: the fraction of cosine-0.5 queries that one update $f(\xi)$ brings within 0.1 of their
+    pattern, against the number N of stored unit patterns, per d and beta; judged by ``judge_capacity``.
+
+    Negative control: beta 64 times smaller, too small for one update to retrieve from a cosine-0.5 query.
+    Theorem 3 of Ramsauer et al. in its own setting goes to ``details["published"]``.
+    """
+
+    sizes = Sizes(quick=dict(queries=32, doublings=10, published=(64, 12, 2000)),
+                  full=dict(queries=128, doublings=13, published=(256, 16, 20000)))
+    betas, dims = (16.0, 32.0, 64.0, 128.0), (32, 64)
+
+    def measure(self, ctx: RunContext, n: SimpleNamespace) -> Measured:
+        """``curves[(d, beta)]``: fraction retrieved per N in ``sizes`` (N = 2, 4, ..., 2^doublings), the same
+        at beta / 64 (``control_curves``), and the ``published`` rows of Theorem 3."""
+        gen = generator(ctx.seed)
+        sizes = [2**k for k in range(1, n.doublings + 1)]
+        curves = retrieval_curves(gen, sizes, self.betas, self.dims, n.queries)
+        control_curves = retrieval_curves(gen, sizes, self.small, self.dims, n.queries)
+        return dict(sizes=sizes, curves=curves, control_curves=control_curves, queries=n.queries,
+                    published=published(gen, *n.published))
+
+    @property
+    def small(self) -> tuple[float, ...]:
+        """The control's betas, 64 times smaller."""
+        return tuple(b / 64 for b in self.betas)
+
+    def judge(self, measured: Measured) -> Record:
+        """D2's Record: ``judge_capacity`` on the retrieval curves; beta / 64 as control."""
+        sizes, curves, queries = measured["sizes"], measured["curves"], measured["queries"]
+        betas, dims = self.betas, self.dims
+        verdict, flags = judge_capacity(curves, sizes, betas, dims, queries)
+        grows_with_beta, grows_with_d, monotone = flags["grows_with_beta"], flags["grows_with_d"], flags["monotone"]
+        caps = {f"capacity_d{d}_beta{b:g}": capacity_of(c, sizes) for (d, b), c in curves.items()}
+        control_verdict, control_flags = judge_capacity(measured["control_curves"], sizes, self.small, dims, queries)
+        control = Control(f"beta 64 times smaller ({', '.join(f'{b:g}' for b in self.small)})", "negative",
+                          control_verdict, {k: float(v) for k, v in control_flags.items()})
+        return Record(
+            id="D2",
+            kind="dynamics",
+            verdict=verdict,
+            metrics={**caps, "monotone_in_N": float(monotone), "queries_per_point": queries},
+            details={"sizes": sizes, "fraction_retrieved": {f"d{d}_beta{b:g}": c for (d, b), c in curves.items()},
+                     "published": measured["published"]},
+            controls=[control],
+            notes=f"one update retrieves (within {RETRIEVED}) from cosine-{QUERY_COSINE} queries until N ~ capacity; "
+            f"capacity grows with beta ({grows_with_beta}) and with d ({grows_with_d}); fraction falls with N "
+            f"({monotone}); Ramsauer et al.'s Theorem 3 in its own setting (patterns on the sphere of radius "
+            "K sqrt(d-1)) is compared in details['published']",
+        )
+
+    def draw(self, measured: Measured, out_dir: Path) -> list[str]:
+        """Fraction retrieved against N, one line per d and beta."""
+        plt = pyplot()
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        colors = dict(zip(self.betas, plt.rcParams["axes.prop_cycle"].by_key()["color"], strict=False))
+        for (d, b), c in measured["curves"].items():
+            ax.plot(measured["sizes"], c, "-" if d == 32 else "--", marker="o", ms=3, color=colors[b],
+                    label=f"d={d}, beta={b:g}")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("number of stored patterns N")
+        ax.set_ylabel(f"fraction retrieved after one update (error < {RETRIEVED})")
+        ax.set_title("storage capacity: solid d = 32, dashed d = 64")
+        ax.legend(fontsize=7, ncol=2)
+        return save_figure(fig, out_dir, "d2_capacity.png")
 
 
 @register_claim(
@@ -144,46 +239,86 @@ def one_step_error(ctx: RunContext) -> Record:
     "same rule, must fail",
 )
 def capacity(ctx: RunContext) -> Record:
-    gen = generator(ctx.seed)
-    queries = 32 if ctx.quick else 128
-    sizes = [2**k for k in range(1, 11 if ctx.quick else 14)]
-    betas, dims = (16.0, 32.0, 64.0, 128.0), (32, 64)
-    curves = retrieval_curves(gen, sizes, betas, dims, queries)
-    verdict, flags = judge_capacity(curves, sizes, betas, dims, queries)
-    grows_with_beta, grows_with_d, monotone = flags["grows_with_beta"], flags["grows_with_d"], flags["monotone"]
-    caps = {f"capacity_d{d}_beta{b:g}": capacity_of(c, sizes) for (d, b), c in curves.items()}
-    # Negative control: beta 64 times smaller, too small for one update to retrieve from a cosine-0.5 query.
-    small = tuple(b / 64 for b in betas)
-    control_curves = retrieval_curves(gen, sizes, small, dims, queries)
-    control_verdict, control_flags = judge_capacity(control_curves, sizes, small, dims, queries)
-    control = Control(f"beta 64 times smaller ({', '.join(f'{b:g}' for b in small)})", "negative", control_verdict,
-                      {k: float(v) for k, v in control_flags.items()})
-    record = Record(
-        id="D2",
-        kind="dynamics",
-        verdict=verdict,
-        metrics={**caps, "monotone_in_N": float(monotone), "queries_per_point": queries},
-        details={"sizes": sizes, "fraction_retrieved": {f"d{d}_beta{b:g}": c for (d, b), c in curves.items()},
-                 "published": published(gen, ctx.quick)},
-        controls=[control],
-        notes=f"one update retrieves (within {RETRIEVED}) from cosine-{QUERY_COSINE} queries until N ~ capacity; "
-        f"capacity grows with beta ({grows_with_beta}) and with d ({grows_with_d}); fraction falls with N "
-        f"({monotone}); Ramsauer et al.'s Theorem 3 in its own setting (patterns on the sphere of radius "
-        "K sqrt(d-1)) is compared in details['published']",
-    )
-    if ctx.out_dir is not None:
+    """``Capacity``: measure at the sizes of ``ctx``'s mode, judge, draw into ``ctx.out_dir``."""
+    return Capacity()(ctx)
+
+
+class Metastable(Preset):
+    r"""D2 metastable states: iterating $f$ from every stored pattern of 4 clusters of 8 to its fixed point, the
+    number of patterns averaged there, $1/\sum_j p_j^2$, falls from N (global average) through the cluster size
+    (metastable) to 1 (single pattern) as beta grows; judged by ``judge_metastable``.
+
+    Negative control: every other pattern stored twice (4 distinct per cluster), so no fixed point is a single
+    pattern: at large beta the softmax splits between the two copies and $1/\sum_j p_j^2$ stays at 2.
+    """
+
+    sizes = Sizes(quick=dict(betas=5), full=dict(betas=13))
+    d, clusters, size = 32, 4, 8
+
+    def measure(self, ctx: RunContext, n: SimpleNamespace) -> Measured:
+        """``betas`` (log-spaced 0.1 to 1000) and the ``fixed_point_sweep`` of the patterns ``(N, d)`` and of the
+        doubled patterns (``control_sweep``)."""
+        gen = generator(ctx.seed)
+        d, clusters, size = self.d, self.clusters, self.size
+        patterns = clusters * size
+        centres = unit_rows(torch.randn(clusters, d, generator=gen, dtype=torch.float64))
+        x = centres.repeat_interleave(size, 0) + 0.15 * unit_rows(
+            torch.randn(patterns, d, generator=gen, dtype=torch.float64))
+        betas = np.logspace(-1, 3, n.betas)
+        sweep = fixed_point_sweep(x, betas)
+        doubled = x[::2].repeat_interleave(2, 0)
+        control_sweep = fixed_point_sweep(doubled, betas)
+        return dict(betas=betas, sweep=sweep, control_sweep=control_sweep, patterns=patterns)
+
+    def judge(self, measured: Measured) -> Record:
+        """D2's Record: ``judge_metastable`` on the sweep; every pattern stored twice as control."""
+        sweep, control_sweep, betas = measured["sweep"], measured["control_sweep"], measured["betas"]
+        n, size = measured["patterns"], self.size
+        median, low, high = sweep["n_eff_median"], sweep["n_eff_min"], sweep["n_eff_max"]
+        worst_rise, worst_step = sweep["max_energy_rise"], sweep["max_final_step"]
+        verdict, flags = judge_metastable(sweep, n, size)
+        plateau = flags["plateau"]
+        control_verdict, control_flags = judge_metastable(control_sweep, n, size)
+        control = Control("every pattern stored twice (identical pairs)", "negative", control_verdict,
+                          {"n_eff_largest_beta": control_sweep["n_eff_median"][-1],
+                           **{k: float(v) for k, v in control_flags.items()}})
+        return Record(
+            id="D2",
+            kind="dynamics",
+            verdict=verdict,
+            controls=[control],
+            metrics={
+                "n_eff_smallest_beta": median[0],
+                "n_eff_largest_beta": median[-1],
+                "patterns": n,
+                "cluster_size": size,
+                "max_energy_rise": worst_rise,
+                "max_final_step": worst_step,
+            },
+            details={"beta": betas.tolist(), "n_eff_median": median, "n_eff_min": low, "n_eff_max": high},
+            notes=f"small beta: one global average of ~{median[0]:.1f} patterns; a metastable plateau at about the "
+            f"cluster size ({plateau}); large beta: single patterns ({median[-1]:.2f}); energy never rose by more "
+            f"than {worst_rise:.1e}",
+        )
+
+    def draw(self, measured: Measured, out_dir: Path) -> list[str]:
+        """Patterns averaged at the fixed point against beta: median and min-max band over the starts."""
+        sweep, betas, n, size = measured["sweep"], measured["betas"], measured["patterns"], self.size
         plt = pyplot()
         fig, ax = plt.subplots(figsize=(7, 4.5))
-        colors = dict(zip(betas, plt.rcParams["axes.prop_cycle"].by_key()["color"], strict=False))
-        for (d, b), c in curves.items():
-            ax.plot(sizes, c, "-" if d == 32 else "--", marker="o", ms=3, color=colors[b], label=f"d={d}, beta={b:g}")
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("number of stored patterns N")
-        ax.set_ylabel(f"fraction retrieved after one update (error < {RETRIEVED})")
-        ax.set_title("storage capacity: solid d = 32, dashed d = 64")
-        ax.legend(fontsize=7, ncol=2)
-        record.plots = save_figure(fig, ctx.out_dir, "d2_capacity.png")
-    return record
+        ax.fill_between(betas, sweep["n_eff_min"], sweep["n_eff_max"], alpha=0.25, label="min-max over the 32 starts")
+        ax.plot(betas, sweep["n_eff_median"], "o-", label="median")
+        levels = ((n, "all patterns (global average)"), (size, "one cluster (metastable)"), (1, "one pattern"))
+        for level, text in levels:
+            ax.axhline(level, color="gray", ls=":", lw=1)
+            ax.text(betas[0], level * 1.08, text, fontsize=8, color="gray")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("beta")
+        ax.set_ylabel("patterns averaged at the fixed point, 1 / sum p^2")
+        ax.set_title("fixed points: global average -> metastable -> single pattern")
+        ax.legend(fontsize=8, loc="center right")
+        return save_figure(fig, out_dir, "d2_metastable.png")
 
 
 @register_claim(
@@ -198,60 +333,78 @@ def capacity(ctx: RunContext) -> Record:
     "twice, judged by the same rule, must fail",
 )
 def metastable(ctx: RunContext) -> Record:
-    gen = generator(ctx.seed)
-    d, clusters, size = 32, 4, 8
-    n = clusters * size
-    centres = unit_rows(torch.randn(clusters, d, generator=gen, dtype=torch.float64))
-    x = centres.repeat_interleave(size, 0) + 0.15 * unit_rows(torch.randn(n, d, generator=gen, dtype=torch.float64))
-    betas = np.logspace(-1, 3, 5 if ctx.quick else 13)
-    sweep = fixed_point_sweep(x, betas)
-    median, low, high = sweep["n_eff_median"], sweep["n_eff_min"], sweep["n_eff_max"]
-    worst_rise, worst_step = sweep["max_energy_rise"], sweep["max_final_step"]
-    verdict, flags = judge_metastable(sweep, n, size)
-    plateau = flags["plateau"]
-    # Negative control: every other pattern stored twice (4 distinct per cluster), so no fixed point is a single
-    # pattern: at large beta the softmax splits between the two copies and 1/sum p^2 stays at 2.
-    doubled = x[::2].repeat_interleave(2, 0)
-    control_sweep = fixed_point_sweep(doubled, betas)
-    control_verdict, control_flags = judge_metastable(control_sweep, n, size)
-    control = Control("every pattern stored twice (identical pairs)", "negative", control_verdict,
-                      {"n_eff_largest_beta": control_sweep["n_eff_median"][-1],
-                       **{k: float(v) for k, v in control_flags.items()}})
-    record = Record(
-        id="D2",
-        kind="dynamics",
-        verdict=verdict,
-        controls=[control],
-        metrics={
-            "n_eff_smallest_beta": median[0],
-            "n_eff_largest_beta": median[-1],
-            "patterns": n,
-            "cluster_size": size,
-            "max_energy_rise": worst_rise,
-            "max_final_step": worst_step,
-        },
-        details={"beta": betas.tolist(), "n_eff_median": median, "n_eff_min": low, "n_eff_max": high},
-        notes=f"small beta: one global average of ~{median[0]:.1f} patterns; a metastable plateau at about the "
-        f"cluster size ({plateau}); large beta: single patterns ({median[-1]:.2f}); energy never rose by more "
-        f"than {worst_rise:.1e}",
-    )
-    if ctx.out_dir is not None:
+    """``Metastable``: measure at the sizes of ``ctx``'s mode, judge, draw into ``ctx.out_dir``."""
+    return Metastable()(ctx)
+
+
+class FixedVsChanging(Preset):
+    r"""D2 fixed vs changing patterns: with the patterns fixed, $\xi \leftarrow X^\top\operatorname{softmax}(\beta
+    X\xi)$ retrieves a stored pattern in one update and settles; self-attention, whose patterns are the moving
+    states themselves, leaves the stored patterns while its cloud contracts; judged by ``judge_fixed_vs_changing``.
+
+    Negative control: at beta = ``CONTROL_BETA`` attention is near uniform, so the fixed patterns retrieve nothing.
+    """
+
+    sizes = Sizes(quick=dict(steps=30), full=dict(steps=60))
+    d, patterns, beta = 32, 16, 1.0
+
+    def measure(self, ctx: RunContext, n: SimpleNamespace) -> Measured:
+        """``trace`` and ``control_trace`` (``fixed_and_self_traces``: per iteration, ``steps`` floats each) and
+        the start cloud's diameter."""
+        gen = generator(ctx.seed)
+        x = 3.0 * unit_rows(torch.randn(self.patterns, self.d, generator=gen, dtype=torch.float64))
+        start = x + 0.3 * unit_rows(torch.randn(self.patterns, self.d, generator=gen, dtype=torch.float64))
+        trace = fixed_and_self_traces(x, start, self.beta, n.steps)
+        control_trace = fixed_and_self_traces(x, start, CONTROL_BETA, n.steps)
+        return dict(trace=trace, control_trace=control_trace, diameter0=torch.cdist(start, start).max().item(),
+                    steps=n.steps)
+
+    def judge(self, measured: Measured) -> Record:
+        """D2's Record: ``judge_fixed_vs_changing`` on the traces; near-uniform attention as control."""
+        trace, control_trace, diameter0 = measured["trace"], measured["control_trace"], measured["diameter0"]
+        one_step = trace["dist_fixed"][0]
+        control = Control(f"beta = {CONTROL_BETA:g} (near-uniform attention)", "negative",
+                          judge_fixed_vs_changing(control_trace, diameter0),
+                          {"fixed_one_step_distance": control_trace["dist_fixed"][0],
+                           "self_final_distance_to_patterns": control_trace["dist_self"][-1]})
+        return Record(
+            id="D2",
+            kind="dynamics",
+            verdict=judge_fixed_vs_changing(trace, diameter0),
+            controls=[control],
+            metrics={
+                "fixed_one_step_distance": one_step,
+                "fixed_final_step": trace["step_fixed"][-1],
+                "self_final_distance_to_patterns": trace["dist_self"][-1],
+                "self_diameter_ratio": trace["diameter_self"][-1] / diameter0,
+                "iterations": measured["steps"],
+            },
+            details=trace,
+            notes=f"fixed patterns: within {one_step:.2g} of the stored pattern after one update, then a fixed "
+            f"point; changing patterns: the states leave the stored patterns (max distance "
+            f"{trace['dist_self'][-1]:.2f}) while the cloud contracts (diameter "
+            f"x{trace['diameter_self'][-1] / diameter0:.2f})",
+        )
+
+    def draw(self, measured: Measured, out_dir: Path) -> list[str]:
+        """Largest step per iteration (left) and distances to the stored patterns and diameter (right)."""
+        trace = measured["trace"]
         plt = pyplot()
-        fig, ax = plt.subplots(figsize=(7, 4.5))
-        ax.fill_between(betas, low, high, alpha=0.25, label="min-max over the 32 starts")
-        ax.plot(betas, median, "o-", label="median")
-        levels = ((n, "all patterns (global average)"), (size, "one cluster (metastable)"), (1, "one pattern"))
-        for level, text in levels:
-            ax.axhline(level, color="gray", ls=":", lw=1)
-            ax.text(betas[0], level * 1.08, text, fontsize=8, color="gray")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("beta")
-        ax.set_ylabel("patterns averaged at the fixed point, 1 / sum p^2")
-        ax.set_title("fixed points: global average -> metastable -> single pattern")
-        ax.legend(fontsize=8, loc="center right")
-        record.plots = save_figure(fig, ctx.out_dir, "d2_metastable.png")
-    return record
+        fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+        its = np.arange(1, measured["steps"] + 1)
+        left.semilogy(its, np.maximum(trace["step_fixed"], 1e-17), "o-", ms=3, label="fixed patterns (Hopfield)")
+        left.semilogy(its, np.maximum(trace["step_self"], 1e-17), "s-", ms=3, label="changing (self-attention)")
+        left.set_xlabel("iteration")
+        left.set_ylabel("largest step |xi_{t+1} - xi_t|")
+        left.set_title("fixed patterns settle at once; self-attention moves until it collapses")
+        left.legend(fontsize=8)
+        right.plot(its, trace["dist_fixed"], "o-", ms=3, label="fixed: max distance to stored patterns")
+        right.plot(its, trace["dist_self"], "s-", ms=3, label="self-attention: max distance to stored patterns")
+        right.plot(its, trace["diameter_self"], "k--", label="self-attention: cloud diameter")
+        right.set_xlabel("iteration")
+        right.set_title("self-attention loses the stored patterns; its cloud collapses")
+        right.legend(fontsize=8)
+        return save_figure(fig, out_dir, "d2_fixed_vs_changing.png")
 
 
 @register_claim(
@@ -265,52 +418,5 @@ def metastable(ctx: RunContext) -> Record:
     f"smaller than at the start; beta = {CONTROL_BETA:g}, judged by the same rule, must fail",
 )
 def fixed_vs_changing(ctx: RunContext) -> Record:
-    gen = generator(ctx.seed)
-    d, n, beta, steps = 32, 16, 1.0, 30 if ctx.quick else 60
-    x = 3.0 * unit_rows(torch.randn(n, d, generator=gen, dtype=torch.float64))
-    start = x + 0.3 * unit_rows(torch.randn(n, d, generator=gen, dtype=torch.float64))
-    trace = fixed_and_self_traces(x, start, beta, steps)
-    one_step = trace["dist_fixed"][0]
-    diameter0 = torch.cdist(start, start).max().item()
-    verdict = judge_fixed_vs_changing(trace, diameter0)
-    # Negative control: at beta = 0.01 attention is near uniform, so the fixed patterns retrieve nothing.
-    control_trace = fixed_and_self_traces(x, start, CONTROL_BETA, steps)
-    control = Control(f"beta = {CONTROL_BETA:g} (near-uniform attention)", "negative",
-                      judge_fixed_vs_changing(control_trace, diameter0),
-                      {"fixed_one_step_distance": control_trace["dist_fixed"][0],
-                       "self_final_distance_to_patterns": control_trace["dist_self"][-1]})
-    record = Record(
-        id="D2",
-        kind="dynamics",
-        verdict=verdict,
-        controls=[control],
-        metrics={
-            "fixed_one_step_distance": one_step,
-            "fixed_final_step": trace["step_fixed"][-1],
-            "self_final_distance_to_patterns": trace["dist_self"][-1],
-            "self_diameter_ratio": trace["diameter_self"][-1] / diameter0,
-            "iterations": steps,
-        },
-        details=trace,
-        notes=f"fixed patterns: within {one_step:.2g} of the stored pattern after one update, then a fixed point; "
-        f"changing patterns: the states leave the stored patterns (max distance {trace['dist_self'][-1]:.2f}) "
-        f"while the cloud contracts (diameter x{trace['diameter_self'][-1] / diameter0:.2f})",
-    )
-    if ctx.out_dir is not None:
-        plt = pyplot()
-        fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
-        its = np.arange(1, steps + 1)
-        left.semilogy(its, np.maximum(trace["step_fixed"], 1e-17), "o-", ms=3, label="fixed patterns (Hopfield)")
-        left.semilogy(its, np.maximum(trace["step_self"], 1e-17), "s-", ms=3, label="changing (self-attention)")
-        left.set_xlabel("iteration")
-        left.set_ylabel("largest step |xi_{t+1} - xi_t|")
-        left.set_title("fixed patterns settle at once; self-attention moves until it collapses")
-        left.legend(fontsize=8)
-        right.plot(its, trace["dist_fixed"], "o-", ms=3, label="fixed: max distance to stored patterns")
-        right.plot(its, trace["dist_self"], "s-", ms=3, label="self-attention: max distance to stored patterns")
-        right.plot(its, trace["diameter_self"], "k--", label="self-attention: cloud diameter")
-        right.set_xlabel("iteration")
-        right.set_title("self-attention loses the stored patterns; its cloud collapses")
-        right.legend(fontsize=8)
-        record.plots = save_figure(fig, ctx.out_dir, "d2_fixed_vs_changing.png")
-    return record
+    """``FixedVsChanging``: measure at the sizes of ``ctx``'s mode, judge, draw into ``ctx.out_dir``."""
+    return FixedVsChanging()(ctx)

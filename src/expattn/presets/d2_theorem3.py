@@ -81,11 +81,11 @@ def on_sphere(draws: int, n: int, d: int, radius: float, gen: torch.Generator) -
     return radius * x / x.norm(dim=-1, keepdim=True)
 
 
-def published(gen: torch.Generator, quick: bool) -> list[dict[str, object]]:
+def published(gen: torch.Generator, queries: int, top: int, draws: int) -> list[dict[str, object]]:
     """Theorem 3 beside our measurement, for each of the theorem's worked settings: the guaranteed number of
-    patterns vs the largest N on a doubling grid at which every sampled query was retrieved, and the failure
-    probability p vs the fraction of draws of ceil(bound) patterns in which some pattern was not retrieved."""
-    queries, top, draws = (64, 12, 2000) if quick else (256, 16, 20000)
+    patterns vs the largest N on a doubling grid 2..2^top at which every sampled query (up to ``queries`` per N)
+    was retrieved, and the failure probability p vs the fraction of ``draws`` draws of ceil(bound) patterns in
+    which some pattern was not retrieved."""
     sizes = [2**j for j in range(1, top + 1)]
     rows: list[dict[str, object]] = []
     for beta, k, d, p in WORKED:

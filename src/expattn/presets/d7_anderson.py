@@ -24,6 +24,8 @@ the iterates), so it runs out of budget or lands on another fixed point. The rul
 from __future__ import annotations
 
 import math
+from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import scipy.sparse.linalg
@@ -34,6 +36,7 @@ from expattn.catalogue.registry import RunContext, register_claim
 from expattn.checks.tools import generator
 from expattn.core.solvers import solve
 from expattn.nn.implicit import InjectedAttention, spectral_radius
+from expattn.presets.base import Measured, Preset, Sizes
 from expattn.results.plotting import pyplot, save_figure
 from expattn.results.record import Control, Record
 
@@ -177,6 +180,82 @@ def judge(rows: list[dict[str, float]]) -> str:
     return "supported" if ok else "not_supported"
 
 
+class AndersonVsPlain(Preset):
+    r"""D7 Anderson: on random attention blocks $f(z) = $ ``InjectedAttention`` tuned to a spectral radius $\rho$
+    of the Jacobian at the fixed point, plain iteration needs about $\log(\mathrm{tol})/\log\rho$ evaluations;
+    Anderson saves more of them the closer $\rho$ is to 1, never beating GMRES + 1 on the linearisation; judged by
+    ``judge``.
+
+    Negative control through the same rule: the contractive blocks plus blocks of radius ``UNSTABLE_TARGETS``
+    (above 1), on which plain iteration diverges.
+    """
+
+    sizes = Sizes(quick=dict(batch=2, tokens=8, dim=16, per_target=1, targets=(0.5, 0.8, 0.9, 0.95)),
+                  full=dict(batch=4, tokens=16, dim=32, per_target=2, targets=(0.5, 0.7, 0.8, 0.9, 0.95, 0.98)))
+
+    def measure(self, ctx: RunContext, n: SimpleNamespace) -> Measured:
+        """``rows``: one ``_row`` per block (``per_target`` per target radius), ``unstable``: one per radius of
+        ``UNSTABLE_TARGETS``, and the target radii."""
+        gen = generator(ctx.seed)
+        rows = []
+        for target in n.targets:
+            for _ in range(n.per_target):
+                torch.manual_seed(int(torch.randint(0, 2**31, (1,), generator=gen)))
+                block = InjectedAttention(n.dim, heads=4).double()
+                x = torch.randn(n.batch, n.tokens, n.dim, generator=gen, dtype=torch.float64)
+                rows.append(_row(block, x, target, gen))
+        unstable = [_unstable_row(n.batch, n.tokens, n.dim, target, gen) for target in UNSTABLE_TARGETS]
+        return dict(rows=rows, unstable=unstable, targets=n.targets)
+
+    def judge(self, measured: Measured) -> Record:
+        """D7's Record: ``judge`` on the blocks; the contractive plus unstable blocks as control."""
+        rows, unstable = measured["rows"], measured["unstable"]
+        slow, fast = split(rows)
+        converged = all(r["fixed_point_iter_converged"] and r["anderson_converged"] for r in rows)
+        slow_ratio = _median("ratio", slow)
+        within_bound = all(r["anderson"] >= r["gmres"] for r in rows)
+        control = Control(f"contractive blocks plus blocks of radius {' and '.join(map(str, UNSTABLE_TARGETS))}",
+                          "negative", judge(fast + unstable),
+                          {"smallest_added_radius": min(r["spectral_radius"] for r in unstable),
+                           "plain_converged_fraction_added": float(np.mean([r["fixed_point_iter_converged"]
+                                                                             for r in unstable])),
+                           "anderson_converged_fraction_added": float(np.mean([r["anderson_converged"]
+                                                                                for r in unstable]))})
+        by_target = {
+            f"{t:g}": {"ratio": _median("ratio", sub), "ratio_gmres": _median("ratio_gmres", sub),
+                       "plain": _median("fixed_point_iter", sub), "anderson": _median("anderson", sub)}
+            for t in measured["targets"]
+            for sub in [[r for r in rows if r["target_radius"] == t]]
+        }
+        return Record(  # a performance hypothesis about the solver, not an identity: supported or not
+            id="D7",
+            kind="dynamics",
+            verdict=judge(rows),
+            metrics={
+                "median_ratio_slow": slow_ratio,
+                "median_ratio_slow_gmres": _median("ratio_gmres", slow),
+                "median_ratio_fast": _median("ratio", fast),
+                "median_ratio_fast_gmres": _median("ratio_gmres", fast),
+                "slow_blocks": len(slow),
+                "blocks": len(rows),
+                "all_converged": float(converged),
+                "anderson_within_krylov_bound": float(within_bound),
+                "slow_radius": SLOW_RADIUS,
+            },
+            details={"rows": rows, "by_target_radius": by_target},
+            controls=[control],
+            notes=f"median plain/Anderson evaluation ratio {slow_ratio:.1f} over the {len(slow)} blocks with "
+            f"spectral radius >= {SLOW_RADIUS} (GMRES bound {_median('ratio_gmres', slow):.1f}); on the "
+            f"{len(fast)} more contractive blocks {_median('ratio', fast):.1f} (GMRES bound "
+            f"{_median('ratio_gmres', fast):.1f})"
+            + ("" if converged else "; some solver did not converge within the budget"),
+        )
+
+    def draw(self, measured: Measured, out_dir: Path) -> list[str]:
+        """Evaluations per solver and savings over plain iteration against the spectral radius (``_plot``)."""
+        return _plot(measured["rows"], out_dir)
+
+
 @register_claim(
     "D7",
     method="random attention blocks (InjectedAttention with layernorm, 4 heads, float64) whose gain is set by "
@@ -192,60 +271,5 @@ def judge(rows: list[dict[str, float]]) -> str:
     "judged by the same rule, must come out not_supported",
 )
 def anderson_vs_plain(ctx: RunContext) -> Record:
-    gen = generator(ctx.seed)
-    if ctx.quick:
-        batch, tokens, dim, per_target, targets = 2, 8, 16, 1, (0.5, 0.8, 0.9, 0.95)
-    else:
-        batch, tokens, dim, per_target, targets = 4, 16, 32, 2, (0.5, 0.7, 0.8, 0.9, 0.95, 0.98)
-    rows = []
-    for target in targets:
-        for _ in range(per_target):
-            torch.manual_seed(int(torch.randint(0, 2**31, (1,), generator=gen)))
-            block = InjectedAttention(dim, heads=4).double()
-            x = torch.randn(batch, tokens, dim, generator=gen, dtype=torch.float64)
-            rows.append(_row(block, x, target, gen))
-    slow, fast = split(rows)
-    converged = all(r["fixed_point_iter_converged"] and r["anderson_converged"] for r in rows)
-    slow_ratio = _median("ratio", slow)
-    within_bound = all(r["anderson"] >= r["gmres"] for r in rows)
-    unstable = [_unstable_row(batch, tokens, dim, target, gen) for target in UNSTABLE_TARGETS]
-    control_rows = fast + unstable
-    control = Control(f"contractive blocks plus blocks of radius {' and '.join(map(str, UNSTABLE_TARGETS))}",
-                      "negative", judge(control_rows),
-                      {"smallest_added_radius": min(r["spectral_radius"] for r in unstable),
-                       "plain_converged_fraction_added": float(np.mean([r["fixed_point_iter_converged"]
-                                                                         for r in unstable])),
-                       "anderson_converged_fraction_added": float(np.mean([r["anderson_converged"]
-                                                                            for r in unstable]))})
-    by_target = {
-        f"{t:g}": {"ratio": _median("ratio", sub), "ratio_gmres": _median("ratio_gmres", sub),
-                   "plain": _median("fixed_point_iter", sub), "anderson": _median("anderson", sub)}
-        for t in targets
-        for sub in [[r for r in rows if r["target_radius"] == t]]
-    }
-    record = Record(  # a performance hypothesis about the solver, not an identity: supported or not
-        id="D7",
-        kind="dynamics",
-        verdict=judge(rows),
-        metrics={
-            "median_ratio_slow": slow_ratio,
-            "median_ratio_slow_gmres": _median("ratio_gmres", slow),
-            "median_ratio_fast": _median("ratio", fast),
-            "median_ratio_fast_gmres": _median("ratio_gmres", fast),
-            "slow_blocks": len(slow),
-            "blocks": len(rows),
-            "all_converged": float(converged),
-            "anderson_within_krylov_bound": float(within_bound),
-            "slow_radius": SLOW_RADIUS,
-        },
-        details={"rows": rows, "by_target_radius": by_target},
-        controls=[control],
-        notes=f"median plain/Anderson evaluation ratio {slow_ratio:.1f} over the {len(slow)} blocks with spectral "
-        f"radius >= {SLOW_RADIUS} (GMRES bound {_median('ratio_gmres', slow):.1f}); on the "
-        f"{len(fast)} more contractive blocks {_median('ratio', fast):.1f} (GMRES bound "
-        f"{_median('ratio_gmres', fast):.1f})"
-        + ("" if converged else "; some solver did not converge within the budget"),
-    )
-    if ctx.out_dir is not None:
-        record.plots = _plot(rows, ctx.out_dir)
-    return record
+    """``AndersonVsPlain``: measure at the sizes of ``ctx``'s mode, judge, draw into ``ctx.out_dir``."""
+    return AndersonVsPlain()(ctx)

@@ -17,6 +17,8 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -26,6 +28,7 @@ from expattn.catalogue.registry import RunContext, register_claim
 from expattn.checks.tools import generator
 from expattn.core.empirical import Empirical
 from expattn.nn.implicit import ImplicitAttention, ImplicitConfig, InjectedAttention, spectral_radius, unrolled
+from expattn.presets.base import Measured, Preset, Sizes
 from expattn.results.plotting import pyplot, save_figure
 from expattn.results.record import Control, Record
 
@@ -113,6 +116,80 @@ def _hopfield_summary(rows: list[dict[str, float]]) -> dict[str, float]:
             "all_converged": float(all(r["converged"] for r in rows))}
 
 
+class Hopfield(Preset):
+    r"""D7 Hopfield: one explicit update $f(\xi) = X^\top\operatorname{softmax}(\beta X\xi)$ against the Anderson
+    fixed point $z^\star = f(z^\star)$, for separated unit patterns ``(trials, N, d)``; judged by ``judge_hopfield``.
+
+    Negative control: patterns at cosine ~0.98 to one shared direction are not separated, so even at the
+    largest beta one update does not reach the fixed point (it lands near the patterns' average).
+    """
+
+    sizes = Sizes(quick=dict(trials=2, betas=[1.0, 4.0, 16.0, 64.0]),
+                  full=dict(trials=8, betas=[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0]))
+    d, patterns = 32, 16
+
+    def measure(self, ctx: RunContext, n: SimpleNamespace) -> Measured:
+        """``rows`` and ``control_rows`` (``_hopfield_rows``, one per beta), the betas and the number of queries."""
+        gen = generator(ctx.seed)
+        shape = (n.trials, self.patterns, self.d)
+        patterns = torch.nn.functional.normalize(torch.randn(*shape, generator=gen, dtype=torch.float64), dim=-1)
+        noise = torch.nn.functional.normalize(torch.randn(*shape, generator=gen, dtype=torch.float64), dim=-1)
+        queries = patterns + 0.2 * noise
+        rows = _hopfield_rows(patterns, queries, n.betas, timed=True)
+        shared = torch.nn.functional.normalize(torch.randn(n.trials, 1, self.d, generator=gen, dtype=torch.float64),
+                                               dim=-1)
+        close = torch.nn.functional.normalize(shared + CORRELATED_SPREAD * patterns, dim=-1)
+        control_rows = _hopfield_rows(close, close + 0.2 * noise, n.betas, timed=False)
+        return dict(rows=rows, control_rows=control_rows, betas=n.betas, queries=n.trials * self.patterns)
+
+    def judge(self, measured: Measured) -> Record:
+        """D7's Record: ``judge_hopfield`` on the rows; correlated patterns as control."""
+        rows, control_rows, betas = measured["rows"], measured["control_rows"], measured["betas"]
+        control = Control("correlated patterns (cosine ~0.98 to a shared direction)", "negative",
+                          judge_hopfield(control_rows), _hopfield_summary(control_rows))
+        gaps = [r["gap"] for r in rows]
+        converged = all(r["converged"] for r in rows)
+        return Record(
+            id="D7",
+            kind="dynamics",
+            verdict=judge_hopfield(rows),
+            metrics={
+                "gap_smallest_beta": gaps[0],
+                "gap_largest_beta": gaps[-1],
+                "evaluations_smallest_beta": rows[0]["evaluations"],
+                "evaluations_largest_beta": rows[-1]["evaluations"],
+                "solve_over_step_time_largest_beta": rows[-1]["seconds_solve"] / rows[-1]["seconds_step"],
+                "queries": measured["queries"],
+            },
+            details={"rows": rows},
+            controls=[control],
+            notes=f"all solves converged: {converged}; one update is within {gaps[-1]:.1e} of the fixed point at "
+            f"beta={betas[-1]:g} (separated patterns: one step is the solve) but {gaps[0]:.2f} away at "
+            f"beta={betas[0]:g}, where the fixed point averages ~{rows[0]['patterns_averaged_at_fixed_point']:.1f} "
+            f"patterns (median 1/sum p^2) and takes {rows[0]['evaluations']} evaluations; there one step retrieves "
+            f"{100 * rows[0]['retrieved_step']:.0f}% of the queries and the fixed point "
+            f"{100 * rows[0]['retrieved_fixed']:.0f}%; correlated patterns (control): one step is "
+            f"{control_rows[-1]['gap']:.1e} from the fixed point at beta={betas[-1]:g}",
+        )
+
+    def draw(self, measured: Measured, out_dir: Path) -> list[str]:
+        """Gap of one step to the fixed point against beta (left); solver cost and retrieval (right)."""
+        rows, betas = measured["rows"], measured["betas"]
+        plt = pyplot()
+        fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+        left.loglog(betas, np.maximum([r["gap"] for r in rows], 1e-17), "o-")
+        left.set_xlabel("beta")
+        left.set_ylabel("|one step - fixed point| / |fixed point|")
+        left.set_title("one explicit Hopfield step vs the fixed point")
+        right.semilogx(betas, [r["evaluations"] for r in rows], "s-", label="solver evaluations (Anderson)")
+        right.semilogx(betas, [100 * r["retrieved_step"] for r in rows], "^--", label="% retrieved, one step")
+        right.semilogx(betas, [100 * r["retrieved_fixed"] for r in rows], "v:", label="% retrieved, fixed point")
+        right.set_xlabel("beta")
+        right.set_title("cost of the fixed point and retrieval")
+        right.legend(fontsize=8)
+        return save_figure(fig, out_dir, "d7_hopfield.png")
+
+
 @register_claim(
     "D7",
     method="16 unit-norm patterns in d=32, queries = patterns + noise of norm 0.2, beta from 1 to 64; one update vs "
@@ -124,59 +201,8 @@ def _hopfield_summary(rows: list[dict[str, float]]) -> dict[str, float]:
     "(not separated), judged by the same rule, must fail",
 )
 def hopfield(ctx: RunContext) -> Record:
-    gen = generator(ctx.seed)
-    d, n, trials = 32, 16, 2 if ctx.quick else 8
-    betas = [1.0, 4.0, 16.0, 64.0] if ctx.quick else [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0]
-    patterns = torch.nn.functional.normalize(torch.randn(trials, n, d, generator=gen, dtype=torch.float64), dim=-1)
-    noise = torch.nn.functional.normalize(torch.randn(trials, n, d, generator=gen, dtype=torch.float64), dim=-1)
-    queries = patterns + 0.2 * noise
-    rows = _hopfield_rows(patterns, queries, betas, timed=True)
-    # Negative control: patterns at cosine ~0.98 to one shared direction are not separated, so even at the
-    # largest beta one update does not reach the fixed point (it lands near the patterns' average).
-    shared = torch.nn.functional.normalize(torch.randn(trials, 1, d, generator=gen, dtype=torch.float64), dim=-1)
-    close = torch.nn.functional.normalize(shared + CORRELATED_SPREAD * patterns, dim=-1)
-    control_rows = _hopfield_rows(close, close + 0.2 * noise, betas, timed=False)
-    control = Control("correlated patterns (cosine ~0.98 to a shared direction)", "negative",
-                      judge_hopfield(control_rows), _hopfield_summary(control_rows))
-    gaps = [r["gap"] for r in rows]
-    converged = all(r["converged"] for r in rows)
-    record = Record(
-        id="D7",
-        kind="dynamics",
-        verdict=judge_hopfield(rows),
-        metrics={
-            "gap_smallest_beta": gaps[0],
-            "gap_largest_beta": gaps[-1],
-            "evaluations_smallest_beta": rows[0]["evaluations"],
-            "evaluations_largest_beta": rows[-1]["evaluations"],
-            "solve_over_step_time_largest_beta": rows[-1]["seconds_solve"] / rows[-1]["seconds_step"],
-            "queries": trials * n,
-        },
-        details={"rows": rows},
-        controls=[control],
-        notes=f"all solves converged: {converged}; one update is within {gaps[-1]:.1e} of the fixed point at "
-        f"beta={betas[-1]:g} (separated patterns: one step is the solve) but {gaps[0]:.2f} away at beta={betas[0]:g}, "
-        f"where the fixed point averages ~{rows[0]['patterns_averaged_at_fixed_point']:.1f} patterns (median "
-        f"1/sum p^2) and takes {rows[0]['evaluations']} evaluations; there one step retrieves "
-        f"{100 * rows[0]['retrieved_step']:.0f}% of the queries and the fixed point "
-        f"{100 * rows[0]['retrieved_fixed']:.0f}%; correlated patterns (control): one step is "
-        f"{control_rows[-1]['gap']:.1e} from the fixed point at beta={betas[-1]:g}",
-    )
-    if ctx.out_dir is not None:
-        plt = pyplot()
-        fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
-        left.loglog(betas, np.maximum(gaps, 1e-17), "o-")
-        left.set_xlabel("beta")
-        left.set_ylabel("|one step - fixed point| / |fixed point|")
-        left.set_title("one explicit Hopfield step vs the fixed point")
-        right.semilogx(betas, [r["evaluations"] for r in rows], "s-", label="solver evaluations (Anderson)")
-        right.semilogx(betas, [100 * r["retrieved_step"] for r in rows], "^--", label="% retrieved, one step")
-        right.semilogx(betas, [100 * r["retrieved_fixed"] for r in rows], "v:", label="% retrieved, fixed point")
-        right.set_xlabel("beta")
-        right.set_title("cost of the fixed point and retrieval")
-        right.legend(fontsize=8)
-        record.plots = save_figure(fig, ctx.out_dir, "d7_hopfield.png")
-    return record
+    """``Hopfield``: measure at the sizes of ``ctx``'s mode, judge, draw into ``ctx.out_dir``."""
+    return Hopfield()(ctx)
 
 
 GRADIENT_TOL = 1e-7  # backward and forward solves at 1e-10: the gradient error is ~1e-10, far below
@@ -185,6 +211,99 @@ GRADIENT_TOL = 1e-7  # backward and forward solves at 1e-10: the gradient error 
 def judge_attention(converged: bool, grad_error: float) -> str:
     """``pass`` iff the solves converged and the gradient's relative error is below ``GRADIENT_TOL``."""
     return "pass" if converged and grad_error < GRADIENT_TOL else "fail"
+
+
+class Attention(Preset):
+    r"""D7 attention: a random block $f(z, x) = \mathrm{LN}(x + W_o\,\mathrm{attn}(z))$ on ``(batch, tokens, dim)``;
+    one explicit step $f(x, x)$ against the fixed point $z^\star = f(z^\star, x)$ with each solver, and implicit
+    gradients through $(I - J)^{-1}$ against backpropagation through the unrolled stack; judged by
+    ``judge_attention``.
+
+    Negative control: the phantom gradient replaces $(I - J)^{-1}$ by five damped steps, a wrong Jacobian inverse.
+    """
+
+    sizes = Sizes(quick=dict(batch=2, tokens=8, dim=16), full=dict(batch=8, tokens=16, dim=32))
+    solvers = ("fixed_point_iter", "anderson", "broyden")
+
+    def measure(self, ctx: RunContext, n: SimpleNamespace) -> Measured:
+        """Per solver its residual ``traces`` and cost (``solvers``); the last solver's fixed point's gap to one
+        step, the Jacobian's spectral radius ``rho``, the unrolled ``depth``, the implicit and phantom gradients'
+        largest relative errors, and the CPU seconds of one step."""
+        gen = generator(ctx.seed)
+        block = _random_block(gen, n.dim, 4, gain=1.0)
+        x = torch.randn(n.batch, n.tokens, n.dim, generator=gen, dtype=torch.float64, requires_grad=True)
+        weight = torch.randn(n.batch, n.tokens, n.dim, generator=gen, dtype=torch.float64)
+        params = [x, *block.parameters()]
+        traces, solvers = {}, {}
+        for name in self.solvers:
+            layer = ImplicitAttention(block, ImplicitConfig(solver=name, tol=1e-10, backward_tol=1e-10, max_iter=500))
+            z, stats = layer.forward_with_stats(x)
+            grads = torch.autograd.grad((z * weight).sum(), params)
+            traces[name] = stats.forward.trace
+            solvers[name] = {
+                "iterations": stats.forward.iterations,
+                "evaluations": stats.forward.evaluations,
+                "converged": stats.forward.converged and stats.backward.converged,
+                "seconds_forward": _seconds(torch.no_grad()(lambda lay=layer: lay(x.detach()))),
+            }
+        with torch.no_grad():
+            step = block(x, x)
+        rho = spectral_radius(lambda s: block(s, x.detach()), z.detach(), iters=100, generator=gen).max().item()
+        depth = math.ceil(math.log(1e-13) / math.log(min(rho * 1.2, 0.95)))
+        reference = torch.autograd.grad((unrolled(block, x, x, depth) * weight).sum(), params)
+        phantom = ImplicitAttention(block, ImplicitConfig(tol=1e-10, backward="phantom", phantom_steps=5))
+        phantom_grads = torch.autograd.grad((phantom(x) * weight).sum(), params)
+
+        def error(gs: tuple[Tensor, ...]) -> float:
+            return max(_relative(g, r) for g, r in zip(gs, reference, strict=True))
+
+        grad_error, phantom_error = error(grads), error(phantom_grads)
+        seconds_step = _seconds(torch.no_grad()(lambda: block(x.detach(), x.detach())))
+        return dict(traces=traces, solvers=solvers, gap=_relative(step, z.detach()), rho=rho, depth=depth,
+                    grad_error=grad_error, phantom_error=phantom_error, seconds_step=seconds_step)
+
+    def judge(self, measured: Measured) -> Record:
+        """D7's Record: ``judge_attention`` on the implicit gradient; the phantom gradient as control."""
+        solvers, gap, rho, depth = measured["solvers"], measured["gap"], measured["rho"], measured["depth"]
+        grad_error, phantom_error, seconds_step = (measured[k] for k in ("grad_error", "phantom_error",
+                                                                         "seconds_step"))
+        converged = all(s["converged"] for s in solvers.values())
+        control = Control("phantom gradient, 5 steps (approximate inverse of I - J)", "negative",
+                          judge_attention(converged, phantom_error),
+                          {"grad_error": phantom_error, "tolerance": GRADIENT_TOL})
+        return Record(
+            id="D7",
+            kind="dynamics",
+            verdict=judge_attention(converged, grad_error),
+            controls=[control],
+            metrics={
+                "one_step_gap": gap,
+                "spectral_radius": rho,
+                "implicit_vs_unrolled_grad_error": grad_error,
+                "phantom5_vs_unrolled_grad_error": phantom_error,
+                "unrolled_depth": depth,
+                **{f"evaluations_{k}": v["evaluations"] for k, v in solvers.items()},
+                "anderson_solve_over_step_time": solvers["anderson"]["seconds_forward"] / seconds_step,
+            },
+            details={"solvers": solvers, "traces": {k: list(v) for k, v in measured["traces"].items()},
+                     "seconds_step": seconds_step},
+            notes=f"one explicit step is {gap:.2f} (relative) from the fixed point; the Jacobian's "
+            f"spectral radius there is {rho:.2f}; implicit gradients agree with backpropagation through {depth} "
+            f"unrolled steps to {grad_error:.1e} (phantom, 5 steps: {phantom_error:.1e})",
+        )
+
+    def draw(self, measured: Measured, out_dir: Path) -> list[str]:
+        """Relative residual per function evaluation, one line per solver."""
+        plt = pyplot()
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for name, trace in measured["traces"].items():
+            ax.semilogy(range(1, len(trace) + 1), trace, "o-", ms=3, label=name)
+        ax.axhline(1e-10, color="gray", ls=":", label="tolerance")
+        ax.set_xlabel("function evaluations")
+        ax.set_ylabel("relative residual |f(z) - z| / |f(z)|")
+        ax.set_title(f"fixed point of a random attention block (rho = {measured['rho']:.2f})")
+        ax.legend(fontsize=8)
+        return save_figure(fig, out_dir, "d7_attention.png")
 
 
 @register_claim(
@@ -198,73 +317,8 @@ def judge_attention(converged: bool, grad_error: float) -> str:
     "parameters); the phantom gradient (5 steps), judged by the same rule, must fail",
 )
 def attention(ctx: RunContext) -> Record:
-    gen = generator(ctx.seed)
-    batch, tokens, dim = (2, 8, 16) if ctx.quick else (8, 16, 32)
-    block = _random_block(gen, dim, 4, gain=1.0)
-    x = torch.randn(batch, tokens, dim, generator=gen, dtype=torch.float64, requires_grad=True)
-    weight = torch.randn(batch, tokens, dim, generator=gen, dtype=torch.float64)
-    params = [x, *block.parameters()]
-    traces, solvers = {}, {}
-    for name in ("fixed_point_iter", "anderson", "broyden"):
-        layer = ImplicitAttention(block, ImplicitConfig(solver=name, tol=1e-10, backward_tol=1e-10, max_iter=500))
-        z, stats = layer.forward_with_stats(x)
-        grads = torch.autograd.grad((z * weight).sum(), params)
-        traces[name] = stats.forward.trace
-        solvers[name] = {
-            "iterations": stats.forward.iterations,
-            "evaluations": stats.forward.evaluations,
-            "converged": stats.forward.converged and stats.backward.converged,
-            "seconds_forward": _seconds(torch.no_grad()(lambda lay=layer: lay(x.detach()))),
-        }
-    with torch.no_grad():
-        step = block(x, x)
-    rho = spectral_radius(lambda s: block(s, x.detach()), z.detach(), iters=100, generator=gen).max().item()
-    depth = math.ceil(math.log(1e-13) / math.log(min(rho * 1.2, 0.95)))
-    reference = torch.autograd.grad((unrolled(block, x, x, depth) * weight).sum(), params)
-    phantom = ImplicitAttention(block, ImplicitConfig(tol=1e-10, backward="phantom", phantom_steps=5))
-    phantom_grads = torch.autograd.grad((phantom(x) * weight).sum(), params)
-
-    def error(gs: tuple[Tensor, ...]) -> float:
-        return max(_relative(g, r) for g, r in zip(gs, reference, strict=True))
-
-    grad_error, phantom_error = error(grads), error(phantom_grads)
-    seconds_step = _seconds(torch.no_grad()(lambda: block(x.detach(), x.detach())))
-    converged = all(s["converged"] for s in solvers.values())
-    # Negative control: the phantom gradient replaces (I - J)^{-1} by five damped steps, a wrong Jacobian inverse.
-    control = Control("phantom gradient, 5 steps (approximate inverse of I - J)", "negative",
-                      judge_attention(converged, phantom_error),
-                      {"grad_error": phantom_error, "tolerance": GRADIENT_TOL})
-    record = Record(
-        id="D7",
-        kind="dynamics",
-        verdict=judge_attention(converged, grad_error),
-        controls=[control],
-        metrics={
-            "one_step_gap": _relative(step, z.detach()),
-            "spectral_radius": rho,
-            "implicit_vs_unrolled_grad_error": grad_error,
-            "phantom5_vs_unrolled_grad_error": phantom_error,
-            "unrolled_depth": depth,
-            **{f"evaluations_{k}": v["evaluations"] for k, v in solvers.items()},
-            "anderson_solve_over_step_time": solvers["anderson"]["seconds_forward"] / seconds_step,
-        },
-        details={"solvers": solvers, "traces": {k: list(v) for k, v in traces.items()}, "seconds_step": seconds_step},
-        notes=f"one explicit step is {_relative(step, z.detach()):.2f} (relative) from the fixed point; the Jacobian's "
-        f"spectral radius there is {rho:.2f}; implicit gradients agree with backpropagation through {depth} unrolled "
-        f"steps to {grad_error:.1e} (phantom, 5 steps: {phantom_error:.1e})",
-    )
-    if ctx.out_dir is not None:
-        plt = pyplot()
-        fig, ax = plt.subplots(figsize=(7, 4.5))
-        for name, trace in traces.items():
-            ax.semilogy(range(1, len(trace) + 1), trace, "o-", ms=3, label=name)
-        ax.axhline(1e-10, color="gray", ls=":", label="tolerance")
-        ax.set_xlabel("function evaluations")
-        ax.set_ylabel("relative residual |f(z) - z| / |f(z)|")
-        ax.set_title(f"fixed point of a random attention block (rho = {rho:.2f})")
-        ax.legend(fontsize=8)
-        record.plots = save_figure(fig, ctx.out_dir, "d7_attention.png")
-    return record
+    """``Attention``: measure at the sizes of ``ctx``'s mode, judge, draw into ``ctx.out_dir``."""
+    return Attention()(ctx)
 
 
 def _stack(block: nn.Module, x: Tensor, depth: int, gen: torch.Generator) -> dict[str, object]:
@@ -298,6 +352,73 @@ def judge_stack(run: dict[str, object]) -> str:
     return "pass" if ok else "fail"
 
 
+class TiedWeights(Preset):
+    r"""B7 implicit: a tied-weight stack $z_{l+1} = f(z_l, x)$ of a random attention block on ``(batch, tokens,
+    dim)`` approaches the solver's fixed point $z^\star$ at the rate of the Jacobian's spectral radius,
+    $|z_l - z^\star| \sim \rho^l$; judged by ``judge_stack``.
+
+    Negative control: at gain 4 the Jacobian's spectral radius exceeds 1, the stack does not approach the
+    (unstable) fixed point the solver finds, and the same rule must reject it.
+    """
+
+    sizes = Sizes(quick=dict(batch=2, tokens=8, dim=16, depth=60), full=dict(batch=4, tokens=16, dim=32, depth=80))
+    gains = (1.0, 4.0)
+
+    def measure(self, ctx: RunContext, n: SimpleNamespace) -> Measured:
+        """``runs[gain]``: ``_stack``'s distance per layer (``depth`` floats), rho, fitted rate, solver cost."""
+        gen = generator(ctx.seed)
+        x = torch.randn(n.batch, n.tokens, n.dim, generator=gen, dtype=torch.float64)
+        runs = {gain: _stack(_random_block(gen, n.dim, 4, gain), x, n.depth, gen) for gain in self.gains}
+        return dict(runs=runs, depth=n.depth)
+
+    def judge(self, measured: Measured) -> Record:
+        """B7's Record: ``judge_stack`` at gain 1; gain 4 (rho > 1) as control."""
+        runs, depth = measured["runs"], measured["depth"]
+        low, high = runs[1.0], runs[4.0]
+        control = Control("gain 4 (spectral radius above 1)", "negative", judge_stack(high),
+                          {"spectral_radius": high["rho"], "final_distance": high["distance"][-1],
+                           "solver_converged": float(high["converged"])})
+        return Record(
+            id="B7",
+            kind="dynamics",
+            verdict=judge_stack(low),
+            controls=[control],
+            metrics={
+                "spectral_radius_gain1": low["rho"],
+                "fitted_rate_gain1": low["rate"],
+                "final_distance_gain1": low["distance"][-1],
+                "solver_evaluations_gain1": low["evaluations"],
+                "spectral_radius_gain4": high["rho"],
+                "final_distance_gain4": high["distance"][-1],
+                "solver_converged_gain4": float(high["converged"]),
+                "depth": depth,
+            },
+            details={f"gain{g:g}": {"distance": r["distance"], "rate": r["rate"]} for g, r in runs.items()},
+            notes=f"gain 1: the stack approaches the solver's fixed point at {low['rate']:.3f} per layer, the "
+            f"spectral radius there is {low['rho']:.3f}, and the solver needs {low['evaluations']} evaluations; "
+            f"gain 4: spectral radius {high['rho']:.2f}, after {depth} layers the stack is "
+            f"{high['distance'][-1]:.2g} (relative) from the fixed point the solver found (converged: "
+            f"{high['converged']})",
+        )
+
+    def draw(self, measured: Measured, out_dir: Path) -> list[str]:
+        r"""Distance to the fixed point per layer beside $\rho^l$, one pair of lines per gain."""
+        plt = pyplot()
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        layers = np.arange(1, measured["depth"] + 1)
+        for gain, run in measured["runs"].items():
+            dist = np.maximum(np.array(run["distance"]), 1e-17)
+            line = ax.semilogy(layers, dist, "o-", ms=3, label=f"gain {gain:g}: |z_l - z*| / |z*|")
+            ax.semilogy(layers, dist[0] * run["rho"] ** (layers - 1), "--", color=line[0].get_color(),
+                        label=f"gain {gain:g}: rho^l, rho = {run['rho']:.3f}")
+        ax.set_ylim(1e-16, 1e3)
+        ax.set_xlabel("layer l of the tied-weight stack")
+        ax.set_ylabel("relative distance to the solver's fixed point")
+        ax.set_title("a tied-weight stack is one operator iterated")
+        ax.legend(fontsize=8)
+        return save_figure(fig, out_dir, "b7_implicit.png")
+
+
 @register_claim(
     "B7",
     statement=B7_STATEMENT,
@@ -310,50 +431,5 @@ def judge_stack(run: dict[str, object]) -> str:
     "(rho > 1), judged by the same rule, must fail",
 )
 def tied_weights(ctx: RunContext) -> Record:
-    gen = generator(ctx.seed)
-    batch, tokens, dim, depth = (2, 8, 16, 60) if ctx.quick else (4, 16, 32, 80)
-    x = torch.randn(batch, tokens, dim, generator=gen, dtype=torch.float64)
-    runs = {gain: _stack(_random_block(gen, dim, 4, gain), x, depth, gen) for gain in (1.0, 4.0)}
-    low, high = runs[1.0], runs[4.0]
-    # Negative control: at gain 4 the Jacobian's spectral radius exceeds 1, the stack does not approach the
-    # (unstable) fixed point the solver finds, and the same rule must reject it.
-    control = Control("gain 4 (spectral radius above 1)", "negative", judge_stack(high),
-                      {"spectral_radius": high["rho"], "final_distance": high["distance"][-1],
-                       "solver_converged": float(high["converged"])})
-    record = Record(
-        id="B7",
-        kind="dynamics",
-        verdict=judge_stack(low),
-        controls=[control],
-        metrics={
-            "spectral_radius_gain1": low["rho"],
-            "fitted_rate_gain1": low["rate"],
-            "final_distance_gain1": low["distance"][-1],
-            "solver_evaluations_gain1": low["evaluations"],
-            "spectral_radius_gain4": high["rho"],
-            "final_distance_gain4": high["distance"][-1],
-            "solver_converged_gain4": float(high["converged"]),
-            "depth": depth,
-        },
-        details={f"gain{g:g}": {"distance": r["distance"], "rate": r["rate"]} for g, r in runs.items()},
-        notes=f"gain 1: the stack approaches the solver's fixed point at {low['rate']:.3f} per layer, the spectral "
-        f"radius there is {low['rho']:.3f}, and the solver needs {low['evaluations']} evaluations; gain 4: spectral "
-        f"radius {high['rho']:.2f}, after {depth} layers the stack is {high['distance'][-1]:.2g} (relative) from the "
-        f"fixed point the solver found (converged: {high['converged']})",
-    )
-    if ctx.out_dir is not None:
-        plt = pyplot()
-        fig, ax = plt.subplots(figsize=(7, 4.5))
-        layers = np.arange(1, depth + 1)
-        for gain, run in runs.items():
-            dist = np.maximum(np.array(run["distance"]), 1e-17)
-            line = ax.semilogy(layers, dist, "o-", ms=3, label=f"gain {gain:g}: |z_l - z*| / |z*|")
-            ax.semilogy(layers, dist[0] * run["rho"] ** (layers - 1), "--", color=line[0].get_color(),
-                        label=f"gain {gain:g}: rho^l, rho = {run['rho']:.3f}")
-        ax.set_ylim(1e-16, 1e3)
-        ax.set_xlabel("layer l of the tied-weight stack")
-        ax.set_ylabel("relative distance to the solver's fixed point")
-        ax.set_title("a tied-weight stack is one operator iterated")
-        ax.legend(fontsize=8)
-        record.plots = save_figure(fig, ctx.out_dir, "b7_implicit.png")
-    return record
+    """``TiedWeights``: measure at the sizes of ``ctx``'s mode, judge, draw into ``ctx.out_dir``."""
+    return TiedWeights()(ctx)

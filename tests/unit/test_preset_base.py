@@ -1,0 +1,102 @@
+"""The simulate presets' base class: sizes of both modes read in one place, draw only with an output folder,
+and every preset module short and free of inline quick/full choices."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from expattn.catalogue.registry import RunContext
+from expattn.presets.base import Preset, Sizes
+from expattn.results.record import Record
+
+PRESETS = Path(__file__).resolve().parents[2] / "src" / "expattn" / "presets"
+MAX_LINES = 60
+
+
+class Toy(Preset):
+    """Sums ``batch`` ones ``steps`` times; records which sizes it saw and whether it drew."""
+
+    sizes = Sizes(quick=dict(batch=2, steps=3), full=dict(batch=5, steps=7))
+
+    def __init__(self) -> None:
+        self.seen, self.drawn = [], []
+
+    def measure(self, ctx, n):
+        self.seen.append((n.batch, n.steps))
+        return {"total": n.batch * n.steps}
+
+    def judge(self, measured):
+        return Record(id="B2", kind="dynamics", verdict="pass", metrics={"total": measured["total"]})
+
+    def draw(self, measured, out_dir):
+        self.drawn.append(out_dir)
+        return ["toy.png"]
+
+
+def test_quick_and_full_sizes_come_from_the_declaration():
+    toy = Toy()
+    assert toy(RunContext(quick=True)).metrics == {"total": 6}
+    assert toy(RunContext(quick=False)).metrics == {"total": 35}
+    assert toy.seen == [(2, 3), (5, 7)]
+
+
+def test_draw_only_with_an_output_folder(tmp_path):
+    toy = Toy()
+    assert toy(RunContext(out_dir=None)).plots == []
+    assert toy.drawn == []
+    assert toy(RunContext(out_dir=tmp_path)).plots == ["toy.png"]
+    assert toy.drawn == [tmp_path]
+
+
+def test_sizes_name_the_same_sizes_in_both_modes():
+    with pytest.raises(ValueError, match="same sizes"):
+        Sizes(quick=dict(batch=2), full=dict(batch=4, steps=9))
+
+
+def _functions(path: Path):
+    return [n for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+
+
+def test_no_preset_function_is_over_60_lines():
+    long = [f"{p.name}:{f.name} ({f.end_lineno - f.lineno + 1} lines)" for p in sorted(PRESETS.glob("*.py"))
+            for f in _functions(p) if f.end_lineno - f.lineno + 1 > MAX_LINES]
+    assert not long, long
+
+
+def _reads_quick(tree: ast.AST) -> list[int]:
+    """Lines that read an attribute ``quick`` (``ctx.quick``) or choose with ``x if quick else y``."""
+    lines = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr == "quick"
+             and isinstance(n.ctx, ast.Load)]
+    lines += [n.lineno for n in ast.walk(tree) if isinstance(n, ast.IfExp | ast.If)
+              and any(isinstance(m, ast.Name | ast.Attribute) and "quick" in ast.unparse(m) for m in ast.walk(n.test))]
+    return sorted(lines)
+
+
+def test_only_the_base_class_reads_quick():
+    offenders = {p.name: _reads_quick(ast.parse(p.read_text())) for p in sorted(PRESETS.glob("*.py"))
+                 if p.name != "base.py"}
+    assert not {k: v for k, v in offenders.items() if v}, offenders
+    assert _reads_quick(ast.parse((PRESETS / "base.py").read_text()))  # the one place that does
+
+
+def test_the_check_finds_an_inline_choice():
+    assert _reads_quick(ast.parse("n = (2, 3) if ctx.quick else (4, 5)"))
+    assert _reads_quick(ast.parse("def f(quick):\n    if quick:\n        return 1"))
+    assert not _reads_quick(ast.parse("n = sizes.pick(flag)"))
+
+
+def test_every_simulate_preset_calls_a_preset():
+    """Each registered simulate check is ``return X()(ctx)`` with ``X`` a ``Preset`` subclass."""
+    from expattn.commands.checks import claims
+
+    checks = [inspect.unwrap(c.check) for c in claims("simulate")]
+    assert len(checks) >= 16
+    for fn in checks:
+        (ret,) = ast.parse(textwrap.dedent(inspect.getsource(fn))).body[0].body[-1:]
+        called = ret.value.func.func.id
+        assert issubclass(fn.__globals__[called], Preset), fn.__name__
