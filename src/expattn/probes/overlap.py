@@ -22,6 +22,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
+from expattn.arguments import positive_int
+
 _STOP = object()
 
 
@@ -46,8 +48,7 @@ class UpdateWorker:
     """
 
     def __init__(self, depth: int = 2) -> None:
-        if not isinstance(depth, int) or isinstance(depth, bool) or depth < 1:
-            raise ValueError(f"depth must be an integer >= 1, got {depth!r}")
+        positive_int("depth", depth)
         self._queue: queue.Queue = queue.Queue(maxsize=depth)
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None

@@ -13,6 +13,8 @@ import math
 import torch
 from torch import nn
 
+from expattn.arguments import positive_int
+
 
 def learning_rate(step: int, lr: float, min_lr: float, warmup: int, total: int) -> float:
     """The learning rate of optimizer step ``step`` (1-based) under warm-up then cosine decay.
@@ -24,8 +26,7 @@ def learning_rate(step: int, lr: float, min_lr: float, warmup: int, total: int) 
         warmup: linear warm-up steps, ``0 <= warmup <= total``.
         total: steps of the whole schedule.
     """
-    if step < 1:
-        raise ValueError(f"step must be >= 1, got {step}")
+    positive_int("step", step)
     if not 0.0 <= min_lr <= lr:
         raise ValueError(f"learning rates must satisfy 0 <= min_lr <= lr, got min_lr={min_lr}, lr={lr}")
     if not 0 <= warmup <= total:
