@@ -9,11 +9,33 @@ from __future__ import annotations
 import math
 
 
-def positive_int(name: str, value: object) -> int:
-    """``value`` if it is an ``int`` >= 1 (``bool`` is not), else ``ValueError`` naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+def _int_at_least(value: object, at_least: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= at_least
+
+
+def integer(name: str, value: object, *, at_least: int) -> int:
+    """``value`` if it is an ``int`` (``bool`` is not) ``>= at_least``, else ``ValueError``.
+
+    The message names the argument and the bound: ``iters must be an integer >= 2, got 1``.
+    """
+    if not _int_at_least(value, at_least):
+        raise ValueError(f"{name} must be an integer >= {at_least}, got {value!r}")
     return value
+
+
+def optional_integer(name: str, value: object, *, at_least: int) -> int | None:
+    """``None``, or ``value`` if it is an ``int`` (``bool`` is not) ``>= at_least``, else ``ValueError``.
+
+    The message names the argument and the bound: ``steps must be an integer >= 1 or None, got 0``.
+    """
+    if value is not None and not _int_at_least(value, at_least):
+        raise ValueError(f"{name} must be an integer >= {at_least} or None, got {value!r}")
+    return value
+
+
+def positive_int(name: str, value: object) -> int:
+    """``integer(name, value, at_least=1)``: an ``int`` >= 1 (``bool`` is not)."""
+    return integer(name, value, at_least=1)
 
 
 def finite_number(name: str, value: object, *, above: float | None = None, at_least: float | None = None) -> float:

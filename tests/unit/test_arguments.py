@@ -1,10 +1,11 @@
 """The shared scalar checks accept what they promise and name the argument otherwise."""
 
 import math
+import re
 
 import pytest
 
-from expattn.arguments import finite_number, positive_int
+from expattn.arguments import finite_number, integer, optional_integer, positive_int
 
 
 @pytest.mark.parametrize("value", [1, 2, 10**12])
@@ -14,8 +15,31 @@ def test_positive_int_accepts(value):
 
 @pytest.mark.parametrize("value", [0, -3, 1.0, True, "2", None])
 def test_positive_int_rejects_naming_the_argument(value):
-    with pytest.raises(ValueError, match=r"^heads must be a positive integer, got "):
+    with pytest.raises(ValueError, match=r"^heads must be an integer >= 1, got "):
         positive_int("heads", value)
+
+
+@pytest.mark.parametrize(("at_least", "value"), [(0, 0), (0, 7), (2, 2), (2, 3), (-1, -1)])
+def test_integer_accepts_the_bound_and_above(at_least, value):
+    assert integer("n", value, at_least=at_least) == value
+
+
+@pytest.mark.parametrize(("at_least", "value"), [(0, -1), (2, 1), (2, 2.0), (1, True), (0, False), (0, None),
+                                                 (0, math.nan), (0, math.inf), (0, "3")])
+def test_integer_rejects_naming_the_argument_and_the_bound(at_least, value):
+    with pytest.raises(ValueError, match=rf"^iters must be an integer >= {at_least}, got {re.escape(repr(value))}$"):
+        integer("iters", value, at_least=at_least)
+
+
+@pytest.mark.parametrize("value", [None, 1, 5])
+def test_optional_integer_accepts_none_and_the_bound(value):
+    assert optional_integer("steps", value, at_least=1) == value
+
+
+@pytest.mark.parametrize("value", [0, 1.0, True, math.nan, "1"])
+def test_optional_integer_rejects_naming_the_argument_and_the_bound(value):
+    with pytest.raises(ValueError, match=rf"^steps must be an integer >= 1 or None, got {re.escape(repr(value))}$"):
+        optional_integer("steps", value, at_least=1)
 
 
 def test_finite_number_bounds():

@@ -26,7 +26,7 @@ def test_make_cloud_kinds(gen):
     assert set(torch.sign(two[:, 0]).tolist()) == {-1.0, 1.0}  # both clusters (at +-2 e1, sd 0.3) are drawn
     with pytest.raises(ValueError, match="kind must be one of"):
         make_cloud("torus", 1, 5, 2, gen)
-    with pytest.raises(ValueError, match="token must be a positive integer"):
+    with pytest.raises(ValueError, match="token must be an integer >= 1"):
         make_cloud("cube", 1, 0, 2, gen)
 
 

@@ -124,7 +124,7 @@ def test_compose_order_and_run_records(gen):
 
 def test_bad_input_raises(gen):
     x = _x(gen, 1, 6, 3)
-    with pytest.raises(ValueError, match="beta must be > 0"):
+    with pytest.raises(ValueError, match="beta must be a finite number > 0"):
         AttentionConfig(beta=0.0)
     with pytest.raises(ValueError, match="carrier must be one of"):
         AttentionConfig(carrier="laplace")
@@ -132,7 +132,7 @@ def test_bad_input_raises(gen):
         AttentionUpdate(AttentionConfig(), covariance=torch.eye(3, dtype=torch.float64))
     with pytest.raises(ValueError, match="atoms has last dimension 4"):
         AttentionUpdate(AttentionConfig(), atoms=_x(gen, 5, 4))(x)
-    with pytest.raises(ValueError, match="steps must be a positive integer"):
+    with pytest.raises(ValueError, match="steps must be an integer >= 1"):
         run(x, AttentionUpdate(AttentionConfig()), 0)
     with pytest.raises(ValueError, match="unknown metrics"):
         run(x, AttentionUpdate(AttentionConfig()), 1, metrics=["volume"])

@@ -160,6 +160,8 @@ def test_backward_non_convergence_warns(gen):
         {"backward": "unrolled"},
         {"on_nonconvergence": "ignore"},
         {"tol": 0.0},
+        {"backward_tol": float("nan")},
+        {"max_iter": True},
         {"phantom_steps": 0},
         {"phantom_damping": 1.5},
     ],
@@ -172,12 +174,22 @@ def test_unknown_or_bad_options_raise(config):
 def test_bad_arguments_raise(gen):
     with pytest.raises(TypeError, match="block"):
         ImplicitAttention(lambda z, x: z)
-    with pytest.raises(ValueError, match="heads"):
+    with pytest.raises(ValueError, match=r"^dim must be a multiple of heads, got dim=10, heads=3$"):
         InjectedAttention(10, heads=3)
+    with pytest.raises(ValueError, match=r"^heads must be an integer >= 1, got 0$"):
+        InjectedAttention(8, heads=0)
+    with pytest.raises(ValueError, match=r"^gain must be a finite number > 0, got inf$"):
+        InjectedAttention(8, gain=float("inf"))
     with pytest.raises(ValueError, match="normalization"):
         InjectedAttention(8, norm="batchnorm")
     with pytest.raises(ValueError, match="carrier"):
         InjectedAttention(8, carrier="laplace")
+    z = torch.zeros(1, 2, 8, dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"^iters must be an integer >= 2, got 1$"):
+        spectral_radius(lambda s: s, z, iters=1)
+    with pytest.raises(ValueError, match=r"^steps must be an integer >= 0, got -1$"):
+        unrolled(nn.Identity(), z, z, -1)
+    assert unrolled(lambda s, x: s + x, z, z, 0) is z
     layer = ImplicitAttention(contractive_block(gen))
     with pytest.raises(TypeError, match="x"):
         layer([1.0])

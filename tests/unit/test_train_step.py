@@ -121,7 +121,7 @@ def test_float16_checkpoint_keeps_the_grad_scaler(gen, tmp_path):
 
 
 @pytest.mark.parametrize(("field", "value", "fragment"), [
-    ("dtype", "float64", "dtype must be one of"), ("grad_accum", 0, "grad_accum must be a positive"),
+    ("dtype", "float64", "dtype must be one of"), ("grad_accum", 0, "grad_accum must be an integer >= 1"),
     ("grad_accum", 5, "grad_accum must divide batch=12"),
 ])
 def test_bad_precision_and_accumulation_options(tmp_path, field, value, fragment):

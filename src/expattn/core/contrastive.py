@@ -13,12 +13,11 @@ projects anchors and candidates to the unit sphere, the contraction that keeps t
 
 from __future__ import annotations
 
-import math
-
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from expattn.arguments import finite_number
 from expattn.core.empirical import Empirical
 from expattn.core.validate import as_tensor, check_finite, check_ndim
 
@@ -38,9 +37,7 @@ def project_to_sphere(x: Float[Tensor, "*batch dim"], name: str = "x") -> Float[
 def _check_temperature(temperature: float) -> float:
     if isinstance(temperature, bool) or not isinstance(temperature, int | float):
         raise TypeError(f"temperature must be a number, got {type(temperature).__name__}")
-    if not (math.isfinite(temperature) and temperature > 0):
-        raise ValueError(f"temperature must be positive and finite, got {temperature}")
-    return float(temperature)
+    return finite_number("temperature", temperature, above=0)
 
 
 def contrastive_family(

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
+from expattn.arguments import positive_int
 from expattn.core.measure import Measure
 from expattn.core.validate import (
     HALF,
@@ -290,8 +291,7 @@ class Empirical(Measure):
         generator: torch.Generator | None = None,
     ) -> tuple[Int[Tensor, "sample *batch query"], Float[Tensor, "sample *batch query dim"]]:
         """Draw atoms from $p(\\cdot|\\eta)$; returns ``(indices, points)``."""
-        if num_samples < 1:
-            raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+        positive_int("num_samples", num_samples)
         p = self.probs(eta)
         flat = p.reshape(-1, p.shape[-1])
         idx = torch.multinomial(flat, num_samples, replacement=True, generator=generator)

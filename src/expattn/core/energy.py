@@ -21,7 +21,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from expattn.arguments import finite_number
+from expattn.arguments import finite_number, positive_int
 from expattn.core.validate import as_tensor, check_finite
 
 
@@ -66,8 +66,7 @@ class HiddenPrior(ABC):
 
     def cumulant(self, n: int) -> float:
         r"""$\kappa_n = K^{(n)}(0)$ in closed form, for an integer ``n >= 1``."""
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"n must be an integer >= 1, got {n!r}")
+        positive_int("n", n)
         return self._cumulant(n)
 
     @abstractmethod
@@ -84,8 +83,7 @@ class HiddenPrior(ABC):
 
     def sample(self, n: int, generator: torch.Generator) -> Float[Tensor, " n"]:
         """``n`` independent float64 draws of $h \\sim q$."""
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"n must be an integer >= 1, got {n!r}")
+        positive_int("n", n)
         return self._sample(n, generator)
 
     @abstractmethod

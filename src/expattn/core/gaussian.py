@@ -16,6 +16,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from expattn.arguments import positive_int
 from expattn.core import draws
 from expattn.core.measure import Measure
 from expattn.core.validate import as_tensor, check_finite, check_ndim, check_positive_definite, working
@@ -107,8 +108,7 @@ class Gaussian(Measure):
         generator: torch.Generator | None = None,
     ) -> Float[Tensor, "sample *batch query dim"]:
         r"""Draws $x = \mu + \Sigma\eta + L z$, $z \sim \mathcal{N}(0, I)$, $LL^\top = \Sigma$."""
-        if num_samples < 1:
-            raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+        positive_int("num_samples", num_samples)
         loc = self.mean(eta)  # (*B, Q, D)
         z = draws.randn((num_samples, *loc.shape), loc, generator)
         return loc + (self.chol.unsqueeze(-3).to(z.dtype) @ z.unsqueeze(-1)).squeeze(-1)

@@ -20,7 +20,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from expattn.arguments import finite_number
+from expattn.arguments import finite_number, positive_int
 from expattn.core import draws
 from expattn.core.hopfield import hopfield_energy
 from expattn.core.validate import as_tensor, check_finite, check_ndim
@@ -99,8 +99,7 @@ class HopfieldMixture:
         self, num_samples: int, generator: torch.Generator | None = None
     ) -> tuple[Int[Tensor, " sample"], Float[Tensor, "sample dim"]]:
         r"""Draw $\mu \sim w$, then $v = W_\mu + \beta^{-1/2}\varepsilon$; returns ``(components, points)``."""
-        if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
-            raise ValueError(f"num_samples must be an integer >= 1, got {num_samples!r}")
+        positive_int("num_samples", num_samples)
         mu = draws.multinomial(self.log_weights().exp(), num_samples, generator)
         noise = draws.randn((num_samples, self.dim), self.patterns, generator)
         return mu, self.patterns[mu] + noise / math.sqrt(self.beta)

@@ -19,6 +19,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from expattn.arguments import positive_int
 from expattn.core import draws
 from expattn.core.empirical import Empirical
 from expattn.core.gaussian import gaussian_log_density
@@ -187,8 +188,7 @@ class GaussianMixture(Measure):
         generator: torch.Generator | None = None,
     ) -> Float[Tensor, "sample *batch query dim"]:
         """Draw a component from $r(\\eta)$, then a point from that tilted Gaussian component."""
-        if num_samples < 1:
-            raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+        positive_int("num_samples", num_samples)
         r = self.responsibilities(eta)  # (*B, Q, C)
         comp = draws.multinomial(r.reshape(-1, r.shape[-1]), num_samples, generator)
         comp = comp.T.reshape(num_samples, *r.shape[:-1])  # (S, *B, Q)

@@ -23,6 +23,7 @@ from scipy import integrate
 from scipy.special import logsumexp
 from torch import Tensor
 
+from expattn.arguments import positive_int
 from expattn.core.energy import HiddenPrior
 from expattn.core.validate import as_tensor, check_finite, check_ndim
 
@@ -155,8 +156,7 @@ def cumulant_series_energy(
     Converges to ``effective_energy`` as ``order`` grows wherever every $|t_\mu|$ lies inside the
     radius of convergence of $K_\mu$ (claim D3). Shapes as in ``effective_energy``.
     """
-    if isinstance(order, bool) or not isinstance(order, int) or order < 1:
-        raise ValueError(f"order must be an integer >= 1, got {order!r}")
+    positive_int("order", order)
     t = hidden_fields(v, weights)  # (B, M)
     priors = _priors(priors, weights.shape[1])
     kappa = torch.tensor([[p.cumulant(n) for p in priors] for n in range(1, order + 1)], dtype=t.dtype)  # (N, M)

@@ -25,6 +25,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from expattn.arguments import finite_number, positive_int
 from expattn.core.validate import as_tensor, check_finite, working
 
 FixedPointMap = Callable[[Tensor], Tensor]
@@ -115,10 +116,8 @@ def _check_common(z0: Tensor, tol: float, max_iter: int) -> None:
     if z0.ndim < 1 or z0.shape[0] == 0:
         raise ValueError(f"z0 must have shape (batch, ...) with batch >= 1, got {tuple(z0.shape)}")
     check_finite("z0", z0)
-    if not (isinstance(tol, float | int) and tol > 0):
-        raise ValueError(f"tol must be a positive number, got {tol!r}")
-    if not (isinstance(max_iter, int) and max_iter >= 1):
-        raise ValueError(f"max_iter must be an integer >= 1, got {max_iter!r}")
+    finite_number("tol", tol, above=0)
+    positive_int("max_iter", max_iter)
 
 
 def fixed_point_iter(
@@ -199,16 +198,13 @@ def anderson(
         ``(z_star, stats)``; ``z_star`` has the shape of ``z0``. Claim D7.
     """
     _check_common(z0, tol, max_iter)
-    if not (isinstance(memory, int) and memory >= 1):
-        raise ValueError(f"memory must be an integer >= 1, got {memory!r}")
-    if not regularization >= 0:
-        raise ValueError(f"regularization must be >= 0, got {regularization!r}")
+    positive_int("memory", memory)
+    finite_number("regularization", regularization, at_least=0)
     if not 0 < mixing <= 1:
         raise ValueError(f"mixing must lie in (0, 1], got {mixing!r}")
     if not restart > 1:
         raise ValueError(f"restart must be > 1, got {restart!r}")
-    if not (isinstance(stall, int) and stall >= 1):
-        raise ValueError(f"stall must be an integer >= 1, got {stall!r}")
+    positive_int("stall", stall)
     track = _Tracker(f, z0, tol)
     z = z0.reshape(z0.shape[0], -1)
     fz = track(z)
@@ -286,8 +282,7 @@ def broyden(
         ``(z_star, stats)``; ``z_star`` has the shape of ``z0``. Claim D7.
     """
     _check_common(z0, tol, max_iter)
-    if not (isinstance(memory, int) and memory >= 1):
-        raise ValueError(f"memory must be an integer >= 1, got {memory!r}")
+    positive_int("memory", memory)
     track = _Tracker(f, z0, tol)
     z = z0.reshape(z0.shape[0], -1)
     fz = track(z)

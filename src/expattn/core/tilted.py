@@ -20,6 +20,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from expattn.arguments import positive_int
 from expattn.core.gaussian import Gaussian
 from expattn.core.measure import Measure
 from expattn.core.validate import as_tensor, check_finite, check_ndim, check_positive_definite
@@ -227,8 +228,7 @@ class TiltedGamma(Tilted):
 
     def sample(self, eta: Tensor, num_samples: int, generator: torch.Generator | None = None) -> Tensor:
         """Draws ``(sample, *batch, query, dim)``; reproducible from ``generator`` (it seeds a forked RNG)."""
-        if num_samples < 1:
-            raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+        positive_int("num_samples", num_samples)
         alpha, rate = self.shape_rate(eta)
         seed = int(torch.randint(0, 2**62, (), generator=generator))
         # torch's Gamma sampler takes no generator: draw on the CPU under a forked, seeded RNG
@@ -296,8 +296,7 @@ class TiltedLattice(Tilted):
 
     def sample(self, eta: Tensor, num_samples: int, generator: torch.Generator | None = None) -> Tensor:
         """Draws ``(sample, *batch, query, dim)`` of grid points."""
-        if num_samples < 1:
-            raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+        positive_int("num_samples", num_samples)
         p = self.grid_probs(eta)
         idx = torch.multinomial(p.reshape(-1, p.shape[-1]), num_samples, replacement=True, generator=generator)
         return self.support[idx.T.reshape(num_samples, *p.shape[:-1])]

@@ -20,7 +20,7 @@ from jaxtyping import Float
 from scipy.sparse.csgraph import connected_components
 from torch import Tensor
 
-from expattn.arguments import positive_int
+from expattn.arguments import finite_number, positive_int
 from expattn.dynamics.operators import check_cloud
 
 CLOUD_KINDS = ("gaussian", "sphere", "anisotropic", "offcentre", "two_clusters", "cube", "lognormal")
@@ -58,6 +58,5 @@ def make_cloud(
 def count_clusters(x: Float[Tensor, "batch token dim"], radius: float) -> list[int]:
     r"""Number of connected components of the graph $\{(s, t) : \lVert x_s - x_t\rVert < \text{radius}\}$ per cloud."""
     check_cloud(x)
-    if not radius > 0:
-        raise ValueError(f"radius must be > 0, got {radius!r}")
+    finite_number("radius", radius, above=0)
     return [int(connected_components((torch.cdist(c, c) < radius).numpy(), directed=False)[0]) for c in x]

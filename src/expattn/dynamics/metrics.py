@@ -23,6 +23,7 @@ from jaxtyping import Float
 from scipy import stats
 from torch import Tensor
 
+from expattn.arguments import integer
 from expattn.core.validate import as_tensor, check_finite, check_ndim, check_output, exact_scale
 from expattn.validation import validate_enabled
 
@@ -255,8 +256,8 @@ def sliced_wasserstein_gaussian(
     \mathrm{SW}\})/(1 + \text{draws})$, ``z`` = (sw - null_mean) / null_std and ``excess`` = sw / null_mean,
     each ``(batch,)``.
     """
-    if directions < 1 or null_draws < 2:
-        raise ValueError(f"directions must be >= 1 and null_draws >= 2, got {directions}, {null_draws}")
+    integer("directions", directions, at_least=1)
+    integer("null_draws", null_draws, at_least=2)
     z = _standardised(x)
     batch, tokens, d = z.shape
     u = torch.randn(directions, d, generator=generator, dtype=torch.float64).to(z.device, z.dtype)

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from jaxtyping import Float
 from torch import Tensor, nn
 
+from expattn.arguments import finite_number, positive_int
 from expattn.core.empirical import Empirical
 from expattn.core.measure import Measure
 from expattn.core.mixture import GaussianMixture
@@ -47,14 +48,11 @@ class AttentionConfig:
     bandwidth: float = 0.0
 
     def __post_init__(self) -> None:
-        if not self.beta > 0:
-            raise ValueError(f"beta must be > 0, got {self.beta!r}")
-        if not self.step > 0:
-            raise ValueError(f"step must be > 0, got {self.step!r}")
+        finite_number("beta", self.beta, above=0)
+        finite_number("step", self.step, above=0)
         if self.carrier not in CARRIERS:
             raise ValueError(f"carrier must be one of {CARRIERS}, got {self.carrier!r}")
-        if not self.bandwidth >= 0:
-            raise ValueError(f"bandwidth must be >= 0, got {self.bandwidth!r}")
+        finite_number("bandwidth", self.bandwidth, at_least=0)
 
 
 def check_cloud(x: Tensor, dim: int | None = None, name: str = "cloud") -> Tensor:
@@ -177,10 +175,9 @@ class FeedForwardConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.dim < 1 or self.hidden < 1:
-            raise ValueError(f"dim and hidden must be >= 1, got dim={self.dim}, hidden={self.hidden}")
-        if not self.gain > 0:
-            raise ValueError(f"gain must be > 0, got {self.gain!r}")
+        positive_int("dim", self.dim)
+        positive_int("hidden", self.hidden)
+        finite_number("gain", self.gain, above=0)
 
 
 class FeedForward(nn.Module):

@@ -23,7 +23,7 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor, nn
 
-from expattn.arguments import positive_int
+from expattn.arguments import optional_integer, positive_int
 from expattn.core.hopfield import OVERFLOW, energy_from_log_normalizer, hopfield_logits, hopfield_weights
 from expattn.core.softmax import softmax_with_log_normalizer
 from expattn.core.validate import check_output_of
@@ -86,9 +86,7 @@ class HopfieldConfig:
         for b in betas:
             if b is not None and (not isinstance(b, int | float) or not math.isfinite(b) or b <= 0):
                 raise ValueError(f"beta must be a finite number > 0 (or a tuple of them), got {self.beta!r}")
-        steps = self.update_steps_max
-        if steps is not None and (not isinstance(steps, int) or isinstance(steps, bool) or steps < 1):
-            raise ValueError(f"update_steps_max must be a positive int or None, got {steps!r}")
+        optional_integer("update_steps_max", self.update_steps_max, at_least=1)
         eps = self.update_steps_eps
         if eps is not None and (not isinstance(eps, int | float) or not math.isfinite(eps) or eps < 0):
             raise ValueError(f"update_steps_eps must be a finite number >= 0 or None, got {eps!r}")

@@ -22,6 +22,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor, nn
 
+from expattn.arguments import finite_number, integer, positive_int
 from expattn.core import draws
 from expattn.core.solvers import SOLVERS, SolverStats, check_options, solve
 from expattn.core.validate import as_tensor, check_finite, check_ndim
@@ -76,12 +77,9 @@ class ImplicitConfig:
         check_options(self.solver, dict(self.solver_options))
         check_options(self.backward_solver, dict(self.backward_options))
         for name in ("tol", "backward_tol"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
+            finite_number(name, getattr(self, name), above=0)
         for name in ("max_iter", "backward_max_iter", "phantom_steps"):
-            value = getattr(self, name)
-            if not (isinstance(value, int) and value >= 1):
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+            positive_int(name, getattr(self, name))
         if self.backward not in BACKWARDS:
             raise ValueError(f"backward must be one of {BACKWARDS}, got {self.backward!r}")
         if not 0 < self.phantom_damping <= 1:
@@ -128,10 +126,11 @@ class InjectedAttention(nn.Module):
         carrier_options: dict[str, object] | None = None,
     ) -> None:
         super().__init__()
-        if not (isinstance(dim, int) and isinstance(heads, int) and heads >= 1 and dim >= 1 and dim % heads == 0):
-            raise ValueError(f"dim must be a positive multiple of heads >= 1, got dim={dim!r}, heads={heads!r}")
-        if not gain > 0:
-            raise ValueError(f"gain must be > 0, got {gain!r}")
+        positive_int("dim", dim)
+        positive_int("heads", heads)
+        if dim % heads:
+            raise ValueError(f"dim must be a multiple of heads, got dim={dim!r}, heads={heads!r}")
+        finite_number("gain", gain, above=0)
         self.gain = gain
         config = ExpFamAttentionConfig(
             embed_dim=dim, num_heads=heads, bias=False, carrier=carrier, carrier_options=dict(carrier_options or {})
@@ -164,8 +163,7 @@ def spectral_radius(
         ``(batch,)`` estimates; below 1 means $f$ is locally a contraction (claims D7, B7).
     """
     as_tensor("z", z)
-    if not (isinstance(iters, int) and iters >= 2):
-        raise ValueError(f"iters must be an integer >= 2, got {iters!r}")
+    integer("iters", iters, at_least=2)
     z = z.detach().requires_grad_(True)
     with torch.enable_grad():
         fz = f(z)
@@ -309,8 +307,7 @@ class ImplicitAttention(nn.Module):
 def unrolled(block: nn.Module, x: Tensor, z0: Tensor, steps: int) -> Tensor:
     r"""$z_{k+1} = f(z_k, x)$ for ``steps`` steps with the graph kept: backpropagation through the
     iterations, the reference for the implicit gradient (claim D7) and a tied-weight stack (B7)."""
-    if not (isinstance(steps, int) and steps >= 0):
-        raise ValueError(f"steps must be an integer >= 0, got {steps!r}")
+    integer("steps", steps, at_least=0)
     z = z0
     for _ in range(steps):
         z = block(z, x)

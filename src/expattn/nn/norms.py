@@ -69,10 +69,8 @@ class NormConfig:
 
     def __post_init__(self) -> None:
         positive_int("dim", self.dim)
-        if not self.eps >= 0:
-            raise ValueError(f"eps must be >= 0, got {self.eps!r}")
-        if not self.radius > 0:
-            raise ValueError(f"radius must be > 0, got {self.radius!r}")
+        finite_number("eps", self.eps, at_least=0)
+        finite_number("radius", self.radius, above=0)
         finite_number("ridge", self.ridge, at_least=0)
 
 

@@ -24,6 +24,7 @@ from collections.abc import Iterable
 
 import torch
 
+from expattn.arguments import positive_int
 from expattn.memory import probe_bytes, readable, require
 from expattn.probes.hypotheses import BY_CLAIM, HYPOTHESES
 from expattn.probes.hypotheses.base import ProbeContext
@@ -57,8 +58,7 @@ def statistics_bytes(hidden: int, layers: int, heads: int, hypotheses: Iterable[
     sizes = {"hidden": hidden, "layers": layers, "heads": heads, "head_dim": dh, "tokens": tokens,
              "seq_len": seq_len, "detail_sequences": detail_sequences, "replicates": replicates}
     for name, value in sizes.items():
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        positive_int(name, value)
     if statistics not in STATISTICS:
         raise ValueError(f"statistics must be one of {', '.join(STATISTICS)}, got {statistics!r}")
     chosen = tuple(hypotheses)

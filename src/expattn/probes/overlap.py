@@ -34,6 +34,8 @@ from pathlib import Path
 
 import torch
 
+from expattn.arguments import positive_int
+
 _STOP = object()
 TRIM_SLACK = 0.10  # relative growth of the resident size that triggers a heap trim (see heap_trimmer)
 
@@ -101,8 +103,7 @@ class UpdateWorker:
     """
 
     def __init__(self, depth: int = 2) -> None:
-        if not isinstance(depth, int) or isinstance(depth, bool) or depth < 1:
-            raise ValueError(f"depth must be an integer >= 1, got {depth!r}")
+        positive_int("depth", depth)
         self._queue: queue.Queue = queue.Queue(maxsize=depth)
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None

@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 from jaxtyping import Int
 
+from expattn.arguments import integer
 from expattn.catalogue import entry
 from expattn.memory import probe_bytes, require
 from expattn.probes.budgets import default_tokens
@@ -99,9 +100,7 @@ class ProbeConfig:
         if self.tokens is None:
             object.__setattr__(self, "tokens", default_tokens(self.model))
         for name, low in (("tokens", 1), ("seq_len", 4), ("batch_size", 1), ("replicates", 2), ("detail_sequences", 1)):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < low:
-                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+            integer(name, getattr(self, name), at_least=low)
         check_seed(self.seed)
         if self.device_map is not None and self.device is not None:
             raise ValueError(f"give device or device_map, not both (got device {self.device!r} and device_map "

@@ -30,7 +30,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from torch.nn.parallel import DistributedDataParallel
 
-from expattn.arguments import positive_int
+from expattn.arguments import finite_number, positive_int
 from expattn.nn.carriers import carrier_class
 from expattn.nn.export import MODEL_DIR, export_model
 from expattn.nn.lm import LM, LMConfig
@@ -119,12 +119,10 @@ class TrainConfig:
             raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {self.split!r}")
         if self.warmup is not None and not 0 <= self.warmup <= self.iters:
             raise ValueError(f"warmup must lie in [0, iters={self.iters}], got {self.warmup}")
-        if not self.lr > 0:
-            raise ValueError(f"lr must be > 0, got {self.lr}")
+        finite_number("lr", self.lr, above=0)
         if self.min_lr is not None and not 0 <= self.min_lr <= self.lr:
             raise ValueError(f"min_lr must lie in [0, lr={self.lr}], got {self.min_lr}")
-        if self.grad_clip < 0:
-            raise ValueError(f"grad_clip must be >= 0, got {self.grad_clip}")
+        finite_number("grad_clip", self.grad_clip, at_least=0)
         if not 0 <= self.beta2 < 1:
             raise ValueError(f"beta2 must lie in [0, 1), got {self.beta2}")
         if self.dtype not in DTYPES:

@@ -13,6 +13,8 @@ import math
 import torch
 from torch import nn
 
+from expattn.arguments import finite_number, positive_int
+
 
 def learning_rate(step: int, lr: float, min_lr: float, warmup: int, total: int) -> float:
     """The learning rate of optimizer step ``step`` (1-based) under warm-up then cosine decay.
@@ -24,8 +26,7 @@ def learning_rate(step: int, lr: float, min_lr: float, warmup: int, total: int) 
         warmup: linear warm-up steps, ``0 <= warmup <= total``.
         total: steps of the whole schedule.
     """
-    if step < 1:
-        raise ValueError(f"step must be >= 1, got {step}")
+    positive_int("step", step)
     if not 0.0 <= min_lr <= lr:
         raise ValueError(f"learning rates must satisfy 0 <= min_lr <= lr, got min_lr={min_lr}, lr={lr}")
     if not 0 <= warmup <= total:
@@ -45,10 +46,8 @@ def adamw(
 
     Biases and normalization gains are not decayed (decay would pull a gain towards zero).
     """
-    if lr <= 0 or not math.isfinite(lr):
-        raise ValueError(f"lr must be a positive finite number, got {lr}")
-    if weight_decay < 0:
-        raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
+    finite_number("lr", lr, above=0)
+    finite_number("weight_decay", weight_decay, at_least=0)
     params = [p for p in model.parameters() if p.requires_grad]
     groups = [
         {"params": [p for p in params if p.ndim >= 2], "weight_decay": weight_decay},

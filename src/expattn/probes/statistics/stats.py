@@ -30,6 +30,8 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from expattn.arguments import positive_int
+
 ACCUMULATOR_DTYPES = (torch.float64, torch.float32)
 
 
@@ -111,8 +113,7 @@ class Moments:
 
     def __init__(self, dim: int, covariance: bool = True, directions: Float[Tensor, "dim k"] | None = None,
                  dtype: torch.dtype = torch.float64):
-        if dim < 1:
-            raise ValueError(f"dim must be >= 1, got {dim}")
+        positive_int("dim", dim)
         if directions is not None and directions.shape[0] != dim:
             raise ValueError(f"directions must have shape ({dim}, K), got {tuple(directions.shape)}")
         self.dim = dim
