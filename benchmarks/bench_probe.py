@@ -6,7 +6,8 @@
 
 ``time`` runs, in one process, plain forward passes (no hooks) over exactly the batches the probe
 reads, then the full probe (``--overlap both``: with the speed machinery off, i.e. synchronous and without heap
-trimming, then on, the estimators' updates in a worker thread; ``probe(..., speedups=...)``), then the plain passes again (A/A control), and prints ratios to the first plain run
+trimming, then on, the estimators' updates in a worker thread; ``probe(..., speedups=...)``), then the plain
+passes again (A/A control), and prints ratios to the first plain run
 of wall and CPU time. For the overlapped probe it also prints the CPU time of the main thread alone
 (model, hooks, records): its wall time when the worker has a core of its own, readable on a loaded
 machine where wall time is not; ``--repeat N`` repeats that N times and prints the median ratio (this shared

@@ -11,6 +11,7 @@ import torch
 from expattn.catalogue.registry import RunContext
 from expattn.presets import d2_hopfield
 from expattn.presets import d2_retrieval as d2
+from expattn.presets.d2_fixed_vs_changing import fixed_vs_changing
 
 
 def explicit_update(xi: np.ndarray, patterns: np.ndarray, beta: float) -> np.ndarray:
@@ -60,7 +61,7 @@ def test_fixed_point_iteration_decreases_energy(gen):
     assert (energies[1:] - energies[:-1]).max().item() <= 1e-12
 
 
-PRESETS = [d2.one_step_error, d2.capacity, d2.metastable, d2.fixed_vs_changing]
+PRESETS = [d2.one_step_error, d2.capacity, d2.metastable, fixed_vs_changing]
 
 
 @pytest.mark.slow
@@ -76,7 +77,7 @@ def test_quick_presets_pass_and_draw(preset, tmp_path):
 
 
 def test_presets_without_out_dir_draw_nothing():
-    record = d2.fixed_vs_changing(RunContext(seed=2, out_dir=None, quick=True))
+    record = fixed_vs_changing(RunContext(seed=2, out_dir=None, quick=True))
     assert record.plots == [] and record.verdict == "pass"
 
 
@@ -86,7 +87,7 @@ def test_broken_update_fails_the_verdicts(monkeypatch):
         monkeypatch.setattr(module, "hopfield_update", lambda xi, patterns, beta: xi.clone())
     assert d2.one_step_error(RunContext(seed=0, quick=True)).verdict == "fail"
     assert d2.capacity(RunContext(seed=0, quick=True)).verdict == "fail"
-    assert d2.fixed_vs_changing(RunContext(seed=0, quick=True)).verdict == "fail"
+    assert fixed_vs_changing(RunContext(seed=0, quick=True)).verdict == "fail"
 
 
 @pytest.mark.parametrize("beta", [0.0, -1.0, float("nan"), float("inf")])

@@ -18,7 +18,8 @@ from expattn.presets.d2_theorem3 import (
     theorem3_capacity,
     theorem3_constant,
 )
-from expattn.presets.d7_implicit import judge_attention, judge_stack
+from expattn.presets.d7_implicit import judge_attention
+from expattn.presets.d7_tied_weights import judge_stack
 
 PRESETS = ["d2-one-step-error", "d2-capacity", "d2-metastable", "d2-fixed-vs-changing",
            "d7-hopfield", "d7-attention", "b7-implicit", "d7-anderson"]

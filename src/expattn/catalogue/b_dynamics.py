@@ -71,6 +71,7 @@ ENTRIES = (
             "src/expattn/nn/norms.py",
             "src/expattn/dynamics/operators.py",
             "src/expattn/presets/b_dynamics.py",
+            "src/expattn/presets/b_sphere_clusters.py",
             "src/expattn/presets/b_rules.py",
         ),
         tests=("tests/unit/test_norms.py", CONTROLS_TEST, SIMULATE_TEST),
@@ -107,6 +108,7 @@ ENTRIES = (
         "renormalization drive a non-Gaussian cloud to a Gaussian?",
         "seed 002 §3.1 (closing questions)",
         modules=(
+            "src/expattn/presets/b6_continuous_carrier.py",
             "src/expattn/presets/b_equilibrium.py",
             "src/expattn/presets/b_rules.py",
             "src/expattn/dynamics/metrics.py",
@@ -128,6 +130,7 @@ ENTRIES = (
             "src/expattn/presets/b7_tied_block.py",
             "src/expattn/presets/b_rules.py",
             "src/expattn/presets/d7_implicit.py",
+            "src/expattn/presets/d7_tied_weights.py",
         ),
         tests=("tests/unit/test_implicit.py", "tests/unit/test_d7_presets.py", CONTROLS_TEST, SIMULATE_TEST),
         presets=("b7-tied-block", "b7-implicit"),

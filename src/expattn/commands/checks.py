@@ -27,20 +27,25 @@ from expattn.checks import (
     g_theory,
 )
 from expattn.presets import (
+    b6_continuous_carrier,
     b7_tied_block,
     b8_heads,
     b_dynamics,
     b_equilibrium,
+    b_sphere_clusters,
+    d2_fixed_vs_changing,
     d2_retrieval,
     d7_anderson,
     d7_implicit,
+    d7_tied_weights,
 )
 from expattn.results.record import Record, enforce_controls, error_record
 
 # Every module that registers checks: a new one is added here (tests/unit/test_ground_floor.py checks the list).
 CHECK_MODULES = (a_discrete, a_families, a_geometry, b1_d1, b_operators, c_contrastive, d_energy, f_carriers,
                  f_operators, g_theory)
-PRESET_MODULES = (b7_tied_block, b8_heads, b_dynamics, b_equilibrium, d2_retrieval, d7_anderson, d7_implicit)
+PRESET_MODULES = (b6_continuous_carrier, b7_tied_block, b8_heads, b_dynamics, b_equilibrium, b_sphere_clusters,
+                  d2_fixed_vs_changing, d2_retrieval, d7_anderson, d7_implicit, d7_tied_weights)
 
 
 def claims(command: str = "verify") -> list[Claim]:

@@ -1,0 +1,161 @@
+r"""``expattn simulate`` preset B6: a continuous carrier reaches the Gaussian equilibrium of Theorem 1."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+
+from expattn.catalogue.registry import RunContext, register_claim
+from expattn.checks.tools import generator
+from expattn.dynamics.clouds import make_cloud
+from expattn.dynamics.metrics import (
+    sliced_wasserstein_gaussian,
+)
+from expattn.dynamics.operators import AttentionConfig, AttentionUpdate, Compose
+from expattn.nn.norms import NormConfig, Whitening
+from expattn.presets.b_dynamics import single_thread
+from expattn.presets.b_equilibrium import ALPHA, STARTS, is_gaussian
+from expattn.presets.b_rules import (
+    GaussianRedraw,
+    judge_gaussianity,
+)
+from expattn.presets.base import Measured, Preset, Sizes
+from expattn.results.plotting import pyplot, save_figure
+from expattn.results.record import Control, Record
+
+
+def _runs_to_gaussian(operator, rn, dim: int, n: int, iters: int, gen: torch.Generator) -> dict[str, tuple]:
+    """Per start kind: whether ``iters`` steps of ``operator`` from the whitened start ``(1, n, dim)`` end
+    Gaussian, the test statistics, and the sliced-W2 excess at every step."""
+    out = {}
+    for kind in STARTS:
+        x, excess = rn(make_cloud(kind, 1, n, dim, gen)), []
+        for k in range(iters + 1):
+            excess.append(float(sliced_wasserstein_gaussian(x, gen, directions=16, null_draws=8)["excess"][0]))
+            if k < iters:
+                x = operator(x)
+        out[kind] = (*is_gaussian(x, gen), excess)
+    return out
+
+
+CARRIERS = ("kernel-smoothed cloud", "fixed 4-component mixture")  # B6's carriers
+
+
+class ContinuousCarrier(Preset):
+    r"""B6: does $\mathrm{RN}\circ A$, $A(x) = x + \nabla G(x)$ with a continuous carrier, drive whitened
+    non-Gaussian clouds ``(1, n, D)`` to a Gaussian? Judged by ``judge_gaussianity``.
+
+    Controls through the same runs and rule: whitening alone (no attention), which leaves a non-Gaussian
+    cloud non-Gaussian (negative: must be not_supported); and ``GaussianRedraw``, whose output is an i.i.d.
+    standard normal sample (positive: must be supported, i.e. the tests do not reject Gaussian ends; one step).
+    Quick mode keeps the 600 samples: at 200 the tests miss the two clusters in D = 8 after whitening alone.
+    """
+
+    sizes = Sizes(quick=dict(samples=600, iters=6), full=dict(samples=600, iters=25))
+
+    def measure(self, ctx: RunContext, n: SimpleNamespace) -> Measured:
+        """``table`` (one row per D/carrier/start), ``curves[(D, carrier, start)]`` (sliced-W2 excess per
+        iteration, ``iters + 1`` floats), ``ends`` [(start, ends Gaussian)], and ``control_runs``: per control
+        (name, kind, [(D, start, ends Gaussian)])."""
+        gen = generator(ctx.seed)
+        table, curves, ends = {}, {}, []
+        for dim in (2, 8):
+            rn = Whitening(NormConfig(dim=dim))
+            means = 2.0 * torch.randn(4, dim, generator=gen, dtype=torch.float64)
+            carriers = dict(zip(CARRIERS, (
+                AttentionUpdate(AttentionConfig(carrier="gaussian_mixture", bandwidth=1.0)),
+                AttentionUpdate(AttentionConfig(carrier="gaussian_mixture", bandwidth=1.0), atoms=means),
+            ), strict=True))
+            for carrier, attention in carriers.items():
+                for kind, (gaussian, stats, excess) in _runs_to_gaussian(
+                    Compose(attention, rn), rn, dim, n.samples, n.iters, gen
+                ).items():
+                    ends.append((kind, gaussian))
+                    curves[(dim, carrier, kind)] = excess
+                    table[f"D={dim}/{carrier}/{kind}"] = {
+                        "final_is_gaussian": gaussian,
+                        "final": stats,
+                        "sw_excess_start": excess[0],
+                        "sw_excess_end": excess[-1],
+                    }
+        control_runs = []
+        for name, kind, make, steps in (
+            ("whitening alone (no attention)", "negative", lambda rn: rn, n.iters),
+            ("fresh N(0, I) draw (Gaussian by construction)", "positive", lambda rn: GaussianRedraw(gen), 1),
+        ):
+            runs = [
+                (d, k, g)
+                for d in (2, 8)
+                for k, (g, _, _) in _runs_to_gaussian(
+                    make(Whitening(NormConfig(dim=d))), Whitening(NormConfig(dim=d)), d, n.samples, steps, gen
+                ).items()
+            ]
+            control_runs.append((name, kind, runs))
+        return dict(table=table, curves=curves, ends=ends, control_runs=control_runs, samples=n.samples,
+                    iters=n.iters)
+
+    def judge(self, measured: Measured) -> Record:
+        """B6's Record: ``judge_gaussianity`` on every run's end; whitening alone, a fresh draw as controls."""
+        ends = measured["ends"]
+        controls = [
+            Control(
+                name,
+                kind,
+                judge_gaussianity([(k, g) for _, k, g in runs]),
+                {f"D={d}/{k}_ends_gaussian": float(g) for d, k, g in runs},
+            )
+            for name, kind, runs in measured["control_runs"]
+        ]
+        reached = sum(g for _, g in ends)
+        return Record(
+            id="B6",
+            kind="dynamics",
+            verdict=judge_gaussianity(ends),
+            metrics={"runs": len(ends), "runs_ending_gaussian": reached, "samples": measured["samples"],
+                     "iterations": measured["iters"]},
+            criterion="supported iff every run from a non-Gaussian start (cube, lognormal, two clusters; both "
+            f"carriers, D = 2 and 8) ends accepted by Mardia's skewness and kurtosis tests and the sliced-W2 "
+            f"z-score, each at level {ALPHA:g}; not_supported iff none does; else inconclusive. Whitening alone "
+            "must come out not_supported and a fresh N(0, I) draw supported under the same rule",
+            controls=controls,
+            details={"per_run": measured["table"]},
+            notes=f"{reached} of {len(ends)} runs end Gaussian (Mardia skewness and kurtosis and the sliced-W2 "
+            f"z-score, each at level {ALPHA:g}). Even Gaussian starts leave Gaussianity: the non-linear (softmax) "
+            "part of the continuous carrier's gradient bends the cloud and whitening only fixes its first two "
+            "moments, so in these runs the answer to seed 002's question is no.",
+        )
+
+    def draw(self, measured: Measured, out_dir: Path) -> list[str]:
+        """Sliced-W2 excess per iteration, one panel per D and carrier, one line per start."""
+        curves = measured["curves"]
+        plt = pyplot()
+        fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), sharey=True)
+        for (row, dim), (col, carrier) in ((r, c) for r in enumerate((2, 8)) for c in enumerate(CARRIERS)):
+            ax = axes[row][col]
+            for kind in STARTS:
+                ax.plot(curves[(dim, carrier, kind)], "o-", ms=2, label=f"start: {kind}")
+            ax.axhline(1.0, color="k", lw=0.8, ls="--")
+            ax.set_yscale("log")
+            ax.set_title(f"{carrier}, D = {dim}")
+            ax.set_xlabel("iteration of RN o A")
+        axes[0][0].set_ylabel("sliced W2 excess over a Gaussian sample")
+        axes[1][0].set_ylabel("sliced W2 excess over a Gaussian sample")
+        axes[0][0].legend(fontsize=8)
+        fig.suptitle("B6: continuous carriers + whitening do not drive clouds to a Gaussian (1 = Gaussian level)")
+        return save_figure(fig, out_dir, "b6_continuous_carrier.png")
+
+
+@register_claim(
+    "B6",
+    method="600 samples in D = 2, 8; carriers: the cloud smoothed by N(0, I) kernels (self, A6) and a fixed "
+    "4-component mixture with Sigma = I; RN = whitening to N(0, I); starts: gaussian, cube, lognormal, two "
+    "clusters; 25 iterations; sliced-W2 excess per iteration, Mardia and SW tests at the end",
+    command="simulate",
+    name="b6-continuous-carrier",
+)
+@single_thread
+def b6_continuous_carrier(ctx: RunContext) -> Record:
+    """``ContinuousCarrier``: measure at the sizes of ``ctx``'s mode, judge, draw into ``ctx.out_dir``."""
+    return ContinuousCarrier()(ctx)
