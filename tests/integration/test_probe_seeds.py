@@ -38,7 +38,7 @@ def test_api_seeds_are_the_single_seed_probes(tiny, tmp_path):
     alone = expattn.probe(model, tokenizer, texts=TEXT, seed=1, **ARGS)
     assert _metrics(runs.runs[1].records) == _metrics(alone.records)
     assert _metrics(runs.runs[0].records) != _metrics(alone.records)  # the seed draws another sample
-    e1 = next(s for s in runs.spread if s.id == "E1")
+    e1 = next(s for s in runs.seed_spread if s.id == "E1")
     values = [r.metrics["median_raw_ratio_excl"] for r in (runs.runs[0].records[0], alone.records[0])]
     assert (e1.low, e1.high) == (min(values), max(values)) and e1.median == pytest.approx(sum(values) / 2, rel=1e-12)
     frame = runs.to_frame()

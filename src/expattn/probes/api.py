@@ -94,7 +94,7 @@ class SeedResults:
     runs: dict[int, ProbeResults]
 
     @property
-    def spread(self) -> list[SeedSpread]:
+    def seed_spread(self) -> list[SeedSpread]:
         """Per hypothesis: its headline at each seed, their median and range, and each seed's verdict."""
         return seed_spread({s: r.records for s, r in self.runs.items()}, headlines())
 
@@ -105,7 +105,7 @@ class SeedResults:
 
     def to_frame(self):
         """A pandas DataFrame, one row per hypothesis (``results.seed_spread.spread_frame``)."""
-        return spread_frame(self.spread)
+        return spread_frame(self.seed_spread)
 
     def save(self, out: str | Path, overwrite: bool = False) -> Path:
         """Write ``out/seeds.json`` and, per seed, ``out/seed-N/`` as ``ProbeResults.save``, all or nothing."""
@@ -114,7 +114,7 @@ class SeedResults:
             for seed, results in self.runs.items():
                 results.save(tmp / f"seed-{seed}")
             model = next(iter(self.runs.values())).outcome.model["name"]
-            write_json_atomic(tmp / "seeds.json", spread_document(self.spread, model))
+            write_json_atomic(tmp / "seeds.json", spread_document(self.seed_spread, model))
         return out
 
 

@@ -302,8 +302,12 @@ def probe_subject(subject: Subject, config: ProbeConfig, out_dir: Path | None,
     ctx = context(subject, config)
     adapter = subject.adapter
     inapplicable = dict(adapter.inapplicable(subject.model))  # what the model reading cannot offer
-    for cls in ESTIMATORS:  # then what each hypothesis asks of the model
-        why = None if cls.claim in inapplicable or cls.claim not in config.hypotheses else cls.inapplicable(subject)
+    offered = adapter.offered(subject.model)
+    for cls in ESTIMATORS:  # then what each hypothesis asks of the model: its tensors, then its own check
+        if cls.claim in inapplicable or cls.claim not in config.hypotheses:
+            continue
+        missing = [name for name in cls.tensors if name not in offered]
+        why = f"the model reading hands over no {', '.join(missing)}" if missing else cls.inapplicable(subject)
         if why is not None:
             inapplicable[cls.claim] = why
     inapplicable = {h: why for h, why in inapplicable.items() if h in config.hypotheses}

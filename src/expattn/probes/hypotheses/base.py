@@ -148,6 +148,8 @@ class Estimator:
         """The figure of ``measured`` saved under ``out_dir`` (``[]`` without one)."""
         raise NotImplementedError
 
+    tensors: tuple[str, ...] = ()  # the block tensors its ``update`` reads (``expattn.probes.models.adapters``)
+
     @staticmethod
     def inapplicable(subject: Subject) -> str | None:
         """Why this hypothesis cannot apply to ``subject`` (a loaded model) beyond what its model reading reports

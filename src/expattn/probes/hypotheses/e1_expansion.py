@@ -66,6 +66,7 @@ class E1Expansion(Estimator):
     """Streaming E1 estimator (see module docstring). Fitted: ``stats_`` (BootstrapMeans)."""
 
     claim = "E1"
+    tensors = ("input", "attn.residual", "attn.output")
     criterion = CRITERION
     method = "spread(attn.residual)/spread(input) per layer, Poisson bootstrap over sequences, shuffled-update null"
 

@@ -61,6 +61,7 @@ class E2Normalization(Estimator):
     """Streaming E2 estimator (see module docstring). Fitted: ``stats_`` (BootstrapMeans)."""
 
     claim = "E2"
+    tensors = ("input", "norm1.input", "norm1.output", "norm2.input", "norm2.output")
     criterion = CRITERION
     method = "spread(norm output)/spread(norm input) for both norms per block, Poisson bootstrap over sequences"
 

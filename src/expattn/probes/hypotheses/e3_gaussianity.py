@@ -120,6 +120,7 @@ class E3Gaussianity(Estimator):
     """Streaming E3 estimator. Fitted: ``kept_``/``special_`` (per depth ``Moments``), ``boot_`` (BootstrapMeans)."""
 
     claim = "E3"
+    tensors = ("input", "output")
     method = (
         f"moments along {DIRECTIONS} random directions, radius ratio of Mahalanobis norms, covariance "
         "spectrum, mean cosine of tokens across and within sequences; Poisson bootstrap"

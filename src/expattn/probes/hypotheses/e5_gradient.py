@@ -66,6 +66,7 @@ class E5Gradient(Estimator):
     """E5 on the detail sequences. Fitted: ``errors_`` (index -> (L, H) arrays of four error kinds)."""
 
     claim = "E5"
+    tensors = ("attn.input", "attn.heads")
     kind = "identity"
     method = "float32 attention with V=K vs autograd gradient of logsumexp on the model's q, K (rotary, GQA, causal)"
     criterion = (

@@ -73,6 +73,7 @@ class E6Mlp(Estimator):
     noise control side by side, columns ``:D`` and ``D:``, one $S_{xx}$), ``stats_`` (BootstrapMeans)."""
 
     claim = "E6"
+    tensors = ("input", "mlp.input", "mlp.output", "mlp.skip")
     method = (
         f"update/skip energy ratio (Poisson bootstrap) and {FOLDS}-fold cross-validated held-out R^2 (folds of "
         "sequences) of a ridge affine fit of the MLP update, ridge chosen by GCV on the fit's folds"

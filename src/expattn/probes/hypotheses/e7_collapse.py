@@ -103,6 +103,7 @@ class E7Collapse(Estimator):
     """
 
     claim = "E7"
+    tensors = ("input", "output")
     method = (
         "relative distance to rank one along the attention-only path, float64, with/without skips; "
         "sequence bootstrap"

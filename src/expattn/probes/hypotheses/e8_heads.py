@@ -135,6 +135,7 @@ class E8Heads(Estimator):
     over sequences of each head's margin $c_h$)."""
 
     claim = "E8"
+    tensors = ("attn.heads",)
     method = "pairwise cosines of per-head updates W_o[:, h] z_h at the same token vs other tokens; Poisson bootstrap"
     criterion = (
         f"supported (incoherent) iff in most layers the 95% bootstrap interval of (mean pairwise cosine "

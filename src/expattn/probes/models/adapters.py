@@ -54,6 +54,8 @@ class Adapter:
         capture: the class that hooks the model and hands over each block's tensors (``Capture``'s
             signature); None: ``Capture`` with ``points``.
         reading: what an adapter built for one model instance found in it (``expattn.probes.models.generic``).
+        offers: ``model -> names`` of the block tensors it hands over (None: every name of ``points``); the
+            runner skips a hypothesis that needs a tensor not offered (``Estimator.tensors``).
     """
 
     family: str
@@ -67,6 +69,13 @@ class Adapter:
     inapplicable: Callable[[nn.Module], dict[str, str]] = lambda _model: {}
     capture: Callable | None = None
     reading: object | None = None
+    offers: Callable[[nn.Module], frozenset[str]] | None = None
+
+    def offered(self, model: nn.Module) -> frozenset[str]:
+        """The names of the block tensors this adapter hands the estimators for ``model``."""
+        if self.offers is not None:
+            return self.offers(model)
+        return frozenset(name for _, _, names in self.points for name in names)
 
 
 _ADAPTERS: dict[str, Adapter] = {}

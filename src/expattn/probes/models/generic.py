@@ -123,6 +123,10 @@ class GenericCapture:
         self._handles.clear()
 
 
+# the block tensors every generic reading hands over (``GenericReading.tensors``); the norms' depend on the block
+STREAM = frozenset({"input", "output", "attn.input", "attn.heads", "attn.output", "attn.residual", "mlp.input",
+                    "mlp.output", "mlp.skip"})
+
 @dataclass
 class GenericReading:
     """What ``read_model`` found: per depth the block module, its ``Roles`` and its ``AttnWeights``."""
@@ -150,6 +154,12 @@ class GenericReading:
         for block, roles in zip(self.blocks, self.roles, strict=True):
             seen.setdefault(id(block), (block, roles))
         return list(seen.values())
+
+    def offers(self) -> frozenset[str]:
+        """The names ``tensors`` gives at every depth: ``STREAM``, and a norm's input and output where every block
+        has that norm (a post-LN block always has both)."""
+        return STREAM | {f"{n}.{end}" for n in ("norm1", "norm2") for end in ("input", "output")
+                         if all(r.structure == "post" or getattr(r, n) is not None for r in self.roles)}
 
     def tensors(self, depth: int, got: dict[str, Tensor]) -> dict[str, Tensor]:
         """The named tensors of one block call from its role tensors ``got`` (see module docstring)."""
@@ -297,6 +307,7 @@ def _read(model: nn.Module, model_type: str, run) -> Adapter:
         attention=lambda _m, i: weights[i],
         norm1=lambda _m, i: reading.norm1(i),
         inapplicable=lambda _m: reading.inapplicable(),
+        offers=lambda _m: reading.offers(),
         capture=GenericCapture,
         reading=reading,
     )
