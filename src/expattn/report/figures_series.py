@@ -153,12 +153,17 @@ def _intervals(details: dict[str, Any], curve: Curve) -> list[Series]:
             for s in _one(interval(details, key, label, "dashed" if i else "solid"))]
 
 
+def _label(curve: Curve) -> str:
+    """The label of a one-series curve: its own, else its details key."""
+    return (curve.labels or curve.keys)[0]
+
+
 # Curve.reader -> how the series are read from a record's details
 READERS: dict[str, Callable[[dict[str, Any], Curve], list[Series]]] = {
     "interval": _intervals,
-    "median_over_heads": lambda d, c: _one(_over_heads(d.get(c.keys[0]), (c.labels or c.keys)[0])),
-    "max_over_heads": lambda d, c: _one(_max_over_heads(d.get(c.keys[0]), (c.labels or c.keys)[0])),
-    "folds": lambda d, c: _folds(d, c.keys[0], (c.labels or c.keys)[0]),
+    "median_over_heads": lambda d, c: _one(_over_heads(d.get(c.keys[0]), _label(c))),
+    "max_over_heads": lambda d, c: _one(_max_over_heads(d.get(c.keys[0]), _label(c))),
+    "folds": lambda d, c: _folds(d, c.keys[0], _label(c)),
     "decades": lambda d, c: _decades(d, c.keys, c.labels or c.keys),
 }
 

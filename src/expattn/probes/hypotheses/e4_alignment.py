@@ -199,11 +199,11 @@ class E4Alignment(Estimator):
         q = haar(lam.numel(), gen, u.device).to(torch.float32)
         coordinates = {"sigma": {"model": (aq, ak), "random": (rq, rk)},
                        "fisher": {"model": (aq @ vf, ak @ vf), "random": (rq @ vf, rk @ vf)}}
+        rotated = {fam: {h: (a, b, a @ q, b @ q) for h, (a, b) in sets.items()} for fam, sets in coordinates.items()}
         out["spectral"] = {}
         for name, reading in READINGS.items():
             top = top_form(spectra[reading.target])
-            sets = coordinates[family(name)] | {"top": (top, top)}
-            sets = {h: (a, b, a @ q, b @ q) for h, (a, b) in sets.items()}
+            sets = rotated[family(name)] | {"top": (top, top, top @ q, top @ q)}
             out["spectral"][name] = {
                 k: {h: {t: c.double().cpu().numpy() for t, c in cos.items()}
                     for h, cos in deflated(sets, spectra, reading, k).items()}
