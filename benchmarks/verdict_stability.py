@@ -1,9 +1,11 @@
 #!/usr/bin/env python
 """The main job's verdicts at several seeds: runs ``expattn report --seed S`` (the README's command, one output
-folder per seed), then prints which records and controls keep their verdict (``expattn.results.stability``).
+folder per seed; or ``expattn simulate`` with ``--command simulate``), then prints which records and controls keep
+their verdict (``expattn.results.stability``).
 
-    python benchmarks/verdict_stability.py --out /tmp/stability --seeds 0 1 2 3          # full mode
+    python benchmarks/verdict_stability.py --out /tmp/stability --seeds 0 1 2 3 4        # full mode
     python benchmarks/verdict_stability.py --out /tmp/stability --seeds 0 1 2 --quick    # what CI runs
+    python benchmarks/verdict_stability.py --command simulate --out /tmp/sim --seeds $(seq 0 19)
 
 Exits 1 when a report exits non-zero or a verdict differs between seeds. Existing seed folders with a
 ``results.json`` are read instead of re-run (``--rerun`` to run them again).
@@ -23,10 +25,10 @@ from expattn.results.stability import markdown as stability_markdown
 from expattn.results.stability import verdict_rows
 
 
-def report(out: Path, seed: int, quick: bool) -> tuple[int, float]:
-    """Run the report at ``seed`` into ``out``; its exit code and wall seconds."""
+def report(out: Path, seed: int, quick: bool, job: str = "report") -> tuple[int, float]:
+    """Run ``expattn job`` (report or simulate) at ``seed`` into ``out``; its exit code and wall seconds."""
     expattn = shutil.which("expattn", path=str(Path(sys.executable).parent)) or "expattn"
-    command = [expattn, "report", "--out", str(out), "--overwrite", "--seed", str(seed)]
+    command = [expattn, job, "--out", str(out), "--overwrite", "--seed", str(seed)]
     command += ["--quick"] if quick else []
     start = time.perf_counter()
     code = subprocess.run(command, stdout=subprocess.DEVNULL, check=False).returncode
@@ -38,13 +40,14 @@ def main() -> int:
     parser.add_argument("--out", type=Path, required=True, help="folder for one report per seed")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3])
     parser.add_argument("--quick", action="store_true", help="expattn report --quick")
+    parser.add_argument("--command", choices=("report", "simulate"), default="report", help="the job to run")
     parser.add_argument("--rerun", action="store_true", help="run seeds whose results.json exists again")
     args = parser.parse_args()
     runs, codes = {}, {}
     for seed in args.seeds:
         folder = args.out / f"seed-{seed}"
         if args.rerun or not (folder / "results.json").exists():
-            codes[seed], seconds = report(folder, seed, args.quick)
+            codes[seed], seconds = report(folder, seed, args.quick, args.command)
             print(f"seed {seed}: exit {codes[seed]} in {seconds:.0f} s", flush=True)
         runs[seed] = load_records(folder / "results.json")
     rows = verdict_rows(runs)

@@ -186,7 +186,7 @@ def rank_tolerance(dtype: torch.dtype) -> float:
     return math.sqrt(torch.finfo(dtype).eps)
 
 
-def _standardised(x: Tensor) -> Tensor:
+def standardised(x: Tensor) -> Tensor:
     """$\\bar S^{-1/2}(x_t - \\bar x)$ through a Cholesky factor (of ``x / s``: the result is scale-free).
 
     Raises:
@@ -215,7 +215,7 @@ def mardia(x: Float[Tensor, "batch token dim"]) -> dict[str, Tensor]:
 
     Returns: ``skewness``, ``kurtosis``, ``skewness_p``, ``kurtosis_p``, each ``(batch,)``.
     """
-    z = _standardised(x)
+    z = standardised(x)
     tokens, d = z.shape[-2], z.shape[-1]
     b1 = z.new_zeros(z.shape[0])
     for start in range(0, tokens, CHUNK):
@@ -258,13 +258,13 @@ def sliced_wasserstein_gaussian(
     """
     integer("directions", directions, at_least=1)
     integer("null_draws", null_draws, at_least=2)
-    z = _standardised(x)
+    z = standardised(x)
     batch, tokens, d = z.shape
     u = torch.randn(directions, d, generator=generator, dtype=torch.float64).to(z.device, z.dtype)
     u = u / u.norm(dim=-1, keepdim=True)
     sw = _sliced_w2(z, u)
     null_clouds = torch.randn(null_draws, tokens, d, generator=generator, dtype=torch.float64).to(z.device, z.dtype)
-    null = _sliced_w2(_standardised(null_clouds), u)  # (null_draws,)
+    null = _sliced_w2(standardised(null_clouds), u)  # (null_draws,)
     p_value = (1 + (null[None, :] >= sw[:, None]).sum(-1)) / (1 + null_draws)
     ones = torch.ones(batch, dtype=z.dtype, device=z.device)
     return {
