@@ -165,9 +165,10 @@ def test_device_map_and_dtype_on_cpu(root):
     half = probe(_config(path, dtype="bfloat16", hypotheses=("E1", "E5", "E8")), None)
     assert half.model["dtype"] == "bfloat16"
     verdicts = {r.id: r for r in half.records}
-    assert verdicts["E5"].verdict == "skipped" and "bfloat16" in verdicts["E5"].notes
+    assert verdicts["E5"].verdict == "pass", verdicts["E5"].notes  # to bfloat16's rounding bound
     assert verdicts["E1"].verdict != "skipped" and verdicts["E8"].verdict != "skipped"
-    assert half.model["attention_check_max_error"] <= SEQ_LEN * torch.finfo(torch.bfloat16).eps
+    # the model's own rounding: about one bfloat16 unit roundoff (2^-8), a few at most
+    assert 0 < half.model["attention_check_max_error"] <= 4 * 2.0**-8
 
 
 def test_model_id_in_the_local_hf_cache(root, tmp_path, monkeypatch):

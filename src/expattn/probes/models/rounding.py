@@ -58,9 +58,10 @@ def rounded_reference(
     v: Float[Tensor, "batch head key hd"],
     w: AttnWeights,
 ) -> tuple[Float[Tensor, "batch head query hd"], Float[Tensor, "batch head query"]]:
-    r"""$z = \operatorname{softmax}(\operatorname{cap}(s\,qk^\top) + M)\,v$ in float64 from the model's own half-precision
-    ``q``, ``k``, ``v`` ``(batch, head, token, head_dim)`` (GQA heads repeated), and $\tau$ ``(batch, head, token)``,
-    the bound of the module docstring on the relative error of the kernel's head outputs in their dtype.
+    r"""$z = \operatorname{softmax}(\operatorname{cap}(s\,qk^\top) + M)\,v$ in float64 from the model's own
+    half-precision ``q``, ``k``, ``v`` ``(batch, head, token, head_dim)`` (GQA heads repeated), and $\tau$
+    ``(batch, head, token)``, the bound of the module docstring on the relative error of the kernel's head outputs
+    in their dtype.
 
     Raises:
         TypeError: ``q`` not bfloat16 or float16.
