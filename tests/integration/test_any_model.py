@@ -120,11 +120,11 @@ def test_sliding_window_shorter_than_the_sequence(model_type):
     query, key = torch.meshgrid(torch.arange(SEQ_LEN), torch.arange(SEQ_LEN), indexing="ij")
     outside = (query - key >= window) | (key > query)
     assert float(p[..., outside].abs().max()) == 0.0 and float(p[..., ~outside].min()) > 0
-    assert check_heads(local, got[local], w, torch.finfo(torch.float32).eps) <= TOL
+    assert check_heads(local, got[local], w, torch.float32) <= TOL
     # control: the same recomputation with a plain causal mask (no window) is far off the model's heads
     plain = replace(w, bias=None, causal=True)
     with pytest.raises(AttentionMismatch, match=f"layer {local} head "):
-        check_heads(local, got[local], plain, torch.finfo(torch.float32).eps)
+        check_heads(local, got[local], plain, torch.float32)
 
 
 @pytest.mark.parametrize("model_type", ["bloom", "falcon", "gpt_neo"])
@@ -143,16 +143,16 @@ def test_acceptance_check_recomputes_independently_of_the_tap(model_type):
     bias[..., 0] += 1.0  # a corrupted tap: the first key's logit raised by one
     tap.logits = replace(tap.logits, bias=bias)
     with pytest.raises(AttentionMismatch, match=f"layer {LAYERS - 1} head "):
-        check_heads(LAYERS - 1, got[LAYERS - 1], subject.adapter.attention(subject.model, LAYERS - 1), eps)
+        check_heads(LAYERS - 1, got[LAYERS - 1], subject.adapter.attention(subject.model, LAYERS - 1), torch.float32)
 
 
 def test_a_misread_head_is_an_error_naming_layer_and_head():
     subject, got = _one_pass("llama")
     w = subject.adapter.attention(subject.model, 1)
-    assert check_heads(1, got[1], w, torch.finfo(torch.float32).eps) <= TOL
+    assert check_heads(1, got[1], w, torch.float32) <= TOL
     off = replace(w, scale=w.scale * 1.01)  # a 1% wrong temperature: far beyond float32 rounding
     with pytest.raises(AttentionMismatch, match=r"^layer 1 head \d: .*relative error"):
-        check_heads(1, got[1], off, torch.finfo(torch.float32).eps)
+        check_heads(1, got[1], off, torch.float32)
 
 
 @pytest.mark.slow
@@ -165,9 +165,10 @@ def test_device_map_and_dtype_on_cpu(root):
     half = probe(_config(path, dtype="bfloat16", hypotheses=("E1", "E5", "E8")), None)
     assert half.model["dtype"] == "bfloat16"
     verdicts = {r.id: r for r in half.records}
-    assert verdicts["E5"].verdict == "skipped" and "bfloat16" in verdicts["E5"].notes
+    assert verdicts["E5"].verdict == "pass", verdicts["E5"].notes  # to bfloat16's rounding bound
     assert verdicts["E1"].verdict != "skipped" and verdicts["E8"].verdict != "skipped"
-    assert half.model["attention_check_max_error"] <= SEQ_LEN * torch.finfo(torch.bfloat16).eps
+    # the model's own rounding: about one bfloat16 unit roundoff (2^-8), a few at most
+    assert 0 < half.model["attention_check_max_error"] <= 4 * 2.0**-8
 
 
 def test_model_id_in_the_local_hf_cache(root, tmp_path, monkeypatch):
@@ -207,7 +208,7 @@ def test_architecture_variants(model_type, overrides):
     assert sorted(got) == list(range(LAYERS))
     for layer in range(LAYERS):
         w = subject.adapter.attention(subject.model, layer)
-        assert check_heads(layer, got[layer], w, torch.finfo(torch.float32).eps) <= TOL
+        assert check_heads(layer, got[layer], w, torch.float32) <= TOL
 
 
 def test_device_and_dtype_arguments(monkeypatch):

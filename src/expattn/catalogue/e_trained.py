@@ -15,7 +15,8 @@ GROUP = Group(
     "the first/special tokens and massive-activation tokens; each names the tensors it compares "
     "(post-LN and pre-norm models normalize different tensors). E4 regularises Sigma and builds its "
     "random baselines the way the compared matrix is built; E5 must hold to float32 rounding on "
-    "every head; E7 computes in float64.",
+    "every head (a bfloat16 or float16 model's own head outputs: within the derived bound on its "
+    "kernel's rounding); E7 computes in float64.",
 )
 
 RUNNER_TEST = "tests/integration/test_probe_runner.py"

@@ -56,14 +56,15 @@ def feed(subject: Subject, ctx: ProbeContext, estimators: list, batches: list[li
     worker, trim = machinery.worker, machinery.trim
     fed = Feeding(per_estimator=dict.fromkeys((est.claim for est in estimators), 0.0), overlapped=worker is not None)
     state: dict = {"batch": None, "check": recomputable(subject)}
-    eps = float(torch.finfo(subject.dtype).eps)
     cast = subject.dtype != torch.float32
+    own = subject.adapter.attention  # a half-precision model is checked through its own weights, in its dtype
 
     def update(i: int, tensors: dict[str, torch.Tensor], batch: Batch, check: bool) -> None:
         if cast:
             tensors = _as_float32(tensors)
         if check:
-            fed.checked = max(fed.checked, check_heads(i, tensors, ctx.attention[i], eps))
+            w = own(subject.model, i) if cast else ctx.attention[i]
+            fed.checked = max(fed.checked, check_heads(i, tensors, w, subject.dtype))
         batch.shared.clear()  # statistics shared between estimators live for one block
         for est in estimators:
             if est.claim in fed.failed:

@@ -11,6 +11,12 @@ real $q, K$ is checked too: with the model's $V$ the same recomputation must rep
 the probe's own code, softmax and sum in float64, ``reference_heads``, so that it shares no kernel with
 the model). The identity's sides are float32; the tolerance is float32 rounding of a length-$T$
 weighted sum, $T\varepsilon_{32}$.
+A model in bfloat16 or float16: $q, k, v$ are formed by its own weights in its dtype (the values its kernel
+read), the identity and its controls run on them in float32 (same rule, $T\varepsilon_{32}$), and the
+reconstruction is judged per token against the bound on the kernel's rounding in that dtype,
+$\lVert z - \hat z\rVert / \lVert\hat z\rVert \le \tau \approx u(1 + \rho) + 2\rho\Delta$ with $u$ its unit roundoff
+($2^{-8}$, $2^{-11}$), $\rho$ the cancellation of the weighted values and $\Delta$ the logits' rounding
+(``expattn.probes.models.rounding`` derives it); the reconstruction error in units of $\tau$ is a sixth kind.
 A float64 evaluation shows the rounding floor. This is an identity, so on real weights it can
 fail only through the probe itself: a failure means the probe's recomputation of attention
 (projections, rotary embedding, GQA, mask, scale) is wrong for that model, and the other
@@ -34,6 +40,7 @@ from torch import Tensor
 
 from expattn.probes.hypotheses.base import Batch, Estimator, Judgement, Measured, ProbeContext, as_list, figure, save
 from expattn.probes.models.attention import attend, attention_logits, queries_keys_values, reference_heads
+from expattn.probes.models.rounding import HALF, describe, rounded_reference
 from expattn.probes.sizes import Sizes
 from expattn.results.record import Control
 
@@ -74,22 +81,37 @@ class E5Gradient(Estimator):
         "(the model's own head outputs) are <= T*eps32; each negative control must exceed it"
     )
     KINDS = ("identity_f32", "f32_vs_f64", "reconstruction", "null_wrong_temperature", "null_shuffled_values")
+    BOUNDED = "reconstruction_over_bound"  # the sixth kind of a half-precision model
 
     @staticmethod
     def inapplicable(subject: Subject) -> str | None:
-        """E5 checks attention to float32 rounding: not in another dtype."""
-        if subject.dtype == torch.float32:
+        """E5 checks attention to float32 rounding, or to the rounding bound of bfloat16 and float16: not in
+        another dtype."""
+        if subject.dtype == torch.float32 or subject.dtype in HALF:
             return None
-        return (f"the model runs in {str(subject.dtype).removeprefix('torch.')}; E5 checks attention to float32 "
-                "rounding (probe in float32 for E5)")
+        return (f"the model runs in {str(subject.dtype).removeprefix('torch.')}; E5 checks attention to float32, "
+                "bfloat16 or float16 rounding (probe in one of those for E5)")
 
     @staticmethod
     def statistics_bytes(n: Sizes) -> int:
-        """Per detail sequence, kind of error, layer and head: one float64 error."""
-        return 8 * n.detail * len(E5Gradient.KINDS) * n.layers * n.heads
+        """Per detail sequence, kind of error (the sixth of a half-precision model counted), layer and head: one
+        float64 error."""
+        return 8 * n.detail * (len(E5Gradient.KINDS) + 1) * n.layers * n.heads
 
     def __init__(self, ctx: ProbeContext):
         self.ctx = ctx
+        self.dtype = next(ctx.model.parameters()).dtype
+        self.half = self.dtype in HALF
+        self.kinds = (*self.KINDS, self.BOUNDED) if self.half else self.KINDS
+        if self.half:
+            self.method = (f"{self.method}; q, k, v by the model's own weights in {describe(self.dtype)}, its head "
+                           "outputs against the float64 attention of those within the rounding bound")
+            self.criterion = (
+                "pass iff on every head of every layer the identity error is <= T*eps32 and on every token the "
+                f"reconstruction error (the model's own head outputs, {describe(self.dtype)}) is <= the bound "
+                "tau = u + (1+u) rho ((1+u) exp(2 Delta) - 1 + T u32) on the kernel's rounding (rho = sum_j p_j |v_j| "
+                "/ |z|, Delta the logits' rounding); each negative control must exceed T*eps32"
+            )
         self.errors_: dict[int, np.ndarray] = {}  # index -> (kinds, L, H)
         self.seq_len_ = 0
         self._pending: list[tuple[int, Tensor, Tensor]] = []  # (layer, indices, errors) on the data's device
@@ -99,7 +121,7 @@ class E5Gradient(Estimator):
         for i, index, per_head in self._pending:
             per_head = per_head.cpu().numpy()  # (B, kinds, H): max over tokens
             for row, seq in enumerate(index.tolist()):
-                table = self.errors_.setdefault(seq, np.zeros((len(self.KINDS), self.ctx.layers, per_head.shape[2])))
+                table = self.errors_.setdefault(seq, np.zeros((len(self.kinds), self.ctx.layers, per_head.shape[2])))
                 table[:, i] = per_head[row]
         self._pending = []
 
@@ -116,23 +138,39 @@ class E5Gradient(Estimator):
         b, t = x.shape[:2]
         self.seq_len_ = t
         with torch.no_grad():
-            q, k, v = queries_keys_values(x, w)  # (B, H, T, dh)
+            if self.half:  # the model's own q, k, v in its dtype (its weights; the float32 copies would round them)
+                own = self.ctx.adapter.attention(self.ctx.model, i).to(self.dtype)
+                q_own, k_own, v_own = queries_keys_values(x.to(self.dtype), own)
+                q, k, v = q_own.float(), k_own.float(), v_own.float()
+            else:
+                q, k, v = queries_keys_values(x, w)  # (B, H, T, dh)
         (grad, wrong), logits = gradients_of_log_normalizer(q, k, w, (1.0, 2.0))
         with torch.no_grad():
             p = logits.softmax(-1)
             out = p @ k  # values = keys
             model_z = tensors["attn.heads"][rows].view(b, t, w.heads, -1).transpose(1, 2)
-            w64 = w.to(torch.float64)
-            q64, k64, _ = queries_keys_values(x.double(), w64, values=False)
-            out64 = attend(q64, k64, k64, w64)
+            if self.half:  # the float32 floor on the same q, K
+                out64 = attend(q.double(), k.double(), k.double(), w)
+            else:
+                w64 = w.to(torch.float64)
+                q64, k64, _ = queries_keys_values(x.double(), w64, values=False)
+                out64 = attend(q64, k64, k64, w64)
         perm = torch.randperm(t, generator=torch.Generator().manual_seed(self.ctx.seed + i))
+        if self.half:
+            with torch.no_grad():
+                ref, tau = rounded_reference(q_own, k_own, v_own, own)  # (B, H, T, dh), (B, H, T)
+            reconstruction = relative_error(model_z, ref)
+        else:
+            reconstruction = relative_error(reference_heads(q, k, v, w), model_z)
         errs = [
             relative_error(grad, out),
             relative_error(out, out64),
-            relative_error(reference_heads(q, k, v, w), model_z),
+            reconstruction,
             relative_error(wrong, out),
             relative_error(grad, p @ k[:, :, perm]),
         ]
+        if self.half:
+            errs.append(reconstruction / tau)
         # (B, kinds, H): max over tokens, kept on the data's device until measure (no host read per block)
         self._pending.append((i, batch.index[rows], torch.stack([e.amax(-1) for e in errs], dim=1)))
 
@@ -166,7 +204,11 @@ class E5Gradient(Estimator):
             "heads_checked": int(worst[0].size),
             "sequences": len(per_seq),
         }
-        details = {kind: [as_list(row) for row in worst[k]] for k, kind in enumerate(self.KINDS)}
+        if self.half:
+            metrics["max_reconstruction_over_bound"] = float(worst[5].max())
+        details = {kind: [as_list(row) for row in worst[k]] for k, kind in enumerate(self.kinds)}
+        if self.half:
+            details["rounding"] = describe(self.dtype)
         w = self.ctx.attention[0]
         details["features"] = {"rope": w.rope is not None, "gqa": w.kv_heads < w.heads, "causal": w.causal}
         return Measured({"worst": worst, "tolerance": np.array(tol)}, metrics, details)
@@ -178,7 +220,8 @@ class E5Gradient(Estimator):
                     {"max_error": float(worst[k].max()), "min_error_over_heads": float(worst[k].min())})
             for k, name in ((3, "temperature doubled (s -> 2s)"), (4, "values = keys shuffled across positions"))
         ]
-        ok = worst[0].max() <= tol and worst[2].max() <= tol
+        reconstructed = worst[5].max() <= 1 if self.half else worst[2].max() <= tol  # 5: error / bound per token
+        ok = worst[0].max() <= tol and reconstructed
         notes = (
             "self-check of the probe, not a hypothesis about trained models: a fail means the probe's attention "
             "recomputation is wrong for this model"
@@ -193,7 +236,8 @@ class E5Gradient(Estimator):
         ax, x = axes[0], np.arange(self.ctx.layers)
         for k, kind in enumerate(self.KINDS):
             ax.plot(x, np.maximum(worst[k].max(1), 1e-12), marker="o", ms=3, label=f"{kind} (max over heads)")
-        ax.axhline(tol, color="k", ls="--", lw=0.8, label="tolerance T*eps32")
+        ax.axhline(tol, color="k", ls="--", lw=0.8, label="tolerance T*eps32"
+                   + (" (reconstruction: per-token rounding bound)" if self.half else ""))
         ax.set_yscale("log")
         ax.text(0.01, 0.01, "exact zeros drawn at 1e-12", transform=ax.transAxes, fontsize=7)
         title = f"E5 {self.ctx.model_name}: softmax(qK)K vs grad_q log Z"

@@ -41,12 +41,15 @@ from expattn.nn.norms import Norm
 from expattn.probes.hypotheses.base import Batch, Estimator, Judgement, Measured, ProbeContext, as_list, figure, save
 from expattn.probes.hypotheses.published import dong_2021
 from expattn.probes.models.attention import attention_branch
+from expattn.probes.models.rounding import unit_roundoff
 from expattn.probes.sizes import Sizes
 from expattn.results.record import Control
 
 if TYPE_CHECKING:
     from expattn.probes.models.subject import Subject
 
+NORM_RTOL_32 = 1e-5  # float32 norms: ~1e-7 relative rounding of their own arithmetic, 1e-5 of the largest output
+NORM_ROUNDINGS = 4  # half-precision norms: roundings to their dtype on the path (see ``reproduces``)
 COLLAPSED, KEPT = 2.0, 1.0  # decades lost: above COLLAPSED a collapse, below KEPT the rank is kept
 FLOOR = 1e-13  # res below this is float64 round-off of the rank-one residual: no rate is read there
 
@@ -88,6 +91,29 @@ def normalize64(x: Float[Tensor, "*batch dim"], module: nn.Module) -> Float[Tens
     return module.weight.double() * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
 
 
+def reproduces(module: nn.Module, width: int, seed: int) -> bool:
+    r"""Whether ``normalize64`` reproduces ``module`` (run in its own dtype) on random input ``(2, 3, width)``:
+    $\max|y_{64} - y| \le r \max|y|$, both sides fed the same input rounded to the module's dtype.
+
+    $r$ is $10^{-5}$ for a float32 module (its own float32 arithmetic, ~$10^{-7}$). A bfloat16 or float16 module
+    rounds its output to its dtype up to three times (HuggingFace's RMSNorms: the normalized input, then its
+    product with the weight; a LayerNorm with bias: one rounding of $w\hat x + b$, whose terms may be up to the
+    bias larger than $y$), each at most $u\max|y|$ with $u$ the dtype's unit roundoff ($2^{-8}$, $2^{-11}$),
+    and computes in float32 inside ($\ll u$): $r = 4u$ (three roundings and one for a partial cancellation of
+    $w\hat x$ by the bias). A norm of another formula (Gemma's $(1 + w)$ scaling) differs by $O(1)$."""
+    param = next(module.parameters(), None)
+    dtype = torch.float32 if param is None else param.dtype
+    x = torch.randn(2, 3, width, generator=torch.Generator().manual_seed(seed), dtype=torch.float64).to(dtype)
+    x = x.to(param.device) if param is not None else x  # the module's device (its weight multiplies x)
+    try:
+        mine = normalize64(x.double(), module)
+    except TypeError:
+        return False
+    own = module(x).double()
+    rtol = NORM_RTOL_32 if dtype == torch.float32 else NORM_ROUNDINGS * unit_roundoff(dtype)
+    return bool((mine - own).abs().max() <= rtol * own.abs().max())
+
+
 def collapse_verdict(interval) -> str:
     """``supported`` (collapsed) when the interval of the decades lost lies above ``COLLAPSED``, ``not_supported``
     when below ``KEPT``, else ``inconclusive``."""
@@ -118,8 +144,9 @@ class E7Collapse(Estimator):
     @staticmethod
     def inapplicable(subject: Subject) -> str | None:
         """E7 recomputes the pre-attention norm in float64 (``normalize64``): where that does not reproduce the
-        model's own module on random input (to float32 rounding), the hypothesis does not apply. expattn's own
-        norms run as a float64 copy of the module itself: nothing to check."""
+        model's own module on random input (to the rounding of the module's dtype, ``reproduces``), the
+        hypothesis does not apply. expattn's own norms run as a float64 copy of the module itself: nothing to
+        check. A half-precision model's path runs from its weights upcast to float64, like a float32 model's."""
         adapter, model = subject.adapter, subject.model
         if adapter.norm_position != "pre":
             return None
@@ -127,18 +154,9 @@ class E7Collapse(Estimator):
             module = adapter.norm1(model, depth)
             if module is None or isinstance(module, nn.Identity | BatchCloudNorm | Norm):
                 continue
-            param = next(module.parameters(), None)
-            width = adapter.attention(model, depth).wo.shape[0]
-            x = torch.randn(2, 3, width, generator=torch.Generator().manual_seed(depth), dtype=torch.float64)
-            x = x.to(param.device) if param is not None else x  # the module's device (its weight multiplies x)
-            why = f"E7's float64 normalization does not reproduce {type(module).__name__}, the norm before attention"
-            try:
-                mine = normalize64(x, module)
-            except TypeError:
-                return why
-            own = module(x.to(param.dtype if param is not None else torch.float32)).double()
-            if not bool((mine - own).abs().max() <= 1e-5 * own.abs().max()):
-                return why
+            if not reproduces(module, adapter.attention(model, depth).wo.shape[0], depth):
+                return (f"E7's float64 normalization does not reproduce {type(module).__name__}, the norm before "
+                        "attention")
         return None
 
     @staticmethod

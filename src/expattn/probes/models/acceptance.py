@@ -13,6 +13,11 @@ replayed), and $\hat z = \operatorname{softmax}(s\,qk^\top + M)\,v$ is then comp
 (``reference_heads``: the logits in the model's dtype, the softmax and the weighted sum in float64), never by
 the kernel that produced $z$: $e_h$ is the rounding of the model's own softmax and sum, small but not zero
 (about $10^{-7}$ in float32), for every architecture.
+
+A model in bfloat16 or float16: $q, k, v$ are formed by the model's own weights in its dtype (the values its
+kernel read), $\hat z$ and the per-token bound $\tau_{b,t,h}$ on the kernel's rounding in that dtype come from
+``expattn.probes.models.rounding``, and the rule is $\lVert \hat z - z\rVert / \lVert \hat z\rVert \le \tau$ on every
+token ($T\varepsilon$ there would be $T\,2^{-7}$ in bfloat16, 1 at $T = 128$: no check at all).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from expattn.probes.models.attention import AttnWeights, queries_keys_values, reference_heads
+from expattn.probes.models.rounding import HALF, rounded_reference
 
 ROWS = 2  # sequences of the first batch checked (the masks and weights are the same for every sequence)
 
@@ -44,12 +50,39 @@ def head_errors(
     return err.amax((0, 1))
 
 
-def check_heads(layer: int, tensors: dict[str, Tensor], w: AttnWeights, eps: float) -> float:
-    """Raise ``AttentionMismatch`` naming the worst head of ``layer`` when its error exceeds $T\\varepsilon$;
-    return the layer's largest error otherwise."""
+def rounded_errors(
+    x: Float[Tensor, "batch token dim"], z: Float[Tensor, "batch token hd_all"], w: AttnWeights, dtype: torch.dtype
+) -> tuple[Float[Tensor, "batch head token"], Float[Tensor, "batch head token"]]:
+    """A ``dtype`` (bfloat16, float16) model's head outputs ``z`` ``(batch, token, heads*head_dim)`` against their
+    float64 recomputation from ``x`` ``(batch, token, dim)`` through its own weights ``w`` in ``dtype``: the relative
+    error per token and the rounding bound it must stay within (``rounding.rounded_reference``), both
+    ``(batch, head, token)`` float64."""
+    with torch.no_grad():
+        q, k, v = queries_keys_values(x.to(dtype), w.to(dtype))  # the values the model's kernel read
+        mine, tau = rounded_reference(q, k, v, w)  # (B, H, T, dh), (B, H, T)
+    b, t = z.shape[:2]
+    ref = z.reshape(b, t, w.heads, -1).transpose(1, 2).double()
+    err = (ref - mine).norm(dim=-1) / mine.norm(dim=-1).clamp_min(1e-300)
+    return err, tau
+
+
+def check_heads(layer: int, tensors: dict[str, Tensor], w: AttnWeights, dtype: torch.dtype) -> float:
+    """Raise ``AttentionMismatch`` naming the worst head of ``layer`` when its error exceeds the tolerance of the
+    model's ``dtype`` ($T\\varepsilon$; in bfloat16 and float16 the per-token rounding bound, ``w`` then being the
+    model's own weights); return the layer's largest relative error otherwise."""
     x, z = tensors["attn.input"][:ROWS], tensors["attn.heads"][:ROWS]
+    if dtype in HALF:
+        err, tau = rounded_errors(x, z, w, dtype)
+        excess = (err / tau).amax((0, 2))  # (H,): the error in units of its bound
+        worst = int(excess.argmax())
+        if not bool(excess[worst] <= 1):  # NaN fails too
+            raise AttentionMismatch(
+                f"layer {layer} head {worst}: the probe's recomputed attention differs from the model's own "
+                f"(relative error {float(excess[worst]):.3g} times the {dtype} rounding bound); this architecture is "
+                "misread")
+        return float(err.max())
     errors = head_errors(x, z, w)
-    tol = x.shape[1] * eps
+    tol = x.shape[1] * float(torch.finfo(dtype).eps)
     worst = int(errors.argmax())
     if not bool(errors[worst] <= tol):  # NaN fails too
         raise AttentionMismatch(

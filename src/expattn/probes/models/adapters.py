@@ -105,6 +105,11 @@ def _linear(module: nn.Module) -> tuple[Tensor, Tensor | None]:
     return module.weight.detach(), None if module.bias is None else module.bias.detach()
 
 
+def _eager(model: nn.Module) -> bool:
+    """Whether HuggingFace's eager attention runs (its logits in the model's dtype), not a fused kernel."""
+    return getattr(model.config, "_attn_implementation", None) == "eager"
+
+
 def _bert_attention(model: nn.Module, i: int) -> AttnWeights:
     att = model.encoder.layer[i].attention
     wq, bq = _linear(att.self.query)
@@ -113,7 +118,8 @@ def _bert_attention(model: nn.Module, i: int) -> AttnWeights:
     wo, bo = _linear(att.output.dense)
     heads = model.config.num_attention_heads
     head_dim = wq.shape[0] // heads
-    return AttnWeights(wq, bq, wk, bk, wv, bv, wo, bo, heads, heads, head_dim**-0.5, causal=False)
+    return AttnWeights(wq, bq, wk, bk, wv, bv, wo, bo, heads, heads, head_dim**-0.5, causal=False,
+                       logits_rounded=_eager(model))
 
 
 def _gpt2_attention(model: nn.Module, i: int) -> AttnWeights:
@@ -127,7 +133,8 @@ def _gpt2_attention(model: nn.Module, i: int) -> AttnWeights:
         scale /= i + 1
     wo, bo = att.c_proj.weight.detach().T, att.c_proj.bias.detach()
     return AttnWeights(
-        w[:d], b[:d], w[d : 2 * d], b[d : 2 * d], w[2 * d :], b[2 * d :], wo, bo, heads, heads, scale, causal=True
+        w[:d], b[:d], w[d : 2 * d], b[d : 2 * d], w[2 * d :], b[2 * d :], wo, bo, heads, heads, scale, causal=True,
+        logits_rounded=_eager(model),
     )
 
 
@@ -147,7 +154,8 @@ def _llama_attention(model: nn.Module, i: int) -> AttnWeights:
         cos, sin = rotary(q.float(), positions)
         return apply_rotary_pos_emb(q, k, cos.to(q.dtype), sin.to(q.dtype))
 
-    return AttnWeights(wq, bq, wk, bk, wv, bv, wo, bo, heads, kv, att.scaling, causal=True, rope=rope)
+    return AttnWeights(wq, bq, wk, bk, wv, bv, wo, bo, heads, kv, att.scaling, causal=True, rope=rope,
+                       logits_rounded=_eager(model))
 
 
 register_adapter(

@@ -9,8 +9,9 @@ a causal mask $M$ for decoders. Models read through their attention kernel
 (``expattn.probes.models.taps``) give $q, k, v$ as a map of $x$ instead (whatever their projections,
 positions and norms), a soft-cap $c \tanh(\cdot / c)$ of the scaled logits and an additive bias $M$
 with their masks and relative-position terms. Used by E4, E5, E7 and E8. ``reference_heads`` is the
-recomputation the acceptance check and E5 compare with the head outputs the model itself produced: the
-explicit product, its softmax and sum in float64, so that it shares no kernel with the model's attention.
+recomputation the acceptance check and E5 compare with the head outputs a float32 model produced: the
+explicit product, its softmax and sum in float64, so that it shares no kernel with the model's attention
+(a half-precision model's: ``expattn.probes.models.rounding``).
 """
 
 from __future__ import annotations
@@ -39,6 +40,9 @@ class AttnWeights:
             linear part only); None: the projections.
         softcap: $c$ of the soft-cap of the scaled logits, or None.
         bias: ``() -> (1, head | 1, token, token)`` additive bias of the logits (or None), read when they are formed.
+        logits_rounded: the model's kernel forms its logits in the model's dtype (eager attention, BLOOM's
+            ``baddbmm``), not in float32 as the fused kernels do; only a half-precision model's rounding bound
+            (``expattn.probes.models.rounding``) reads it.
     """
 
     wq: Float[Tensor, "hd_all dim"]
@@ -57,6 +61,7 @@ class AttnWeights:
     qkv: Callable[[Tensor], tuple[Tensor, Tensor, Tensor]] | None = None
     softcap: float | None = None
     bias: Callable[[], Tensor | None] | None = None
+    logits_rounded: bool = False
 
     @property
     def head_dim(self) -> int:

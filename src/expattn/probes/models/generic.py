@@ -294,7 +294,7 @@ def _read(model: nn.Module, model_type: str, run) -> Adapter:
         weights.append(AttnWeights(
             wq, bq, wk, bk, wv, bv, wo, bo, heads, kv_heads, logits.scale, causal=_is_causal(r.tap),
             rope=_applied if _rotary(r.tap) else None, qkv=replay, softcap=logits.softcap,
-            bias=lambda tap=r.tap: tap.logits.bias,
+            bias=lambda tap=r.tap: tap.logits.bias, logits_rounded=logits.rounded,
         ))
     reading = GenericReading(blocks, roles, weights, tapped, affine)
     causal = _is_causal(roles[0].tap)

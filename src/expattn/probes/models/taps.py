@@ -47,12 +47,14 @@ class Stop(Exception):
 @dataclass
 class Logits:
     """How a head's logits are formed from $q, k$: scale $s$, soft-cap $c$ (None: none), additive bias
-    ``(1, head | 1, token, token)`` or None, and whether SDPA added a causal mask itself."""
+    ``(1, head | 1, token, token)`` or None, whether SDPA added a causal mask itself, and whether the kernel
+    rounds them to the dtype of $q$ (eager code; fused kernels form them in float32)."""
 
     scale: float
     softcap: float | None
     bias: Float[Tensor, "1 head_or_1 query key"] | None
     causal: bool
+    rounded: bool = False
 
 
 class Tap:
@@ -88,11 +90,13 @@ class Tap:
         scale: float,
         softcap: float | None,
         causal: bool,
+        rounded: bool = False,
     ) -> None:
         """Record one kernel call's logits recipe; while replaying, store $q, k, v$ and raise ``Stop``.
 
         ``query`` ``(batch, head, token, head_dim)``, ``key`` and ``value`` ``(batch, kv_head, token, head_dim)``;
-        ``bias`` ``(batch | 1, head | 1, token, token)`` additive (float) or a boolean mask (True: attend), or None.
+        ``bias`` ``(batch | 1, head | 1, token, token)`` additive (float) or a boolean mask (True: attend), or None;
+        ``rounded``: the kernel forms the logits in the dtype of ``query``.
         """
         if self.replaying:
             self.qkv = (query, key, value)
@@ -105,7 +109,7 @@ class Tap:
                 if not torch.equal(bias, bias[:1].expand_as(bias)):
                     raise ValueError("the probe takes unpadded batches: every sequence must have the same mask")
                 bias = bias[:1]
-        self.logits = Logits(float(scale), softcap, bias, causal and bias is None)
+        self.logits = Logits(float(scale), softcap, bias, causal and bias is None, rounded)
         return None
 
 
@@ -131,7 +135,8 @@ def _interface(module, query, key, value, attention_mask, **kwargs):
         if kwargs.get("position_bias") is not None:
             bias = kwargs["position_bias"] if bias is None else kwargs["position_bias"] + bias
         causal = bool(kwargs.get("is_causal", getattr(module, "is_causal", False))) and query.shape[2] > 1
-        tap.kernel(query, key, value, bias, scale, kwargs.get("softcap"), causal)
+        tap.kernel(query, key, value, bias, scale, kwargs.get("softcap"), causal,
+                   rounded=kwargs.get("softcap") is not None)  # the eager function below
     if kwargs.get("softcap") is not None:
         out = sys.modules[type(module).__module__].eager_attention_forward(module, query, key, value,
                                                                            attention_mask, **kwargs)
@@ -211,7 +216,7 @@ def _wrap_bloom(module: nn.Module, tap: Tap) -> None:
         mask = kwargs["attention_mask"] if "attention_mask" in kwargs else args[3]
         bias = module.beta * alibi.view(q.shape[0], q.shape[1], 1, k.shape[2])
         bias = bias if mask is None else bias + _additive(mask, bias.dtype)
-        tap.kernel(q, k, v, bias, module.inv_norm_factor, None, False)
+        tap.kernel(q, k, v, bias, module.inv_norm_factor, None, False, rounded=True)  # baddbmm in the dtype
         return q, k, v
 
     def _merge_heads(x):
