@@ -150,7 +150,7 @@ class E3Gaussianity(Estimator):
         $n \le$ ``buffer_size(D)`` tokens (centred, whitened, its coordinates' powers) with its eigenvectors, or the
         merged float64 scatter of all tokens with its covariance and eigenvalues."""
         d, m = n.hidden, min(buffer_size(n.hidden), n.tokens)
-        return max(36 * m * d + 16 * d * d, 24 * d * d)
+        return max(44 * m * d + 16 * d * d, 24 * d * d)
 
     def __init__(self, ctx: ProbeContext):
         self.ctx = ctx
