@@ -26,7 +26,8 @@ eigendecompositions, one layer or depth at a time). The statistics are held thro
 
 $$\text{peak} = W + \sum_h S_h + \max\Big(A_{\text{batch}},\; \max_h A_h\Big)$$
 
-(the two largest $A_h$ where the analyses run two at a time): feeding and analysing are phases, not a sum.
+feeding and analysing are phases, not a sum (where two analyses run at a time on a spare CPU core, their
+peaks did not coincide in the tiny models' runs: the largest one still bounds them).
 """
 
 from __future__ import annotations
@@ -111,21 +112,19 @@ class Footprint:
         analysis: hypothesis -> its analysis's transient beside them.
         batch: one batch's activations while feeding (the forward's and the probe's float32 tensors).
         weights: the float32 copies of the attention weights (0 for a model in float32).
-        parallel: whether the analyses run two at a time (then the two largest transients add up).
     """
 
     statistics: dict[str, int]
     analysis: dict[str, int]
     batch: int
     weights: int
-    parallel: bool = False
 
     def peak(self, hypotheses: Iterable[str] | None = None) -> int:
         r"""$W + \sum_h S_h + \max(A_{\text{batch}}, \max_h A_h)$ over ``hypotheses`` (default all of them): the
         statistics are held throughout, the batch's activations and the analyses' transients come in turn."""
         chosen = tuple(self.statistics) if hypotheses is None else tuple(hypotheses)
-        transients = sorted((self.analysis[h] for h in chosen), reverse=True)[:2 if self.parallel else 1]
-        return self.weights + sum(self.statistics[h] for h in chosen) + max(self.batch, sum(transients))
+        transient = max(self.analysis[h] for h in chosen)
+        return self.weights + sum(self.statistics[h] for h in chosen) + max(self.batch, transient)
 
     def largest(self, k: int = 2) -> list[str]:
         """The ``k`` hypotheses whose statistics and analysis need the most."""
@@ -134,7 +133,7 @@ class Footprint:
 
 def footprint(hidden: int, layers: int, heads: int, hypotheses: Iterable[str] = ESTIMATED, *,
               head_dim: int | None = None, kv_heads: int | None = None, intermediate: int | None = None,
-              batch_size: int = 16, dtype: str = "float32", parallel: bool = False, tokens: int = 20_000,
+              batch_size: int = 16, dtype: str = "float32", tokens: int = 20_000,
               seq_len: int = 128, detail_sequences: int = 32, replicates: int = 200,
               statistics: str = "float64") -> Footprint:
     """The ``Footprint`` of a probe of a model of this shape (``Footprint.peak()``: the bytes beside its weights).
@@ -144,7 +143,6 @@ def footprint(hidden: int, layers: int, heads: int, hypotheses: Iterable[str] = 
             ``statistics_bytes``.
         kv_heads: key/value heads (default ``heads``); intermediate: the MLP's width $I$ (default $4D$).
         batch_size: sequences per forward pass; dtype: the model's (``float32``, ``bfloat16``, ``float16``).
-        parallel: the analyses run two at a time (a CPU run with a spare core).
 
     Raises:
         ValueError: as ``statistics_bytes``; an unknown ``dtype``; a size not a positive integer.
@@ -161,6 +159,6 @@ def footprint(hidden: int, layers: int, heads: int, hypotheses: Iterable[str] = 
     batch_tokens = positive_int("batch_size", batch_size) * min(seq_len, tokens)
     batch = batch_tokens * (MODEL_ENTRY[dtype] * (FORWARD_I * width + FORWARD_D * hidden) + 4 * TAPS * hidden)
     weights = 0 if dtype == "float32" else 4 * layers * dh * hidden * (2 * heads + 2 * kv)
-    return Footprint(held, analysis_bytes(hidden, layers, heads, chosen, **sizes), batch, weights, parallel)
+    return Footprint(held, analysis_bytes(hidden, layers, heads, chosen, **sizes), batch, weights)
 
 

@@ -39,15 +39,14 @@ def budget_bytes(value: int | str | None) -> int | None:
     return int(float(match[1]) * UNITS[match[2].lower()])
 
 
-def run_footprint(ctx: ProbeContext, hypotheses: Iterable[str], config, dtype: torch.dtype,
-                  parallel: bool) -> Footprint:
+def run_footprint(ctx: ProbeContext, hypotheses: Iterable[str], config, dtype: torch.dtype) -> Footprint:
     """The ``Footprint`` of a run of ``config`` (a ``ProbeConfig``) on the model of ``ctx`` in ``dtype``."""
     w = ctx.attention[0]
     hf = getattr(ctx.model, "config", None)
     intermediate = getattr(hf, "intermediate_size", None)
     return footprint(ctx.dim, ctx.layers, w.heads, tuple(hypotheses), head_dim=w.head_dim, kv_heads=w.kv_heads,
                      intermediate=intermediate if isinstance(intermediate, int) and intermediate > 0 else None,
-                     batch_size=config.batch_size, dtype=str(dtype).removeprefix("torch."), parallel=parallel,
+                     batch_size=config.batch_size, dtype=str(dtype).removeprefix("torch."),
                      tokens=config.tokens, seq_len=config.seq_len, detail_sequences=ctx.detail_sequences,
                      replicates=config.replicates, statistics=config.statistics)
 

@@ -39,7 +39,6 @@ from expattn.probes.hypotheses.base import ProbeContext
 from expattn.probes.models.corpus import TokenSample, excluded_positions, load_text, sequence
 from expattn.probes.models.loading import load_pretrained, read_config, resolve_model_dir
 from expattn.probes.models.subject import Subject, parse_device, parse_dtype, place, subject_from_model, synthetic_image
-from expattn.probes.overlap import overlap_available
 from expattn.probes.passes import budget_bytes, plan, run_footprint
 from expattn.probes.progress import Stage, reporter
 from expattn.results.record import Record, results_document
@@ -278,7 +277,7 @@ def probe_subject(subject: Subject, config: ProbeConfig, out_dir: Path | None,
             inapplicable[cls.claim] = why
     inapplicable = {h: why for h, why in inapplicable.items() if h in config.hypotheses}
     built = [cls for cls in ESTIMATORS if cls.claim in config.hypotheses and cls.claim not in inapplicable]
-    groups = passes(subject, ctx, [cls.claim for cls in built], config, speedups)
+    groups = passes(subject, ctx, [cls.claim for cls in built], config)
     if subject.image is not None:
         if config.seq_len != subject.image_tokens:
             raise ValueError(f"seq_len must be {subject.image_tokens} for this vision model (its patches and [CLS])")
@@ -365,14 +364,12 @@ def probe_subject(subject: Subject, config: ProbeConfig, out_dir: Path | None,
     )
 
 
-def passes(subject: Subject, ctx: ProbeContext, chosen: list[str], config: ProbeConfig,
-           speedups: bool | None) -> list[tuple[str, ...]]:
+def passes(subject: Subject, ctx: ProbeContext, chosen: list[str], config: ProbeConfig) -> list[tuple[str, ...]]:
     """The groups of ``chosen`` hypotheses fed in one pass each (``expattn.probes.passes.plan``: one group when
     all fit); under ``torchrun`` every process takes the plan with the most passes, so all feed the same groups."""
     if ctx.layers == 0 or not chosen:
         return [tuple(chosen)] if chosen else []
-    parallel = speedups is not False and overlap_available(subject.device) and subject.adapter.reading is None
-    need = run_footprint(ctx, chosen, config, subject.dtype, parallel)
+    need = run_footprint(ctx, chosen, config, subject.dtype)
     groups = plan(need, subject.device, config.tokens, config.memory_budget,
                   f"probing {ctx.layers} layers of width {ctx.dim} for {', '.join(chosen)}")
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
