@@ -89,7 +89,7 @@ def test_a_budget_that_holds_not_all_gives_passes_with_the_records_of_one(capsys
     assert f"pass 1 of {len(split.outcome.passes)} over the same {SEQUENCES * SEQ_LEN:,} tokens" in err, err
     assert one.outcome.passes == [list(kw["hypotheses"])]
     assert _records(split) == _records(one)
-    with pytest.raises(ValueError, match=r"for E6 alone .* within the memory budget.*--statistics float32"):
+    with pytest.raises(ValueError, match=r"for E3 alone .* within the memory budget.*--statistics float32"):
         expattn.probe(model, memory_budget=need.peak(("E6",)) // 2, **kw)
     with pytest.raises(ValueError, match="memory_budget must be a positive number of bytes"):
         expattn.probe(model, memory_budget="lots", **kw)
