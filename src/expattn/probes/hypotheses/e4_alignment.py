@@ -133,8 +133,7 @@ class E4Alignment(Estimator):
         their ``(L, D, D)`` stacks (one name stacked at a time), and one layer's float64 eigendecomposition of
         $\Sigma$, its inverses and the ``(H, r, r)`` Fisher matrices of rank $r \le \min(D, \text{tokens})$ with
         their eigenvectors, inverses and the detail sequences' attention."""
-        d, r = n.hidden, min(n.hidden, n.tokens)
-        seqs = n.detail * n.seq_len
+        d, r, seqs = n.hidden, min(n.hidden, n.tokens), n.detail * n.seq_len
         return 12 * n.layers * d * d + 64 * d * d + 20 * n.heads * r * r + 4 * n.heads * seqs * (n.seq_len + 2 * r)
 
     def __init__(self, ctx: ProbeContext):
