@@ -161,6 +161,9 @@ def test_bad_input_one_line_exit_2_no_output(model_dir, tmp_path):
         ("--model", str(model_dir), "--seq-len", "32", "--text", str(tmp_path / "missing.txt")): "not readable",
         ("--model", str(model_dir), "--seq-len", "32", "--tokens", "0"): "tokens must be an integer >= 1",
         ("--model", str(model_dir), "--seq-len", "65"): "exceeds the context length 64",
+        ("--model", str(model_dir), "--seq-len", "32", "--memory-budget", "lots"): "memory_budget must be a positive",
+        ("--model", str(model_dir), "--seq-len", "32", "--memory-budget", "0GiB"): "memory_budget must be a positive",
+        ("--model", str(model_dir), "--seq-len", "32", "--memory-budget", "4KiB"): "needs at least",
     }
     for args, message in cases.items():
         out = tmp_path / "out"
@@ -215,6 +218,33 @@ def assert_same_records(two: list[dict], one: list[dict]) -> None:
 
     for a, b in zip(two, one, strict=True):
         same(a, b, a["id"])
+
+
+@pytest.mark.slow
+def test_memory_budget_option_feeds_passes_over_the_same_tokens(model_dir, tmp_path):
+    """``--memory-budget`` reaches the run: a budget that holds E3 alone but not E1 and E3 together gives two
+    passes (said on stderr and in ``results.json``) and the records of one pass; the size is kept as bytes."""
+    from expattn.memory import probe_bytes
+    from expattn.probes.footprint import footprint
+
+    hf = json.loads((model_dir / "config.json").read_text())
+    defaults = ProbeConfig()
+    need = footprint(hf["hidden_size"], hf["num_hidden_layers"], hf["num_attention_heads"], ("E1", "E3"),
+                     intermediate=hf["intermediate_size"], batch_size=defaults.batch_size, tokens=256, seq_len=32,
+                     detail_sequences=2, replicates=defaults.replicates)
+    budget = need.peak(("E3",)) + probe_bytes(256)  # the larger alone fits: one pass each
+    assert need.peak() + probe_bytes(256) > budget
+    args = ("--model", str(model_dir), "--tokens", "256", "--seq-len", "32", "--detail-sequences", "2", "--only",
+            "E1,E3")
+    docs = []
+    for name, extra in (("one", ()), ("split", ("--memory-budget", f"{budget / 2**10}KiB"))):
+        result = _cli(*args, *extra, "--out", str(tmp_path / name))
+        assert result.exit_code in (0, 1), result.output  # 1: a verdict that is not ok, still written
+        docs.append(json.loads((tmp_path / name / "results.json").read_text()))
+    one, split = docs
+    assert one["passes"] == [["E1", "E3"]] and split["passes"] == [["E1"], ["E3"]]
+    assert split["config"]["memory_budget"] == int(budget) and one["config"]["memory_budget"] is None
+    assert split["records"] == one["records"]
 
 
 @pytest.mark.slow
