@@ -1,5 +1,5 @@
 """The probe runner on a tiny random BERT saved to disk: determinism, bad input through the CLI
-(one line, exit 2, no output folder) and 2-process torchrun statistics equal to 1-process ones.
+(one line, exit 2, no output folder) and 2-process torchrun statistics and records equal to 1-process ones.
 
 Run as a script (``torchrun ... test_probe_runner.py MODEL_DIR OUT_FILE``) it is the distributed worker.
 """
@@ -7,6 +7,7 @@ Run as a script (``torchrun ... test_probe_runner.py MODEL_DIR OUT_FILE``) it is
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -160,6 +161,9 @@ def test_bad_input_one_line_exit_2_no_output(model_dir, tmp_path):
         ("--model", str(model_dir), "--seq-len", "32", "--text", str(tmp_path / "missing.txt")): "not readable",
         ("--model", str(model_dir), "--seq-len", "32", "--tokens", "0"): "tokens must be an integer >= 1",
         ("--model", str(model_dir), "--seq-len", "65"): "exceeds the context length 64",
+        ("--model", str(model_dir), "--seq-len", "32", "--memory-budget", "lots"): "memory_budget must be a positive",
+        ("--model", str(model_dir), "--seq-len", "32", "--memory-budget", "0GiB"): "memory_budget must be a positive",
+        ("--model", str(model_dir), "--seq-len", "32", "--memory-budget", "4KiB"): "needs at least",
     }
     for args, message in cases.items():
         out = tmp_path / "out"
@@ -172,14 +176,87 @@ def test_bad_input_one_line_exit_2_no_output(model_dir, tmp_path):
         assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.")]  # no temp leftovers
 
 
+def fitted_run(config: ProbeConfig) -> tuple[dict[str, torch.Tensor], list[dict]]:
+    """The merged statistics (``statistics``) and the records (as ``results.json`` writes them) of a probe run; the
+    estimators are read as they reach their analysis (the results keep host numbers only). Rank 0's; ``{}, []``
+    on the other ranks, which analyse nothing."""
+    from expattn.probes import runner
+
+    fitted: list[list] = []
+    analyse = runner.records
+    runner.records = lambda estimators, *a, **k: (fitted.append(estimators), analyse(estimators, *a, **k))[1]
+    try:
+        outcome = probe(config, None)
+    finally:
+        runner.records = analyse
+    if not fitted:
+        return {}, []
+    return statistics(fitted[0]), outcome.document()["records"]
+
+
+def assert_same_records(two: list[dict], one: list[dict]) -> None:
+    """The same records but for the float64 rounding of a different merge order: verdicts, controls' verdicts,
+    texts and counts equal; every number within 1e-6 relative (or 1e-9 absolute near zero) of the one process's.
+    Observed on the tiny BERT: at most 3e-15 relative, but for E4's and E9's range gaps of ~4e-8 that differ by
+    3e-15 (a difference of nearly equal eigenvalues); a batch merged twice or dropped moves these metrics by 1e-3
+    or more."""
+    assert [r["id"] for r in two] == [r["id"] for r in one]
+
+    def same(a, b, where: str) -> None:
+        if isinstance(a, float) and isinstance(b, float):
+            assert math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9) or (a != a and b != b), (where, a, b)
+        elif isinstance(a, dict) and isinstance(b, dict):
+            assert set(a) == set(b), where
+            for key in a:
+                same(a[key], b[key], f"{where}.{key}")
+        elif isinstance(a, list) and isinstance(b, list):
+            assert len(a) == len(b), where
+            for k, (x, y) in enumerate(zip(a, b, strict=True)):
+                same(x, y, f"{where}[{k}]")
+        else:
+            assert a == b, (where, a, b)
+
+    for a, b in zip(two, one, strict=True):
+        same(a, b, a["id"])
+
+
 @pytest.mark.slow
-def test_two_processes_give_the_statistics_of_one(model_dir, tmp_path):
+def test_memory_budget_option_feeds_passes_over_the_same_tokens(model_dir, tmp_path):
+    """``--memory-budget`` reaches the run: a budget that holds E3 alone but not E1 and E3 together gives two
+    passes (said on stderr and in ``results.json``) and the records of one pass; the size is kept as bytes."""
+    from expattn.memory import probe_bytes
+    from expattn.probes.footprint import footprint
+
+    hf = json.loads((model_dir / "config.json").read_text())
+    defaults = ProbeConfig()
+    need = footprint(hf["hidden_size"], hf["num_hidden_layers"], hf["num_attention_heads"], ("E1", "E3"),
+                     intermediate=hf["intermediate_size"], batch_size=defaults.batch_size, tokens=256, seq_len=32,
+                     detail_sequences=2, replicates=defaults.replicates)
+    budget = need.peak(("E3",)) + probe_bytes(256)  # the larger alone fits: one pass each
+    assert need.peak() + probe_bytes(256) > budget
+    args = ("--model", str(model_dir), "--tokens", "256", "--seq-len", "32", "--detail-sequences", "2", "--only",
+            "E1,E3")
+    docs = []
+    for name, extra in (("one", ()), ("split", ("--memory-budget", f"{budget / 2**10}KiB"))):
+        result = _cli(*args, *extra, "--out", str(tmp_path / name))
+        assert result.exit_code in (0, 1), result.output  # 1: a verdict that is not ok, still written
+        docs.append(json.loads((tmp_path / name / "results.json").read_text()))
+    one, split = docs
+    assert one["passes"] == [["E1", "E3"]] and split["passes"] == [["E1"], ["E3"]]
+    assert split["config"]["memory_budget"] == int(budget) and one["config"]["memory_budget"] is None
+    assert split["records"] == one["records"]
+
+
+@pytest.mark.slow
+def test_two_processes_give_the_statistics_and_records_of_one(model_dir, tmp_path):
+    """``torchrun --nproc-per-node 2`` on the CPU (gloo): each process feeds half of the batches, rank 0 merges
+    and analyses; its statistics and every record's numbers are the one process's."""
     from safetensors.torch import load_file
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # same kernels as the workers, so each batch's forward pass is bitwise the same
     try:
-        one = statistics(probe(tiny_config(model_dir), None).estimators)
+        one, one_records = fitted_run(tiny_config(model_dir))
     finally:
         torch.set_num_threads(threads)
     target = tmp_path / "two.safetensors"
@@ -201,14 +278,22 @@ def test_two_processes_give_the_statistics_of_one(model_dir, tmp_path):
     for name, value in one.items():
         # different merge order only: float64 rounding, ~1e-12 relative to the magnitudes involved
         torch.testing.assert_close(two[name], value, rtol=1e-9, atol=1e-9 * float(value.abs().max()), msg=name)
+    two_records = json.loads(target.with_suffix(".json").read_text())
+    assert_same_records(two_records, one_records)
+    moved = json.loads(json.dumps(one_records))  # the control: one metric moved by 1e-4 of itself is told apart
+    key = next(k for k, v in moved[0]["metrics"].items() if isinstance(v, float) and abs(v) > 1e-3)
+    moved[0]["metrics"][key] *= 1 + 1e-4
+    with pytest.raises(AssertionError):
+        assert_same_records(moved, one_records)
 
 
 if __name__ == "__main__":
     from safetensors.torch import save_file
 
-    outcome = probe(tiny_config(Path(sys.argv[1])), None)
+    fitted, written = fitted_run(tiny_config(Path(sys.argv[1])))
     if int(os.environ.get("RANK", "0")) == 0:
-        save_file(statistics(outcome.estimators), sys.argv[2])
+        save_file(fitted, sys.argv[2])
+        Path(sys.argv[2]).with_suffix(".json").write_text(json.dumps(written))
     torch.distributed.destroy_process_group()
 
 

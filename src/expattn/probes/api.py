@@ -29,7 +29,7 @@ from torch import nn
 from expattn.catalogue import headlines
 from expattn.probes.models.corpus import load_text
 from expattn.probes.models.subject import subject_from_model
-from expattn.probes.runner import HYPOTHESES, ProbeConfig, ProbeOutcome, probe_subject, records
+from expattn.probes.runner import HYPOTHESES, ProbeConfig, ProbeOutcome, probe_subject
 from expattn.probes.runner import probe as probe_config
 from expattn.results.files import write_json_atomic
 from expattn.results.outputs import output_folder
@@ -40,7 +40,8 @@ from expattn.seeds import check_seeds
 
 @dataclass
 class ProbeResults:
-    """What ``probe`` returns: the records, the run's provenance and its fitted estimators."""
+    """What ``probe`` returns: the records, the run's provenance and each figure's numbers (``outcome.drawings``),
+    all on the host: the estimators' statistics and the model's weights are not kept (``probes.drawings``)."""
 
     outcome: ProbeOutcome
 
@@ -77,11 +78,10 @@ class ProbeResults:
         """
         out = Path(out)
         with output_folder(out, overwrite=overwrite, flag="overwrite=True") as tmp:
-            failed = {r.id: r for r in self.records if r.verdict == "error"}  # kept as they are, not analysed again
-            drawn, _ = records(self.outcome.estimators, {}, failed, self.outcome.model["name"], tmp)  # the plots
-            plots = {r.id: r.plots for r in drawn}
+            drawings = self.outcome.drawings  # the figures' numbers, kept on the host when the run ended
             for record in self.records:
-                record.plots = plots.get(record.id, record.plots)
+                if record.id in drawings and record.verdict != "error":
+                    record.plots = drawings[record.id].draw(tmp)
             write_json_atomic(tmp / "results.json", self.outcome.document())
         return out
 
@@ -124,7 +124,8 @@ def probe(model: nn.Module | str, tokenizer: object | None = None, *, texts: str
           tokens: int | None = None, seq_len: int = 128, seed: int | None = None, seeds: list[int] | None = None,
           batch_size: int = 16, replicates: int = 200, detail_sequences: int = 32, device: str | None = None,
           dtype: str | torch.dtype | None = None, out_dir: str | Path | None = None, statistics: str = "float64",
-          progress: Callable[..., None] | None = None) -> ProbeResults | SeedResults:
+          progress: Callable[..., None] | None = None,
+          memory_budget: int | str | None = None) -> ProbeResults | SeedResults:
     """Measure the probe's hypotheses on ``model`` and return the records (see module docstring); with ``seeds``, once
     per seed, returning a ``SeedResults``.
 
@@ -148,6 +149,9 @@ def probe(model: nn.Module | str, tokenizer: object | None = None, *, texts: str
         progress: ``progress(tokens_done, tokens_total)`` after each batch, or, with a parameter named ``stage``,
             ``progress(done, total, stage=Stage(...))`` at every stage: loading (a model given by name), feeding,
             each hypothesis's analysis (``expattn.probes.progress``).
+        memory_budget: bytes the probe may take on the device beside the model's weights (an int, or a size such as
+            ``"40GiB"``); None: the device's free memory. Hypotheses that do not fit together are fed in passes over
+            the same tokens, said on stderr and in ``outcome.passes`` (the same records as one pass).
 
     Raises:
         ValueError / TypeError: bad settings or inputs (naming the argument), or an architecture whose
@@ -165,11 +169,17 @@ def probe(model: nn.Module | str, tokenizer: object | None = None, *, texts: str
         return SeedResults({s: probe(seed=s, out_dir=None if out_dir is None else Path(out_dir) / f"seed-{s}",
                                      **arguments) for s in check_seeds(seeds)})
     seed = 0 if seed is None else seed
+    if progress is not None and not callable(progress):
+        raise TypeError(f"progress must be callable (a function of tokens done and in all) or None, got "
+                        f"{type(progress).__name__}")
     if input_ids is not None:
         if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.is_floating_point():
             raise TypeError("input_ids must be an integer tensor (sequences, seq_len)")
         if texts is not None:
             raise ValueError("give texts or input_ids, not both")
+        if input_ids.numel() == 0:
+            raise ValueError(f"input_ids must hold at least one sequence of at least one token, got shape "
+                             f"{tuple(input_ids.shape)}")
         seq_len, tokens = int(input_ids.shape[1]), int(input_ids.numel())
     if isinstance(hypotheses, str):  # one ID, or IDs separated by commas as ``--only`` takes them
         hypotheses = tuple(h.strip() for h in hypotheses.split(","))
@@ -181,7 +191,7 @@ def probe(model: nn.Module | str, tokenizer: object | None = None, *, texts: str
                          detail_sequences=detail_sequences, hypotheses=tuple(hypotheses),
                          device=None if device is None else str(device),
                          dtype=dtype if dtype is None or isinstance(dtype, str) else str(dtype).removeprefix("torch."),
-                         statistics=statistics)
+                         statistics=statistics, memory_budget=memory_budget)
     config.require_memory()
     if isinstance(model, str):
         if texts is not None or input_ids is not None or tokenizer is not None:

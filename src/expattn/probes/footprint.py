@@ -16,22 +16,39 @@ E7 keep bootstrap sums and per-sequence curves of $O(L R)$ and $O(S T D)$ bytes.
 intermediate (MLP) width does not enter: E6 regresses the MLP's output on its input, both of width
 $D$. These are the bytes held from the first batch to the records, not the transient per-batch tensors
 nor the model; ``tests/integration/test_probe_footprint_run.py`` checks them against the storage an actual run holds.
+
+**The peak** (``Footprint``, ``footprint``) adds what a run holds for a while: the float32 copies of the attention
+weights of a model not in float32 ($4 L\,d_h D (2H + 2H_{kv})$ bytes), one batch's activations while feeding
+($B T$ tokens: the forward's own, about $3I + 6D$ entries of the model's dtype per token for intermediate width
+$I$, and the probe's $(B, T, D)$ float32 tensors of a block, ``TAPS`` per token: the captured tensors and the
+updates' products) and each analysis's transient (``Estimator.analysis_bytes``: float64 read-outs and
+eigendecompositions, one layer or depth at a time). The statistics are held throughout, so
+
+$$\text{peak} = W + \sum_h S_h + \max\Big(A_{\text{batch}},\; \max_h A_h\Big)$$
+
+feeding and analysing are phases, not a sum (where two analyses run at a time on a spare CPU core, their
+peaks did not coincide in the tiny models' runs: the largest one still bounds them).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-
-import torch
+from dataclasses import dataclass
 
 from expattn.arguments import positive_int
-from expattn.memory import probe_bytes, readable, require
 from expattn.probes.hypotheses import BY_CLAIM, HYPOTHESES
-from expattn.probes.hypotheses.base import ProbeContext
 from expattn.probes.sizes import Sizes
 
 STATISTICS = {"float64": 8, "float32": 4}  # bytes per entry of the (D, D) accumulators
 ESTIMATED = HYPOTHESES
+MODEL_ENTRY = {"float32": 4, "bfloat16": 2, "float16": 2}  # bytes per entry of the model's activations
+# live entries per token of a plain forward pass: 3 of width I (the MLP's gate, up and their product) and 6 of
+# width D (residual, normed input, attention's q/k/v and output); measured on tiny Llama models on the CPU
+# (3I + 6D within 1%: widths 64-256, intermediate 128-512)
+FORWARD_I, FORWARD_D = 3, 6
+# the probe's float32 (B, T, D) tensors per token beside them while feeding: a block's captured tensors (cast to
+# float32 for a model that is not) and the updates' products; measured on the same models: 5-7 per token
+TAPS = 7
 
 
 def statistics_bytes(hidden: int, layers: int, heads: int, hypotheses: Iterable[str] = ESTIMATED, *,
@@ -69,30 +86,79 @@ def statistics_bytes(hidden: int, layers: int, heads: int, hypotheses: Iterable[
     return {h: BY_CLAIM[h].statistics_bytes(n) for h in chosen}
 
 
+def analysis_bytes(hidden: int, layers: int, heads: int, hypotheses: Iterable[str] = ESTIMATED, *,
+                   head_dim: int | None = None, tokens: int = 20_000, seq_len: int = 128, detail_sequences: int = 32,
+                   replicates: int = 200, statistics: str = "float64") -> dict[str, int]:
+    """Bytes each chosen estimator's analysis allocates beside its statistics at its peak
+    (``Estimator.analysis_bytes``; the arguments and checks of ``statistics_bytes``)."""
+    statistics_bytes(hidden, layers, heads, hypotheses, head_dim=head_dim, tokens=tokens, seq_len=seq_len,
+                     detail_sequences=detail_sequences, replicates=replicates, statistics=statistics)  # the checks
+    dh = hidden // heads if head_dim is None else head_dim
+    n = Sizes(hidden, layers, heads, dh, tokens, seq_len, detail_sequences, replicates, STATISTICS[statistics])
+    return {h: BY_CLAIM[h].analysis_bytes(n) for h in hypotheses}
+
+
 def total_bytes(hidden: int, layers: int, heads: int, hypotheses: Iterable[str] = ESTIMATED, **sizes) -> int:
     """Sum of ``statistics_bytes`` over ``hypotheses`` (same arguments)."""
     return sum(statistics_bytes(hidden, layers, heads, hypotheses, **sizes).values())
 
 
-def require_room(ctx: ProbeContext, hypotheses: Iterable[str], tokens: int, seq_len: int, replicates: int,
-                 statistics: str, device: str | torch.device) -> dict[str, int]:
-    """The chosen estimators' ``statistics_bytes`` for the model of ``ctx``; ValueError before anything is
-    allocated when they (with the token ids, ``memory.probe_bytes``) exceed the free memory of ``device``,
-    giving the number and the lower-memory choices: float32 statistics, or leaving the largest out."""
+@dataclass(frozen=True)
+class Footprint:
+    """A run's memory beside the model's own weights, by part (bytes; see the module docstring).
+
+    Attributes:
+        statistics: hypothesis -> its statistics, held from the first batch to its record.
+        analysis: hypothesis -> its analysis's transient beside them.
+        batch: one batch's activations while feeding (the forward's and the probe's float32 tensors).
+        weights: the float32 copies of the attention weights (0 for a model in float32).
+    """
+
+    statistics: dict[str, int]
+    analysis: dict[str, int]
+    batch: int
+    weights: int
+
+    def peak(self, hypotheses: Iterable[str] | None = None) -> int:
+        r"""$W + \sum_h S_h + \max(A_{\text{batch}}, \max_h A_h)$ over ``hypotheses`` (default all of them): the
+        statistics are held throughout, the batch's activations and the analyses' transients come in turn."""
+        chosen = tuple(self.statistics) if hypotheses is None else tuple(hypotheses)
+        transient = max(self.analysis[h] for h in chosen)
+        return self.weights + sum(self.statistics[h] for h in chosen) + max(self.batch, transient)
+
+    def largest(self, k: int = 2) -> list[str]:
+        """The ``k`` hypotheses whose statistics and analysis need the most."""
+        return sorted(self.statistics, key=lambda h: self.statistics[h] + self.analysis[h], reverse=True)[:k]
+
+
+def footprint(hidden: int, layers: int, heads: int, hypotheses: Iterable[str] = ESTIMATED, *,
+              head_dim: int | None = None, kv_heads: int | None = None, intermediate: int | None = None,
+              batch_size: int = 16, dtype: str = "float32", tokens: int = 20_000,
+              seq_len: int = 128, detail_sequences: int = 32, replicates: int = 200,
+              statistics: str = "float64") -> Footprint:
+    """The ``Footprint`` of a probe of a model of this shape (``Footprint.peak()``: the bytes beside its weights).
+
+    Args:
+        hidden, layers, heads, hypotheses, head_dim, tokens, seq_len, detail_sequences, replicates, statistics: as
+            ``statistics_bytes``.
+        kv_heads: key/value heads (default ``heads``); intermediate: the MLP's width $I$ (default $4D$).
+        batch_size: sequences per forward pass; dtype: the model's (``float32``, ``bfloat16``, ``float16``).
+
+    Raises:
+        ValueError: as ``statistics_bytes``; an unknown ``dtype``; a size not a positive integer.
+    """
     chosen = tuple(hypotheses)
-    if ctx.layers == 0 or not chosen:
-        return {}
-    w = ctx.attention[0]
-    sizes = {"head_dim": w.head_dim, "tokens": tokens, "seq_len": seq_len,
-             "detail_sequences": ctx.detail_sequences, "replicates": replicates}
-    each = statistics_bytes(ctx.dim, ctx.layers, w.heads, chosen, statistics=statistics, **sizes)
-    largest = sorted(each, key=each.get, reverse=True)[:2]
-    hint = f"the statistics take {readable(sum(each.values()))}, " + ", ".join(
-        f"{h} {readable(each[h])}" for h in largest)
-    if statistics == "float64":
-        half = sum(statistics_bytes(ctx.dim, ctx.layers, w.heads, chosen, statistics="float32", **sizes).values())
-        hint += f"; float32 statistics (--statistics float32) take {readable(half)}"
-    hint += f"; or leave {' and '.join(largest)} out (--only)"
-    require(probe_bytes(tokens, sum(each.values())), device,
-            f"probing {ctx.layers} layers of width {ctx.dim} for {', '.join(chosen)}", hint)
-    return each
+    sizes = {"head_dim": head_dim, "tokens": tokens, "seq_len": seq_len, "detail_sequences": detail_sequences,
+             "replicates": replicates, "statistics": statistics}
+    held = statistics_bytes(hidden, layers, heads, chosen, **sizes)
+    if dtype not in MODEL_ENTRY:
+        raise ValueError(f"dtype must be one of {', '.join(MODEL_ENTRY)}, got {dtype!r}")
+    kv = heads if kv_heads is None else positive_int("kv_heads", kv_heads)
+    width = 4 * hidden if intermediate is None else positive_int("intermediate", intermediate)
+    dh = hidden // heads if head_dim is None else head_dim
+    batch_tokens = positive_int("batch_size", batch_size) * min(seq_len, tokens)
+    batch = batch_tokens * (MODEL_ENTRY[dtype] * (FORWARD_I * width + FORWARD_D * hidden) + 4 * TAPS * hidden)
+    weights = 0 if dtype == "float32" else 4 * layers * dh * hidden * (2 * heads + 2 * kv)
+    return Footprint(held, analysis_bytes(hidden, layers, heads, chosen, **sizes), batch, weights)
+
+

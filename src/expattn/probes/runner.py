@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
@@ -27,19 +28,20 @@ import torch
 from jaxtyping import Int
 
 from expattn.arguments import integer
-from expattn.catalogue import entry
 from expattn.memory import probe_bytes, require
+from expattn.probes.analyses import records
 from expattn.probes.budgets import default_tokens
+from expattn.probes.drawings import Drawing, drawings
 from expattn.probes.feeding import feed, merge
-from expattn.probes.footprint import STATISTICS, require_room
+from expattn.probes.footprint import STATISTICS
 from expattn.probes.hypotheses import ESTIMATORS, HYPOTHESES
 from expattn.probes.hypotheses.base import ProbeContext
 from expattn.probes.models.corpus import TokenSample, excluded_positions, load_text, sequence
 from expattn.probes.models.loading import load_pretrained, read_config, resolve_model_dir
 from expattn.probes.models.subject import Subject, parse_device, parse_dtype, place, subject_from_model, synthetic_image
-from expattn.probes.overlap import measure_in_parallel
+from expattn.probes.passes import budget_bytes, plan, run_footprint
 from expattn.probes.progress import Stage, reporter
-from expattn.results.record import Record, enforce_controls, error_record, results_document
+from expattn.results.record import Record, results_document
 from expattn.seeds import check_seed
 
 
@@ -66,6 +68,9 @@ class ProbeConfig:
         tokenizer: folder of the tokenizer when the model folder has none.
         statistics: ``float64`` or ``float32``, the dtype of the ``(D, D)`` accumulators of E3, E4 and E6
             (float32 halves them: ``expattn.probes.footprint`` gives the bytes; the read-outs stay float64).
+        memory_budget: bytes the probe may take beside the model's weights (an int, or a size such as ``"40GiB"``;
+            stored as bytes); None: the device's free memory. Hypotheses that do not fit together are fed in
+            several passes over the same tokens (``expattn.probes.passes``).
     """
 
     model: str = "minilm"
@@ -83,6 +88,7 @@ class ProbeConfig:
     device_map: str | None = None
     tokenizer: str | None = None
     statistics: str = "float64"
+    memory_budget: int | str | None = None
 
     @classmethod
     def preset(cls, model: str, quick: bool = False, seed: int = 0) -> ProbeConfig:
@@ -107,6 +113,7 @@ class ProbeConfig:
                              f"{self.device_map!r}: device_map places the model itself)")
         if self.statistics not in STATISTICS:
             raise ValueError(f"statistics must be one of {', '.join(STATISTICS)}, got {self.statistics!r}")
+        object.__setattr__(self, "memory_budget", budget_bytes(self.memory_budget))
         chosen = self.hypotheses
         if not isinstance(chosen, tuple | list) or not chosen or not all(isinstance(h, str) for h in chosen):
             raise ValueError(f"hypotheses must be a non-empty sequence of ids among {HYPOTHESES}, got {chosen!r}")
@@ -142,7 +149,8 @@ class ProbeOutcome:
     model: dict
     config: dict
     timings: dict[str, dict[str, float]]
-    estimators: list = field(default_factory=list)
+    drawings: dict[str, Drawing] = field(default_factory=dict)
+    passes: list[list[str]] = field(default_factory=list)
 
     def document(self) -> dict:
         """The ``results.json`` object of this run (records plus provenance)."""
@@ -151,7 +159,7 @@ class ProbeOutcome:
             sequences=self.sequences, seconds=self.seconds, forward_seconds=self.forward_seconds,
             stats_seconds=self.stats_seconds, forward_cpu_seconds=self.forward_cpu_seconds,
             stats_cpu_seconds=self.stats_cpu_seconds, world_size=int(os.environ.get("WORLD_SIZE", "1")),
-            model=self.model, config=self.config, timings=self.timings,
+            model=self.model, config=self.config, timings=self.timings, passes=self.passes,
         )
 
 
@@ -212,49 +220,6 @@ def context(subject: Subject, config: ProbeConfig) -> ProbeContext:
     )
 
 
-def records(estimators: list, inapplicable: dict[str, str], failed: dict[str, Record], model_name: str,
-            out_dir: Path | None, report: Callable[[Stage], None] | None = None,
-            parallel: bool = False) -> tuple[list[Record], dict[str, float]]:
-    """Step 4 (rank 0): one record per chosen hypothesis: ``skipped`` with the reason where it cannot apply,
-    ``error`` (the exception and its traceback) where its update or its analysis raised, else its verdict; and
-    each estimator's analysis wall seconds. One estimator's error does not stop the others; ``failed`` holds the
-    error records of the updates, kept as they are. With ``parallel`` (the updates overlapped the forward passes
-    on a spare core) the analyses run two at a time (``measure_in_parallel``; the same numbers); judging and
-    plotting stay on this thread. ``report`` hears the ``analyses`` stage before each hypothesis
-    (``expattn.probes.progress``)."""
-    out, seconds = [], {}
-    if out_dir is not None:
-        Path(out_dir).mkdir(parents=True, exist_ok=True)
-    healthy = [est for est in estimators if est.claim not in failed]
-    analysed = measure_in_parallel(healthy) if parallel else {}  # the spare core the updates had
-    for k, est in enumerate(estimators):
-        if report is not None:
-            report(Stage("analyses", k, len(estimators), (est.claim,)))
-        t0 = time.perf_counter()
-        measured, elsewhere = analysed.get(est.claim, (None, 0.0))
-        try:
-            if est.claim in failed:
-                record = failed[est.claim]
-            else:
-                if isinstance(measured, Exception):
-                    raise measured
-                with torch.no_grad():
-                    record = est.result(out_dir, measured)
-        except OSError:  # writing its plot failed (a full disk...): an error of the run, not a verdict
-            raise
-        except Exception as err:  # one failing analysis must not discard the others: report it
-            record = error_record(est.claim, "empirical", "analysis", err)
-        seconds[est.claim] = time.perf_counter() - t0 + elsewhere
-        record.statement, record.source = entry(record.id).statement, entry(record.id).seeds
-        record.details["model"] = model_name
-        out.append(enforce_controls(record))
-    for claim, why in inapplicable.items():
-        out.append(Record(claim, "empirical", "skipped", notes=f"does not apply to this model: {why}",
-                          statement=entry(claim).statement, source=entry(claim).seeds, details={"model": model_name}))
-    out.sort(key=lambda r: HYPOTHESES.index(r.id))
-    return out, seconds
-
-
 def probe(
     config: ProbeConfig, out_dir: Path | None, progress: Callable[..., None] | None = None,
     speedups: bool | None = None,
@@ -312,8 +277,7 @@ def probe_subject(subject: Subject, config: ProbeConfig, out_dir: Path | None,
             inapplicable[cls.claim] = why
     inapplicable = {h: why for h, why in inapplicable.items() if h in config.hypotheses}
     built = [cls for cls in ESTIMATORS if cls.claim in config.hypotheses and cls.claim not in inapplicable]
-    require_room(ctx, [cls.claim for cls in built], config.tokens, config.seq_len, config.replicates,
-                 config.statistics, subject.device)
+    groups = passes(subject, ctx, [cls.claim for cls in built], config)
     if subject.image is not None:
         if config.seq_len != subject.image_tokens:
             raise ValueError(f"seq_len must be {subject.image_tokens} for this vision model (its patches and [CLS])")
@@ -338,23 +302,36 @@ def probe_subject(subject: Subject, config: ProbeConfig, out_dir: Path | None,
             return subject.tokenizer.decode([int(inputs(i)[position])])
 
         ctx = replace(ctx, token_text=token_text)
-    estimators = [cls(ctx) for cls in built]
     rank, world = _distributed()
     batches = [list(range(b, min(b + config.batch_size, n_seq))) for b in range(0, n_seq, config.batch_size)]
     mine = batches[rank::world]  # whole batches per process: the same forward passes as one process
     report = reporter(progress if rank == 0 else None)
-    fed_ids = tuple(est.claim for est in estimators)
-    report(Stage("feeding", 0, config.tokens, fed_ids))
-    fed = feed(subject, ctx, estimators, mine, inputs, config,
-               lambda done, total: report(Stage("feeding", done, total, fed_ids)), rank, world, speedups)
-    forward, stats_seconds = merge(estimators, fed, rank, world)
-    if fed.overlapped:  # records measures them all first, two at a time (measure_in_parallel)
-        report(Stage("analyses", 0, len(estimators), fed_ids))
-    recs, analysis = records(estimators, inapplicable, fed.failed, subject.name, out_dir, report,
-                             fed.overlapped) if rank == 0 else ([], {})
-    timings = {claim: {"update_seconds": fed.per_estimator[claim], "result_seconds": seconds}
-               for claim, seconds in analysis.items()}
-    report(Stage("analyses", len(estimators), len(estimators)))
+    recs, timings, drawn, forward, stats_seconds, checked = [], {}, {}, 0.0, 0.0, 0.0
+    forward_cpu = stats_cpu = 0.0
+    for number, group in enumerate(groups, start=1):
+        if len(groups) > 1 and rank == 0:
+            print(f"pass {number} of {len(groups)} over the same {n_seq * config.seq_len:,} tokens: "
+                  f"{', '.join(group)} (all {len(groups)} passes: the memory holds not all at once)", file=sys.stderr)
+        estimators = [cls(ctx) for cls in built if cls.claim in group]
+        report(Stage("feeding", 0, config.tokens, group))
+        fed = feed(subject, ctx, estimators, mine, inputs, config,
+                   lambda done, total, ids=group: report(Stage("feeding", done, total, ids)), rank, world, speedups)
+        seconds, stats = merge(estimators, fed, rank, world)
+        forward, stats_seconds = forward + (seconds if fed.overlapped else seconds - stats), stats_seconds + stats
+        forward_cpu, stats_cpu = forward_cpu + fed.forward_cpu - fed.stats_cpu, stats_cpu + fed.stats_cpu
+        checked = max(checked, fed.checked)
+        if fed.overlapped:  # records measures them all first, two at a time (measure_in_parallel)
+            report(Stage("analyses", 0, len(estimators), group))
+        done, analysis, measured = records(estimators, inapplicable if number == 1 else {}, fed.failed, subject.name,
+                                           out_dir, report, fed.overlapped) if rank == 0 else ([], {}, {})
+        recs += done
+        timings |= {claim: {"update_seconds": fed.per_estimator[claim], "result_seconds": seconds}
+                    for claim, seconds in analysis.items()}
+        drawn |= drawings(estimators, measured) if rank == 0 else {}
+        report(Stage("analyses", len(estimators), len(estimators)))
+        ctx.analyses.clear()  # the group's shared read-outs and statistics go before the next group's
+        del estimators, fed
+    recs.sort(key=lambda r: HYPOTHESES.index(r.id))
     w = ctx.attention[0]
     model_info = {
         "name": subject.name,
@@ -368,20 +345,36 @@ def probe_subject(subject: Subject, config: ProbeConfig, out_dir: Path | None,
         "norm_position": adapter.norm_position,
         "dtype": str(subject.dtype).removeprefix("torch."),
         "device": str(subject.device),
-        "attention_check_max_error": fed.checked,
+        "attention_check_max_error": checked,
     }
     return ProbeOutcome(
         recs,
         n_seq * config.seq_len,
         n_seq,
         time.perf_counter() - start,
-        forward if fed.overlapped else forward - stats_seconds,
+        forward,
         stats_seconds,
-        fed.forward_cpu - fed.stats_cpu,
-        fed.stats_cpu,
+        forward_cpu,
+        stats_cpu,
         model_info,
         asdict(config),
         timings,
-        estimators if rank == 0 else [],
+        drawn,
+        [list(group) for group in groups],
     )
 
+
+def passes(subject: Subject, ctx: ProbeContext, chosen: list[str], config: ProbeConfig) -> list[tuple[str, ...]]:
+    """The groups of ``chosen`` hypotheses fed in one pass each (``expattn.probes.passes.plan``: one group when
+    all fit); under ``torchrun`` every process takes the plan with the most passes, so all feed the same groups."""
+    if ctx.layers == 0 or not chosen:
+        return [tuple(chosen)] if chosen else []
+    need = run_footprint(ctx, chosen, config, subject.dtype)
+    groups = plan(need, subject.device, config.tokens, config.memory_budget,
+                  f"probing {ctx.layers} layers of width {ctx.dim} for {', '.join(chosen)}")
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        _distributed()
+        every: list = [None] * torch.distributed.get_world_size()
+        torch.distributed.all_gather_object(every, groups)
+        groups = max(every, key=len)
+    return groups

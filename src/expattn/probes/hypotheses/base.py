@@ -162,6 +162,12 @@ class Estimator:
         bound where the data decide); ``probes.footprint`` sums them before the run."""
         raise NotImplementedError
 
+    @staticmethod
+    def analysis_bytes(n: Sizes) -> int:
+        """Bytes ``measure`` allocates beside the statistics at its peak (float64 read-outs, eigendecompositions),
+        freed when it returns; 0 for an analysis of vectors and scalars. ``probes.footprint`` counts it."""
+        return 0
+
     def result(self, out_dir: Path | None, measured: Measured | None = None) -> Record:
         """``measure`` (or its outcome ``measured``, computed already), then ``judge`` and ``draw`` on its numbers,
         as one ``Record``."""

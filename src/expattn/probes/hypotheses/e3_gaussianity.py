@@ -144,6 +144,14 @@ class E3Gaussianity(Estimator):
                 + bootstrap_bytes(depths * len(VARIANTS) * (1 + 4 * DIRECTIONS), n.replicates)
                 + 4 * depths * min(buffer_size(d), n.tokens) * d + 8 * depths * (d + 3))
 
+    @staticmethod
+    def analysis_bytes(n: Sizes) -> int:
+        r"""Beside the statistics while ``measure`` runs, one depth at a time: the radius ratio's float64 cloud of
+        $n \le$ ``buffer_size(D)`` tokens (centred, whitened, its coordinates' powers) with its eigenvectors, or the
+        merged float64 scatter of all tokens with its covariance and eigenvalues."""
+        d, m = n.hidden, min(buffer_size(n.hidden), n.tokens)
+        return max(44 * m * d + 16 * d * d, 24 * d * d)
+
     def __init__(self, ctx: ProbeContext):
         self.ctx = ctx
         gen = torch.Generator().manual_seed(ctx.seed + 3)
@@ -259,18 +267,22 @@ class E3Gaussianity(Estimator):
     def measure(self) -> Measured:
         self._massive()
         est, lo, hi = (t.cpu().numpy() for t in self.boot_.interval(self._shape_stats))
-        buffers = [torch.cat(b) if b else torch.zeros(0, self.ctx.dim) for b in self.buffer_]
-        clouds = [spectrum(b) if len(b) > 2 else None for b in buffers]  # one eigendecomposition per depth
-        rho = np.array([np.nan if c is None else radius_ratio(c) for c in clouds])
-        coords = [coordinate_kurtosis(c) if len(b) > 3 else (np.nan, np.nan)
-                  for b, c in zip(buffers, clouds, strict=True)]
+        rho, coords, buffered, iso_all, kurtosis_all = [], [], [], [], []
+        for d in range(self.depths):  # one depth at a time: its float64 cloud and merged scatter freed before the next
+            b = torch.cat(self.buffer_[d]) if self.buffer_[d] else torch.zeros(0, self.ctx.dim)
+            cloud = spectrum(b) if len(b) > 2 else None  # one eigendecomposition per depth
+            rho.append(np.nan if cloud is None else radius_ratio(cloud))
+            coords.append(coordinate_kurtosis(cloud) if len(b) > 3 else (np.nan, np.nan))
+            buffered.append(len(b))
+            del b, cloud
+            merged = Moments(self.ctx.dim, True, self.directions).merge(self.kept_[d]).merge(self.special_[d])
+            iso_all.append(self._isotropy(merged))
+            kurtosis_all.append(merged.excess_kurtosis_().abs().mean())
+            del merged
+        rho = np.array(rho)
         cross = self._cross_context_cosine()
         v = VARIANTS.index("excl")
-        alls = [
-            Moments(self.ctx.dim, True, self.directions).merge(a).merge(b)
-            for a, b in zip(self.kept_, self.special_, strict=True)
-        ]
-        iso = {"excl": [self._isotropy(m) for m in self.kept_], "all": [self._isotropy(m) for m in alls]}
+        iso = {"excl": [self._isotropy(m) for m in self.kept_], "all": iso_all}
         n = self.kept_[0].n_
         details: dict = {
             "tensors": "layers.i.input for i = 0..L-1 (depth 0 = embeddings) and layers.(L-1).output",
@@ -278,11 +290,11 @@ class E3Gaussianity(Estimator):
             "massive_tokens_left_out": self.massive_,
             "massive_factor": MASSIVE_FACTOR,
             "exact_mean_abs_kurtosis_excl": as_list([m.excess_kurtosis_().abs().mean() for m in self.kept_]),
-            "exact_mean_abs_kurtosis_all": as_list([m.excess_kurtosis_().abs().mean() for m in alls]),
+            "exact_mean_abs_kurtosis_all": as_list(kurtosis_all),
             "null_mean_abs_kurtosis": float(np.sqrt(24 / n) * np.sqrt(2 / np.pi)),
             "null_participation_ratio_isotropic": float(1 / (1 + self.ctx.dim / n)),
             "radius_ratio_excl": as_list(rho),
-            "radius_ratio_tokens": [len(b) for b in buffers],
+            "radius_ratio_tokens": buffered,
             "max_abs_coordinate_kurtosis_excl": as_list([c for c, _ in coords]),
             "principal_direction_kurtosis_excl": as_list([p for _, p in coords]),
             "anisotropy_cross_context_excl": as_list(cross),
@@ -312,7 +324,7 @@ class E3Gaussianity(Estimator):
         details["published"] = [sun_2024(details["massive_activations"]), ethayarajh_2019(cross)]
         arrays = {"est": est, "lo": lo, "hi": hi, "rho": rho, "cross": cross,
                   "participation": {k: np.array([p for p, _ in val]) for k, val in iso.items()},
-                  "buffered": np.array([len(b) for b in buffers])}
+                  "buffered": np.array(buffered)}
         return Measured(arrays, metrics, details)
 
     def judge(self, measured: Measured) -> Judgement:

@@ -127,6 +127,15 @@ class E4Alignment(Estimator):
         for the Fisher matrices (E9 holds its own copy)."""
         return n.layers * (n.big + 8 * n.hidden + 4 * n.detail * n.seq_len * n.hidden)
 
+    @staticmethod
+    def analysis_bytes(n: Sizes) -> int:
+        r"""Beside the statistics while ``measure`` runs: every layer's float32 $\Sigma$ and $\Sigma^+$ targets and
+        their ``(L, D, D)`` stacks (one name stacked at a time), and one layer's float64 eigendecomposition of
+        $\Sigma$, its inverses and the ``(H, r, r)`` Fisher matrices of rank $r \le \min(D, \text{tokens})$ with
+        their eigenvectors, inverses and the detail sequences' attention."""
+        d, r, seqs = n.hidden, min(n.hidden, n.tokens), n.detail * n.seq_len
+        return 12 * n.layers * d * d + 64 * d * d + 20 * n.heads * r * r + 4 * n.heads * seqs * (n.seq_len + 2 * r)
+
     def __init__(self, ctx: ProbeContext):
         self.ctx = ctx
         self.inputs_ = [Moments(ctx.dim, True, dtype=ctx.statistics) for _ in range(ctx.layers)]
@@ -236,7 +245,8 @@ class E4Alignment(Estimator):
                 gen = torch.Generator().manual_seed(self.ctx.seed + 4)
                 layers = [self._layer(i, gen) for i in range(self.ctx.layers)]
                 full = [lay.pop("sigma_full") for lay in layers]
-                targets = {name: torch.stack([f[name] for f in full]) for name in full[0]}  # (L, D, D) each
+                # (L, D, D) each, the layers' copies freed name by name (not all held beside all the stacks)
+                targets = {name: torch.stack([f.pop(name) for f in full]) for name in list(full[0])}
                 for i, lay in enumerate(layers):
                     wq, wk = self.ctx.attention[i].to(torch.float32).head_matrices()
                     lay["across"] = {name: c.double().cpu().numpy() for name, c in full_cos(wq, wk, targets).items()}

@@ -92,6 +92,15 @@ class E6Mlp(Estimator):
         return FOLDS * n.layers * (3 * n.big + 40 * n.hidden) + bootstrap_bytes(n.layers * len(VARIANTS) * 2,
                                                                                n.replicates)
 
+    @staticmethod
+    def analysis_bytes(n: Sizes) -> int:
+        """Beside the statistics while ``measure`` runs, one fit at a time: the fit's merged ``CrossMoments``
+        ($3 D^2$ entries of the statistics' dtype) and, in float64, its ridge path (the $(D, D)$ eigenvectors and the
+        $(D, 2D)$ rotated $S_{xy}$, the eigendecomposition's workspace) and the held-out fold's rotated scatter and
+        products (about $12 D^2$)."""
+        d = n.hidden
+        return 3 * n.big + 8 * 14 * d * d
+
     def __init__(self, ctx: ProbeContext):
         self.ctx = ctx
         pair = (ctx.dim, 2 * ctx.dim, ctx.statistics)

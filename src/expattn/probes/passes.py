@@ -1,0 +1,93 @@
+"""Passes over the same tokens when the chosen hypotheses do not fit together: the memory check before a run.
+
+The probe knows each estimator's memory before it builds any (``footprint.Footprint``). When the whole set's
+peak exceeds the room, the device's free memory or the user's ``memory_budget``, the hypotheses are grouped
+(in the catalogue's order, each joining the current group while the group's peak fits) and the model reads the
+same token sample once per group; each group's statistics are freed before the next. The estimators are
+independent (each seeds its own draws and reads only its own statistics), so the records are those of one pass.
+A hypothesis that does not fit alone is refused before anything is allocated, with the numbers and the
+lower-memory choices.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+import torch
+
+from expattn import memory
+from expattn.memory import probe_bytes, readable
+from expattn.probes.footprint import Footprint, footprint
+from expattn.probes.hypotheses.base import ProbeContext
+
+UNITS = {"": 1, "b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "kb": 10**3, "mb": 10**6,
+         "gb": 10**9, "tb": 10**12}
+
+
+def budget_bytes(value: int | str | None) -> int | None:
+    """``memory_budget`` as bytes: an integer number of bytes, or a string such as ``"40GiB"``, ``"512 MiB"``,
+    ``"80GB"`` (None: no budget). ValueError naming ``memory_budget`` otherwise."""
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]i?b|b|)\s*", value, re.IGNORECASE) if isinstance(
+        value, str) else None
+    if match is None or float(match[1]) * UNITS[match[2].lower()] < 1:
+        raise ValueError(f"memory_budget must be a positive number of bytes or a size such as '40GiB' or '512MiB', "
+                         f"got {value!r}")
+    return int(float(match[1]) * UNITS[match[2].lower()])
+
+
+def run_footprint(ctx: ProbeContext, hypotheses: Iterable[str], config, dtype: torch.dtype) -> Footprint:
+    """The ``Footprint`` of a run of ``config`` (a ``ProbeConfig``) on the model of ``ctx`` in ``dtype``."""
+    w = ctx.attention[0]
+    hf = getattr(ctx.model, "config", None)
+    intermediate = getattr(hf, "intermediate_size", None)
+    return footprint(ctx.dim, ctx.layers, w.heads, tuple(hypotheses), head_dim=w.head_dim, kv_heads=w.kv_heads,
+                     intermediate=intermediate if isinstance(intermediate, int) and intermediate > 0 else None,
+                     batch_size=config.batch_size, dtype=str(dtype).removeprefix("torch."),
+                     tokens=config.tokens, seq_len=config.seq_len, detail_sequences=ctx.detail_sequences,
+                     replicates=config.replicates, statistics=config.statistics)
+
+
+def plan(need: Footprint, device: str | torch.device, tokens: int, budget: int | None,
+         what: str) -> list[tuple[str, ...]]:
+    """The groups of hypotheses, one pass each, whose peaks fit the room: the free memory of ``device`` (the
+    float32 weight copies, ``need.weights``, are held already) and ``budget`` (bytes beside the model's weights,
+    or None), less the token ids (``memory.probe_bytes``). One group when everything fits; ValueError naming
+    ``what`` when one hypothesis alone does not fit, with the numbers and the lower-memory choices."""
+    chosen = tuple(need.statistics)
+    if not chosen:
+        return []
+    free = memory.available_bytes(device)  # read through the module: tests stand in for the device
+    rooms = [r for r in (None if free is None else free + need.weights, budget) if r is not None]
+    room = None if not rooms else min(rooms) - probe_bytes(tokens)
+    if room is None or need.peak() <= room:
+        return [chosen]
+    alone = {h: need.peak((h,)) for h in chosen}
+    over = [h for h in chosen if alone[h] > room]
+    if over:
+        worst = max(over, key=alone.get)
+        where = "the memory budget" if budget is not None and room == budget - probe_bytes(tokens) else (
+            f"the free memory of {torch.device(device).type}")
+        raise ValueError(f"{what} needs at least {readable(alone[worst] + probe_bytes(tokens))} for {worst} alone "
+                         f"(its statistics {readable(need.statistics[worst])}, its analysis "
+                         f"{readable(need.analysis[worst])}, a batch {readable(need.batch)}), but only "
+                         f"{readable(max(room + probe_bytes(tokens), 0))} is available within {where}; "
+                         f"{_choices(need, over)}")
+    groups: list[tuple[str, ...]] = []
+    for h in chosen:
+        if groups and need.peak((*groups[-1], h)) <= room:
+            groups[-1] = (*groups[-1], h)
+        else:
+            groups.append((h,))
+    return groups
+
+
+def _choices(need: Footprint, over: list[str]) -> str:
+    """How to need less: float32 statistics, or leaving out those that do not fit."""
+    largest = sorted(over, key=lambda h: need.statistics[h] + need.analysis[h], reverse=True)[:2]
+    return (f"float32 statistics (--statistics float32) halve the (D, D) accumulators; or leave "
+            f"{' and '.join(largest)} out (--only)")
