@@ -13,19 +13,21 @@ so). Parts, in this order (``--only`` picks some):
    intermediate 5632, float32) over 64 x 256 random token ids, ``device="cuda"`` (no index: the path of
    ``expattn probe --device cuda``); plain forward passes over the same batches time the reference. Prints the
    ratios (goal: the probe <= 2x the forward passes) and every verdict with its note.
-2. ``profile``: where the time goes (``torch.profiler``): the probe over a quarter of the tokens, and 10 calls of
+2. ``8b``: the Llama-3-8B shape in bfloat16 with float32 statistics at 16,384 and 262,144 tokens
+   (``benchmarks/gpu_check_8b.py``): ratios, peak against the footprint, every verdict.
+3. ``profile``: where the time goes (``torch.profiler``): the probe over a quarter of the tokens, and 10 calls of
    ``Empirical.mean`` forward + backward at the small benchmark shape; the busiest operations by host and by device
    time, with the source lines that called them, into ``OUTDIR/profile_probe.txt`` and
    ``OUTDIR/profile_empirical.txt``.
-3. ``tests``: ``pytest tests/cuda/test_cuda.py tests/integration/test_any_model.py::test_on_cuda
+4. ``tests``: ``pytest tests/cuda/test_cuda.py tests/integration/test_any_model.py::test_on_cuda
    tests/unit/test_device_harness.py`` (skipped in ``--smoke``: CI runs them on the CPU anyway). The tiny models'
    tests need MiniLM's tokenizer files and a text, which the GPU machine has no package for: ``--carry`` (run here,
    on the development machine, before the GPU run) copies them into ``.gpu_carry/`` (ignored by git), and the run
    names ``.gpu_carry`` in the device tool's ``carry``; ``EXPATTN_TOKENIZER_DIR`` and ``EXPATTN_TEXT_DIR`` then point
    the tests at them.
-4. ``train``: ``expattn train --device cuda --dtype bfloat16 --compile`` on a generated text, killed (SIGKILL)
+5. ``train``: ``expattn train --device cuda --dtype bfloat16 --compile`` on a generated text, killed (SIGKILL)
    after its first checkpoint and resumed, against an uninterrupted run: the logged losses compared row by row.
-5. ``bench``: ``benchmarks/bench_gpu.py`` with every part (``--smoke``: its tiny sizes); its train part compiles
+6. ``bench``: ``benchmarks/bench_gpu.py`` with every part (``--smoke``: its tiny sizes); its train part compiles
    GPT-2 small twice (minutes).
 """
 
@@ -47,7 +49,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 CARRIED = ROOT / ".gpu_carry"  # brought to the GPU machine, which has neither package: MiniLM's tokenizer, two plays
 CARRIED_TOKENIZER, CARRIED_TEXT = CARRIED / "tokenizer", CARRIED / "text"
-PARTS = ("probe", "profile", "tests", "train", "bench")  # the most wanted first: a run cut short keeps them
+PARTS = ("probe", "8b", "profile", "tests", "train", "bench")  # the most wanted first: a run cut short keeps them
 LLAMA_1B = {"hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 22, "num_attention_heads": 32,
             "num_key_value_heads": 4, "vocab_size": 32000, "max_position_embeddings": 2048}
 LLAMA_TINY = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -195,6 +197,13 @@ def part_probe(log: Log, args) -> dict:
     return {"ok": not crashed, "crashed": crashed, "plain_seconds": plain, "probe_seconds": total,
             "forward_seconds": out.forward_seconds, "stats_seconds": out.stats_seconds, "ratios": ratios,
             "peak_gib": peak, "verdicts": res.verdicts}
+
+
+def part_8b(log: Log, args) -> dict:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from gpu_check_8b import run
+
+    return run(log, args.smoke, torch.device(args.device), args.probe_device)
 
 
 def _profile_table(prof, device: torch.device, rows: int = 30) -> str:

@@ -21,7 +21,9 @@ def test_gpu_check_smoke(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert set(summary) == {"probe", "profile", "bench", "train"} and all(v["ok"] for v in summary.values()), summary
+    assert set(summary) == {"probe", "8b", "profile", "bench", "train"}, summary
+    assert all(v["ok"] for v in summary.values()), summary
+    assert all(set(row["verdicts"]) >= {"E1", "E5", "E9"} for row in summary["8b"]["sizes"].values()), summary
     for name in ("profile_probe.txt", "profile_empirical.txt"):  # the busiest operations, with their source lines
         assert "self_cpu_time_total" in (text := (tmp_path / name).read_text()) and "expattn" in text, name
     assert summary["train"]["bitwise"]  # on the CPU, in float32, the resumed run replays the uninterrupted one
