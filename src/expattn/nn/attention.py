@@ -10,7 +10,8 @@ where the carrier $h_h$ sits on the keys $W^k_h x_j$ (claim A3) and is chosen by
 Masks follow ``expattn.nn.masks`` (boolean True = the key takes part, or an additive float bias).
 A query whose keys are all masked gets output zero, weights zero and log-normalizer $-\infty$, and so
 does every query when there are no keys (the empty carrier); no queries or batch 0 give empty results.
-A non-finite output names the first non-finite input, then parameter, before blaming an overflow.
+A non-finite output, or non-finite per-head queries or keys (whose NaN logits the fused kernel turns into finite
+numbers), names the first non-finite input, then parameter, before blaming an overflow.
 """
 
 from __future__ import annotations
