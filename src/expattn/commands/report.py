@@ -36,10 +36,10 @@ from expattn.probes.progress import Stage as ProbeStage
 from expattn.report.document import Stage, cpu
 from expattn.report.html import render_html
 from expattn.report.markdown import render_markdown
-from expattn.results.files import write_json_atomic
 from expattn.results.frame import records_frame
 from expattn.results.outputs import check_output_folder, output_folder
 from expattn.results.record import Record, load_records, results_document
+from expattn.results.timings import write_results
 from expattn.seeds import check_seed
 
 if TYPE_CHECKING:
@@ -346,7 +346,7 @@ def run_report(config: ReportConfig, console: Console, probe: ProbeModel = probe
             platform=platform.platform(),
             timings=runner.timings,
         )
-        write_json_atomic(staging / "results.json", document)
+        write_results(staging, document)
         (staging / "report.html").write_text(render_html(document, staging), encoding="utf-8")
         (staging / "report.md").write_text(render_markdown(document), encoding="utf-8")
         records_frame(runner.records).to_csv(staging / "results.csv", index=False)

@@ -27,9 +27,9 @@ from expattn.dynamics.operators import CARRIERS, AttentionConfig, AttentionUpdat
 from expattn.dynamics.run import run
 from expattn.memory import dynamics_bytes, require
 from expattn.nn.norms import NormConfig, build_norm
-from expattn.results.files import write_json_atomic
 from expattn.results.outputs import output_folder
 from expattn.results.record import Record, results_document
+from expattn.results.timings import write_results
 from expattn.seeds import check_seed
 from expattn.terminal import plain, say
 
@@ -214,7 +214,7 @@ def run_simulate(config: SimulateConfig, console: Console) -> list[Record]:
         names = [CUSTOM] if config.custom is not None else [c.name for c in chosen]
         doc = results_document(records, "simulate", seeds={"seed": config.seed}, quick=config.quick, presets=names,
                                timings=timings)
-        write_json_atomic(staging / "results.json", doc)
+        write_results(staging, doc)
     console.print(simulate_table(records, names, timings))
     say(console, f"{len(records)} preset(s) in {time.perf_counter() - start:.1f} s (seed {config.seed}); "
                  f"results in {config.out_dir / 'results.json'}")
