@@ -28,11 +28,6 @@ from expattn.seeds import check_seed
 from expattn.terminal import error, interrupt_on_sigterm, plain, say
 
 
-def _one_line(err: UsageError) -> NoReturn:
-    """A parse error (a value of the wrong type, an unknown option or command) as one ``error:`` line, exit 2."""
-    error(err.format_message())
-
-
 class OneLineUsageErrors(TyperGroup):
     """The command group whose parse errors are one ``error:`` line like every other user error, not click's
     usage box; asking for help without arguments (``NoArgsIsHelpError``) still shows the help."""
@@ -42,16 +37,16 @@ class OneLineUsageErrors(TyperGroup):
             return super().make_context(info_name, args, parent, **extra)
         except NoArgsIsHelpError:
             raise
-        except UsageError as err:
-            _one_line(err)
+        except UsageError as err:  # a value of the wrong type, an unknown option or command: exit 2
+            error(err.format_message())
 
     def invoke(self, ctx: Context) -> object:  # the sub-command's options are parsed here
         try:
             return super().invoke(ctx)
         except NoArgsIsHelpError:
             raise
-        except UsageError as err:
-            _one_line(err)
+        except UsageError as err:  # a value of the wrong type, an unknown option or command: exit 2
+            error(err.format_message())
 
 
 app = typer.Typer(

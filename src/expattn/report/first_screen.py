@@ -3,8 +3,9 @@ and the trained-runs table that the matrix's sweep columns link to.
 
 The first screen is a CSS grid of two columns (one below 1000 px of width), sized so that both the
 matrix and the summary figure fit a 1366 x 768 window: the matrix's column is as wide as the matrix (up to
-two thirds of the window, so three models and a sweep show every column), the figure takes the rest; compact
-rows, the matrix scrolls inside its box when it has many claims, the figure's height is bounded by the window's. Every cell is a
+two thirds of the window, so three models and a sweep show every column), the figure takes the rest;
+compact rows, the matrix scrolls inside its box when it has many claims, the figure's height is bounded by
+the window's. Every cell is a
 verdict badge linking to its record card (a sweep's cell to the trained-runs table) over the
 claim's headline number; the headers explain the numbers as tooltips, and a short list under the
 matrix says what each claim's number is.
