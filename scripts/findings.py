@@ -1,7 +1,7 @@
 """Regenerate ``docs/FINDINGS.md`` from ``docs/results.json`` and ``docs/seeds/*.json``.
 
     .venv/bin/expattn report --out report --overwrite      # the README's main command (full mode, seed 0)
-    cp report/results.json docs/results.json
+    cp report/results.json docs/results.json              # (report/timings.json: the wall clock, not read here)
     for m in minilm smollm2 gemma3; do                     # each headline over seeds 0, 1 and 2
       .venv/bin/expattn probe --model $m --seeds 0,1,2 --out seeds-$m --overwrite
       cp seeds-$m/seeds.json docs/seeds/$m.json
@@ -13,19 +13,19 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 from expattn.report.markdown import findings_markdown, read_spreads
 from expattn.results.files import write_text_atomic
+from expattn.results.timings import read_document
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 
 def main() -> int:
     source = Path(sys.argv[1]) if len(sys.argv) > 1 else DOCS / "results.json"
-    document = json.loads(source.read_text(encoding="utf-8"))
+    document = read_document(source)  # with a sibling timings.json, if there is one
     write_text_atomic(DOCS / "FINDINGS.md", findings_markdown(document, read_spreads(DOCS / "seeds")))
     print(f"docs/FINDINGS.md written from {source}")
     return 0

@@ -14,11 +14,43 @@ from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
+from typer.core import TyperGroup
 
+try:  # recent typer vendors click: its parse errors are these classes, not the click package's
+    from typer._click import Context
+    from typer._click.exceptions import NoArgsIsHelpError, UsageError
+except ImportError:  # pragma: no cover - typer before the vendoring
+    from click import Context
+    from click.exceptions import NoArgsIsHelpError, UsageError
+
+from expattn import __version__
 from expattn.seeds import check_seed
 from expattn.terminal import error, interrupt_on_sigterm, plain, say
 
+
+class OneLineUsageErrors(TyperGroup):
+    """The command group whose parse errors are one ``error:`` line like every other user error, not click's
+    usage box; asking for help without arguments (``NoArgsIsHelpError``) still shows the help."""
+
+    def make_context(self, info_name, args, parent=None, **extra) -> Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except NoArgsIsHelpError:
+            raise
+        except UsageError as err:  # a value of the wrong type, an unknown option or command: exit 2
+            error(err.format_message())
+
+    def invoke(self, ctx: Context) -> object:  # the sub-command's options are parsed here
+        try:
+            return super().invoke(ctx)
+        except NoArgsIsHelpError:
+            raise
+        except UsageError as err:  # a value of the wrong type, an unknown option or command: exit 2
+            error(err.format_message())
+
+
 app = typer.Typer(
+    cls=OneLineUsageErrors,
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -28,8 +60,17 @@ app = typer.Typer(
 console = Console(width=None if sys.stdout.isatty() else 160)
 
 
+def _show_version(given: bool) -> None:
+    if given:
+        print(f"expattn {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    version: Annotated[bool, typer.Option("--version", is_eager=True, callback=_show_version,
+                                          help="Print the version and exit.")] = False,
+) -> None:
     """Attention as the gradient of an exponential family's log-normalizer."""
     interrupt_on_sigterm()  # SIGTERM cleans up like Ctrl-C: no staging folder is left behind
 

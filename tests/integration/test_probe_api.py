@@ -53,7 +53,7 @@ def test_api_equals_cli(tmp_path, model_type):
     doc = json.loads((saved / "results.json").read_text())
     assert _numbers(doc["records"]) == _numbers(mine)
     plots = [p for r in api.records for p in r.plots]
-    assert sorted(p.name for p in saved.iterdir()) == sorted(["results.json", *plots])
+    assert sorted(p.name for p in saved.iterdir()) == sorted(["results.json", "timings.json", *plots])
     with pytest.raises(ValueError, match="already exists"):
         api.save(saved)
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from expattn.catalogue.registry import RunContext
-from expattn.commands.checks import run_claim, select
 from expattn.core.solvers import solve
 from expattn.nn.implicit import InjectedAttention
 from expattn.presets.d7_anderson import tune_gain
@@ -15,17 +13,17 @@ from expattn.presets.d7_anderson import tune_gain
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["d7-hopfield", "d7-attention", "b7-implicit"])
 @pytest.mark.parametrize("seed", [0, 1])
-def test_quick_presets_pass_and_draw(tmp_path, name, seed):
-    (claim,) = select("simulate", [name])
-    record = run_claim(claim, RunContext(seed=seed, out_dir=tmp_path, quick=True))
+def test_quick_presets_pass_and_draw(quick_record, name, seed):
+    record = quick_record(name, seed)  # the run test_controls and test_d_controls judge too
+    folder = quick_record.out / f"{name}-{seed}"
     assert record.verdict == "pass", record.notes
-    assert record.plots and all((tmp_path / p).stat().st_size > 0 for p in record.plots)
+    assert record.plots and all((folder / p).stat().st_size > 0 for p in record.plots)
 
 
 @pytest.mark.slow
-def test_anderson_preset_verdict_follows_its_stated_rule(tmp_path):
-    (claim,) = select("simulate", ["d7-anderson"])
-    record = run_claim(claim, RunContext(seed=0, out_dir=tmp_path, quick=True))
+def test_anderson_preset_verdict_follows_its_stated_rule(quick_record):
+    record = quick_record("d7-anderson")  # the run test_controls and test_d_controls judge too
+    tmp_path = quick_record.out / "d7-anderson-0"
     assert record.verdict in ("supported", "not_supported"), record.notes  # a hypothesis, never an error
     m = record.metrics
     ratio = m["median_ratio_slow"]

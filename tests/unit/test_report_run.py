@@ -23,6 +23,7 @@ from expattn.commands.report import PROBE_IDS, ReportConfig, run_report
 from expattn.probes.progress import Stage
 from expattn.results.files import staging_dir
 from expattn.results.record import Record, load_records
+from expattn.results.timings import read_document
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -101,7 +102,8 @@ def test_all_stages_run_and_are_reported(tmp_path, stages):
     seen = stages.seen
     result = run(tmp_path, stages, quick=True, seed=7)
     out = tmp_path / "out"
-    assert sorted(p.name for p in out.iterdir()) == ["plots", "report.html", "report.md", "results.csv", "results.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["plots", "report.html", "report.md", "results.csv", "results.json",
+                                                   "timings.json"]
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.tmp-")]
     status = {s.name: (s.status, s.records) for s in result.stages}
     assert status == {
@@ -126,6 +128,9 @@ def test_all_stages_run_and_are_reported(tmp_path, stages):
     doc = json.loads((out / "results.json").read_text())
     assert [s["name"] for s in doc["stages"]] == ["verify", "simulate", "probe minilm", "probe smollm2", "train"]
     assert doc["seeds"] == {"seed": 7} and doc["quick"] is True and "git_revision" in doc
+    assert "timings" not in doc and all(set(s) == {"name", "status", "records", "reason"} for s in doc["stages"])
+    doc = read_document(out / "results.json")  # with timings.json, the wall clock, joined back
+    assert all(s["seconds"] >= 0 for s in doc["stages"]) and "started" in doc
     assert doc["timings"]["probe minilm"] == {"E1": {"update_seconds": 0.5, "result_seconds": 0.25}}
     assert sorted(doc["timings"]["verify"]) == ["a1", "a3"] and list(doc["timings"]["simulate"]) == ["b3-expansion"]
     assert all(t["seconds"] >= 0 for t in doc["timings"]["verify"].values())

@@ -17,6 +17,7 @@ from expattn.probes.runner import ProbeConfig, ProbeOutcome, probe
 from expattn.results.files import write_json_atomic
 from expattn.results.outputs import check_output_folder, output_folder
 from expattn.results.seed_spread import seed_spread, spread_document
+from expattn.results.timings import write_results
 from expattn.terminal import plain
 
 
@@ -73,7 +74,7 @@ def probe_to_dir(
             folder = tmp if len(configs) == 1 else tmp / f"seed-{config.seed}"
             folder.mkdir(exist_ok=True)
             outcomes[config.seed] = outcome = probe(config, folder, progress)
-            write_json_atomic(folder / "results.json", outcome.document())
+            write_results(folder, outcome.document())
         if len(configs) > 1:
             spreads = seed_spread({s: o.records for s, o in outcomes.items()}, headlines())
             write_json_atomic(tmp / "seeds.json", spread_document(spreads, configs[0].model))

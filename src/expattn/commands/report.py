@@ -36,10 +36,10 @@ from expattn.probes.progress import Stage as ProbeStage
 from expattn.report.document import Stage, cpu
 from expattn.report.html import render_html
 from expattn.report.markdown import render_markdown
-from expattn.results.files import write_json_atomic
 from expattn.results.frame import records_frame
 from expattn.results.outputs import check_output_folder, output_folder
 from expattn.results.record import Record, load_records, results_document
+from expattn.results.timings import write_results
 from expattn.seeds import check_seed
 
 if TYPE_CHECKING:
@@ -56,7 +56,7 @@ class ReportConfig:
     Attributes:
         out_dir: folder that receives results.json, results.csv, report.html, report.md and plots/.
         models: models to probe: built-in names (``minilm``, ``smollm2``, ``gemma3``) or paths of local HF model
-            folders; by default ``minilm`` and ``smollm2``.
+            folders, at least one; by default ``minilm`` and ``smollm2``.
         quick: small sizes everywhere (smoke run, < 3 min).
         seed: seed of every stage.
         stages: the stages to run, a non-empty subset of ``STAGES``; they always run in the
@@ -77,6 +77,9 @@ class ReportConfig:
             raise TypeError(f"out_dir must be a pathlib.Path, got {type(self.out_dir).__name__}")
         if not isinstance(self.models, tuple) or not all(isinstance(m, str) and m for m in self.models):
             raise TypeError(f"models must be a tuple of non-empty strings, got {self.models!r}")
+        if not self.models:
+            raise ValueError("models must name at least one model (minilm, smollm2, gemma3 or a model folder), got "
+                             "none")
         check_seed(self.seed)
         if not isinstance(self.stages, tuple) or not all(isinstance(s, str) for s in self.stages):
             raise TypeError(f"stages must be a tuple of stage names, got {self.stages!r}")
@@ -343,7 +346,7 @@ def run_report(config: ReportConfig, console: Console, probe: ProbeModel = probe
             platform=platform.platform(),
             timings=runner.timings,
         )
-        write_json_atomic(staging / "results.json", document)
+        write_results(staging, document)
         (staging / "report.html").write_text(render_html(document, staging), encoding="utf-8")
         (staging / "report.md").write_text(render_markdown(document), encoding="utf-8")
         records_frame(runner.records).to_csv(staging / "results.csv", index=False)

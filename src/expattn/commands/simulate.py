@@ -27,9 +27,9 @@ from expattn.dynamics.operators import CARRIERS, AttentionConfig, AttentionUpdat
 from expattn.dynamics.run import run
 from expattn.memory import dynamics_bytes, require
 from expattn.nn.norms import NormConfig, build_norm
-from expattn.results.files import write_json_atomic
 from expattn.results.outputs import output_folder
 from expattn.results.record import Record, results_document
+from expattn.results.timings import write_results
 from expattn.seeds import check_seed
 from expattn.terminal import plain, say
 
@@ -101,10 +101,33 @@ def _load_array(path: str, name: str, kinds: tuple[str, ...] = ()) -> torch.Tens
     if file.suffix != ".npy" or not file.is_file():
         expected = f"one of {', '.join(kinds)} or an existing .npy file" if kinds else "an existing .npy file"
         raise ValueError(f"{name} must be {expected}, got {path!r}")
-    array = np.load(file, allow_pickle=False)
+    try:
+        array = np.load(file, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as err:  # numpy's text suggests unpickling: never done here
+        raise ValueError(f"{name} file {path} is not a NumPy .npy array (expected floating numbers of shape "
+                         f"{'(token, dim) or (batch, token, dim)' if kinds else '(key, dim)'} written by numpy.save)"
+                         ) from err
     if not np.issubdtype(array.dtype, np.floating):
         raise ValueError(f"{name} file {path} must hold floating numbers, got dtype {array.dtype}")
     return torch.from_numpy(array).to(torch.float64)
+
+
+def _degenerate(cloud: torch.Tensor, norm: str) -> str | None:
+    """What makes a ``(batch, token, dim)`` cloud degenerate, in words, or None: a zero token, or a token whose
+    coordinates are all equal (centring normalizations such as layernorm map it to the zero vector, where the
+    cosine metrics are undefined). Called only on the error path, so it may read values on the host."""
+    zero = (cloud == 0).all(-1).nonzero()
+    if len(zero):
+        b, t = zero[0].tolist()
+        return f"the cloud is degenerate: token {t} of cloud {b} is the zero vector"
+    flat = (cloud == cloud[..., :1]).all(-1).nonzero()
+    if len(flat):
+        b, t = flat[0].tolist()
+        value = cloud[b, t, 0].item()
+        return (f"the cloud is degenerate: token {t} of cloud {b} has all {cloud.shape[-1]} coordinates equal "
+                f"({value:g}), and {norm} maps such a token (or the constant cloud attention makes of it) to the "
+                f"zero vector")
+    return None
 
 
 def custom_record(run_config: CustomRun, seed: int, out_dir: Path | None) -> Record:
@@ -130,7 +153,13 @@ def custom_record(run_config: CustomRun, seed: int, out_dir: Path | None) -> Rec
     )
     operator = Compose(attention, build_norm(run_config.norm, NormConfig(dim=dim, radius=dim**0.5)))
     names = [m for m in METRICS if not m.startswith("mardia")]
-    traj = run(cloud, operator, run_config.steps, metrics=names)
+    try:
+        traj = run(cloud, operator, run_config.steps, metrics=names)
+    except ValueError as err:
+        degenerate = _degenerate(cloud, run_config.norm)
+        if degenerate is None:
+            raise
+        raise ValueError(f"{degenerate} ({err})") from err
     medians = {m: traj.metrics[m].median(-1).values.tolist() for m in names}
     claim_id = "B4" if run_config.norm != "identity" else ("B3" if run_config.residual else "B2")
     record = Record(
@@ -185,7 +214,7 @@ def run_simulate(config: SimulateConfig, console: Console) -> list[Record]:
         names = [CUSTOM] if config.custom is not None else [c.name for c in chosen]
         doc = results_document(records, "simulate", seeds={"seed": config.seed}, quick=config.quick, presets=names,
                                timings=timings)
-        write_json_atomic(staging / "results.json", doc)
+        write_results(staging, doc)
     console.print(simulate_table(records, names, timings))
     say(console, f"{len(records)} preset(s) in {time.perf_counter() - start:.1f} s (seed {config.seed}); "
                  f"results in {config.out_dir / 'results.json'}")

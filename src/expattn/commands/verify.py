@@ -11,9 +11,9 @@ from rich.console import Console
 from expattn.catalogue.registry import RunContext
 from expattn.commands.checks import select, timed_claim
 from expattn.commands.tables import record_table
-from expattn.results.files import write_json_atomic
 from expattn.results.outputs import output_file
 from expattn.results.record import results_document
+from expattn.results.timings import write_results
 
 
 def run_verify(
@@ -38,5 +38,5 @@ def run_verify(
         passed = sum(r.verdict == "pass" for r in records)
         console.print(f"{passed}/{len(records)} passed in {time.perf_counter() - start:.1f} s (seed {seed})")
         if json_path is not None:
-            write_json_atomic(json_path, results_document(records, "verify", seeds={"seed": seed}, timings=timings))
+            write_results(json_path, results_document(records, "verify", seeds={"seed": seed}, timings=timings))
     return all(r.verdict == "pass" for r in records)

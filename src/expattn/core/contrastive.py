@@ -83,7 +83,8 @@ def info_nce(
         targets: integer ``(*batch, query)``: index of each anchor's positive among the candidates.
         temperature: $\tau > 0$; the natural parameter is $a / \tau$.
         cosine: project anchors and candidates to the unit sphere first (cosine similarity, C2).
-        reduction: ``"mean"``, ``"sum"`` or ``"none"`` (per-anchor losses ``(*batch, query)``).
+        reduction: ``"mean"``, ``"sum"`` or ``"none"`` (per-anchor losses ``(*batch, query)``); with no anchors
+            ``"none"`` is empty, ``"sum"`` is 0 and ``"mean"`` (0 / 0) raises ``ValueError``.
 
     Claim C1: equals ``F.cross_entropy`` of the similarity logits.
     """
@@ -100,6 +101,9 @@ def info_nce(
     losses = -carrier.log_prob(targets, eta)  # (*B, Q)
     if reduction == "none":
         return losses
+    if reduction == "mean" and not losses.numel():  # 0 / 0: refused rather than a silent NaN
+        raise ValueError(f"reduction 'mean' needs at least one anchor, got anchors of shape {tuple(anchors.shape)}; "
+                         "use reduction 'sum' (0) or 'none' (empty)")
     return losses.mean() if reduction == "mean" else losses.sum()
 
 

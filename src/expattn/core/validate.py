@@ -159,6 +159,7 @@ def check_output_of(
     cause: str,
     inputs: dict[str, Tensor | None],
     parameters: Iterable[tuple[str, Tensor]] = (),
+    hidden: dict[str, Tensor] | None = None,
 ) -> Tensor:
     """``check_output`` for a result computed from ``inputs`` that were not checked beforehand: only when ``value``
     is not finite are the inputs tested, in order, and the first non-finite one named (``require_finite``), as
@@ -166,19 +167,37 @@ def check_output_of(
     each named ``parameter <name>``; if all are finite, ``cause`` is named. One reduction in the common case
     instead of one per input. Sound where every non-finite input reaches the output, as through products and
     softmax (NaN and infinity propagate, and $0 \\cdot \\infty$ is NaN).
+
+    ``hidden``: intermediate tensors through which a NaN need not reach ``value`` (the logits of a fused
+    attention kernel, which returns finite numbers for NaN logits); their sums join the same single read-back, and
+    when one is not finite the inputs and parameters are named as above, else the hidden tensor itself.
     """
+    hidden = hidden or {}
     with torch.no_grad():
         if value.is_floating_point() and not on_host(value):  # inputs are not named on a device (no read-back)
-            finite_on_device(value, f"{name} is not finite (a non-finite input among {', '.join(inputs)}, or {cause})")
+            for x in (value, *hidden.values()):
+                finite_on_device(x, f"{name} is not finite (a non-finite input among {', '.join(inputs)}, "
+                                    f"a parameter, or {cause})")
             return value
-        if value.is_floating_point() and sum_is_finite(value):
+        if value.is_floating_point() and _sums_are_finite(value, hidden.values()):
             return value
     for argument, x in inputs.items():
         if x is not None:
             require_finite(argument, x)
     for parameter, x in parameters:
         require_finite(f"parameter {parameter}", x)
+    for intermediate, x in hidden.items():
+        if not bool(torch.isfinite(x).all()):
+            raise ValueError(f"{intermediate} is not finite although the inputs and parameters are: {cause}")
     return check_output(name, value, cause)
+
+
+def _sums_are_finite(value: Tensor, hidden: Iterable[Tensor]) -> bool:
+    """``sum_is_finite`` of ``value`` and of every ``hidden`` tensor with one read-back: the sum of the sums."""
+    total = value.sum()
+    for x in hidden:
+        total = total + x.sum()
+    return math.isfinite(total.item())
 
 
 def exact_scale(value: Tensor, dims: tuple[int, ...]) -> Tensor:

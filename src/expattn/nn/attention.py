@@ -10,7 +10,8 @@ where the carrier $h_h$ sits on the keys $W^k_h x_j$ (claim A3) and is chosen by
 Masks follow ``expattn.nn.masks`` (boolean True = the key takes part, or an additive float bias).
 A query whose keys are all masked gets output zero, weights zero and log-normalizer $-\infty$, and so
 does every query when there are no keys (the empty carrier); no queries or batch 0 give empty results.
-A non-finite output names the first non-finite input, then parameter, before blaming an overflow.
+A non-finite output, or non-finite per-head queries or keys (whose NaN logits the fused kernel turns into finite
+numbers), names the first non-finite input, then parameter, before blaming an overflow.
 """
 
 from __future__ import annotations
@@ -306,11 +307,11 @@ class ExpFamAttention(nn.Module):
         Returns:
             ``(B, Q, E)``: ``out_proj`` of ``heads``.
         """
-        heads = self._heads(query, key, value, key_padding_mask, attn_mask, is_causal, rotary, need_weights)
+        heads, logits_of = self._heads(query, key, value, key_padding_mask, attn_mask, is_causal, rotary, need_weights)
         out = self.out_proj(heads)
         if validate_enabled(self.validate_args):
             # the inputs are checked first; a non-finite output names the first non-finite parameter, else the cause
-            check_output_of("attention output", out, OVERFLOW_OUT, {}, self.named_parameters())
+            check_output_of("attention output", out, OVERFLOW_OUT, {}, self.named_parameters(), logits_of)
         return out
 
     def heads(
@@ -329,16 +330,18 @@ class ExpFamAttention(nn.Module):
 
         Arguments as ``forward``, which is ``out_proj(heads(...))``.
         """
-        out = self._heads(query, key, value, key_padding_mask, attn_mask, is_causal, rotary, need_weights)
+        out, logits_of = self._heads(query, key, value, key_padding_mask, attn_mask, is_causal, rotary, need_weights)
         if validate_enabled(self.validate_args):
-            check_output_of("attention heads", out, OVERFLOW, {}, self.named_parameters())
+            check_output_of("attention heads", out, OVERFLOW, {}, self.named_parameters(), logits_of)
         return out
 
     def _heads(
         self, query: Tensor, key: Tensor | None, value: Tensor | None, key_padding_mask: Tensor | None,
         attn_mask: Tensor | None, is_causal: bool | None, rotary: Rotary | None, need_weights: bool,
-    ) -> Tensor:
-        """``heads`` without the check of its output (``forward`` checks the output of ``out_proj`` instead)."""
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """``heads`` without the check of its output (``forward`` checks the output of ``out_proj`` instead), and the
+        per-head queries and keys the logits are made of: the fused kernel returns finite numbers for NaN logits, so
+        a NaN there (a NaN query or key row of a projection) would not reach the output, and the check reads them."""
         c = self.config
         _check_input("query", query, c.embed_dim)
         check = validate_enabled(self.validate_args)
@@ -377,7 +380,8 @@ class ExpFamAttention(nn.Module):
         if stats or self.last_weights is not None or self.last_log_normalizer is not None:  # no Module.__setattr__
             self.last_weights = self.hook_weights(out.weights) if stats else None
             self.last_log_normalizer = self.hook_log_normalizer(out.log_normalizer) if stats else None
-        return out.output.transpose(1, 2).flatten(-2)  # (B, Q, H*Dv)
+        logits_of = {"per-head query (projected, rotated)": q, "per-head key (projected, rotated)": k}
+        return out.output.transpose(1, 2).flatten(-2), logits_of  # (B, Q, H*Dv)
 
     def residual_step(
         self, x: Float[Tensor, "batch token embed"], step_size: float = 1.0, **kwargs: object

@@ -185,7 +185,8 @@ class ImplicitAttention(nn.Module):
     the graph so that gradients with respect to $x$ and the block's parameters follow the implicit
     function theorem (or the phantom gradient). The statistics of the last call are in
     ``last_stats`` (``forward_with_stats`` also returns them); a solve that misses its tolerance
-    warns with ``NonConvergenceWarning`` or raises ``NonConvergenceError``.
+    warns with ``NonConvergenceWarning`` or raises ``NonConvergenceError``. A batch of 0 gives the empty output
+    ``block(z0, x)`` without a solve (its stats: no iteration, converged).
 
     Args:
         block: the map $f$; its output has the shape of $z$.
@@ -227,6 +228,10 @@ class ImplicitAttention(nn.Module):
             z0 = x
         as_tensor("z0", z0)
         cfg = self.config
+        if not z0.shape[0]:  # batch 0: nothing to solve, an empty output (as PyTorch's modules give)
+            stats = ImplicitStats(SolverStats(cfg.solver, 0, 0, 0.0, (), True, False, cfg.tol, ()))
+            self.last_stats = stats
+            return self.block(z0, x), stats
 
         def f(z: Tensor) -> Tensor:
             return self.block(z, x)

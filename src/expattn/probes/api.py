@@ -35,6 +35,7 @@ from expattn.results.files import write_json_atomic
 from expattn.results.outputs import output_folder
 from expattn.results.record import Record
 from expattn.results.seed_spread import SeedSpread, seed_spread, spread_document, spread_frame
+from expattn.results.timings import write_results
 from expattn.seeds import check_seeds
 
 
@@ -82,7 +83,7 @@ class ProbeResults:
             for record in self.records:
                 if record.id in drawings and record.verdict != "error":
                     record.plots = drawings[record.id].draw(tmp)
-            write_json_atomic(tmp / "results.json", self.outcome.document())
+            write_results(tmp, self.outcome.document())
         return out
 
 

@@ -2,8 +2,10 @@
 and the trained-runs table that the matrix's sweep columns link to.
 
 The first screen is a CSS grid of two columns (one below 1000 px of width), sized so that both the
-matrix and the summary figure fit a 1366 x 768 window: compact rows, the matrix scrolls inside its
-box when it has many claims, the figure's height is bounded by the window's. Every cell is a
+matrix and the summary figure fit a 1366 x 768 window: the matrix's column is as wide as the matrix (up to
+two thirds of the window, so three models and a sweep show every column), the figure takes the rest;
+compact rows, the matrix scrolls inside its box when it has many claims, the figure's height is bounded by
+the window's. Every cell is a
 verdict badge linking to its record card (a sweep's cell to the trained-runs table) over the
 claim's headline number; the headers explain the numbers as tooltips, and a short list under the
 matrix says what each claim's number is.
@@ -15,7 +17,7 @@ from expattn.report.html_text import badge, esc
 from expattn.report.matrix import RUNS_ANCHOR, Matrix
 
 CSS = """
-.first { display: grid; grid-template-columns: minmax(0, 5fr) minmax(0, 6fr); gap: 18px; align-items: start; }
+.first { display: grid; grid-template-columns: fit-content(66%) minmax(0, 1fr); gap: 18px; align-items: start; }
 @media (max-width: 1000px) { .first { grid-template-columns: minmax(0, 1fr); } }
 .first h2 { margin: 6px 0 4px; font-size: 18px; }
 .first .box { max-height: 52vh; overflow: auto; }

@@ -125,6 +125,12 @@ class CharCorpus:
     def check_context(self, context: int) -> None:
         """Raise ``ValueError`` unless both splits hold a window of ``context + 1`` characters."""
         shortest = min(len(self.train), len(self.val))
+        if shortest < 2:  # no context fits: say so rather than name an empty range
+            raise ValueError(
+                f"the corpus is too short for one training sequence: a sequence of context {context} needs "
+                f"{context + 1} characters in each split, and its splits have {len(self.train)} (train) and "
+                f"{len(self.val)} (validation) characters"
+            )
         if context < 1 or context + 1 > shortest:
             raise ValueError(
                 f"context must lie in [1, {shortest - 1}] for this corpus (its shortest split has "

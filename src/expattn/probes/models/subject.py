@@ -86,6 +86,8 @@ def parse_device(device: str | torch.device | None) -> torch.device | None:
         parsed = torch.device(device)
     except (RuntimeError, TypeError) as err:
         raise ValueError(f"device must be cpu, cuda or cuda:N, got {device!r}") from err
+    if parsed.type == "meta":  # meta tensors hold no values: nothing could be measured on them
+        raise ValueError(f"device must be cpu, cuda or cuda:N, got {device!r} (meta tensors hold no values to probe)")
     if parsed.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {device!r} asked for, but CUDA is not available on this machine")
     return parsed
