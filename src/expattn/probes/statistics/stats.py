@@ -305,8 +305,13 @@ class BootstrapMeans:
         if self.sum_.device.type != "cpu" and not bool(torch.isfinite(self.sum_).all()):  # NaN/inf reach the sum
             raise ValueError("values hold NaN or infinity")
         estimate = statistic(self.mean_().unsqueeze(0))[0]
-        keep = self.rep_weight_ > 0
-        reps = statistic(self.rep_sum_[keep] / self.rep_weight_[keep, None])
+        reps = self.replicates(statistic)
         alpha = (1 - level) / 2
         low, high = torch.quantile(reps, torch.tensor([alpha, 1 - alpha], dtype=reps.dtype, device=reps.device), dim=0)
         return estimate, low, high
+
+    def replicates(self, statistic: Callable[[Tensor], Tensor]) -> Tensor:
+        """``statistic`` of each replicate's mean, ``(R', *out)`` over the ``R'`` replicates that drew any sequence
+        (the sample ``interval`` takes its percentiles of; a count over units has its interval from it too)."""
+        keep = self.rep_weight_ > 0
+        return statistic(self.rep_sum_[keep] / self.rep_weight_[keep, None])
