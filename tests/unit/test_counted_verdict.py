@@ -34,7 +34,7 @@ def test_a_majority_near_half_the_layers_is_inconclusive():
     # 8 layers 6 se below 1. Every layer is significant: the old count says 10 > 9, supported. Each replicate's
     # interval clears 1 when its estimate is above 1 + 1.96 se, about 74% of replicates per layer, so the count
     # of expanding layers spreads over about 7.4 +- 1.4 and its interval reaches 9 and below.
-    est, lo, hi, lo_r, hi_r = planted([2.6] * 10 + [-6.0] * 8, seed=1)
+    _, lo, hi, lo_r, hi_r = planted([2.6] * 10 + [-6.0] * 8, seed=1)
     assert ((lo > 1).sum(), (hi < 1).sum()) == (10, 8)
     assert growth_verdict(lo, hi) == "supported"  # the old rule
     low, high = count_interval(lo_r > 1)
@@ -45,12 +45,12 @@ def test_a_majority_near_half_the_layers_is_inconclusive():
 def test_a_majority_far_from_half_the_layers_is_decided():
     # 14 of 18 layers 10 se above 1, 4 layers 10 se below: no replicate moves a layer across 1 (8 se of room
     # for a replicate's deviation of about 1 se), so the count is 14 in every replicate
-    est, lo, hi, lo_r, hi_r = planted([10.0] * 14 + [-10.0] * 4, seed=2)
+    _, lo, hi, lo_r, hi_r = planted([10.0] * 14 + [-10.0] * 4, seed=2)
     assert count_interval(lo_r > 1) == (14.0, 14.0)
     assert growth_verdict(lo, hi, None, (lo_r, hi_r)) == "supported"
     # the negative control through the same rule: the same layers asked whether they contract
     assert contraction_verdict(lo, hi, (lo_r, hi_r)) == "not_supported"
-    est, lo, hi, lo_r, hi_r = planted([-10.0] * 14 + [10.0] * 4, seed=3)
+    _, lo, hi, lo_r, hi_r = planted([-10.0] * 14 + [10.0] * 4, seed=3)
     assert growth_verdict(lo, hi, None, (lo_r, hi_r)) == "not_supported"
     assert contraction_verdict(lo, hi, (lo_r, hi_r)) == "supported"
 
