@@ -276,8 +276,8 @@ class E8Heads(Estimator):
         notes = (
             f"supported = incoherent: in most layers the raw pairwise cosine within +-{max(MARGIN, random):.3g} "
             f"and (cos - null) within +-{MARGIN} (first/special tokens excluded); most layers: {kind} (median "
-            f"pairwise cosine {raw:.3g}, {raw / random:.1f}x random directions' E|cos| = {random:.3g} in width {dim}; "
-            f"median cos - null {float(np.median(a['est'][:, 3])):.3g})"
+            f"pairwise cosine {raw:.3g}, {abs(raw) / random:.1f}x in size random directions' E|cos| = {random:.3g} "
+            f"in width {dim}; median cos - null {float(np.median(a['est'][:, 3])):.3g})"
         )
         return Judgement(verdict, [control], notes, metrics, {"coherence": kind})
 
