@@ -9,7 +9,7 @@ from expattn.catalogue import entry
 from expattn.catalogue.registry import RunContext
 from expattn.commands.checks import claims, run_claim
 
-IDS = tuple(f"F{i}" for i in range(1, 15)) + tuple(f"G{i}" for i in range(1, 7))
+IDS = tuple(f"F{i}" for i in range(1, 16)) + tuple(f"G{i}" for i in range(1, 7))
 CHECKS = {c.id: c for c in claims("verify") if c.id in IDS}
 
 

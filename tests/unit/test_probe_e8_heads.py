@@ -88,3 +88,52 @@ def test_independent_heads_have_margins_near_zero(gen, heads):
     # averages (H-1) x 33 of them per sequence (sd <= 0.016), the null far more: 0.08 is 5 sd
     assert cos.head.shape == (b, heads)
     assert cos.head.abs().max() < 0.08
+
+
+def layer_of_updates(u: torch.Tensor, gen) -> tuple[AttnWeights, torch.Tensor, torch.Tensor]:
+    """Weights, ``z`` ``(B, T, H*D)`` and attention output ``(B, T, D)`` (float32) of a layer whose heads' updates are
+    ``u`` ``(B, T, H, D)``, through random orthogonal ``W_o[:, h] = Q_h`` and ``z_h = Q_h^T u_h``."""
+    heads, d = u.shape[2], u.shape[3]
+    q = torch.linalg.qr(torch.randn(heads, d, d, generator=gen, dtype=torch.float64))[0]  # (H, D, D)
+    z = torch.einsum("hed,bthe->bthd", q, u).flatten(2)
+    return weights(q.permute(1, 0, 2).flatten(1).float(), heads), z.float(), u.sum(2).float()
+
+
+def judged(layers: list[tuple[AttnWeights, torch.Tensor, torch.Tensor]], d: int):
+    """E8's ``judge`` on the given layers, fed as one batch (first token excluded, 50 replicates)."""
+    b, t = layers[0][1].shape[:2]
+    excluded = torch.zeros(t, dtype=torch.bool)
+    excluded[0] = True
+    ctx = ProbeContext(None, None, tuple(w for w, _, _ in layers), len(layers), d, excluded, 0, 50, 2, "synthetic")
+    est = E8Heads(ctx)
+    batch = Batch(torch.arange(b), poisson_weights(0, torch.arange(b), 50))
+    for i, (_, z, out) in enumerate(layers):
+        est.update(i, {"attn.heads": z, "attn.output": out}, batch)
+    measured = est.measure()
+    return measured, est.judge(measured)
+
+
+@pytest.mark.parametrize("kind", ["incoherent", "shared direction", "token-specific"])
+def test_two_questions_tell_the_kinds_of_coherence(gen, kind):
+    layers, heads, d, b, t = 3, 4, 128, 8, 33
+    data = []
+    for _ in range(layers):
+        u = torch.randn(b, t, heads, d, generator=gen, dtype=torch.float64) / math.sqrt(d)  # |u_h| ~ 1
+        if kind == "shared direction":  # one fixed unit direction in every head at every token: cos ~ 1/2
+            u += torch.nn.functional.normalize(torch.ones(d, dtype=torch.float64), dim=0)
+        if kind == "token-specific":  # a direction per token shared by every head: cos ~ 1/2, null ~ 0
+            u += torch.randn(b, t, 1, d, generator=gen, dtype=torch.float64) / math.sqrt(d)
+        data.append(layer_of_updates(u, gen))
+    measured, judgement = judged(data, d)
+    raw, margin = (np.array(measured.details[k]["estimate"]) for k in ("mean_pairwise_cos", "cos_minus_null"))
+    # cosines of independent isotropic updates: mean 0, sd 1/sqrt(D) = 0.09 per pair, averaged over 6 pairs x 256
+    # tokens (sd 0.004); a shared part of norm 1 next to an independent one of norm ~1 gives cos = 1/2 (bias
+    # O(1/D)); +-0.05 is over 10 sd plus that bias
+    expected_raw = 0.0 if kind == "incoherent" else 0.5
+    expected_margin = 0.5 if kind == "token-specific" else 0.0
+    np.testing.assert_allclose(raw, expected_raw, atol=0.05)
+    np.testing.assert_allclose(margin, expected_margin, atol=0.05)
+    assert judgement.details["coherence"] == kind
+    assert judgement.verdict == ("supported" if kind == "incoherent" else "not_supported")
+    # the coherent control (every head a copy of head 0) through the same rule is never incoherent
+    assert judgement.controls[0].verdict == "not_supported"

@@ -139,7 +139,8 @@ ENTRIES = (
         "E8",
         "multi-head coherence",
         "empirical",
-        "the heads' updates are incoherent (not aligned)",
+        "the heads' updates are incoherent: neither aligned along a shared direction (raw pairwise cosine at the "
+        "level of random directions) nor aligned token by token (cosine above the other-token null)",
         "seed 000 §5 (B8)",
         modules=("src/expattn/probes/hypotheses/e8_heads.py", "src/expattn/probes/models/attention.py"),
         tests=("tests/unit/test_probe_e8_heads.py", "tests/unit/test_probe_adapters.py", RUNNER_TEST),

@@ -1,4 +1,4 @@
-"""Claims F1-F14: statements of the seeds that fail as printed or need a condition the text omits.
+"""Claims F1-F15: statements of the seeds that fail as printed or need a condition the text omits.
 
 Found by the line-by-line audit of the five seeds (``docs/AUDIT.md``). Each entry's ``statement``
 is the corrected claim; ``as_printed`` says what the seed prints, ``as_printed_kind`` how it is
@@ -215,14 +215,30 @@ ENTRIES = (
         "identity",
         "a Bernoulli hidden unit with bias b (p = sigmoid(b)) contributes the order-n interaction with weight "
         "kappa_n(p), a polynomial in p with isolated zeros: at b = 0 (p = 1/2) every odd order >= 3 vanishes "
-        "(X - 1/2 is symmetric) and kappa_4 vanishes at p q = 1/6, p = (1 +- 1/sqrt 3)/2; all orders are present "
-        "only off these biases",
+        "(X - 1/2 is symmetric) and kappa_4 vanishes at p q = 1/6, p = (1 +- 1/sqrt 3)/2; every order n >= 3 "
+        "vanishes at some bias in (0, 1) (kappa_{n+1} = p q d kappa_n/dp, Rolle), so all orders are present only "
+        "off these biases",
         "seed 004 §2 (hidden units of the RBM and their cumulants)",
         modules=CARRIERS,
         tests=TESTS,
         verify=True,
         as_printed="Bernoulli hidden units induce interactions of all orders (seed 004), for any bias: at b = 0 "
-        "the cubic, quintic, ... interactions vanish",
+        "the cubic, quintic, ... interactions vanish, and every order n >= 3 at some bias",
+        as_printed_kind="statement",
+    ),
+    Entry(
+        "F15",
+        "Laplace hidden units: even orders only",
+        "identity",
+        "a Laplace(0, b) hidden unit has kappa_n = 2 (n-1)! b^n for even n and kappa_n = 0 for every odd n (its law "
+        "is symmetric): it couples at even orders only; an exponential unit (rate 1/b) has kappa_n = (n-1)! b^n at "
+        "every order",
+        "seed 004 §2 (hidden units of the RBM and their cumulants)",
+        modules=CARRIERS,
+        tests=TESTS,
+        verify=True,
+        as_printed="kappa_n ~ (n-1)! for exponential and Laplacian distributions, at every order (seed 004): the "
+        "Laplace law's odd cumulants are 0",
         as_printed_kind="statement",
     ),
 )

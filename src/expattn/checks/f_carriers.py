@@ -1,5 +1,5 @@
 """Checks of the audit's findings about carriers, log-normalizers and cumulant generating functions:
-F1-F6, F13, F14.
+F1-F6, F13-F15.
 
 Each measures the seed's printed statement and the corrected one on the same draws, with numpy
 and scipy only (quadrature, Newton's method, closed forms), in float64.
@@ -11,7 +11,7 @@ import itertools
 import math
 
 import numpy as np
-from scipy import integrate, special
+from scipy import integrate, optimize, special
 
 from expattn.catalogue.registry import RunContext, register_claim
 from expattn.checks.tools import compare
@@ -237,19 +237,41 @@ def check_f13(ctx: RunContext):
     )
 
 
-def bernoulli_cumulants(p: float, orders: int) -> list[float]:
-    r"""$\kappa_1..\kappa_n$ of Bernoulli(p) from its moments ($m_k = p$) by
+def cumulants(moments: list[float]) -> list[float]:
+    r"""$\kappa_1..\kappa_n$ from the raw moments $m_0 = 1, m_1, .., m_n$ by the recursion
     $\kappa_n = m_n - \sum_{j<n} \binom{n-1}{j-1} \kappa_j m_{n-j}$."""
-    moments, kappa = [1.0] + [p] * orders, [0.0] * (orders + 1)
+    orders = len(moments) - 1
+    kappa = [0.0] * (orders + 1)
     for n in range(1, orders + 1):
         kappa[n] = moments[n] - sum(math.comb(n - 1, j - 1) * kappa[j] * moments[n - j] for j in range(1, n))
     return kappa[1:]
 
 
+def bernoulli_cumulants(p: float, orders: int) -> list[float]:
+    r"""$\kappa_1..\kappa_n$ of Bernoulli(p) (its moments are all $m_k = p$)."""
+    return cumulants([1.0] + [p] * orders)
+
+
+def bernoulli_root(n: int) -> float | None:
+    r"""A bias in (0, 1) at which Bernoulli's $\kappa_n$ vanishes, by a sign change on a grid of 999 values of $p$
+    and bisection (``scipy.optimize.brentq``, to 1e-14), or None if $\kappa_n$ keeps one sign on the grid."""
+    grid = np.linspace(0.001, 0.999, 999)
+    values = np.array([bernoulli_cumulants(p, n)[-1] for p in grid])
+    exact = np.flatnonzero(values == 0)
+    if exact.size:
+        return float(grid[exact[0]])
+    change = np.flatnonzero(np.sign(values[:-1]) != np.sign(values[1:]))
+    if not change.size:
+        return None
+    i = int(change[0])
+    return float(optimize.brentq(lambda p: bernoulli_cumulants(p, n)[-1], grid[i], grid[i + 1], xtol=1e-14))
+
+
 @register_claim(
     "F14",
     method="cumulants kappa_1..kappa_8 of Bernoulli(p) by the moment recursion, p in {1/2, (1 +- 1/sqrt 3)/2, 0.3, "
-    "0.1}; kappa_2..4 against p q, p q (1 - 2p), p q (1 - 6 p q); which (order, p) vanish (|kappa| < 1e-12)",
+    "0.1}; kappa_2..4 against p q, p q (1 - 2p), p q (1 - 6 p q); which (order, p) vanish (|kappa| < 1e-12); for "
+    "each order 3..8 a bias in (0, 1) where kappa_n vanishes (sign change on a grid, then bisection)",
 )
 def check_f14(ctx: RunContext):
     quartic_zero = (1 - 3**-0.5) / 2  # p q = 1/6
@@ -260,11 +282,57 @@ def check_f14(ctx: RunContext):
         closed = max(closed, abs(kappa[1] - pq), abs(kappa[2] - pq * (1 - 2 * p)), abs(kappa[3] - pq * (1 - 6 * pq)))
         vanishing |= {(n, p) for n, k in enumerate(kappa, 1) if abs(k) < 1e-12}
     corrected = {(n, 0.5) for n in range(3, orders + 1, 2)} | {(4, quartic_zero), (4, 1 - quartic_zero)}
+    # every order n >= 3 vanishes at some bias: kappa_{n+1} = p q d kappa_n / dp and kappa_n(0) = kappa_n(1) = 0
+    # for n >= 2, so by Rolle's theorem kappa_{n+1} has a zero in (0, 1)
+    roots = {n: bernoulli_root(n) for n in range(3, orders + 1)}
+    residual = max(abs(bernoulli_cumulants(r, n)[-1]) for n, r in roots.items() if r is not None)
+    rootless = sum(r is None for r in roots.values())
     return compare(
-        "F14", "identity", max(closed, len(vanishing ^ corrected)), 1e-12, as_printed_error=len(vanishing),
-        draws=len(ps) * orders, closed_form_error=closed, vanishing_pairs=len(vanishing),
-        measure="largest |recursion - closed form| of kappa_2..4 and number of (order, p) pairs whose vanishing "
-        "disagrees with the statement",
-        notes="as printed every order is present for every bias; 'as printed' counts the vanishing (order, p) pairs: "
-        "the odd orders 3, 5, 7 at p = 1/2 (b = 0) and kappa_4 at p q = 1/6",
+        "F14", "identity", max(closed, residual, len(vanishing ^ corrected) + rootless), 1e-12,
+        as_printed_error=len(vanishing) + sum(r is not None for r in roots.values()),
+        draws=len(ps) * orders, closed_form_error=closed, vanishing_pairs=len(vanishing), orders_without_zero=rootless,
+        **{f"zero_of_kappa_{n}": r for n, r in roots.items() if r is not None},
+        measure="largest |recursion - closed form| of kappa_2..4 and |kappa_n| at the zero found for each order "
+        "3..8, and number of (order, p) pairs whose vanishing disagrees with the statement plus orders 3..8 "
+        "without a zero in (0, 1)",
+        notes="as printed every order is present for every bias; 'as printed' counts the vanishing (order, p) pairs "
+        "(the odd orders 3, 5, 7 at p = 1/2, b = 0, and kappa_4 at p q = 1/6) and the orders 3..8 that vanish at "
+        "some bias in (0, 1): every one of them",
+    )
+
+
+def laplace_cumulants(b: float, orders: int) -> list[float]:
+    r"""$\kappa_1..\kappa_n$ of Laplace(0, b) from its moments: $m_k = k!\, b^k$ for even $k$, 0 for odd."""
+    return cumulants([math.factorial(k) * b**k if k % 2 == 0 else 0.0 for k in range(orders + 1)])
+
+
+def exponential_cumulants(rate: float, orders: int) -> list[float]:
+    r"""$\kappa_1..\kappa_n$ of Exponential(rate) from its moments $m_k = k! / \lambda^k$."""
+    return cumulants([math.factorial(k) / rate**k for k in range(orders + 1)])
+
+
+@register_claim(
+    "F15",
+    method="cumulants kappa_1..kappa_8 of Laplace(0, b), b in {0.5, 1, 2}, and Exponential(rate), rate in {0.5, 1, "
+    "2}, by the moment recursion, against 2 (n-1)! b^n (even n), 0 (odd n) and (n-1)! / rate^n; relative to "
+    "(n-1)! b^n",
+)
+def check_f15(ctx: RunContext):
+    orders, scales = 8, (0.5, 1.0, 2.0)
+    error, vanishing = 0.0, 0
+    for b in scales:
+        laplace, exponential = laplace_cumulants(b, orders), exponential_cumulants(1 / b, orders)
+        for n in range(1, orders + 1):
+            unit = math.factorial(n - 1) * b**n  # (n-1)! b^n: the printed size of kappa_n
+            even = 2 * unit if n % 2 == 0 else 0.0
+            error = max(error, abs(laplace[n - 1] - even) / unit, abs(exponential[n - 1] - unit) / unit)
+            vanishing += n >= 2 and abs(laplace[n - 1]) < 1e-12 * unit  # printed: |kappa_n| ~ (n-1)! b^n
+    # 1e-12: the recursion's terms reach 8! b^8 and cancel to (n-1)! b^n, a loss of at most a few digits
+    return compare(
+        "F15", "identity", error, 1e-12, as_printed_error=vanishing, draws=2 * len(scales) * orders,
+        vanishing_laplace_cumulants=vanishing,
+        measure="largest |recursion - closed form| / ((n-1)! b^n) over orders 1..8 of both laws",
+        notes="as printed kappa_n ~ (n-1)! at every order for the Laplace law too; 'as printed' counts the orders "
+        "2..8 at which Laplace's cumulant vanishes (the odd ones: 3, 5, 7 at each of 3 scales); the exponential law "
+        "has kappa_n = (n-1)! / rate^n at every order",
     )

@@ -312,14 +312,47 @@ def kept_weights(
     return shared(batch, "kept weights", tensors["input"], compute)
 
 
-def majority_verdict(above: np.ndarray, below: np.ndarray) -> str:
+LEVEL = 0.95  # every interval of the probe: two-sided, percentile
+
+
+def replicate_intervals(
+    est: np.ndarray, lo: np.ndarray, hi: np.ndarray, reps: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    r"""Each bootstrap replicate's interval of each unit: the measured interval moved to the replicate's estimate,
+
+    $$[\,r_b - (\hat\theta - \ell),\ r_b + (h - \hat\theta)\,]$$
+
+    with $\hat\theta$ = ``est``, $[\ell, h]$ = ``lo, hi`` (any shape ``S``) and $r_b$ = ``reps`` ``(R, *S)``. A unit
+    whose interval clears a threshold by a wide margin clears it in every replicate; one that clears it barely, in about
+    half. (Each replicate's own interval would need a second bootstrap; its width differs from the measured one's
+    only at second order.) Returns ``(low, high)``, each ``(R, *S)``."""
+    return reps - (est - lo), reps + (hi - est)
+
+
+def count_interval(sides: np.ndarray, level: float = LEVEL) -> tuple[float, float]:
+    """The ``level`` percentile interval of the number of units on one side, from ``sides`` ``(R, n)``: per
+    bootstrap replicate, which units are on it."""
+    counts = sides.sum(-1)
+    alpha = (1 - level) / 2
+    return float(np.quantile(counts, alpha)), float(np.quantile(counts, 1 - alpha))
+
+
+def majority_verdict(
+    above: np.ndarray, below: np.ndarray, above_reps: np.ndarray | None = None, below_reps: np.ndarray | None = None
+) -> str:
     """``supported`` if most units are significant in the predicted direction, ``not_supported`` if most
-    are significant against it, else ``inconclusive``. ``above``/``below`` are boolean arrays."""
+    are significant against it, else ``inconclusive``. ``above``/``below`` are boolean arrays ``(n,)``.
+
+    With the same per bootstrap replicate, ``above_reps``/``below_reps`` ``(R, n)`` (``replicate_intervals``), the
+    count is a statistic with an interval (``count_interval``): a majority whose interval reaches down to half the
+    units ($n/2$ or fewer: the fraction's interval contains 1/2) is ``inconclusive``, since another sample of
+    sequences could have tipped it."""
     n = len(above)
-    if above.sum() > n / 2:
-        return "supported"
-    if below.sum() > n / 2:
-        return "not_supported"
+    for verdict, sides, reps in (("supported", above, above_reps), ("not_supported", below, below_reps)):
+        if sides.sum() > n / 2:
+            if reps is not None and count_interval(reps)[0] <= n / 2:
+                return "inconclusive"
+            return verdict
     return "inconclusive"
 
 

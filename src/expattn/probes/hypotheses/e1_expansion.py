@@ -17,8 +17,9 @@ and $\pi$ uniform, $E_\pi\,\text{spread}(H + P_\pi\Delta) = \text{spread}(H) + \
 (the cross term averages to $\bar h\cdot\bar\Delta$, which the centroid removes). Criterion, fixed
 before the data: the raw ratio without the first/special and massive tokens decides; supported when,
 in most layers, the 95% bootstrap interval of r lies above 1 and that of r minus the null ratio
-above 0, not supported when in most it lies below 1. The scale-free reading gets its own verdict by
-the same rule without the null (``readings``). Controls, through the same rule and intervals: the
+above 0, not supported when in most it lies below 1; a majority whose count's 95% bootstrap interval
+reaches half the layers is inconclusive (``base.majority_verdict``). The scale-free reading gets its own
+verdict by the same rule without the null (``readings``). Controls, through the same rule and intervals: the
 update replaced by $\Delta = (f - 1)(h - \bar h)$, a shrinking one ($f = 1/2$, negative: must not be
 supported) and a growing one ($f = 3/2$, positive), whose spreads follow exactly from the measured ones.
 """
@@ -40,8 +41,10 @@ from expattn.probes.hypotheses.base import (
     ProbeContext,
     as_list,
     band,
+    count_interval,
     figure,
     kept_weights,
+    replicate_intervals,
     save,
     shared_second_moments,
 )
@@ -53,9 +56,10 @@ from expattn.results.record import Control
 CRITERION = (
     "raw spread ratio attn.residual/input without first/special and massive tokens: supported iff in most "
     "layers its 95% bootstrap interval lies above 1 and the interval of (ratio - shuffled-update null) above 0; "
-    "not_supported iff in most it lies below 1; else inconclusive. The scale-free ratio gets its own verdict by "
-    "the same rule without the null. Negative control: a shrinking update (must not be supported); positive: "
-    "a growing one"
+    "not_supported iff in most it lies below 1; else inconclusive, as is a majority whose count's 95% bootstrap "
+    "interval (each replicate's intervals moved to its estimate) reaches half the layers. The scale-free ratio "
+    "gets its own verdict by the same rule without the null. Negative control: a shrinking update (must not be "
+    "supported); positive: a growing one"
 )
 COLUMNS = ("raw_ratio", "normalized_ratio", "null_ratio", "raw_minus_null")
 
@@ -116,6 +120,8 @@ class E1Expansion(Estimator):
 
     def measure(self) -> Measured:
         est_all, lo_all, hi_all = (t.cpu().numpy() for t in self.stats_.interval(self._ratios))
+        reps = self.stats_.replicates(self._ratios).cpu().numpy()  # (R, *est_all.shape)
+        lo_rep, hi_rep = replicate_intervals(est_all, lo_all, hi_all, reps)
         est, lo, hi = est_all[..., 0, :], lo_all[..., 0, :], hi_all[..., 0, :]
         details: dict = {"tensors": {"before": "layers.i.input", "after": "layers.i.attn.residual"}}
         for v, variant in enumerate(VARIANTS):
@@ -134,26 +140,31 @@ class E1Expansion(Estimator):
             "median_null_ratio_excl": float(np.median(est[:, v, 2])),
             "sequences": self.stats_.n_,
         }
-        arrays = {"est_all": est_all, "lo_all": lo_all, "hi_all": hi_all, "est": est, "lo": lo, "hi": hi}
+        arrays = {"est_all": est_all, "lo_all": lo_all, "hi_all": hi_all, "est": est, "lo": lo, "hi": hi,
+                  "lo_rep_all": lo_rep, "hi_rep_all": hi_rep}
         return Measured(arrays, metrics, details)
 
     def judge(self, measured: Measured) -> Judgement:
         a = measured.arrays
         lo, hi, v = a["lo"], a["hi"], VARIANTS.index("excl")
-        verdict = growth_verdict(lo[:, v, 0], hi[:, v, 0], lo[:, v, 3])
-        scale_free = growth_verdict(lo[:, v, 1], hi[:, v, 1])
+        lo_r, hi_r = a["lo_rep_all"][..., v, :, :], a["hi_rep_all"][..., v, :, :]  # (R, L, 3, 4)
+        verdict = growth_verdict(lo[:, v, 0], hi[:, v, 0], lo[:, v, 3],
+                                 (lo_r[..., 0, 0], hi_r[..., 0, 0], lo_r[..., 0, 3]))
+        scale_free = growth_verdict(lo[:, v, 1], hi[:, v, 1], None, (lo_r[..., 0, 1], hi_r[..., 0, 1]))
         controls = []
         for c, (name, kind) in enumerate((("shrinking update", "negative"), ("growing update", "positive")), start=1):
             lo_c, hi_c = a["lo_all"][:, v, c], a["hi_all"][:, v, c]
             controls.append(Control(
                 f"{name}: attention update replaced by ({(SHRINK, GROW)[c - 1]:g} - 1)(h - mean h)", kind,
-                growth_verdict(lo_c[:, 0], hi_c[:, 0], lo_c[:, 3]),
+                growth_verdict(lo_c[:, 0], hi_c[:, 0], lo_c[:, 3], (lo_r[..., c, 0], hi_r[..., c, 0], lo_r[..., c, 3])),
                 {"median_raw_ratio": float(np.median(a["est_all"][:, v, c, 0])),
                  "median_scale_free_ratio": float(np.median(a["est_all"][:, v, c, 1]))},
             ))
         metrics = {
             "layers_expanding": int(((lo[:, v, 0] > 1) & (lo[:, v, 3] > 0)).sum()),
+            "layers_expanding_interval": count_interval((lo_r[..., 0, 0] > 1) & (lo_r[..., 0, 3] > 0)),
             "layers_contracting": int((hi[:, v, 0] < 1).sum()),
+            "layers_contracting_interval": count_interval(hi_r[..., 0, 0] < 1),
             "layers_expanding_scale_free": int((lo[:, v, 1] > 1).sum()),
             "layers_contracting_scale_free": int((hi[:, v, 1] < 1).sum()),
         }

@@ -14,7 +14,8 @@ input). The raw ratio includes the overall rescaling; the scale-normalised ratio
 shape (a uniform rescaling of all tokens gives exactly 1). Criterion, fixed before the data and the
 same as E1's (``readings``): the raw ratio without the first/special tokens and the block's
 massive-activation tokens (``common.kept_weights``) decides; supported when most norm sublayers have
-its 95% interval below 1, not supported when most have it above 1. The scale-free reading gets its
+its 95% interval below 1, not supported when most have it above 1; a majority whose count's 95% bootstrap
+interval reaches half the sublayers is inconclusive (``base.majority_verdict``). The scale-free reading gets its
 own verdict by the same rule. Controls through the same rule: the norm replaced by a map that
 scales the cloud about its centroid by 3/2 (negative: must not be supported) or by 1/2 (positive).
 """
@@ -36,8 +37,10 @@ from expattn.probes.hypotheses.base import (
     ProbeContext,
     as_list,
     band,
+    count_interval,
     figure,
     kept_weights,
+    replicate_intervals,
     save,
     shared_second_moments,
 )
@@ -49,8 +52,9 @@ from expattn.results.record import Control
 CRITERION = (
     "raw spread ratio norm.output/norm.input without first/special and massive tokens: supported iff in most "
     "norm sublayers its 95% bootstrap interval lies below 1; not_supported iff in most it lies above 1; else "
-    "inconclusive. The scale-free ratio gets its own verdict by the same rule. Negative control: the norm "
-    "replaced by a growing map (must not be supported); positive: a shrinking one"
+    "inconclusive, as is a majority whose count's 95% bootstrap interval (each replicate's intervals moved to its "
+    "estimate) reaches half the sublayers. The scale-free ratio gets its own verdict by the same rule. Negative "
+    "control: the norm replaced by a growing map (must not be supported); positive: a shrinking one"
 )
 
 NORMS = ("norm1", "norm2")
@@ -102,6 +106,8 @@ class E2Normalization(Estimator):
 
     def measure(self) -> Measured:
         est_all, lo_all, hi_all = (t.cpu().numpy() for t in self.stats_.interval(self._ratios))
+        reps = self.stats_.replicates(self._ratios).cpu().numpy()  # (R, *est_all.shape)
+        lo_rep, hi_rep = replicate_intervals(est_all, lo_all, hi_all, reps)
         est, lo, hi = est_all[..., 0, :], lo_all[..., 0, :], hi_all[..., 0, :]
         pos = self.ctx.adapter.norm_position
         where = {
@@ -131,23 +137,31 @@ class E2Normalization(Estimator):
             "median_raw_ratio_excl": float(np.median(est[:, :, v, 0])),
             "sequences": self.stats_.n_,
         }
-        arrays = {"est_all": est_all, "lo_all": lo_all, "hi_all": hi_all, "est": est, "lo": lo, "hi": hi}
+        arrays = {"est_all": est_all, "lo_all": lo_all, "hi_all": hi_all, "est": est, "lo": lo, "hi": hi,
+                  "lo_rep_all": lo_rep, "hi_rep_all": hi_rep}
         return Measured(arrays, metrics, details)
 
     def judge(self, measured: Measured) -> Judgement:
         a = measured.arrays
         lo, hi, v = a["lo"], a["hi"], VARIANTS.index("excl")
-        verdict = contraction_verdict(lo[:, :, v, 0].ravel(), hi[:, :, v, 0].ravel())
-        scale_free = contraction_verdict(lo[:, :, v, 1].ravel(), hi[:, :, v, 1].ravel())
+        r = a["lo_rep_all"].shape[0]
+        lo_r, hi_r = (a[k][..., v, :, :].reshape(r, -1, 3, 2) for k in ("lo_rep_all", "hi_rep_all"))  # (R, units, 3, 2)
+        verdict = contraction_verdict(lo[:, :, v, 0].ravel(), hi[:, :, v, 0].ravel(),
+                                      (lo_r[..., 0, 0], hi_r[..., 0, 0]))
+        scale_free = contraction_verdict(lo[:, :, v, 1].ravel(), hi[:, :, v, 1].ravel(),
+                                         (lo_r[..., 0, 1], hi_r[..., 0, 1]))
         controls = [
             Control(f"norm replaced by x -> mean x + {factor:g} (x - mean x)", kind,
-                    contraction_verdict(a["lo_all"][:, :, v, c, 0].ravel(), a["hi_all"][:, :, v, c, 0].ravel()),
+                    contraction_verdict(a["lo_all"][:, :, v, c, 0].ravel(), a["hi_all"][:, :, v, c, 0].ravel(),
+                                        (lo_r[..., c, 0], hi_r[..., c, 0])),
                     {"median_raw_ratio": float(np.median(a["est_all"][:, :, v, c, 0]))})
             for c, (factor, kind) in enumerate(((GROW, "negative"), (SHRINK, "positive")), start=1)
         ]
         metrics = {
             "norms_contracting": int((hi[:, :, v, 0] < 1).sum()),
+            "norms_contracting_interval": count_interval(hi_r[..., 0, 0] < 1),
             "norms_expanding": int((lo[:, :, v, 0] > 1).sum()),
+            "norms_expanding_interval": count_interval(lo_r[..., 0, 0] > 1),
             "norms_contracting_shape": int((hi[:, :, v, 1] < 1).sum()),
             "norms_expanding_shape": int((lo[:, :, v, 1] > 1).sum()),
         }

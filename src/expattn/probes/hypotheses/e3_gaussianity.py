@@ -10,7 +10,8 @@ $$\text{skew}_k = \frac{E(y-\bar y)^3}{\sigma^3},\quad \kappa_k = \frac{E(y-\bar
 Thm. 1 predicts a Gaussian equilibrium). Random directions alone cannot tell a sphere from a
 Gaussian in high dimension, so the verdict also reads the radius ratio of ``e3_shape`` (the
 distribution of token norms in the cloud's own metric) on up to ``buffer_size(D)`` tokens per depth, with
-per-coordinate and principal-direction kurtosis beside it. Anisotropy as Ethayarajh (2019) defines
+the principal-direction kurtosis beside it, and the largest single-channel kurtosis over every kept token with
+its bootstrap interval (``e3_channels``). Anisotropy as Ethayarajh (2019) defines
 it: the mean cosine between tokens of different sequences (contexts); the mean cosine over pairs
 of distinct tokens within a sequence is kept under its own name, ``within_sequence_cosine``.
 Tensors: ``layers.i.input`` for every block (depth 0 = embeddings) and the last block's ``output``.
@@ -52,6 +53,7 @@ from expattn.probes.hypotheses.base import (
     shared,
     squared_norms,
 )
+from expattn.probes.hypotheses.e3_channels import ChannelKurtosis
 from expattn.probes.hypotheses.e3_shape import (
     KURTOSIS_LIMIT,
     RADIUS_BAND,
@@ -60,8 +62,8 @@ from expattn.probes.hypotheses.e3_shape import (
     buffer_size,
     close_and_far,
     control_clouds,
-    coordinate_kurtosis,
     direction_moments,
+    principal_kurtosis,
     radius_ratio,
     spectrum,
     sphere_power,
@@ -136,13 +138,15 @@ class E3Gaussianity(Estimator):
     @staticmethod
     def statistics_bytes(n: Sizes) -> int:
         """Per depth: the scatter of the kept and of the set-aside tokens (with their means and projected
-        moments), bootstrap sums of the projected moments, the radius ratio's float32 token buffer and the
-        cross-sequence cosine sums; the random directions in float64 and float32."""
+        moments), bootstrap sums of the projected moments, the radius ratio's float32 token buffer, the
+        cross-sequence cosine sums and the per-channel moments with their bootstrap sums (``ChannelKurtosis``);
+        the random directions in float64 and float32."""
         d, depths = n.hidden, n.depths
         moments = 8 * d + 4 * 8 * DIRECTIONS  # Moments without its scatter: mean (D,), projected sums (K,) x 4
         return (12 * d * DIRECTIONS + 2 * depths * (n.big + moments)
                 + bootstrap_bytes(depths * len(VARIANTS) * (1 + 4 * DIRECTIONS), n.replicates)
-                + 4 * depths * min(buffer_size(d), n.tokens) * d + 8 * depths * (d + 3))
+                + 4 * depths * min(buffer_size(d), n.tokens) * d + 8 * depths * (d + 3)
+                + ChannelKurtosis.statistics_bytes(depths, d, n.replicates))
 
     @staticmethod
     def analysis_bytes(n: Sizes) -> int:
@@ -172,6 +176,7 @@ class E3Gaussianity(Estimator):
         # per depth, over kept tokens of all sequences: sum of unit vectors, sum over sequences of |their sum|^2,
         # token count, sum over sequences of count^2 (cross-context cosine, Ethayarajh 2019)
         self.context_ = torch.zeros(self.depths, ctx.dim + 3, dtype=torch.float64)
+        self.channels_ = ChannelKurtosis(self.depths, ctx.dim, ctx.replicates)  # every kept token, per channel
 
     def _depth(self, d: int, x: Tensor, batch: Batch, w: Tensor) -> None:
         """Statistics of depth ``d`` from ``x`` ``(B, T, D)``; ``w`` ``(B, kept)`` the block's token weights."""
@@ -186,6 +191,7 @@ class E3Gaussianity(Estimator):
         xk = x[:, kept]
         self.special_[d].update(torch.cat([x[:, self.ctx.excluded].flatten(0, 1), xk[~keep]]))
         self.massive_[d] = self.massive_[d] + (~keep).sum()  # a count on the data's device (read in measure)
+        self.channels_.update(d, xk, w, batch.weights)
         norm_all = shared(batch, "squared norms", x, squared_norms).sqrt().float()  # (B, T), computed once
         room = buffer_size(self.ctx.dim) - sum(len(b) for b in self.buffer_[d])
         if room > 0:
@@ -227,6 +233,7 @@ class E3Gaussianity(Estimator):
         room = buffer_size(self.ctx.dim)
         self.buffer_ = [[torch.cat(a + b)[:room]] for a, b in zip(self.buffer_, other.buffer_, strict=True)]
         self.context_ += other.context_.to(self.context_.device)
+        self.channels_.merge(other.channels_)
         self.boot_.merge(other.boot_)
         return self
 
@@ -267,12 +274,12 @@ class E3Gaussianity(Estimator):
     def measure(self) -> Measured:
         self._massive()
         est, lo, hi = (t.cpu().numpy() for t in self.boot_.interval(self._shape_stats))
-        rho, coords, buffered, iso_all, kurtosis_all = [], [], [], [], []
+        rho, principal, buffered, iso_all, kurtosis_all = [], [], [], [], []
         for d in range(self.depths):  # one depth at a time: its float64 cloud and merged scatter freed before the next
             b = torch.cat(self.buffer_[d]) if self.buffer_[d] else torch.zeros(0, self.ctx.dim)
             cloud = spectrum(b) if len(b) > 2 else None  # one eigendecomposition per depth
             rho.append(np.nan if cloud is None else radius_ratio(cloud))
-            coords.append(coordinate_kurtosis(cloud) if len(b) > 3 else (np.nan, np.nan))
+            principal.append(principal_kurtosis(cloud) if len(b) > 3 else np.nan)
             buffered.append(len(b))
             del b, cloud
             merged = Moments(self.ctx.dim, True, self.directions).merge(self.kept_[d]).merge(self.special_[d])
@@ -280,6 +287,8 @@ class E3Gaussianity(Estimator):
             kurtosis_all.append(merged.excess_kurtosis_().abs().mean())
             del merged
         rho = np.array(rho)
+        channel, channel_lo, channel_hi = self.channels_.largest()
+        top = int(np.nanargmax(channel))
         cross = self._cross_context_cosine()
         v = VARIANTS.index("excl")
         iso = {"excl": [self._isotropy(m) for m in self.kept_], "all": iso_all}
@@ -295,8 +304,9 @@ class E3Gaussianity(Estimator):
             "null_participation_ratio_isotropic": float(1 / (1 + self.ctx.dim / n)),
             "radius_ratio_excl": as_list(rho),
             "radius_ratio_tokens": buffered,
-            "max_abs_coordinate_kurtosis_excl": as_list([c for c, _ in coords]),
-            "principal_direction_kurtosis_excl": as_list([p for _, p in coords]),
+            "max_abs_coordinate_kurtosis_excl": {"estimate": as_list(channel), "low": as_list(channel_lo),
+                                                 "high": as_list(channel_hi), "tokens": "every kept token"},
+            "principal_direction_kurtosis_excl": as_list(principal),
             "anisotropy_cross_context_excl": as_list(cross),
             "massive_activations": self.activations_.summary(self.ctx.token_text),
         }
@@ -315,7 +325,8 @@ class E3Gaussianity(Estimator):
             "median_abs_kurtosis_all": float(np.median(est[:, 0, 0])),
             "median_participation_ratio_excl": float(np.median([p for p, _ in iso["excl"]])),
             "median_radius_ratio_excl": float(np.nanmedian(rho)) if np.isfinite(rho).any() else float("nan"),
-            "max_abs_coordinate_kurtosis_excl": float(np.nanmax([c for c, _ in coords])),
+            "max_abs_coordinate_kurtosis_excl": channel[top],
+            "max_abs_coordinate_kurtosis_excl_interval": [channel_lo[top], channel_hi[top]],
             "median_anisotropy_cross_context_excl": float(np.median(cross)),
             "median_within_sequence_cosine_excl": float(np.median(est[:, v, 2])),
             "tokens_excl": n,

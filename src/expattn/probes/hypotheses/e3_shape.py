@@ -11,8 +11,8 @@ $$a = \tfrac p2,\quad b = \tfrac{n-p-1}2,$$
 the exact variance for Gaussian samples ($d_i\,n/(n-1)^2 \sim \mathrm{Beta}(a, b)$). It is affine
 invariant: $\rho \approx 1$ for any Gaussian, well below 1 for points on a (linearly mapped) sphere,
 whose Mahalanobis radii are all equal, and far above 1 for heavy tails (Student t, Laplace). Along
-with it: the largest $|$excess kurtosis$|$ over single coordinates and the excess kurtosis along
-the top principal direction. A depth is close to Gaussian when the mean $|$excess kurtosis$|$ and
+with it: the excess kurtosis along the top principal direction (the largest over single channels is
+streamed over every kept token: ``e3_channels``). A depth is close to Gaussian when the mean $|$excess kurtosis$|$ and
 $|$skewness$|$ along random directions are below ``KURTOSIS_LIMIT`` and ``SKEW_LIMIT`` and $\rho$ lies
 in ``RADIUS_BAND``; far when the kurtosis is above its limit or $\rho$ outside the band. Points on a sphere
 give $\rho \approx p/n$, so $\rho$ tells them from a Gaussian only while $p/n$ is at most ``SPHERE_POWER``
@@ -87,11 +87,10 @@ def _excess_kurtosis(y: Tensor) -> Tensor:
     return (yc**4).mean(0) / (yc**2).mean(0).clamp_min(1e-300) ** 2 - 3
 
 
-def coordinate_kurtosis(cloud: Spectrum) -> tuple[float, float]:
-    """Largest |excess kurtosis| over the coordinates of a cloud, and the excess kurtosis along its top
-    principal direction."""
+def principal_kurtosis(cloud: Spectrum) -> float:
+    """The excess kurtosis of a cloud along its top principal direction."""
     xc, _, vec = cloud
-    return float(_excess_kurtosis(xc).abs().max()), float(_excess_kurtosis(xc @ vec[:, -1]))
+    return float(_excess_kurtosis(xc @ vec[:, -1]))
 
 
 def direction_moments(x: Float[Tensor, "n dim"], directions: Float[Tensor, "dim k"]) -> tuple[float, float]:

@@ -16,8 +16,18 @@ $$c_{\ell,h} = \frac{1}{T(H-1)} \sum_t \sum_{h' \ne h} \cos(u_{h,t}, u_{h',t})
 - \frac{1}{T(T-1)(H-1)} \sum_{s \ne t} \sum_{h' \ne h} \cos(u_{h,t}, u_{h',s}),
 \qquad \frac1H \sum_h c_{\ell,h} = C_\ell - C_{\ell,null}.$$
 
-Verdict (without first/special tokens): the heads are incoherent (supported) when in most layers the 95%
-interval of $C - C_{null}$ lies within $\pm 0.1$; not supported when it lies outside. Negative control,
+Two questions, two numbers per layer (without first/special tokens). (a) Do the heads step in a shared
+direction at all? $C_\ell$ against random directions: independent isotropic updates in width $D$ have mean
+cosine 0 and $E|\cos| = \sqrt{2/(\pi D)}$ per pair (0.03-0.04 at D = 384-640), so the raw coherence is small
+when its 95% interval lies within $\pm m_D$, $m_D = \max(0.1, \sqrt{2/(\pi D)})$ (0.1 is above one random
+pair's typical cosine for every $D \ge 64$). (b) Is the alignment specific to the token? $C - C_{null}$
+against the cross-token null, small when its interval lies within $\pm 0.1$. A head sharing one direction at
+every token (one key-value head, a common bias of the updates) raises the null with $C$ and leaves (b) small:
+only (a) sees it. A layer is incoherent when both are small and coherent when either interval lies outside its
+band: "shared direction" when only (a) does, "token-specific" when (b) does. Verdict: supported (incoherent)
+when most layers are incoherent, not supported when most are coherent (the record names the kind of most),
+and inconclusive when neither, or when the count's 95% bootstrap interval reaches half the layers
+(``base.majority_verdict``). Negative control,
 through the same code and rule on the detail sequences: coherent heads, every head replaced by a copy of
 head 0 (its $z$ and its columns of $W_o$), so the heads' updates of a token coincide; it must not come out
 incoherent.
@@ -25,6 +35,7 @@ incoherent.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from types import SimpleNamespace
 from typing import NamedTuple
@@ -42,8 +53,10 @@ from expattn.probes.hypotheses.base import (
     ProbeContext,
     as_list,
     band,
+    count_interval,
     figure,
     majority_verdict,
+    replicate_intervals,
     save,
 )
 from expattn.probes.models.attention import AttnWeights
@@ -53,6 +66,7 @@ from expattn.probes.statistics.stats import BootstrapMeans
 from expattn.results.record import Control
 
 MARGIN = 0.1
+KINDS = ("incoherent", "shared direction", "token-specific")
 _F = 3  # mean pairwise cosine, null cosine, energy ratio gamma
 
 
@@ -125,9 +139,38 @@ def head_cosines(
     return HeadCosines(same.mean(1), across.mean(1), energy.double().mean(1), same - across)
 
 
-def _judge(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per layer: incoherent (interval of cos - null inside +-MARGIN) and coherent (outside it)."""
-    return (lo[:, 3] > -MARGIN) & (hi[:, 3] < MARGIN), (lo[:, 3] > MARGIN) | (hi[:, 3] < -MARGIN)
+def random_cosine(dim: int) -> float:
+    r"""$E|\cos(u, v)| \approx \sqrt{2/(\pi D)}$ for independent isotropic $u, v$ in width $D$ (the cosine is
+    about $\mathcal N(0, 1/D)$)."""
+    return math.sqrt(2 / (math.pi * dim))
+
+
+def layer_kinds(lo: np.ndarray, hi: np.ndarray, dim: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per layer (``lo``, ``hi`` ``(..., layers, 4)``, the intervals of ``_stats``'s columns; any leading axes): the
+    raw coherence and the token-specific margin both inside their bands (incoherent), the raw coherence outside
+    its band and the margin not (shared direction), and the margin outside its band (token-specific); each
+    ``(..., layers)`` boolean."""
+    raw_band = max(MARGIN, random_cosine(dim))
+    raw_in = (lo[..., 0] > -raw_band) & (hi[..., 0] < raw_band)
+    raw_out = (lo[..., 0] > raw_band) | (hi[..., 0] < -raw_band)
+    token_in = (lo[..., 3] > -MARGIN) & (hi[..., 3] < MARGIN)
+    token_out = (lo[..., 3] > MARGIN) | (hi[..., 3] < -MARGIN)
+    return raw_in & token_in, raw_out & ~token_out, token_out
+
+
+def heads_verdict(lo: np.ndarray, hi: np.ndarray, lo_rep: np.ndarray, hi_rep: np.ndarray, dim: int
+                  ) -> tuple[str, str, dict]:
+    """E8's rule (module docstring) on the intervals ``(layers, 4)`` and each replicate's ``(R, layers, 4)``:
+    the verdict, the kind most layers have (``KINDS``, or "mixed") and the counts with their intervals."""
+    incoherent, shared, token = layer_kinds(lo, hi, dim)
+    reps = layer_kinds(lo_rep, hi_rep, dim)
+    verdict = majority_verdict(incoherent, shared | token, reps[0], reps[1] | reps[2])
+    counts = [int(k.sum()) for k in (incoherent, shared, token)]
+    kind = KINDS[int(np.argmax(counts))] if max(counts) > len(lo) / 2 else "mixed"
+    metrics = {"layers_incoherent": counts[0], "layers_incoherent_interval": count_interval(reps[0]),
+               "layers_coherent": counts[1] + counts[2], "layers_coherent_interval": count_interval(reps[1] | reps[2]),
+               "layers_shared_direction": counts[1], "layers_token_specific": counts[2]}
+    return verdict, kind, metrics
 
 
 class E8Heads(Estimator):
@@ -138,9 +181,12 @@ class E8Heads(Estimator):
     tensors = ("attn.heads",)
     method = "pairwise cosines of per-head updates W_o[:, h] z_h at the same token vs other tokens; Poisson bootstrap"
     criterion = (
-        f"supported (incoherent) iff in most layers the 95% bootstrap interval of (mean pairwise cosine "
-        f"- other-token null) lies within +-{MARGIN}; not_supported iff in most it lies outside; the coherent "
-        "control must not come out supported"
+        f"per layer, incoherent iff the 95% bootstrap interval of the mean pairwise cosine lies within "
+        f"+-max({MARGIN}, sqrt(2/(pi D))) (random directions) and that of (cosine - other-token null) within "
+        f"+-{MARGIN}; coherent iff either lies outside (shared direction: the first only; token-specific: the "
+        "second); supported iff most layers are incoherent, not_supported iff most are coherent, else inconclusive, "
+        "as is a majority whose count's 95% bootstrap interval reaches half the layers; the coherent control must "
+        "not come out supported"
     )
 
     @staticmethod
@@ -191,7 +237,10 @@ class E8Heads(Estimator):
 
     def measure(self) -> Measured:
         est, lo, hi = (t.cpu().numpy() for t in self.stats_.interval(self._stats))
+        lo_rep, hi_rep = replicate_intervals(est, lo, hi, self.stats_.replicates(self._stats).cpu().numpy())
         c_est, c_lo, c_hi = (t.cpu().numpy() for t in self.control_.interval(self._stats))
+        c_lo_rep, c_hi_rep = replicate_intervals(c_est, c_lo, c_hi,
+                                                 self.control_.replicates(self._stats).cpu().numpy())
         details: dict = {
             "tensors": "layers.i.attn.heads through per-head columns of the output projection",
             "tokens": "first/special tokens excluded",
@@ -202,29 +251,35 @@ class E8Heads(Estimator):
         metrics = {
             "layers": self.ctx.layers,
             "median_pairwise_cos": float(np.median(est[:, 0])),
+            "random_direction_cos": random_cosine(self.ctx.dim),
             "median_null_cos": float(np.median(est[:, 1])),
+            "median_cos_minus_null": float(np.median(est[:, 3])),
             "median_energy_ratio": float(np.median(est[:, 2])),
             "heads": self.ctx.attention[0].heads,
             "sequences": self.stats_.n_,
         }
-        arrays = {"est": est, "lo": lo, "hi": hi, "control_est": c_est, "control_lo": c_lo, "control_hi": c_hi}
+        arrays = {"est": est, "lo": lo, "hi": hi, "lo_rep": lo_rep, "hi_rep": hi_rep, "control_est": c_est,
+                  "control_lo": c_lo, "control_hi": c_hi, "control_lo_rep": c_lo_rep, "control_hi_rep": c_hi_rep}
         return Measured(arrays, metrics, details)
 
     def judge(self, measured: Measured) -> Judgement:
-        a = measured.arrays
-        incoherent, coherent = _judge(a["lo"], a["hi"])
+        a, dim = measured.arrays, self.ctx.dim
+        verdict, kind, metrics = heads_verdict(a["lo"], a["hi"], a["lo_rep"], a["hi_rep"], dim)
         control = Control(
             "coherent heads: every head a copy of head 0", "negative",
-            majority_verdict(*_judge(a["control_lo"], a["control_hi"])),
-            {"median_cos_minus_null": float(np.median(a["control_est"][:, 3])),
+            heads_verdict(a["control_lo"], a["control_hi"], a["control_lo_rep"], a["control_hi_rep"], dim)[0],
+            {"median_pairwise_cos": float(np.median(a["control_est"][:, 0])),
+             "median_cos_minus_null": float(np.median(a["control_est"][:, 3])),
              "median_energy_ratio": float(np.median(a["control_est"][:, 2])), "sequences": self.control_.n_},
         )
+        raw, random = float(np.median(a["est"][:, 0])), random_cosine(dim)
         notes = (
-            f"supported = incoherent: interval of (cos - null) within +-{MARGIN} in most layers "
-            f"(first/special tokens excluded)"
+            f"supported = incoherent: in most layers the raw pairwise cosine within +-{max(MARGIN, random):.3g} "
+            f"and (cos - null) within +-{MARGIN} (first/special tokens excluded); most layers: {kind} (median "
+            f"pairwise cosine {raw:.3g}, {abs(raw) / random:.1f}x in size random directions' E|cos| = {random:.3g} "
+            f"in width {dim}; median cos - null {float(np.median(a['est'][:, 3])):.3g})"
         )
-        metrics = {"layers_incoherent": int(incoherent.sum()), "layers_coherent": int(coherent.sum())}
-        return Judgement(majority_verdict(incoherent, coherent), [control], notes, metrics)
+        return Judgement(verdict, [control], notes, metrics, {"coherence": kind})
 
     def draw(self, measured: Measured, out_dir: Path | None) -> list[str]:
         fig, axes = figure(out_dir)

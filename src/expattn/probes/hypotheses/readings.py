@@ -42,14 +42,26 @@ def readings(
     return sa / sb, (sa / na) / (sb / nb)
 
 
-def growth_verdict(lo: np.ndarray, hi: np.ndarray, lo_margin: np.ndarray | None = None) -> str:
-    """``supported`` (the map expands) when in most units the ratio's 95% interval lies above 1 (and the
-    margin over a null above 0, where given); ``not_supported`` when in most it lies below 1."""
+def _growth(lo: np.ndarray, hi: np.ndarray, lo_margin: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """Per unit (elementwise): expanding (interval above 1, and the margin's above 0 where given), contracting."""
     above = lo > 1 if lo_margin is None else (lo > 1) & (lo_margin > 0)
-    return majority_verdict(above, hi < 1)
+    return above, hi < 1
 
 
-def contraction_verdict(lo: np.ndarray, hi: np.ndarray) -> str:
+def growth_verdict(
+    lo: np.ndarray, hi: np.ndarray, lo_margin: np.ndarray | None = None, replicas: tuple | None = None
+) -> str:
+    """``supported`` (the map expands) when in most units the ratio's 95% interval lies above 1 (and the
+    margin over a null above 0, where given); ``not_supported`` when in most it lies below 1. ``replicas``:
+    the same arguments ``(lo, hi[, lo_margin])`` per bootstrap replicate, ``(R, n)`` each
+    (``base.replicate_intervals``): a majority whose count's interval reaches half the units is inconclusive."""
+    reps = () if replicas is None else _growth(replicas[0], replicas[1], replicas[2] if len(replicas) > 2 else None)
+    return majority_verdict(*_growth(lo, hi, lo_margin), *reps)
+
+
+def contraction_verdict(lo: np.ndarray, hi: np.ndarray, replicas: tuple | None = None) -> str:
     """``supported`` (the map contracts) when in most units the 95% interval lies below 1;
-    ``not_supported`` when in most it lies above 1."""
-    return majority_verdict(hi < 1, lo > 1)
+    ``not_supported`` when in most it lies above 1 (``replicas`` as in ``growth_verdict``)."""
+    above, below = _growth(lo, hi, None)
+    reps = () if replicas is None else _growth(replicas[0], replicas[1], None)[::-1]
+    return majority_verdict(below, above, *reps)

@@ -97,6 +97,42 @@ def centre(
     return xc, m.double() + r, r
 
 
+Central = tuple[Tensor, Tensor, Tensor, Tensor]  # mean and central power sums M_2, M_3, M_4, elementwise
+
+
+def merge_central(na: int, a: Central, nb: int, b: Central) -> Central:
+    r"""Mean and central power sums $M_k = \sum (y - \bar y)^k$ ($k = 2, 3, 4$) of two disjoint sets of $n_a, n_b > 0$
+    values from each set's (Pebay 2008; Chan et al. 1979 for $M_2$), with $\delta = \bar y_b - \bar y_a$,
+    $n = n_a + n_b$:
+
+    $$M_2 = M_{2a} + M_{2b} + \delta^2 \tfrac{n_a n_b}{n},\qquad
+    M_3 = M_{3a} + M_{3b} + \delta^3 \tfrac{n_a n_b (n_a - n_b)}{n^2} + 3\delta \tfrac{n_a M_{2b} - n_b M_{2a}}{n},$$
+    $$M_4 = M_{4a} + M_{4b} + \delta^4 \tfrac{n_a n_b (n_a^2 - n_a n_b + n_b^2)}{n^3}
+    + 6\delta^2 \tfrac{n_a^2 M_{2b} + n_b^2 M_{2a}}{n^2} + 4\delta \tfrac{n_a M_{3b} - n_b M_{3a}}{n}.$$
+
+    ``a``, ``b``: ``(mean, M_2, M_3, M_4)``, tensors of one shape (elementwise: per direction or per channel)."""
+    (mean_a, a2, a3, a4), (mean_b, b2, b3, b4) = a, b
+    n = na + nb
+    d = mean_b - mean_a
+    m4 = (a4 + b4 + d**4 * na * nb * (na * na - na * nb + nb * nb) / n**3
+          + 6 * d**2 * (na * na * b2 + nb * nb * a2) / n**2 + 4 * d * (na * b3 - nb * a3) / n)
+    m3 = a3 + b3 + d**3 * na * nb * (na - nb) / n**2 + 3 * d * (na * b2 - nb * a2) / n
+    return mean_a + d * (nb / n), a2 + b2 + d**2 * na * nb / n, m3, m4
+
+
+def central_from_raw(
+    m1: Float[Tensor, "*shape"], m2: Float[Tensor, "*shape"], m3: Float[Tensor, "*shape"], m4: Float[Tensor, "*shape"]
+) -> tuple[Float[Tensor, "*shape"], Float[Tensor, "*shape"], Float[Tensor, "*shape"]]:
+    r"""Central moments of orders 2, 3, 4 from the raw moments $m_k = E y^k$ (elementwise):
+
+    $$\mu_2 = m_2 - m_1^2,\quad \mu_3 = m_3 - 3 m_1 m_2 + 2 m_1^3,\quad
+    \mu_4 = m_4 - 4 m_1 m_3 + 6 m_1^2 m_2 - 3 m_1^4.$$
+
+    The terms cancel to relative precision $\epsilon\,(|m_1| / \sqrt{\mu_2})^4$: the raw moments should be of
+    values shifted near their mean (``ChannelMoments.shift_``)."""
+    return m2 - m1**2, m3 - 3 * m1 * m2 + 2 * m1**3, m4 - 4 * m1 * m3 + 6 * m1**2 * m2 - 3 * m1**4
+
+
 class Moments:
     """Count, mean, optional covariance and projected higher moments of a stream of vectors.
 
@@ -194,19 +230,9 @@ class Moments:
             self.scatter_.add_(other.scatter_.to(self.scatter_.device, self.dtype)).addr_(d, d, alpha=na * nb / n)
         if self.directions is not None:
             dev = self.proj_mean_.device
-            d = other.proj_mean_.to(dev) - self.proj_mean_
-            a2, a3, a4 = self.proj_m2_, self.proj_m3_, self.proj_m4_
-            b2, b3, b4 = (t.to(dev) for t in (other.proj_m2_, other.proj_m3_, other.proj_m4_))
-            self.proj_m4_ = (
-                a4
-                + b4
-                + d**4 * na * nb * (na * na - na * nb + nb * nb) / n**3
-                + 6 * d**2 * (na * na * b2 + nb * nb * a2) / n**2
-                + 4 * d * (na * b3 - nb * a3) / n
-            )
-            self.proj_m3_ = a3 + b3 + d**3 * na * nb * (na - nb) / n**2 + 3 * d * (na * b2 - nb * a2) / n
-            self.proj_m2_ = a2 + b2 + d**2 * na * nb / n
-            self.proj_mean_ = self.proj_mean_ + d * (nb / n)
+            other_sums = (t.to(dev) for t in (other.proj_mean_, other.proj_m2_, other.proj_m3_, other.proj_m4_))
+            self.proj_mean_, self.proj_m2_, self.proj_m3_, self.proj_m4_ = merge_central(
+                na, (self.proj_mean_, self.proj_m2_, self.proj_m3_, self.proj_m4_), nb, tuple(other_sums))
         self.n_ = n
         return self
 
@@ -305,8 +331,14 @@ class BootstrapMeans:
         if self.sum_.device.type != "cpu" and not bool(torch.isfinite(self.sum_).all()):  # NaN/inf reach the sum
             raise ValueError("values hold NaN or infinity")
         estimate = statistic(self.mean_().unsqueeze(0))[0]
-        keep = self.rep_weight_ > 0
-        reps = statistic(self.rep_sum_[keep] / self.rep_weight_[keep, None])
+        reps = self.replicates(statistic)
         alpha = (1 - level) / 2
         low, high = torch.quantile(reps, torch.tensor([alpha, 1 - alpha], dtype=reps.dtype, device=reps.device), dim=0)
         return estimate, low, high
+
+    def replicates(self, statistic: Callable[[Tensor], Tensor]) -> Tensor:
+        """``statistic`` of each replicate's mean, ``(R', *out)`` over the ``R'`` replicates that drew any sequence
+        (the sample ``interval`` takes its percentiles of; a count over units has its interval from it too)."""
+        keep = self.rep_weight_ > 0
+        return statistic(self.rep_sum_[keep] / self.rep_weight_[keep, None])
+
