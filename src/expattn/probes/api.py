@@ -124,7 +124,7 @@ def probe(model: nn.Module | str, tokenizer: object | None = None, *, texts: str
           tokens: int | None = None, seq_len: int = 128, seed: int | None = None, seeds: list[int] | None = None,
           batch_size: int = 16, replicates: int = 200, detail_sequences: int = 32, device: str | None = None,
           dtype: str | torch.dtype | None = None, out_dir: str | Path | None = None, statistics: str = "float64",
-          progress: Callable[..., None] | None = None) -> ProbeResults | SeedResults:
+          progress: Callable[..., None] | None = None, twin: bool = False) -> ProbeResults | SeedResults:
     """Measure the probe's hypotheses on ``model`` and return the records (see module docstring); with ``seeds``, once
     per seed, returning a ``SeedResults``.
 
@@ -148,6 +148,9 @@ def probe(model: nn.Module | str, tokenizer: object | None = None, *, texts: str
         progress: ``progress(tokens_done, tokens_total)`` after each batch, or, with a parameter named ``stage``,
             ``progress(done, total, stage=Stage(...))`` at every stage: loading (a model given by name), feeding,
             each hypothesis's analysis (``expattn.probes.progress``).
+        twin: also probe a random-init twin (same class and config, initialised under ``torch.manual_seed(seed)``)
+            on the same token ids; each record then carries the twin's verdict as a control and its ``training``
+            (``learned``, ``architectural``, ``undecided``: ``expattn.results.twin``).
 
     Raises:
         ValueError / TypeError: bad settings or inputs (naming the argument), or an architecture whose
@@ -181,7 +184,7 @@ def probe(model: nn.Module | str, tokenizer: object | None = None, *, texts: str
                          detail_sequences=detail_sequences, hypotheses=tuple(hypotheses),
                          device=None if device is None else str(device),
                          dtype=dtype if dtype is None or isinstance(dtype, str) else str(dtype).removeprefix("torch."),
-                         statistics=statistics)
+                         statistics=statistics, twin=twin)
     config.require_memory()
     if isinstance(model, str):
         if texts is not None or input_ids is not None or tokenizer is not None:
