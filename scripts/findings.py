@@ -8,6 +8,10 @@
     done
     .venv/bin/python scripts/findings.py                   # writes docs/FINDINGS.md
 
+The report probes each model beside its random-init twin, so the findings separate what training earned from what
+the architecture gives: the matrix marks an architectural verdict, and the section "Learned or architectural"
+(``expattn.report.twins``) lists every probed verdict by class, the trained model's and the twin's side by side.
+
 ``tests/unit/test_findings_doc.py`` fails while the two disagree, or while a claim of the catalogue has no record.
 """
 

@@ -272,6 +272,10 @@ def probe(
                                                            "model's weights, e.g. 40GiB; hypotheses that do not fit "
                                                            "together are fed in passes over the same tokens "
                                                            "[the device's free memory].")] = None,
+    twin: Annotated[bool, typer.Option("--twin", help="Also probe a random-init twin of the model (same architecture, "
+                                                      "seeded initialisation, same token ids): each record gets its "
+                                                      "verdict and a training class, learned or architectural.")
+                    ] = False,
     overwrite: Overwrite = False,
 ) -> None:
     """Measure hypotheses E1-E9 on a pretrained transformer and real text; writes results.json and plots."""
@@ -287,7 +291,7 @@ def probe(
         given = {"model": model, "corpus": corpus, "text": None if text is None else str(text), "tokens": tokens,
                  "seq_len": seq_len, "detail_sequences": detail_sequences, "device": device, "dtype": dtype,
                  "device_map": device_map, "tokenizer": None if tokenizer is None else str(tokenizer),
-                 "statistics": statistics, "memory_budget": memory_budget,
+                 "statistics": statistics, "memory_budget": memory_budget, "twin": twin or None,
                  "hypotheses": None if hypotheses is None else tuple(h.strip().upper() for h in hypotheses.split(","))}
         given = {key: value for key, value in given.items() if value is not None}  # the others: ProbeConfig's
         configs = [ProbeConfig(**given, **({} if s is None else {"seed": s})) for s in chosen]

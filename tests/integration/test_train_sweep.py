@@ -95,7 +95,7 @@ def test_failed_run_is_reported_not_fatal(tmp_path):
     runs = json.loads((tmp_path / "sweep.json").read_text())["runs"]
     assert [set(r) for r in runs] == [
         {"value", "val_loss", "train_loss", "tokens_per_s", "metrics", "layers", "e3_output_kurtosis", "verdicts",
-         "tokens", "seconds"},
+         "tokens", "seconds", "headlines", "curve"},
         {"value", "val_loss", "train_loss", "tokens_per_s", "metrics", "probe_error"},
         {"value", "error", "metrics"},
     ]

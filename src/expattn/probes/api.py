@@ -126,7 +126,7 @@ def probe(model: nn.Module | str, tokenizer: object | None = None, *, texts: str
           batch_size: int = 16, replicates: int = 200, detail_sequences: int = 32, device: str | None = None,
           dtype: str | torch.dtype | None = None, out_dir: str | Path | None = None, statistics: str = "float64",
           progress: Callable[..., None] | None = None,
-          memory_budget: int | str | None = None) -> ProbeResults | SeedResults:
+          memory_budget: int | str | None = None, twin: bool = False) -> ProbeResults | SeedResults:
     """Measure the probe's hypotheses on ``model`` and return the records (see module docstring); with ``seeds``, once
     per seed, returning a ``SeedResults``.
 
@@ -153,6 +153,9 @@ def probe(model: nn.Module | str, tokenizer: object | None = None, *, texts: str
         memory_budget: bytes the probe may take on the device beside the model's weights (an int, or a size such as
             ``"40GiB"``); None: the device's free memory. Hypotheses that do not fit together are fed in passes over
             the same tokens, said on stderr and in ``outcome.passes`` (the same records as one pass).
+        twin: also probe a random-init twin (same class and config, initialised under ``torch.manual_seed(seed)``)
+            on the same token ids; each record then carries the twin's verdict as a control and its ``training``
+            (``learned``, ``architectural``, ``undecided``: ``expattn.results.twin``).
 
     Raises:
         ValueError / TypeError: bad settings or inputs (naming the argument), or an architecture whose
@@ -192,7 +195,7 @@ def probe(model: nn.Module | str, tokenizer: object | None = None, *, texts: str
                          detail_sequences=detail_sequences, hypotheses=tuple(hypotheses),
                          device=None if device is None else str(device),
                          dtype=dtype if dtype is None or isinstance(dtype, str) else str(dtype).removeprefix("torch."),
-                         statistics=statistics, memory_budget=memory_budget)
+                         statistics=statistics, memory_budget=memory_budget, twin=twin)
     config.require_memory()
     if isinstance(model, str):
         if texts is not None or input_ids is not None or tokenizer is not None:

@@ -28,6 +28,7 @@ import torch
 from jaxtyping import Int
 
 from expattn.arguments import integer
+from expattn.catalogue import headlines
 from expattn.memory import probe_bytes, require
 from expattn.probes.analyses import records
 from expattn.probes.budgets import default_tokens
@@ -39,9 +40,11 @@ from expattn.probes.hypotheses.base import ProbeContext
 from expattn.probes.models.corpus import TokenSample, excluded_positions, load_text, sequence
 from expattn.probes.models.loading import load_pretrained, read_config, resolve_model_dir
 from expattn.probes.models.subject import Subject, parse_device, parse_dtype, place, subject_from_model, synthetic_image
+from expattn.probes.models.twin import probe_twin
 from expattn.probes.passes import budget_bytes, plan, run_footprint
 from expattn.probes.progress import Stage, reporter
 from expattn.results.record import Record, results_document
+from expattn.results.twin import attach_twin
 from expattn.seeds import check_seed
 
 
@@ -71,6 +74,8 @@ class ProbeConfig:
         memory_budget: bytes the probe may take beside the model's weights (an int, or a size such as ``"40GiB"``;
             stored as bytes); None: the device's free memory. Hypotheses that do not fit together are fed in
             several passes over the same tokens (``expattn.probes.passes``).
+        twin: also probe the model's random-init twin on the same ids (``probes.models.twin``), each record
+            carrying its verdict as a control and a ``training`` classification (``results.twin``).
     """
 
     model: str = "minilm"
@@ -89,12 +94,13 @@ class ProbeConfig:
     tokenizer: str | None = None
     statistics: str = "float64"
     memory_budget: int | str | None = None
+    twin: bool = False
 
     @classmethod
-    def preset(cls, model: str, quick: bool = False, seed: int = 0) -> ProbeConfig:
+    def preset(cls, model: str, quick: bool = False, seed: int = 0, twin: bool = False) -> ProbeConfig:
         """The default size for ``model`` (about 3 min on 2 CPU cores; ``quick``: under 40 s)."""
         return cls(
-            model=model,
+            model=model, twin=twin,
             tokens=default_tokens(model, quick),
             seed=seed,
             detail_sequences=8 if quick else 32,
@@ -108,6 +114,8 @@ class ProbeConfig:
         for name, low in (("tokens", 1), ("seq_len", 4), ("batch_size", 1), ("replicates", 2), ("detail_sequences", 1)):
             integer(name, getattr(self, name), at_least=low)
         check_seed(self.seed)
+        if not isinstance(self.twin, bool):
+            raise TypeError(f"twin must be True or False, got {self.twin!r}")
         if self.device_map is not None and self.device is not None:
             raise ValueError(f"give device or device_map, not both (got device {self.device!r} and device_map "
                              f"{self.device_map!r}: device_map places the model itself)")
@@ -332,6 +340,12 @@ def probe_subject(subject: Subject, config: ProbeConfig, out_dir: Path | None,
         ctx.analyses.clear()  # the group's shared read-outs and statistics go before the next group's
         del estimators, fed
     recs.sort(key=lambda r: HYPOTHESES.index(r.id))
+    if config.twin:  # the same ids through the random-init twin; its records become controls
+        alone = replace(config, twin=False)
+        twins = probe_twin(subject, lambda twin, ids: probe_subject(twin, alone, None, input_ids=ids, speedups=speedups)
+                           .records, seed=config.seed, text=text, input_ids=input_ids, seq_len=config.seq_len,
+                           tokens=config.tokens, hypotheses=config.hypotheses)
+        recs = attach_twin(recs, twins, headlines(), config.seed) if rank == 0 else recs
     w = ctx.attention[0]
     model_info = {
         "name": subject.name,

@@ -96,7 +96,7 @@ def control_rows(record: Record) -> list[tuple[str, str, str, str, str]]:
     """Per control: name, kind, the verdict it gave, the verdicts its kind demands, and its metrics as text."""
     rows = []
     for c in record.controls:
-        expected = "fail / not_supported" if c.kind == "negative" else "pass / supported"
+        expected = {"negative": "fail / not_supported", "positive": "pass / supported"}.get(c.kind, "any (training)")
         numbers = ", ".join(f"{k} = {format_value(v)}" for k, v in c.metrics.items())
         rows.append((c.name, c.kind, c.verdict, expected, numbers))
     return rows

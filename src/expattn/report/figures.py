@@ -4,7 +4,8 @@
   model, with its band (``figures_curves.summary_uri``);
 - per hypothesis, every per-layer interval of its records, models overlaid (``layer_uri``);
 - per-head maps, layer x head, for E4's alignment, E5's error and E8's coherence (``figures_heads.head_uri``);
-- the massive-activation profile from E3's records (``figures_massive.massive_uri``).
+- the massive-activation profile from E3's records (``figures_massive.massive_uri``);
+- a training sweep's headlines against the training step (``figures_training.training_uri``).
 
 Each figure is an SVG data URI with a title and a caption; renderers place them (``report.html``).
 """
@@ -18,6 +19,7 @@ from expattn.report.figures_curves import layer_uri, summary_uri
 from expattn.report.figures_heads import head_uri
 from expattn.report.figures_massive import ABSOLUTE, RATIO, massive_uri
 from expattn.report.figures_series import HEAD_MAPS, HEADLINE_CURVES, probe_records
+from expattn.report.figures_training import training_uri
 from expattn.results.record import Record
 
 RELATIVE_DEPTH = "relative depth i / (n - 1): 0 the first layer (E3: the embeddings), 1 the last"
@@ -43,6 +45,7 @@ class Figures:
     heads: tuple[Figure, ...]
     notes: tuple[str, ...]
     massive: Figure | None = None
+    training: Figure | None = None
 
 
 def summary_caption(claims: Sequence[str]) -> str:
@@ -91,4 +94,10 @@ def report_figures(records: Sequence[Record], titles: dict[str, str]) -> Figures
         f"Largest |x| of the residual stream at each depth (0: the embeddings) against {RELATIVE_DEPTH}, and the "
         f"same over the depth's median |x|; dotted: the rule's thresholds |x| = {ABSOLUTE:g} and {RATIO:g} x the "
         "median (a depth has massive activations where a curve is above both). From E3's records.", uri)
-    return Figures(summary, tuple(layers), tuple(heads), tuple(notes), massive)
+    uri = training_uri(records)
+    training = None if uri is None else Figure(
+        "fig-training", "Hypotheses along training: headline against the training step",
+        "Each training sweep's run probed at its initialisation (step 0), at 10% and 30% of its steps and at the "
+        "end, by the same probe (E1-E3, the same sample and seed); one colour per run; a filled marker where the "
+        "point's verdict accepts the hypothesis, hollow otherwise. The numbers: sweep.json's runs[].curve.", uri)
+    return Figures(summary, tuple(layers), tuple(heads), tuple(notes), massive, training)

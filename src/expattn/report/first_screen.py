@@ -14,7 +14,7 @@ matrix says what each claim's number is.
 from __future__ import annotations
 
 from expattn.report.html_text import badge, esc
-from expattn.report.matrix import RUNS_ANCHOR, Matrix
+from expattn.report.matrix import MARK_LEGEND, RUNS_ANCHOR, Matrix
 
 CSS = """
 .first { display: grid; grid-template-columns: fit-content(66%) minmax(0, 1fr); gap: 18px; align-items: start; }
@@ -42,6 +42,7 @@ def matrix_table(matrix: Matrix) -> str:
         for found in row.cells:
             shown = " ".join(
                 badge(c.verdict, c.anchor, title=c.note)
+                + (f'<sup class="mark" title="{esc(c.note)}">{esc(c.mark)}</sup>' if c.mark else "")
                 + (f' <span class="value">{esc(c.value)}</span>' if c.value else "")
                 for c in found
             )
@@ -68,6 +69,8 @@ def _caption(matrix: Matrix) -> str:
             "n/m runs (n of its m runs gave that verdict), acceptable only because every run's own verdict "
             "and number is one click away in Trained runs."
         )
+    if matrix.marked:
+        text += f" {MARK_LEGEND}."
     return f'<p class="caption">{esc(text)}</p>'
 
 

@@ -115,7 +115,7 @@ def _figure(figure: Figure) -> str:
 
 def _figures(figures: Figures) -> str:
     """The per-layer figures and the per-head maps of the probed models."""
-    parts = [_figure(f) for f in (*figures.layers, *figures.heads, *filter(None, [figures.massive]))]
+    parts = [_figure(f) for f in (*figures.layers, *figures.heads, *filter(None, [figures.massive, figures.training]))]
     parts += [f'<p class="muted">{esc(note)}</p>' for note in figures.notes]
     if not parts:
         return ""

@@ -27,7 +27,8 @@ from expattn.report.document import (
     published_rows,
     source_label,
 )
-from expattn.report.matrix import PER_MODEL, RUNS_ANCHOR, check_verdict
+from expattn.report.matrix import MARK_LEGEND, PER_MODEL, RUNS_ANCHOR, check_verdict
+from expattn.report.twins import twin_section
 
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
 
@@ -63,7 +64,8 @@ def _matrix(view: ReportView) -> list[str]:
     rows = []
     for row in matrix.rows:
         cells = [
-            "<br>".join(f"[{md(c.verdict)}](#{c.anchor})" + (f" {md(c.value)}" if c.value else "") for c in found)
+            "<br>".join(f"[{md(c.verdict)}](#{c.anchor}){md(c.mark)}" + (f" {md(c.value)}" if c.value else "")
+                        for c in found)
             or "-"
             for found in row.cells
         ]
@@ -78,6 +80,8 @@ def _matrix(view: ReportView) -> list[str]:
             "n/m runs (n of its m runs gave that verdict), acceptable only because every run's own verdict "
             f"and number is in [Trained runs](#{RUNS_ANCHOR})."
         )
+    if matrix.marked:
+        intro += f" {md(MARK_LEGEND)}."
     intro += (
         " The figures (headline measures against relative depth, per-layer curves, per-head maps, the "
         "massive-activation profile) are in report.html."
@@ -202,6 +206,7 @@ def render_markdown(document: dict[str, Any], title: str = "expattn report", pre
         f"Records: {counts}.",
         "",
         *_matrix(view),
+        *twin_section(view.records, md),
         *_summary(view),
         *_trained_runs(view),
         *_as_printed(view),

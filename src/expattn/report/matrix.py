@@ -8,6 +8,11 @@ own verdict and number in the trained-runs table (``Matrix.runs``), which the ce
 Records that belong to no model (verify, simulate) stay in the claim summary, where the worst
 verdict pools only them.
 
+A probe record measured beside its model's random-init twin (``results.twin``) says what training did to its
+verdict (``Record.training``); a cell whose verdict the twin earns too (``architectural``) carries
+``ARCHITECTURAL_MARK``, explained by ``MARK_LEGEND`` under the matrix, and every such cell's tooltip names the
+twin's verdict.
+
 The headline number of a cell is one metric per hypothesis (``HEADLINES``, the catalogue entries'
 ``headline``); a sweep run's number is the median of that run's per-layer values (``SWEEP_KEYS``), the same
 quantity the probe summarises over layers.
@@ -22,6 +27,7 @@ from dataclasses import dataclass
 
 from expattn.catalogue import headlines
 from expattn.report.cards import Card, claim_key, format_value, worst
+from expattn.results.record import Record
 
 # One headline metric per hypothesis: (metric key of a probe record, what it is), from the catalogue.
 HEADLINES = headlines()
@@ -34,19 +40,26 @@ SWEEP_KEYS = {
 }
 
 PER_MODEL = "per model"
+ARCHITECTURAL_MARK = "\u2020"  # a dagger beside the verdict
+MARK_LEGEND = (
+    f"{ARCHITECTURAL_MARK} architectural: a random-init twin of the model (same architecture, seeded initialisation, "
+    "the same token ids) earns the same verdict, so it is a property of the architecture, not a finding about "
+    "training"
+)
 # Anchor of the trained-runs table (one row per run and claim) that each sweep cell links to.
 RUNS_ANCHOR = "trained-runs"
 
 
 @dataclass(frozen=True)
 class Cell:
-    """One record's verdict for one model or sweep, its number (``""``: none), the anchor it links to and a
-    tooltip (``""``: none)."""
+    """One record's verdict for one model or sweep, its number (``""``: none), the anchor it links to, a
+    tooltip (``""``: none) and a mark (``ARCHITECTURAL_MARK`` or ``""``)."""
 
     verdict: str
     value: str
     anchor: str
     note: str = ""
+    mark: str = ""
 
 
 @dataclass(frozen=True)
@@ -87,6 +100,11 @@ class Matrix:
     columns: tuple[Column, ...]
     rows: tuple[MatrixRow, ...]
     runs: tuple[RunRow, ...] = ()
+
+    @property
+    def marked(self) -> bool:
+        """True when a cell carries ``ARCHITECTURAL_MARK`` (the legend is then shown)."""
+        return any(cell.mark for row in self.rows for cells in row.cells for cell in cells)
 
 
 def _sweep_value(card: Card, run: str) -> str:
@@ -138,7 +156,17 @@ def model_cells(card: Card) -> list[tuple[Column, Cell]]:
     value = record.metrics.get(key)
     shown = format_value(value) if isinstance(value, int | float) and not isinstance(value, bool) else ""
     description = f"model {model}: each cell is this model's own record, its verdict and headline number"
-    return [(Column(str(model), description), Cell(record.verdict, shown, card.anchor))]
+    return [(Column(str(model), description), Cell(record.verdict, shown, card.anchor, *twin_mark(record)))]
+
+
+def twin_mark(record: Record) -> tuple[str, str]:
+    """A probe record's tooltip and mark from its random-init twin: ``("training: architectural (twin supported)",
+    ARCHITECTURAL_MARK)``; ``("", "")`` without a twin."""
+    if record.training is None:
+        return "", ""
+    twins = [c.verdict for c in record.controls if c.kind == "twin"]
+    note = f"training: {record.training}" + (f" (random-init twin: {twins[0]})" if twins else "")
+    return note, ARCHITECTURAL_MARK if record.training == "architectural" else ""
 
 
 def run_rows(cards: Sequence[Card]) -> tuple[RunRow, ...]:

@@ -22,7 +22,8 @@ SCHEMA_VERSION = "expattn.results/1"
 Verdict = Literal["pass", "fail", "supported", "not_supported", "inconclusive", "skipped", "error"]
 VERDICTS = ("pass", "fail", "supported", "not_supported", "inconclusive", "skipped", "error")
 KINDS = ("identity", "inequality", "dynamics", "empirical", "identity+dynamics", "identity+empirical")
-CONTROL_KINDS = ("negative", "positive")
+CONTROL_KINDS = ("negative", "positive", "twin")
+TRAINING = ("learned", "architectural", "undecided")  # what training did to a verdict (``results.twin``)
 PASSING = ("pass", "supported")  # verdicts that accept a claim
 FAILING = ("fail", "not_supported")  # verdicts that reject it
 
@@ -34,10 +35,12 @@ class Control:
     A ``negative`` control feeds the rule an input for which the claim is false (a wrong formula,
     shuffled keys, coherent heads); its verdict must reject the claim (``fail``/``not_supported``).
     A ``positive`` control feeds it an input for which the claim holds; its verdict must accept it.
+    A ``twin`` control is the same measurement on a random-init twin of the model (``results.twin``): it demands
+    no verdict, and what it gave classifies the record's ``training``.
 
     Attributes:
         name: what was fed in (``"as printed"``, ``"uniform averaging"``).
-        kind: ``negative`` or ``positive``.
+        kind: ``negative``, ``positive`` or ``twin``.
         verdict: the verdict the rule gave (one of ``VERDICTS``).
         metrics: the numbers the rule read.
     """
@@ -55,7 +58,9 @@ class Control:
 
     @property
     def behaved(self) -> bool:
-        """True when the verdict is the one the control's kind demands."""
+        """True when the verdict is the one the control's kind demands (a ``twin`` control demands none)."""
+        if self.kind == "twin":
+            return True
         return self.verdict in (FAILING if self.kind == "negative" else PASSING)
 
 
@@ -80,6 +85,8 @@ class Record:
         criterion: the decision rule, fixed before the data (measure, threshold, interval rule).
         controls: runs of the same rule on inputs with known answers (``Control``); see
             ``enforce_controls``.
+        training: for a probed model measured beside its random-init twin, what training did to the verdict
+            (``learned``, ``architectural`` or ``undecided``: ``results.twin.training``); None without a twin.
     """
 
     id: str
@@ -95,6 +102,7 @@ class Record:
     plots: list[str] = field(default_factory=list)
     criterion: str = ""
     controls: list[Control] = field(default_factory=list)
+    training: Literal["learned", "architectural", "undecided"] | None = None
 
     def __post_init__(self) -> None:
         self.controls = [c if isinstance(c, Control) else Control(**c) for c in self.controls]
@@ -104,6 +112,8 @@ class Record:
             raise ValueError(f"kind must be one of {KINDS}, got {self.kind!r}")
         if self.as_printed not in (None, "pass", "fail"):
             raise ValueError(f"as_printed must be 'pass', 'fail' or None, got {self.as_printed!r}")
+        if self.training not in (None, *TRAINING):
+            raise ValueError(f"training must be one of {TRAINING} or None, got {self.training!r}")
 
     @property
     def ok(self) -> bool:

@@ -18,9 +18,10 @@ only its validation split.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from expattn.catalogue import headlines
 from expattn.results.record import Record
 from expattn.results.series import layer_series, layer_values
 
@@ -58,13 +59,15 @@ class LayerRow:
 @dataclass(frozen=True)
 class LayerDynamics:
     """E1-E3 of one model: a row per layer, E3 on the last block's output, the probe's verdicts
-    (hypothesis -> verdict), and the probe's ``tokens`` and ``seconds``."""
+    (hypothesis -> verdict), the probe's ``tokens`` and ``seconds``, and each hypothesis's headline number
+    (hypothesis -> the record's metric named by ``catalogue.headlines``, as the probe's table shows it)."""
 
     layers: tuple[LayerRow, ...]
     e3_output_kurtosis: float
     verdicts: Mapping[str, str]
     tokens: int
     seconds: float
+    headlines: Mapping[str, float] = field(default_factory=dict)
 
 
 def layer_dynamics(records: list[Record], layers: int, tokens: int, seconds: float) -> LayerDynamics:
@@ -92,7 +95,9 @@ def layer_dynamics(records: list[Record], layers: int, tokens: int, seconds: flo
                  participation[i])
         for i in range(layers)
     )
-    return LayerDynamics(rows, kurtosis[-1], {h: rec[h].verdict for h in SWEEP_HYPOTHESES}, tokens, seconds)
+    keys = headlines()
+    numbers = {h: float(rec[h].metrics[keys[h][0]]) for h in SWEEP_HYPOTHESES if keys[h][0] in rec[h].metrics}
+    return LayerDynamics(rows, kurtosis[-1], {h: rec[h].verdict for h in SWEEP_HYPOTHESES}, tokens, seconds, numbers)
 
 
 # ``dynamics(model_dir, corpus, context, seed)``: E1-E3 of an exported model; the command layer gives the probe

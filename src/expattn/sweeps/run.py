@@ -3,7 +3,8 @@
 Every run of a sweep shares the base config except the swept field, so each sees the same
 batches (same seed) and the same number of tokens. ``OUT/<value>/`` holds each run's files
 (its exported model in ``OUT/<value>/model``). Each trained model is then measured by
-``expattn probe`` (E1-E3, ``expattn.sweeps.layer_dynamics``). ``OUT/sweep.json`` (the shared results
+``expattn probe`` (E1-E3, ``expattn.sweeps.layer_dynamics``), and so is its export at a few earlier steps, from the
+initialisation on (``expattn.sweeps.curves``: each run's ``curve``). ``OUT/sweep.json`` (the shared results
 schema, one record per hypothesis E1-E3 plus the losses), ``OUT/sweep.md`` (the table) and
 ``OUT/sweep.png`` (validation curves, per-layer E1/E2 ratios with their intervals, E3 per depth)
 summarise them.
@@ -32,6 +33,7 @@ from expattn.results.files import write_json_atomic
 from expattn.results.lock import hold_output
 from expattn.results.outputs import check_output_folder
 from expattn.results.record import Record, results_document
+from expattn.sweeps.curves import CurvePoint, curve_details, curve_steps, probe_curve
 from expattn.sweeps.layer_dynamics import LayerDynamics, LayerRow, ProbeDynamics
 from expattn.terminal import plain
 from expattn.train.loop import TrainConfig, train
@@ -75,6 +77,7 @@ class SweepRun:
     dynamics: LayerDynamics | None = None
     error: str | None = None
     probe_error: str | None = None
+    curve: tuple[CurvePoint, ...] = ()
 
     @property
     def failure(self) -> str | None:
@@ -89,7 +92,7 @@ class SweepRun:
                "tokens_per_s": self.tokens_per_s, "metrics": self.metrics}
         if self.dynamics is None:
             return row | {"probe_error": self.probe_error}
-        return row | dataclasses.asdict(self.dynamics)
+        return row | dataclasses.asdict(self.dynamics) | {"curve": [dataclasses.asdict(p) for p in self.curve]}
 
 
 def _numbers(values: Iterable[float], fmt: str = ".3f", sep: str = ", ") -> str:
@@ -195,6 +198,7 @@ def _records(kind: str, rows: list[SweepRun]) -> list[Record]:
             "probe verdict says so, else inconclusive")
     note += f"; {failed}" if failed else ""
     e1_v, e2_v, e3_v = verdicts("E1"), verdicts("E2", ("identity",)), verdicts("E3")
+    curves = {r.value: r.curve for r in measured}
 
     def split(v: dict[str, str]) -> str:
         return "; per model: " + ", ".join(f"{model} {verdict}" for model, verdict in v.items())
@@ -203,7 +207,7 @@ def _records(kind: str, rows: list[SweepRun]) -> list[Record]:
         Record("E1", "empirical", _pooled(list(e1_v.values())),
                {**per_layer(lambda d: d.e1_raw_ratio), **per_layer(lambda d: d.e1_normalized_ratio, "normalized."),
                 **losses},
-               notes=note + split(e1_v), details={"probe_verdicts": e1_v},
+               notes=note + split(e1_v), details={"probe_verdicts": e1_v, "curve": curve_details(curves, "E1")},
                statement="the residual attention update expands the token cloud (spread ratio > 1)",
                method="probe E1: mean spread(x + attn) / mean spread(x) over sequences, Poisson bootstrap"),
         Record("E2", "empirical", _pooled(list(e2_v.values())),
@@ -211,13 +215,14 @@ def _records(kind: str, rows: list[SweepRun]) -> list[Record]:
                 **per_layer(lambda d: d.e2_norm2_raw_ratio, "norm2.", ("identity",)),
                 **per_layer(lambda d: d.e2_norm1_ratio, "normalized.norm1.", ("identity",)),
                 **per_layer(lambda d: d.e2_norm2_ratio, "normalized.norm2.", ("identity",))},
-               notes=note + "; the identity normalization is left out" + split(e2_v), details={"probe_verdicts": e2_v},
+               notes=note + "; the identity normalization is left out" + split(e2_v),
+               details={"probe_verdicts": e2_v, "curve": curve_details(curves, "E2")},
                statement="the normalization contracts the token cloud (spread ratio < 1, as the probe's E2 decides; "
                "the scale-normalised ratio is reported beside it)",
                method="probe E2: spread after / before each norm (N1 on x, N2 on h), raw and divided by the mean "
                "squared norm, Poisson bootstrap"),
         Record("E3", "empirical", _pooled(list(e3_v.values())), e3, notes=note + split(e3_v),
-               details={"probe_verdicts": e3_v},
+               details={"probe_verdicts": e3_v, "curve": curve_details(curves, "E3")},
                statement="hidden states per layer: distance from Gaussian and isotropic",
                method="probe E3: mean |excess kurtosis| along 32 random directions per depth"),
     ]
@@ -264,7 +269,8 @@ def run_sweep(kind: str, base: TrainConfig, dynamics: ProbeDynamics, console: Co
         rows = []
         for value, change in sweep_variants(kind).items():
             model = dataclasses.replace(base.model, **change)
-            cfg = dataclasses.replace(base, model=model, out=base.out / value)
+            steps = base.snapshots or curve_steps(base.iters)
+            cfg = dataclasses.replace(base, model=model, out=base.out / value, snapshots=steps)
             if console is not None:
                 console.print(f"[bold]{kind}[/]: training {plain(value)} -> {plain(cfg.out)}")
             try:
@@ -279,12 +285,14 @@ def run_sweep(kind: str, base: TrainConfig, dynamics: ProbeDynamics, console: Co
                       "tokens_per_s": last["tokens_per_s"]}
             try:
                 measured = dynamics(cfg.out / MODEL_DIR, base.corpus, model.context, base.seed)
+                curve = probe_curve(cfg.out, steps, measured, base.iters, dynamics, base.corpus, model.context,
+                                    base.seed)
             except ValueError as err:  # e.g. a diverged model with non-finite states: keep its losses
                 rows.append(SweepRun(value, result.metrics, **losses, probe_error=str(err)))
                 if console is not None:
                     console.print(f"[bold red]{kind}: probing {plain(value)} failed:[/] {plain(err)}")
                 continue
-            rows.append(SweepRun(value, result.metrics, **losses, dynamics=measured))
+            rows.append(SweepRun(value, result.metrics, **losses, dynamics=measured, curve=curve))
         budget = {"iters": base.iters, "batch": base.batch, "context": base.model.context,
                   "tokens_per_model": base.iters * base.batch * base.model.context}
         write_summary(kind, rows, base.out, budget)

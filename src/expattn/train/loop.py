@@ -9,7 +9,9 @@ DistributedDataParallel. Files in ``cfg.out`` (written by the main process only)
   ``ckpt_every`` steps and at the end;
 - ``config.json``: the model and training configs;
 - ``model/``: a loadable copy of the weights and vocabulary (``expattn.nn.export``), replaced
-  with every checkpoint: ``expattn probe --model OUT/model`` measures E1-E9 on it.
+  with every checkpoint: ``expattn probe --model OUT/model`` measures E1-E9 on it;
+- ``steps/<step>/``: the same copy at each step of ``snapshots`` (0: the initialisation, before the first
+  update), for hypotheses along training (``expattn.sweeps``).
 
 Exact resume: every random draw of a step comes from generators whose states the checkpoint
 holds, so a run killed at any point and resumed replays the losses of an uninterrupted run.
@@ -50,10 +52,11 @@ CHECKPOINT = "checkpoint.safetensors"
 METRICS_FILE = "metrics.jsonl"
 # Fields that may differ between a run and its resumption (they do not change any number); ``out`` is
 # the folder the checkpoint was read from, however it is spelled (relative, absolute, moved).
-RESUMABLE = ("resume", "overwrite", "progress", "out")
+RESUMABLE = ("resume", "overwrite", "progress", "out", "snapshots")
 CONFIG_FILE = "config.json"
 # What a run writes into its folder: a folder holding one of these holds a run.
-RUN_FILES = (CHECKPOINT, METRICS_FILE, CONFIG_FILE, MODEL_DIR)
+SNAPSHOT_DIR = "steps"  # OUT/steps/<step>: the exported model at each of ``TrainConfig.snapshots``
+RUN_FILES = (CHECKPOINT, METRICS_FILE, CONFIG_FILE, MODEL_DIR, SNAPSHOT_DIR)
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,8 @@ class TrainConfig:
         overwrite: train into a non-empty ``out`` (the one rule of output folders,
             ``expattn.results.outputs``); a run it holds is removed first.
         progress: draw a progress bar.
+        snapshots: steps in ``[0, iters]`` at which the model is also exported into ``out/steps/<step>``
+            (0: the initialisation); they change no number of the run.
     """
 
     out: Path
@@ -111,6 +116,7 @@ class TrainConfig:
     resume: bool = False
     overwrite: bool = False
     progress: bool = True
+    snapshots: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("batch", "iters", "eval_every", "eval_batches", "ckpt_every", "grad_accum"):
@@ -132,11 +138,15 @@ class TrainConfig:
         if self.resume and self.overwrite:
             raise ValueError("give --resume (continue the run in --out) or --overwrite (start a new one), not both")
         check_seed(self.seed)
+        if not isinstance(self.snapshots, tuple) or not all(
+                isinstance(s, int) and not isinstance(s, bool) and 0 <= s <= self.iters for s in self.snapshots):
+            raise ValueError(f"snapshots must be a tuple of steps in [0, iters={self.iters}], got {self.snapshots!r}")
 
     def to_json(self) -> dict[str, Any]:
         """The config as JSON-safe values (paths as strings)."""
         d = dataclasses.asdict(self)
         d["out"] = str(self.out)
+        d["snapshots"] = list(self.snapshots)
         return d
 
 
@@ -348,6 +358,8 @@ def _run(cfg: TrainConfig, corpus: CharCorpus, model_cfg: LMConfig, d: distribut
     tokens_per_step = cfg.batch * model_cfg.context
     tracker = LossTracker(d.device)  # step losses stay on the device until an evaluation or checkpoint
     busy, steps_timed, window = 0.0, 0, time.perf_counter()
+    if d.main and start_step == 0 and 0 in cfg.snapshots:
+        export_model(model, corpus.vocab, cfg.out / SNAPSHOT_DIR / "0")
     with _progress(cfg.progress and d.main) as bar:
         task = bar.add_task("train", total=cfg.iters, completed=start_step, tok_s=0.0, loss=float("nan"))
         for step in range(start_step + 1, cfg.iters + 1):
@@ -358,6 +370,8 @@ def _run(cfg: TrainConfig, corpus: CharCorpus, model_cfg: LMConfig, d: distribut
             loss = optimizer_step(net, model, optimizer, d.shard(x).to(d.device), d.shard(y).to(d.device),
                                   grad_accum=cfg.grad_accum, grad_clip=cfg.grad_clip, dtype=cfg.dtype, scaler=scaler)
             tracker.update(step, loss)  # finiteness checked at the next read (the LM's norms skip theirs)
+            if d.main and step in cfg.snapshots:
+                export_model(model, corpus.vocab, cfg.out / SNAPSHOT_DIR / str(step))
             steps_timed += 1
             evaluating = step % cfg.eval_every == 0 or step == cfg.iters
             saving = d.main and (step % cfg.ckpt_every == 0 or step == cfg.iters)

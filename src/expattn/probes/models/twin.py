@@ -1,0 +1,84 @@
+"""A probed model's random-init twin: the same architecture at its own initialisation, fed the same token ids.
+
+The twin of a HuggingFace model is ``type(model)._from_config(config)`` (what ``AutoModel.from_config`` calls)
+of a copy of its config, built under ``torch.manual_seed(seed)`` in the model's dtype on the model's device; the
+twin of expattn's own LM is ``LM(cfg)`` under the same seed, which is exactly the LM at step 0 of
+``expattn train --seed seed``. The global random state is left as it was (``torch.random.fork_rng``).
+
+``sample_ids`` gives the token ids the probe fed the trained model, ``(sequences, seq_len)``, so the twin is probed
+on exactly those (``probe_subject(..., input_ids=...)``); a vision model's synthetic images depend only on the
+probe's seed and need nothing.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import warnings
+from collections.abc import Callable
+
+import torch
+from jaxtyping import Int
+from torch import nn
+
+from expattn.nn.lm import LM
+from expattn.probes.models.corpus import TokenSample, sequence
+from expattn.probes.models.lm_adapter import ProbedLM
+from expattn.probes.models.subject import Subject, subject_from_model
+from expattn.results.record import Record, error_record
+
+
+def twin_model(model: nn.Module, seed: int = 0) -> nn.Module:
+    """A fresh, randomly initialised model of ``model``'s class and config, in its dtype and on its device, in eval
+    mode; ``model`` and the global random state are untouched.
+
+    Raises:
+        TypeError: ``model`` is neither a HuggingFace ``PreTrainedModel`` nor expattn's probed LM.
+    """
+    param = next(model.parameters())
+    devices = [param.device] if param.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.manual_seed(seed)
+        if isinstance(model, ProbedLM):
+            return ProbedLM(LM(model.lm.cfg)).to(param.device, param.dtype).eval()
+        build = getattr(type(model), "_from_config", None)
+        if build is None:
+            raise TypeError(f"model must be a HuggingFace PreTrainedModel or an expattn LM to build a random-init "
+                            f"twin, got {type(model).__name__}")
+        with torch.device(param.device):
+            twin = build(copy.deepcopy(model.config), dtype=param.dtype)
+    return twin.eval()
+
+
+def twin_subject(subject: Subject, seed: int = 0) -> Subject:
+    """The ``Subject`` of ``subject``'s twin (``twin_model``): the same tokenizer, name ``"<name> (random init)"``,
+    its own reading of the module tree where the model has no hand-written adapter."""
+    twin = subject_from_model(twin_model(subject.model, seed), subject.tokenizer, name=f"{subject.name} (random init)")
+    twin.model_type, twin.config = subject.model_type, subject.config
+    return twin
+
+
+def sample_ids(subject: Subject, text: str, seq_len: int, tokens: int, seed: int
+               ) -> Int[torch.Tensor, "sequences seq_len"]:
+    """The ids of the probe's sample of ``text`` for ``subject``: ``ceil(tokens / seq_len)`` sequences, row ``i`` the
+    probe's sequence ``i`` (``corpus.sequence`` with ``TokenSample(seq_len, seed)``)."""
+    sample = TokenSample(seq_len, seed)
+    n_seq = math.ceil(tokens / seq_len)
+    return torch.stack([sequence(text, subject.tokenizer, subject.adapter.family, sample, i) for i in range(n_seq)])
+
+
+def probe_twin(subject: Subject, run: Callable[[Subject, torch.Tensor | None], list[Record]], *, seed: int,
+               text: str | None, input_ids: torch.Tensor | None, seq_len: int, tokens: int,
+               hypotheses: tuple[str, ...]) -> list[Record]:
+    """The twin's records: ``run(twin_subject(subject, seed), ids)`` on the ids the trained model was fed
+    (``input_ids``, else ``sample_ids`` of ``text``; None for a vision model, whose images depend on the seed only).
+    A twin that cannot be built or probed gives one ``error`` record per hypothesis (the exception in its notes):
+    the trained model's records stand, and their twin control says ``error``."""
+    try:
+        ids = input_ids
+        if ids is None and text is not None and subject.image is None:
+            ids = sample_ids(subject, text, seq_len, tokens, seed)
+        return run(twin_subject(subject, seed), ids)
+    except Exception as err:  # the trained records are measured: the twin's failure is recorded beside them
+        return [error_record(h, "empirical", "twin", err) for h in hypotheses]

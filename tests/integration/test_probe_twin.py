@@ -1,0 +1,102 @@
+"""A tiny model probed beside its random-init twin: the twin is the same class and config initialised under the seed,
+it reads exactly the trained model's token ids, and every record carries its verdict and a training class."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+sys.path.insert(0, str(Path(__file__).parent.parent))
+from tiny_models import build_tiny, minilm_tokenizer_dir, save_tiny, tiny_lm
+
+import expattn
+from expattn.cli import app
+from expattn.probes.models.lm_adapter import ProbedLM
+from expattn.probes.models.twin import twin_model
+from expattn.results.record import TRAINING, load_records
+
+SIZES = {"tokens": 256, "seq_len": 32, "replicates": 20, "detail_sequences": 4}
+
+
+def _tokenizer():
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(minilm_tokenizer_dir()))
+
+
+@pytest.mark.parametrize("model_type", ["bert", "llama"])
+def test_the_twin_is_the_architecture_at_the_seeded_initialisation(model_type):
+    trained = build_tiny(model_type, seed=5)
+    before = torch.random.get_rng_state()
+    twin = twin_model(trained, seed=0)
+    assert torch.equal(torch.random.get_rng_state(), before)  # the global random state is left as it was
+    expected = build_tiny(model_type, seed=0)  # AutoModel.from_config of the same config under manual_seed(0)
+    assert type(twin) is type(trained) and not twin.training
+    ours, theirs, original = twin.state_dict(), expected.state_dict(), trained.state_dict()
+    assert ours.keys() == theirs.keys()
+    assert all(torch.equal(ours[k], theirs[k]) for k in ours)
+    assert any(not torch.equal(ours[k], original[k]) for k in ours)
+
+
+def test_the_twin_of_an_expattn_lm_is_its_step_zero():
+    trained = ProbedLM(tiny_lm(seed=4))
+    torch.manual_seed(1)
+    expected = tiny_lm()  # the trainer's LM(cfg) right after torch.manual_seed(seed)
+    twin = twin_model(trained, seed=1)
+    assert all(torch.equal(a, b) for a, b in zip(twin.lm.state_dict().values(), expected.state_dict().values(),
+                                                 strict=True))
+
+
+def _fed(monkeypatch, cls) -> dict[int, list[torch.Tensor]]:
+    """Every ``input_ids`` a model of ``cls`` is called with, by model instance."""
+    fed: dict[int, list[torch.Tensor]] = {}
+    forward = cls.forward
+
+    def recording(self, *args, **kwargs):
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        if ids is not None:
+            fed.setdefault(id(self), []).append(ids.clone())
+        return forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(cls, "forward", recording)
+    return fed
+
+
+@pytest.mark.slow
+def test_every_record_carries_its_twin_fed_the_same_ids(monkeypatch):
+    model = build_tiny("bert", seed=5)
+    fed = _fed(monkeypatch, type(model))
+    res = expattn.probe(model, _tokenizer(), twin=True, **SIZES)
+    trained = torch.cat(fed.pop(id(model)))
+    (twin,) = (torch.cat(ids) for ids in fed.values())  # one other instance: the twin
+    assert trained.shape == (SIZES["tokens"] // SIZES["seq_len"], SIZES["seq_len"])  # each sequence once
+    assert torch.equal(twin, trained)
+    for record in res.records:
+        twins = [c for c in record.controls if c.kind == "twin"]
+        assert len(twins) == 1 and twins[0].name == "random-init twin", record.id
+        assert record.training in TRAINING and "random-init twin, seed 0" in record.notes
+
+
+@pytest.mark.slow
+def test_cli_twin_writes_the_classification(tmp_path):
+    folder = save_tiny("gpt2", tmp_path / "gpt2")
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["probe", "--model", str(folder), "--out", str(out), "--only", "E1,E5",
+                                      "--tokens", "128", "--seq-len", "32", "--twin"])
+    assert result.exit_code == 0, result.output
+    records = load_records(out / "results.json")
+    assert [r.id for r in records] == ["E1", "E5"]
+    assert all(r.training in TRAINING and r.controls[-1].kind == "twin" for r in records)
+    plain = tmp_path / "plain"
+    result = CliRunner().invoke(app, ["probe", "--model", str(folder), "--out", str(plain), "--only", "E1",
+                                      "--tokens", "128", "--seq-len", "32"])
+    assert result.exit_code == 0 and load_records(plain / "results.json")[0].training is None
+
+
+def test_twin_must_be_a_boolean():
+    with pytest.raises(TypeError, match="twin must be True or False"):
+        expattn.probe(build_tiny("bert"), _tokenizer(), twin="yes", **SIZES)
