@@ -268,14 +268,10 @@ def probe(
                                                    help="Tokenizer folder, when the model folder has none.")] = None,
     statistics: Annotated[str | None, typer.Option(help="dtype of the (D, D) statistics of E3, E4, E6: float64 or "
                                                         "float32 (half the memory; docs/MEMORY.md) [float64].")] = None,
-    memory_budget: Annotated[str | None, typer.Option(help="Memory the probe may take on the device beside the "
-                                                           "model's weights, e.g. 40GiB; hypotheses that do not fit "
-                                                           "together are fed in passes over the same tokens "
-                                                           "[the device's free memory].")] = None,
-    twin: Annotated[bool, typer.Option("--twin", help="Also probe a random-init twin of the model (same architecture, "
-                                                      "seeded initialisation, same token ids): each record gets its "
-                                                      "verdict and a training class, learned or architectural.")
-                    ] = False,
+    memory_budget: Annotated[str | None, typer.Option(help="Device memory beside the weights, e.g. 40GiB; hypotheses "
+                             "that do not fit together run in passes over the same tokens [free memory].")] = None,
+    twin: Annotated[bool, typer.Option("--twin", help="Also probe a random-init twin (same architecture and token "
+                    "ids): each record gets its verdict and a class, learned or architectural.")] = False,
     overwrite: Overwrite = False,
 ) -> None:
     """Measure hypotheses E1-E9 on a pretrained transformer and real text; writes results.json and plots."""
