@@ -135,7 +135,7 @@ def test_analyses_do_no_per_head_eigendecomposition_and_updates_stay_within_a_mu
     many, _, _ = _probe(8, monkeypatch)
     table = "\n".join(f"  {stage}: {name} {shape}" for stage, name, shape in sorted(set(many.calls)))
     per_head = grows_with_heads(wide_eigen(few.calls, WIDTH), wide_eigen(many.calls, WIDTH))
-    assert not per_head, f"per-head (D, D) eigendecompositions (4 heads, 8 heads): {per_head}; all cubic calls:\n{table}"
+    assert not per_head, f"per-head (D, D) eigendecompositions (4, 8 heads): {per_head}; cubic calls:\n{table}"
     assert any(stage.startswith("analysis") for stage, _, _ in many.calls)  # the recorder saw the analyses
     ratio = sum(updates.values()) / forward
     assert 0 < ratio <= UPDATE_MULTIPLE, f"updates' FLOPs {ratio:.2f} x the forward's; per hypothesis {updates}"

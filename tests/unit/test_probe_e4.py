@@ -9,8 +9,10 @@ import pytest
 import torch
 from tiny_models import build_tiny
 
+from expattn.core.top_eigen import top_eigen
 from expattn.probes.hypotheses.base import ProbeContext
 from expattn.probes.hypotheses.e4_alignment import E4Alignment, E9Covariance
+from expattn.probes.hypotheses.e4_dense import dense_deflated
 from expattn.probes.hypotheses.e4_readings import (
     DEFLATIONS,
     READINGS,
@@ -268,6 +270,28 @@ def test_per_head_deflation_in_each_heads_eigen_coordinates_is_the_dense_cosine(
     torch.testing.assert_close(got["haar_fisher"].double(), sym_cos(u, v, haar_dense), rtol=1e-5, atol=1e-6)
     top = top_form(f)  # (H, 1, r): each head's own top direction
     assert top.shape == (heads, 1, r) and top[:, 0, -1].tolist() == [1.0] * heads and top.sum().item() == heads
+
+
+def test_dense_deflation_from_the_top_eigenvectors_is_the_dense_cosine(gen):
+    """``dense_deflated``: the Fisher readings' cosines from dense targets and each head's top-k eigenvectors (the
+    iterative solver's) equal sym_cos with the explicitly deflated targets, the rival deflated by the target's
+    directions, and the spectrum rival on Q P F P Q^T."""
+    heads, rows, r, k = 3, 4, 40, 5
+    a = torch.randn(heads, r, 2 * r, generator=gen, dtype=torch.float64)
+    f_dense = a @ a.mT / (2 * r)
+    g_dense = torch.linalg.inv(f_dense + 0.1 * torch.eye(r, dtype=torch.float64))
+    x = top_eigen(f_dense, k, gen, tol=1e-10).vectors  # (H, r, K)
+    u, v = (torch.randn(heads, rows, r, generator=gen, dtype=torch.float64) for _ in "uv")
+    q = haar(r, gen)
+    got = dense_deflated({"h": (u, v, u @ q, v @ q)}, {"fisher": f_dense, "fisher_inv": g_dense}, "fisher", x,
+                         (0, 2, k))
+    for kk in (0, 2, k):
+        p = torch.eye(r, dtype=torch.float64) - x[..., :kk] @ x[..., :kk].mT
+        want = {"fisher": sym_cos(u, v, p @ f_dense @ p), "fisher_inv": sym_cos(u, v, p @ g_dense @ p),
+                "identity": sym_cos(u, v, p), "haar_fisher": sym_cos(u, v, q @ p @ f_dense @ p @ q.T)}
+        for key, w in want.items():  # float64 throughout: rounding ~1e-15
+            torch.testing.assert_close(got[kk]["h"][key], w, rtol=1e-10, atol=1e-12)
+    assert not torch.allclose(got[k]["h"]["fisher"], got[0]["h"]["fisher"])  # the deflation changes the cosines
 
 
 class _KnownFisher:

@@ -32,6 +32,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from expattn.core.top_eigen import top_eigen
 from expattn.probes.hypotheses.base import (
     Batch,
     Estimator,
@@ -45,11 +46,11 @@ from expattn.probes.hypotheses.base import (
     shared,
 )
 from expattn.probes.hypotheses.e3_gaussianity import kept_moments
+from expattn.probes.hypotheses.e4_dense import dense_deflated
 from expattn.probes.hypotheses.e4_readings import (
     DEFLATIONS,
     RANGE_TOL,
     READINGS,
-    RIDGE,
     TOLERANCES,
     WEAK,
     deflated,
@@ -176,11 +177,11 @@ class E4Alignment(Estimator):
         lam, basis, gap = range_basis(e, v)
         u = basis.float()  # (D, r)
         fisher = self.fisher(i, u)  # (H, r, r)
-        f, vf = torch.linalg.eigh(fisher)  # (H, r), (H, r, r): each head's eigen-coordinates
-        ridge = RIDGE * f.mean(-1, keepdim=True)  # lambda_F = 1e-2 tr F_h / r
-        # (F_h+ + lambda_F I)^-1's spectrum times lambda_F (cosines do not see scale): no overflow as lambda_F -> 0
-        inverse = torch.where(ridge > 0, ridge / (f.clamp_min(0) + ridge), torch.ones_like(f))
-        spectra = {"sigma": lam.float(), "sigma_inv": lam.reciprocal().float(), "fisher": f, "fisher_inv": inverse}
+        inverse, ridge, clipped = regularised_inverse(fisher)  # (F_h+ + lambda_F I)^-1: lambda_F = 1e-2 tr F_h / r
+        dense = {"fisher": fisher, "fisher_inv": inverse}
+        start = torch.Generator().manual_seed(self.ctx.seed * 1009 + i)  # the eigensolver's start, off `gen`'s draws
+        tops = {name: top_eigen(m, max(DEFLATIONS), start) for name, m in dense.items()}  # each target's top pairs
+        spectra = {"sigma": lam.float(), "sigma_inv": lam.reciprocal().float()}
         wq, wk = w.head_matrices()  # (H, dh, D) each: all heads at once
         aq, ak = wq @ u, wk @ u  # (H, dh, r): A_h in range coordinates is sym(aq^T ak)
         # random heads, range coordinates: drawn on the CPU (the same on every device), used on the data's device
@@ -191,25 +192,29 @@ class E4Alignment(Estimator):
             "range_gap": gap,
             "condition_sigma": float(lam[-1] / lam[0]),
             "sigma_tokens": self.inputs_[i].n_,
-            "ridge_fisher": float(ridge.mean()),
-            "fisher_heads_clipped": int((f[:, 0] < 0).sum()),
+            "ridge_fisher": ridge,
+            "fisher_heads_clipped": clipped,
+            "fisher_unconverged": int(sum(int((~t.converged).sum()) for t in tops.values())),
             "random_q95": random_q95(lam.numel()),
             "cos_identity": sym_cos(aq, ak, None).double().cpu().numpy(),
         }
         q = haar(lam.numel(), gen, u.device).to(torch.float32)
-        coordinates = {"sigma": {"model": (aq, ak), "random": (rq, rk)},
-                       "fisher": {"model": (aq @ vf, ak @ vf), "random": (rq @ vf, rk @ vf)}}
-        rotated = {fam: {h: (a, b, a @ q, b @ q) for h, (a, b) in sets.items()} for fam, sets in coordinates.items()}
+        sets = {"model": (aq, ak), "random": (rq, rk)}
+        rotated = {h: (a, b, a @ q, b @ q) for h, (a, b) in sets.items()}
         out["spectral"] = {}
         for name, reading in READINGS.items():
-            top = top_form(spectra[reading.target])
-            sets = rotated[family(name)] | {"top": (top, top, top @ q, top @ q)}
-            out["spectral"][name] = {
-                k: {h: {t: c.double().cpu().numpy() for t, c in cos.items()}
-                    for h, cos in deflated(sets, spectra, reading, k).items()}
-                for k in (0, *DEFLATIONS)}
+            if family(name) == "sigma":
+                top = top_form(spectra[reading.target])
+                cosines = {k: deflated(rotated | {"top": (top, top, top @ q, top @ q)}, spectra, reading, k)
+                           for k in (0, *DEFLATIONS)}
+            else:  # each head's own target: dense (H, r, r), its top eigenvectors from the iterative solver
+                x = tops[reading.target].vectors.float()  # (H, r, K)
+                top = x[..., :1].mT  # (H, 1, r): each head's own top direction
+                cosines = dense_deflated(rotated | {"top": (top, top, top @ q, top @ q)}, dense, reading.target, x,
+                                         (0, *DEFLATIONS))
+            out["spectral"][name] = {k: {h: {t: c.double().cpu().numpy() for t, c in cos.items()}
+                                         for h, cos in cosines[k].items()} for k in (0, *DEFLATIONS)}
             out[f"cos_{name}"] = out["spectral"][name][0]["model"][name]
-        dense = {"fisher": fisher, "fisher_inv": (vf * inverse.unsqueeze(-2)) @ vf.mT}  # (H, r, r) each
         out["own_fisher"] = {name: c.double().cpu().numpy() for name, c in full_cos(aq, ak, dense).items()}
         out["sigma_full"] = {"sigma": sigma.float(), "sigma_inv": ((basis / lam) @ basis.T).float()}
         out["cos_sigma_inv_ridge"] = sym_cos(wq, wk, regularised_inverse(sigma)[0].float()).double().cpu().numpy()
@@ -261,6 +266,10 @@ class E4Alignment(Estimator):
         rng = np.random.default_rng(self.ctx.seed + 40)
         q95 = np.array([lay["random_q95"] for lay in layers])
         readings = {name: judge_reading(READINGS[name], self._heads(layers, name), q95, rng) for name in self.readings}
+        unconverged = sum(lay["fisher_unconverged"] for lay in layers)
+        for name in self.readings:  # no verdict from eigenvectors the solver did not settle
+            if family(name) == "fisher" and unconverged:
+                readings[name]["verdict"] = "inconclusive"
         headline = READINGS[self.readings[0]]
         tolerance = {}
         for tol in (RANGE_TOL, *TOLERANCES):
@@ -298,6 +307,7 @@ class E4Alignment(Estimator):
             "sigma_rank_min": min(lay["sigma_rank"] for lay in layers),
             "sigma_tokens": tokens,
             "fisher_heads_clipped": sum(lay["fisher_heads_clipped"] for lay in layers),
+            "fisher_unconverged": unconverged,
             "fisher_sequences": len(self.detail_[0]),
         }
         details = {k: [as_list(lay[k]) if isinstance(lay[k], np.ndarray) else lay[k] for lay in layers]

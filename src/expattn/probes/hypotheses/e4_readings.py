@@ -47,11 +47,13 @@ has, nearly, a head that reads the top direction of the population while the sam
 $u_2$).
 A $\Sigma$ reading is supported when the 95% interval of the mean of $m_h$ and that of the mean of $m_h^{(1)}$ both
 lie above 0, not supported when either lies below 0 ($k = 1$ removes exactly the trivial explanation; $k = 2, 5$,
-reported, remove genuine parts of the target too). The Fisher readings have a target per head: the same margins
-and rule in each head's own eigen-coordinates of $F_h = V_h\operatorname{diag}(f_h)V_h^\top$ (float32
-eigendecomposition: $F_h$ is a float32 statistic), where $F_h \to \operatorname{diag}(f_h)$ and
-$(F_h + \lambda_F I)^{-1} \to \operatorname{diag}(1/(\max(f_h, 0) + \lambda_F))$ (negative eigenvalues of the
-estimate clipped), its top directions deflated per head, its spectrum put on $V_hQ$ (Haar-random as $Q$ is), and its
+reported, remove genuine parts of the target too). The Fisher readings have a target per head, $F_h$ and
+$\lambda_F(F_h + \lambda_F I)^{-1}$ (a float32 Cholesky inverse, ``regularised_inverse``; a head whose
+$F_h + \lambda_F I$ is not positive definite in float32 gets its negative eigenvalues clipped): the same margins
+and rule with dense targets in range coordinates (``e4_dense``), each target's top-$k$ eigenvectors from an
+iterative solver (``core.top_eigen``, residual tolerance $10^{-5}\lVert M\rVert_F$; a head it leaves unconverged
+makes the Fisher readings inconclusive, ``fisher_unconverged``) deflated per head, its spectrum put on random
+eigenvectors as $Q F_h Q^\top$ (Haar-random as $Q$ is: no eigenvectors needed), and its
 rank-one control the form of each head's own top direction. Heads of a layer share its input, so the intervals
 resample layers, then heads within each drawn layer (``mean_interval``). Negative controls through the same rule:
 random heads $\operatorname{sym}(R_q^\top R_k)$ in range coordinates (Gaussian $R$ of the head's shape: an
