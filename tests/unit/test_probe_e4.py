@@ -9,8 +9,10 @@ import pytest
 import torch
 from tiny_models import build_tiny
 
+from expattn.core.top_eigen import top_eigen
 from expattn.probes.hypotheses.base import ProbeContext
 from expattn.probes.hypotheses.e4_alignment import E4Alignment, E9Covariance
+from expattn.probes.hypotheses.e4_dense import dense_deflated
 from expattn.probes.hypotheses.e4_readings import (
     DEFLATIONS,
     READINGS,
@@ -112,13 +114,17 @@ def test_sym_cos_with_a_diagonal_equals_the_full_matrix(gen):
     torch.testing.assert_close(sym_cos(u, v, d), sym_cos(u, v, torch.diag(d)), rtol=1e-12, atol=1e-12)
 
 
-def _planted(gen, reading: str, ranks: tuple[int, ...] = (0, 1, 2, 3)):
-    """A one-layer context whose 4 heads all have W_q = W_k = the eigen-directions of the reading's target of the
+FULL = tuple(range(47))  # every direction of the range at width 48: the whole target
+
+
+def _planted(gen, reading: str, ranks: tuple[int, ...] = FULL):
+    """A one-layer context whose heads all have W_q = W_k = the eigen-directions of the reading's target of the
     given ``ranks`` (0: its top one; scaled by the square root of their eigenvalues; rows beyond them 0), fed
-    tokens on a hyperplane with a spread spectrum."""
-    dim, tokens = 16, 2048
+    tokens on a hyperplane with a spread spectrum. Width 16 with 4 heads of 4 rows, or, for more than 4 ranks, width
+    48 with one head of 48 rows (``FULL``: the whole target)."""
+    dim, heads, tokens = (48, 1, 2048) if len(ranks) > 4 else (16, 4, 2048)
     model = build_tiny("llama", 0, vocab_size=50, hidden_size=dim, num_hidden_layers=1, intermediate_size=24,
-                       max_position_embeddings=64)
+                       max_position_embeddings=64, num_attention_heads=heads, num_key_value_heads=1)
     adapter = adapter_for("llama")
     q, _ = torch.linalg.qr(torch.randn(dim, dim, generator=gen, dtype=torch.float64))
     q[:, -1] = 1 / dim**0.5  # last direction: the hyperplane's normal (no variance)
@@ -128,12 +134,12 @@ def _planted(gen, reading: str, ranks: tuple[int, ...] = (0, 1, 2, 3)):
     x = (torch.randn(tokens, dim - 1, generator=gen, dtype=torch.float64) * scale) @ q[:, : dim - 1].T
     target = scale.square() if reading == "sigma" else scale.square().reciprocal()
     top = target.argsort(descending=True)[list(ranks)]
-    rows = torch.zeros(4, dim)  # sym(rows^T rows) = the target's part on the planted directions
+    rows = torch.zeros(dim // heads, dim)  # sym(rows^T rows) = the target's part on the planted directions
     rows[: len(ranks)] = (q[:, top] * target[top].sqrt()).T.float()
     attn = model.layers[0].self_attn
     with torch.no_grad():
-        attn.q_proj.weight.copy_(rows.repeat(4, 1))
-        attn.k_proj.weight.copy_(rows.repeat(attn.k_proj.weight.shape[0] // 4, 1))
+        attn.q_proj.weight.copy_(rows.repeat(heads, 1))
+        attn.k_proj.weight.copy_(rows.repeat(attn.k_proj.weight.shape[0] // rows.shape[0], 1))
     w = adapter.attention(model, 0)
     ctx = ProbeContext(model, adapter, (w,), 1, dim, torch.zeros(32, dtype=torch.bool), 0, 10, 8, "planted")
     return ctx, x.float()
@@ -149,14 +155,14 @@ def test_each_reading_is_supported_on_its_planted_heads_and_not_on_the_other(gen
         est.detail_[0] = dict(enumerate(x[:256].view(8, 32, -1)))
         record = est.result(None)
         verdicts[cls.claim] = record.verdict
-        assert record.details["sigma_rank"] == [15]  # the hyperplane's normal is dropped
-        # random heads: not supported on the headline reading; the planted heads' logits reach 1e6, so their
-        # attention is one-hot and the Fisher float32 rounding (1e-4 against terms of 1e3): that control may land
-        # either side of 0, and the rule asks only that it is not supported
-        # the rank-one form of the target's top direction: rejected by the deflated margin
-        assert [c.verdict for c in record.controls[:2]] == ["not_supported", "not_supported"]
-        assert "rank-one" in record.controls[1].name
-        assert record.controls[2].verdict != "supported"
+        assert record.details["sigma_rank"] == [47]  # the hyperplane's normal is dropped
+        # the headline reading's controls (random heads; the target truncated to its top 1, 2, 5 directions) are
+        # not supported; the Fisher reading's random heads: the planted heads' logits reach 1e6, so their attention
+        # is one-hot and the Fisher float32 rounding (1e-4 against terms of 1e3): that control may land either side
+        # of 0, and the rule asks only that it is not supported
+        assert [c.verdict for c in record.controls[:4]] == ["not_supported"] * 4
+        assert "rank-one" in record.controls[1].name and "rank 5" in record.controls[3].name
+        assert all(c.verdict != "supported" for c in record.controls[4:])
         # the cut of the range does not decide: the headline reading's verdict at every tolerance
         assert {t["verdict"] for t in record.details["range_tolerance"].values()} == {record.verdict}
     assert verdicts == ({"E4": "supported", "E9": "not_supported"} if planted == "sigma_inv"
@@ -188,17 +194,28 @@ def test_heads_reading_only_the_top_direction_are_rejected_and_were_supported_by
 
 
 @pytest.mark.parametrize("reading", ["sigma_inv", "sigma"])
-def test_heads_reading_the_target_below_its_top_direction_are_supported(gen, reading):
+def test_heads_reading_a_few_directions_below_the_top_are_rejected_by_the_fifth_deflation(gen, reading):
     ctx, x = _planted(gen, reading, ranks=(1, 2, 3, 4))
     est = (E4Alignment if reading == "sigma_inv" else E9Covariance)(ctx)
     est.inputs_[0] = Moments.of(x)
     est.detail_[0] = dict(enumerate(x[:256].view(8, 32, -1)))
     record = est.result(None)
-    assert record.verdict == "supported"
     assert DEFLATIONS == (1, 2, 5)
+    # the k = 1 rule alone would have supported these rank-4 heads: a low-rank explanation the k = 5 margin rejects
     assert min(record.metrics[f"deflated_margin_{reading}_k{k}_low"] for k in (1, 2)) > 0
-    # the planted directions are all among the top 5: reported, not deciding
     assert record.metrics[f"deflated_margin_{reading}_k5_high"] < 0
+    assert record.verdict == "not_supported"
+
+
+@pytest.mark.parametrize("reading", ["sigma_inv", "sigma"])
+def test_heads_reading_the_whole_target_are_supported(gen, reading):
+    ctx, x = _planted(gen, reading)
+    est = (E4Alignment if reading == "sigma_inv" else E9Covariance)(ctx)
+    est.inputs_[0] = Moments.of(x)
+    est.detail_[0] = dict(enumerate(x[:256].view(8, 32, -1)))
+    record = est.result(None)
+    assert record.verdict == "supported"
+    assert min(record.metrics[f"deflated_margin_{reading}_k{k}_low"] for k in DEFLATIONS) > 0
     assert record.details["resampling_unit"] == "layer"
     assert "aligned more than chance" in record.notes
 
@@ -266,8 +283,31 @@ def test_per_head_deflation_in_each_heads_eigen_coordinates_is_the_dense_cosine(
     spread[:, -2:] = 0
     haar_dense = (vf @ q * spread.unsqueeze(-2)) @ (vf @ q).mT
     torch.testing.assert_close(got["haar_fisher"].double(), sym_cos(u, v, haar_dense), rtol=1e-5, atol=1e-6)
-    top = top_form(f)  # (H, 1, r): each head's own top direction
-    assert top.shape == (heads, 1, r) and top[:, 0, -1].tolist() == [1.0] * heads and top.sum().item() == heads
+    top = top_form(f, 2)  # (H, 2, r): each head's target truncated to its top 2 directions (eigh: ascending)
+    assert top.shape == (heads, 2, r)
+    torch.testing.assert_close(top.mT @ top, torch.diag_embed(spread.neg().add(f)).float(), rtol=1e-6, atol=1e-6)
+
+
+def test_dense_deflation_from_the_top_eigenvectors_is_the_dense_cosine(gen):
+    """``dense_deflated``: the Fisher readings' cosines from dense targets and each head's top-k eigenvectors (the
+    iterative solver's) equal sym_cos with the explicitly deflated targets, the rival deflated by the target's
+    directions, and the spectrum rival on Q P F P Q^T."""
+    heads, rows, r, k = 3, 4, 40, 5
+    a = torch.randn(heads, r, 2 * r, generator=gen, dtype=torch.float64)
+    f_dense = a @ a.mT / (2 * r)
+    g_dense = torch.linalg.inv(f_dense + 0.1 * torch.eye(r, dtype=torch.float64))
+    x = top_eigen(f_dense, k, gen, tol=1e-10).vectors  # (H, r, K)
+    u, v = (torch.randn(heads, rows, r, generator=gen, dtype=torch.float64) for _ in "uv")
+    q = haar(r, gen)
+    got = dense_deflated({"h": (u, v, u @ q, v @ q)}, {"fisher": f_dense, "fisher_inv": g_dense}, "fisher", x,
+                         (0, 2, k))
+    for kk in (0, 2, k):
+        p = torch.eye(r, dtype=torch.float64) - x[..., :kk] @ x[..., :kk].mT
+        want = {"fisher": sym_cos(u, v, p @ f_dense @ p), "fisher_inv": sym_cos(u, v, p @ g_dense @ p),
+                "identity": sym_cos(u, v, p), "haar_fisher": sym_cos(u, v, q @ p @ f_dense @ p @ q.T)}
+        for key, w in want.items():  # float64 throughout: rounding ~1e-15
+            torch.testing.assert_close(got[kk]["h"][key], w, rtol=1e-10, atol=1e-12)
+    assert not torch.allclose(got[k]["h"]["fisher"], got[0]["h"]["fisher"])  # the deflation changes the cosines
 
 
 class _KnownFisher:
@@ -285,8 +325,8 @@ def _fisher_planted(gen, reading: str, ranks: tuple[int, ...]):
     """``_planted``'s tokens, with a Fisher target ``G`` of its own eigen-directions in the hyperplane (a spread
     spectrum, eigenvectors unrelated to Sigma's), and every head planted on the given ``ranks`` of the reading's
     target built from ``G`` (0: its top direction)."""
-    ctx, x = _planted(gen, "sigma", ranks=())
-    dim = ctx.dim
+    ctx, x = _planted(gen, "sigma", ranks=FULL if len(ranks) > 4 else ())  # the width and heads that fit ranks
+    dim, heads = ctx.dim, ctx.attention[0].heads
     normal = torch.ones(dim, 1, dtype=torch.float64) / dim**0.5
     basis = torch.randn(dim, dim - 1, generator=gen, dtype=torch.float64)
     basis = torch.linalg.qr(basis - normal @ (normal.T @ basis)).Q  # (D, D - 1): orthonormal, in the hyperplane
@@ -295,12 +335,12 @@ def _fisher_planted(gen, reading: str, ranks: tuple[int, ...]):
     ridge = 1e-2 * g_spectrum.mean()
     target = g_spectrum if reading == "fisher" else 1 / (g_spectrum + ridge)
     top = target.argsort(descending=True)[list(ranks)]
-    rows = torch.zeros(4, dim)
+    rows = torch.zeros(dim // heads, dim)
     rows[: len(ranks)] = (basis[:, top] * target[top].sqrt()).T.float()
     attn = ctx.model.layers[0].self_attn
     with torch.no_grad():
-        attn.q_proj.weight.copy_(rows.repeat(4, 1))
-        attn.k_proj.weight.copy_(rows.repeat(attn.k_proj.weight.shape[0] // 4, 1))
+        attn.q_proj.weight.copy_(rows.repeat(heads, 1))
+        attn.k_proj.weight.copy_(rows.repeat(attn.k_proj.weight.shape[0] // rows.shape[0], 1))
     w = ctx.adapter.attention(ctx.model, 0)
     ctx = ProbeContext(ctx.model, ctx.adapter, (w,), 1, dim, torch.zeros(32, dtype=torch.bool), 0, 10, 8, "planted")
     cls = E4Alignment if reading == "fisher_inv" else E9Covariance
@@ -311,13 +351,15 @@ def _fisher_planted(gen, reading: str, ranks: tuple[int, ...]):
 
 
 @pytest.mark.parametrize("reading", ["fisher_inv", "fisher"])
-def test_fisher_reading_rejects_its_top_direction_and_supports_the_target_below_it(gen, reading):
+def test_fisher_reading_rejects_low_rank_heads_and_supports_the_whole_target(gen, reading):
     below = _fisher_planted(gen, reading, ranks=(1, 2, 3, 4))
-    assert below["verdict"] == "supported"
     assert below["deflated_1"]["low"] > 0 and below["deflated_5"]["high"] < 0  # all planted within the top 5
-    # the rank-one form of each head's own top direction: the negative control, rejected by the same rule
-    assert below["controls"]["top"]["verdict"] == "not_supported"
+    assert below["verdict"] == "not_supported"  # the k = 1 rule alone would have supported it
+    # each head's own target truncated to its top 1, 2, 5 directions: negative controls, rejected by the same rule
+    assert [below["controls"][h]["verdict"] for h in ("top", "top2", "top5")] == ["not_supported"] * 3
     assert below["controls"]["random"]["verdict"] != "supported"
+    whole = _fisher_planted(gen, reading, ranks=FULL)
+    assert whole["verdict"] == "supported" and whole["deflated_5"]["low"] > 0
     top_only = _fisher_planted(gen, reading, ranks=(0,))
     assert top_only["old_rule"]["verdict"] == "supported" and top_only["low"] > 0  # beats every undeflated rival
     assert top_only["deflated_1"]["high"] < 0 and top_only["verdict"] == "not_supported"

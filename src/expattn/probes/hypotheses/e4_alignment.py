@@ -32,6 +32,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from expattn.core.top_eigen import top_eigen
 from expattn.probes.hypotheses.base import (
     Batch,
     Estimator,
@@ -45,11 +46,13 @@ from expattn.probes.hypotheses.base import (
     shared,
 )
 from expattn.probes.hypotheses.e3_gaussianity import kept_moments
+from expattn.probes.hypotheses.e4_criterion import MIN_TOKENS_PER_DIM, criterion, family, method
+from expattn.probes.hypotheses.e4_dense import dense_deflated
 from expattn.probes.hypotheses.e4_readings import (
     DEFLATIONS,
     RANGE_TOL,
+    RANKS,
     READINGS,
-    RIDGE,
     TOLERANCES,
     WEAK,
     deflated,
@@ -72,41 +75,11 @@ from expattn.probes.sizes import Sizes
 from expattn.probes.statistics.stats import Moments, gram
 from expattn.results.record import Control
 
-MIN_TOKENS_PER_DIM = 4
 TARGETS = ("sigma_inv", "sigma", "fisher_inv", "fisher", "identity")
-
-
-def family(reading: str) -> str:
-    r"""Whose eigen-coordinates a reading is compared in: ``sigma`` (the range of $\Sigma$, shared by the heads) or
-    ``fisher`` (each head's own $F_h$)."""
-    return "fisher" if reading.startswith("fisher") else "sigma"
-
-
-def method(target: str, fisher: str) -> str:
-    """The method text of a reading of ``target`` with ``fisher`` as its second reading."""
-    return (f"Frobenius cosine of sym(Wq_h^T Wk_h) with {target} and {fisher} on the range of Sigma; margin over the "
-            "rival reading, the identity, the target's spectrum on random eigenvectors and random forms, also with "
-            "the target's top 1, 2, 5 eigen-directions projected out; layers bootstrap")
-
-
-def criterion(target: str, rival: str, fisher: str) -> str:
-    """The rule of a reading of ``target`` (rival ``rival``; second reading ``fisher``), stated before the data."""
-    return (
-        "supported iff the 95% bootstrap interval (layers resampled, then heads within each drawn layer) of the mean "
-        f"over heads of the margin of cos(A_h, {target}) over the best of cos(A_h, {rival}), cos(A_h, I), "
-        f"cos(A_h, Q diag(spectrum of {target}) Q^T) with Haar-random Q, and the random forms' 95th percentile lies "
-        "above 0, AND the same interval of that margin recomputed with the target's top eigen-direction projected "
-        "out of every target, the head's form kept whole (deflated margin, k = 1), lies above 0; not_supported iff "
-        f"either interval lies below 0; inconclusive otherwise or with fewer than {MIN_TOKENS_PER_DIM} D kept tokens; "
-        "all on the range of Sigma (eigenvalues > 1e-6 of the largest); negative controls through the same rule must "
-        "be not_supported: random heads, and the rank-one form u_1 u_1^T of the target's top eigen-direction; "
-        "reported, not deciding: the deflated margins at k = 2, 5, cos^2 (median, max: aligned weakly when the maximum "
-        f"is below {WEAK:g}), the margin over the best other layer's target (a head is specific to its layer iff "
-        f"positive); the {fisher} reading (a target per head, details['readings']) by the same rule in each head's "
-        "eigen-coordinates of its Fisher (its own top direction deflated, its spectrum on Haar-random eigenvectors, "
-        "the rank-one form of its own top direction as the control), reported with the margin of its own Fisher "
-        "target over the best other head's of its layer"
-    )
+CONTROLS = {"random": "random heads sym(R_q^T R_k) of the same shape",
+            "top": "rank-one form u_1 u_1^T of the target's top eigen-direction",
+            "top2": "top-PC form of rank 2 (the target truncated to its top 2 eigen-directions)",
+            "top5": "top-PC form of rank 5 (the target truncated to its top 5 eigen-directions)"}
 
 
 class E4Alignment(Estimator):
@@ -185,11 +158,11 @@ class E4Alignment(Estimator):
         lam, basis, gap = range_basis(e, v)
         u = basis.float()  # (D, r)
         fisher = self.fisher(i, u)  # (H, r, r)
-        f, vf = torch.linalg.eigh(fisher)  # (H, r), (H, r, r): each head's eigen-coordinates
-        ridge = RIDGE * f.mean(-1, keepdim=True)  # lambda_F = 1e-2 tr F_h / r
-        # (F_h+ + lambda_F I)^-1's spectrum times lambda_F (cosines do not see scale): no overflow as lambda_F -> 0
-        inverse = torch.where(ridge > 0, ridge / (f.clamp_min(0) + ridge), torch.ones_like(f))
-        spectra = {"sigma": lam.float(), "sigma_inv": lam.reciprocal().float(), "fisher": f, "fisher_inv": inverse}
+        inverse, ridge, clipped = regularised_inverse(fisher)  # (F_h+ + lambda_F I)^-1: lambda_F = 1e-2 tr F_h / r
+        dense = {"fisher": fisher, "fisher_inv": inverse}
+        start = torch.Generator().manual_seed(self.ctx.seed * 1009 + i)  # the eigensolver's start, off `gen`'s draws
+        tops = {name: top_eigen(m, max(DEFLATIONS), start) for name, m in dense.items()}  # each target's top pairs
+        spectra = {"sigma": lam.float(), "sigma_inv": lam.reciprocal().float()}
         wq, wk = w.head_matrices()  # (H, dh, D) each: all heads at once
         aq, ak = wq @ u, wk @ u  # (H, dh, r): A_h in range coordinates is sym(aq^T ak)
         # random heads, range coordinates: drawn on the CPU (the same on every device), used on the data's device
@@ -200,25 +173,31 @@ class E4Alignment(Estimator):
             "range_gap": gap,
             "condition_sigma": float(lam[-1] / lam[0]),
             "sigma_tokens": self.inputs_[i].n_,
-            "ridge_fisher": float(ridge.mean()),
-            "fisher_heads_clipped": int((f[:, 0] < 0).sum()),
+            "ridge_fisher": ridge,
+            "fisher_heads_clipped": clipped,
+            "fisher_unconverged": int(sum(int((~t.converged).sum()) for t in tops.values())),
             "random_q95": random_q95(lam.numel()),
             "cos_identity": sym_cos(aq, ak, None).double().cpu().numpy(),
         }
         q = haar(lam.numel(), gen, u.device).to(torch.float32)
-        coordinates = {"sigma": {"model": (aq, ak), "random": (rq, rk)},
-                       "fisher": {"model": (aq @ vf, ak @ vf), "random": (rq @ vf, rk @ vf)}}
-        rotated = {fam: {h: (a, b, a @ q, b @ q) for h, (a, b) in sets.items()} for fam, sets in coordinates.items()}
+        sets = {"model": (aq, ak), "random": (rq, rk)}
+        rotated = {h: (a, b, a @ q, b @ q) for h, (a, b) in sets.items()}
         out["spectral"] = {}
         for name, reading in READINGS.items():
-            top = top_form(spectra[reading.target])
-            sets = rotated[family(name)] | {"top": (top, top, top @ q, top @ q)}
-            out["spectral"][name] = {
-                k: {h: {t: c.double().cpu().numpy() for t, c in cos.items()}
-                    for h, cos in deflated(sets, spectra, reading, k).items()}
-                for k in (0, *DEFLATIONS)}
+            if family(name) == "sigma":  # the target truncated to its top 1, 2, 5 directions: rows (rank, r)
+                forms = {f"top{rank if rank > 1 else ''}": top_form(spectra[reading.target], rank) for rank in RANKS}
+                cosines = {k: deflated(rotated | {h: (t, t, t @ q, t @ q) for h, t in forms.items()}, spectra,
+                                       reading, k) for k in (0, *DEFLATIONS)}
+            else:  # each head's own target: dense (H, r, r), its top eigenpairs from the iterative solver
+                top = tops[reading.target]
+                x = top.vectors.float()  # (H, r, K)
+                rows = (x * top.values.clamp_min(0).sqrt().float().unsqueeze(-2)).mT  # (H, K, r): sqrt(theta_i) x_i
+                forms = {f"top{rank if rank > 1 else ''}": rows[..., :rank, :] for rank in RANKS}
+                cosines = dense_deflated(rotated | {h: (t, t, t @ q, t @ q) for h, t in forms.items()}, dense,
+                                         reading.target, x, (0, *DEFLATIONS))
+            out["spectral"][name] = {k: {h: {t: c.double().cpu().numpy() for t, c in cos.items()}
+                                         for h, cos in cosines[k].items()} for k in (0, *DEFLATIONS)}
             out[f"cos_{name}"] = out["spectral"][name][0]["model"][name]
-        dense = {"fisher": fisher, "fisher_inv": (vf * inverse.unsqueeze(-2)) @ vf.mT}  # (H, r, r) each
         out["own_fisher"] = {name: c.double().cpu().numpy() for name, c in full_cos(aq, ak, dense).items()}
         out["sigma_full"] = {"sigma": sigma.float(), "sigma_inv": ((basis / lam) @ basis.T).float()}
         out["cos_sigma_inv_ridge"] = sym_cos(wq, wk, regularised_inverse(sigma)[0].float()).double().cpu().numpy()
@@ -263,7 +242,7 @@ class E4Alignment(Estimator):
                     for t in layers[0]["spectral"][name][k][h]}
 
         return {h: {"cos": at(0, h), "deflated": {k: at(k, h) for k in DEFLATIONS}}
-                for h in ("model", "random", "top")}
+                for h in ("model", *CONTROLS)}
 
     def measure(self) -> Measured:
         layers = self._layers()
@@ -271,6 +250,10 @@ class E4Alignment(Estimator):
         rng = np.random.default_rng(self.ctx.seed + 40)
         q95 = np.array([lay["random_q95"] for lay in layers])
         readings = {name: judge_reading(READINGS[name], self._heads(layers, name), q95, rng) for name in self.readings}
+        unconverged = sum(lay["fisher_unconverged"] for lay in layers)
+        for name in self.readings:  # no verdict from eigenvectors the solver did not settle
+            if family(name) == "fisher" and unconverged:
+                readings[name]["verdict"] = "inconclusive"
         headline = READINGS[self.readings[0]]
         tolerance = {}
         for tol in (RANGE_TOL, *TOLERANCES):
@@ -308,6 +291,7 @@ class E4Alignment(Estimator):
             "sigma_rank_min": min(lay["sigma_rank"] for lay in layers),
             "sigma_tokens": tokens,
             "fisher_heads_clipped": sum(lay["fisher_heads_clipped"] for lay in layers),
+            "fisher_unconverged": unconverged,
             "fisher_sequences": len(self.detail_[0]),
         }
         details = {k: [as_list(lay[k]) if isinstance(lay[k], np.ndarray) else lay[k] for lay in layers]
@@ -326,10 +310,8 @@ class E4Alignment(Estimator):
 
     def judge(self, measured: Measured) -> Judgement:
         readings, enough = measured.arrays["readings"], measured.arrays["enough_tokens"]
-        names = {"random": "random heads sym(R_q^T R_k) of the same shape",
-                 "top": "rank-one form u_1 u_1^T of the target's top eigen-direction"}
         controls = [
-            Control(f"{names[h]} ({READINGS[name].label} reading)", "negative", c["verdict"],
+            Control(f"{CONTROLS[h]} ({READINGS[name].label} reading)", "negative", c["verdict"],
                     {"mean_margin": c["mean_margin"], "low": c["low"], "high": c["high"],
                      **({"deflated_margin_k1": c["deflated_1"]["mean_margin"]} if "deflated_1" in c else {}),
                      "old_rule_mean_margin": c["old_rule"]["mean_margin"], "old_rule_low": c["old_rule"]["low"]})

@@ -45,17 +45,21 @@ every deflated target ($m^{(1)} \le -q_{95} < 0$, the random form's percentile b
 has, nearly, a head that reads the top direction of the population while the sample's $u_1$ is off by a few degrees
 (deflating the form too would leave only that error, whose cosine with the deflated $\Sigma$ is large: it lies along
 $u_2$).
-A $\Sigma$ reading is supported when the 95% interval of the mean of $m_h$ and that of the mean of $m_h^{(1)}$ both
-lie above 0, not supported when either lies below 0 ($k = 1$ removes exactly the trivial explanation; $k = 2, 5$,
-reported, remove genuine parts of the target too). The Fisher readings have a target per head: the same margins
-and rule in each head's own eigen-coordinates of $F_h = V_h\operatorname{diag}(f_h)V_h^\top$ (float32
-eigendecomposition: $F_h$ is a float32 statistic), where $F_h \to \operatorname{diag}(f_h)$ and
-$(F_h + \lambda_F I)^{-1} \to \operatorname{diag}(1/(\max(f_h, 0) + \lambda_F))$ (negative eigenvalues of the
-estimate clipped), its top directions deflated per head, its spectrum put on $V_hQ$ (Haar-random as $Q$ is), and its
+A $\Sigma$ reading is supported when the 95% intervals of the means of $m_h$, $m_h^{(1)}$ and $m_h^{(5)}$ all lie
+above 0, not supported when any lies below 0 (``DECIDING``): $k = 1$ removes the trivial explanation, $k = 5$ every
+low-rank one, so a head reading only the target's top 5 directions or fewer is no reading of the target; the
+target truncated to its top 1, 2 and 5 directions (``top_form``; ``RANKS``) are negative controls through the same
+rule ($k = 2$ is reported). The Fisher readings have a target per head, $F_h$ and
+$\lambda_F(F_h + \lambda_F I)^{-1}$ (a float32 Cholesky inverse, ``regularised_inverse``; a head whose
+$F_h + \lambda_F I$ is not positive definite in float32 gets its negative eigenvalues clipped): the same margins
+and rule with dense targets in range coordinates (``e4_dense``), each target's top-$k$ eigenvectors from an
+iterative solver (``core.top_eigen``, residual tolerance $10^{-5}\lVert M\rVert_F$; a head it leaves unconverged
+makes the Fisher readings inconclusive, ``fisher_unconverged``) deflated per head, its spectrum put on random
+eigenvectors as $Q F_h Q^\top$ (Haar-random as $Q$ is: no eigenvectors needed), and its
 rank-one control the form of each head's own top direction. Heads of a layer share its input, so the intervals
 resample layers, then heads within each drawn layer (``mean_interval``). Negative controls through the same rule:
 random heads $\operatorname{sym}(R_q^\top R_k)$ in range coordinates (Gaussian $R$ of the head's shape: an
-orthonormal $U_r$ keeps them Gaussian), and the rank-one form of the target's top direction.
+orthonormal $U_r$ keeps them Gaussian), and the target's truncations to its top 1, 2, 5 directions.
 """
 
 from __future__ import annotations
@@ -71,6 +75,8 @@ RANGE_TOL = 1e-6
 TOLERANCES = (1e-8, 1e-4)
 BOOTSTRAP = 2000
 DEFLATIONS = (1, 2, 5)
+DECIDING = (1, 5)  # the deflations the rule reads: no explanation by the target's top 5 directions or fewer
+RANKS = (1, 2, 5)  # the negative controls' truncations of the target: its top 1, 2, 5 directions
 WEAK = 0.5  # cos^2 below which the target explains less than half of every head's squared norm
 RIDGE = 1e-2  # the reference inverse's ridge: (Sigma + 1e-2 tr(Sigma)/D I)^-1
 
@@ -166,12 +172,16 @@ def haar(r: int, gen: torch.Generator, device: torch.device | str = "cpu") -> Fl
     return q * torch.sign(torch.diagonal(rr))
 
 
-def top_form(spectrum: Float[Tensor, "*batch r"]) -> Float[Tensor, "*batch 1 r"]:
-    r"""The rank-one form $e_1 e_1^\top$ of a target's top direction, as rows ``(..., 1, r)`` for ``sym_cos``: the
-    one-hot row at the largest entry of each ``spectrum`` ``(..., r)`` (a leading dim of 1 when it has none)."""
+def top_form(spectrum: Float[Tensor, "*batch r"], rank: int = 1) -> Float[Tensor, "*batch rank r"]:
+    r"""The target truncated to its top ``rank`` directions, $\sum_{i \le \text{rank}} t_i e_i e_i^\top$, as rows
+    ``(..., rank, r)`` for ``sym_cos`` (row $i$: $\sqrt{t_i}$ at the $i$-th largest entry of ``spectrum``
+    ``(..., r)``, so that rows$^\top$rows is the truncation; a leading dim of 1 when it has none). Rank 1 is the
+    rank-one form $e_1 e_1^\top$ of the top direction (scaled: the cosines do not see it)."""
     lead = spectrum.shape[:-1] or (1,)
-    top = spectrum.argmax(-1).reshape(*lead, 1, 1)
-    return torch.zeros(*lead, 1, spectrum.shape[-1], device=spectrum.device).scatter_(-1, top, 1.0)
+    flat = spectrum.reshape(*lead, spectrum.shape[-1])
+    top = flat.argsort(-1, descending=True)[..., :rank].unsqueeze(-1)  # (..., rank, 1)
+    weight = flat.unsqueeze(-2).expand(*lead, rank, -1).gather(-1, top).clamp_min(0).sqrt()
+    return torch.zeros(*lead, rank, flat.shape[-1], device=spectrum.device).scatter_(-1, top, weight.float())
 
 
 def deflated(heads: dict[str, tuple[Tensor, Tensor, Tensor, Tensor]], spectra: dict[str, Tensor], reading: Reading,
@@ -265,10 +275,10 @@ def specificity(margin: np.ndarray, count: str, name: str, rng: np.random.Genera
     return {count: int((margin > 0).sum()), name: mean, f"{name}_low": low, f"{name}_high": high}
 
 
-def rule(headline: tuple[float, float], deflated_one: tuple[float, float]) -> str:
+def rule(headline: tuple[float, float], deflations: list[tuple[float, float]]) -> str:
     """The verdict of a reading from the intervals ``(low, high)`` of its mean margin and of its mean deflated
-    margin at $k = 1$: supported when both lie above 0, not supported when either lies below 0."""
-    parts = [headline, deflated_one]
+    margins at each $k$ in ``DECIDING``: supported when all lie above 0, not supported when any lies below 0."""
+    parts = [headline, *deflations]
     if all(low > 0 for low, _ in parts):
         return "supported"
     return "not_supported" if any(high < 0 for _, high in parts) else "inconclusive"
@@ -276,8 +286,8 @@ def rule(headline: tuple[float, float], deflated_one: tuple[float, float]) -> st
 
 def judge_margins(cos: dict[str, np.ndarray], deflations: dict[int, dict[str, np.ndarray]], q95: np.ndarray,
                   reading: Reading, rng: np.random.Generator) -> dict:
-    """``rule`` on one set of heads: ``cos`` (key -> ``(L, H)``), the deflated cosines per ``k`` (``DEFLATIONS``: 1
-    decides) and the random forms' percentile ``q95`` ``(L,)`` (the same with every deflation). Returns the
+    """``rule`` on one set of heads: ``cos`` (key -> ``(L, H)``), the deflated cosines per ``k`` (``DEFLATIONS``;
+    ``DECIDING`` decide) and the random forms' percentile ``q95`` ``(L,)`` (the same with every deflation). Returns the
     verdict, the margins ``(L, H)``, the mean margin with its interval, per ``k`` the deflated one, and the old rule
     (rivals without the spectrum, no deflation, heads pooled) for reference."""
     m = margins(cos, q95, reading)
@@ -286,7 +296,8 @@ def judge_margins(cos: dict[str, np.ndarray], deflations: dict[int, dict[str, np
     for k, at in deflations.items():
         mk = margins(at, q95, reading)
         out[f"deflated_{k}"] = dict(zip(("mean_margin", "low", "high"), mean_interval(mk, rng), strict=True))
-    out["verdict"] = rule((low, high), (out["deflated_1"]["low"], out["deflated_1"]["high"]))
+    out["verdict"] = rule((low, high), [(out[f"deflated_{k}"]["low"], out[f"deflated_{k}"]["high"])
+                                        for k in DECIDING])
     old = {key: c for key, c in cos.items() if not key.startswith("haar_")}
     o_mean, o_low, o_high = mean_interval(margins(old, q95, reading), rng, "head")
     out["old_rule"] = {"verdict": margin_verdict(o_low, o_high), "mean_margin": o_mean, "low": o_low, "high": o_high}
