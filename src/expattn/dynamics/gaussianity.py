@@ -117,8 +117,13 @@ def gaussian_family(
     gen: torch.Generator,
     alpha: float = FWER,
     max_tokens: int = MAX_TOKENS,
+    nulls: dict[tuple[int, int], Tensor] | None = None,
 ) -> list[tuple[bool, dict[str, float]]]:
     r"""Per cloud of one decision: (accepted as Gaussian, its statistics), Holm at family-wise level ``alpha``.
+
+    ``nulls`` ``{(tokens, dim): (K, 2) null statistics}`` lets several decisions of one run share their Monte Carlo
+    nulls (a table with enough draws is reused, a smaller one drawn again and stored): each decision's null stays
+    independent of its own clouds, so its error rate is unchanged.
 
     Statistics of a tested cloud: ``skewness_p``, ``kurtosis_p``, ``coordinate_kurtosis_p`` (the three tested),
     ``kurtosis_z`` and ``coordinate_kurtosis_z`` (the observed scaled deviations), ``sw_excess`` and ``sw_z``
@@ -128,18 +133,18 @@ def gaussian_family(
     """
     tested = [_cloud_statistics(x, gen, max_tokens) for x in clouds]
     m = len(TESTS) * sum(z is not None for z, _ in tested)
-    draws, nulls = draws_for(max(m, 1), alpha), {}
+    draws, nulls = draws_for(max(m, 1), alpha), {} if nulls is None else nulls
     for z, row in tested:
         if z is None:
             continue
         size = (z.shape[-2], z.shape[-1])
-        if size not in nulls:
+        if size not in nulls or len(nulls[size]) < draws:
             nulls[size] = null_kurtosis(*size, draws, gen)
         observed = kurtosis_statistics(standardised(z))[0]  # (2,)
         exceed = (nulls[size] >= observed).sum(0)  # (2,)
-        p = ((1 + exceed).double() / (1 + draws)).tolist()
+        p = ((1 + exceed).double() / (1 + len(nulls[size]))).tolist()
         row.update(kurtosis_p=p[0], coordinate_kurtosis_p=p[1], kurtosis_z=float(observed[0]),
-                   coordinate_kurtosis_z=float(observed[1]), null_draws=float(draws))
+                   coordinate_kurtosis_z=float(observed[1]), null_draws=float(len(nulls[size])))
     pvalues = [row[t] for z, row in tested if z is not None for t in TESTS]
     rejected = iter(holm(pvalues, alpha))
     out = []

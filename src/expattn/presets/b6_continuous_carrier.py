@@ -40,10 +40,10 @@ def _runs(operator, rn, dim: int, n: int, iters: int, gen: torch.Generator) -> d
     return out
 
 
-def decide(runs: dict, gen: torch.Generator) -> dict:
+def decide(runs: dict, gen: torch.Generator, nulls: dict) -> dict:
     """``runs`` {key: (end cloud, ...)} -> {key: (ends Gaussian, statistics, ...)}: one Gaussianity decision over
-    every end (``gaussian_family``, Holm at family-wise level ``FWER``)."""
-    decided = gaussian_family([end for end, *_ in runs.values()], gen)
+    every end (``gaussian_family``, Holm at family-wise level ``FWER``; Monte Carlo nulls shared through ``nulls``)."""
+    decided = gaussian_family([end for end, *_ in runs.values()], gen, nulls=nulls)
     return {key: (*verdict, *rest) for (key, (_, *rest)), verdict in zip(runs.items(), decided, strict=True)}
 
 
@@ -67,7 +67,7 @@ class ContinuousCarrier(Preset):
         iteration, ``iters + 1`` floats), ``ends`` [(start, ends Gaussian)], and ``control_runs``: per control
         (name, kind, [(D, start, ends Gaussian)])."""
         gen = generator(ctx.seed)
-        table, curves, ends, runs = {}, {}, [], {}
+        table, curves, ends, runs, nulls = {}, {}, [], {}, {}
         for dim in (2, 8):
             rn = Whitening(NormConfig(dim=dim))
             means = 2.0 * torch.randn(4, dim, generator=gen, dtype=torch.float64)
@@ -78,7 +78,7 @@ class ContinuousCarrier(Preset):
             for carrier, attention in carriers.items():
                 for kind, run in _runs(Compose(attention, rn), rn, dim, n.samples, n.iters, gen).items():
                     runs[(dim, carrier, kind)] = run
-        for (dim, carrier, kind), (gaussian, stats, excess) in decide(runs, gen).items():
+        for (dim, carrier, kind), (gaussian, stats, excess) in decide(runs, gen, nulls).items():
             ends.append((kind, gaussian))
             curves[(dim, carrier, kind)] = excess
             table[f"D={dim}/{carrier}/{kind}"] = {
@@ -95,7 +95,7 @@ class ContinuousCarrier(Preset):
             ran = {(d, k): run for d in (2, 8) for k, run in _runs(
                 make(Whitening(NormConfig(dim=d))), Whitening(NormConfig(dim=d)), d, n.samples, steps, gen
             ).items()}
-            control_runs.append((name, kind, [(d, k, g) for (d, k), (g, _, _) in decide(ran, gen).items()]))
+            control_runs.append((name, kind, [(d, k, g) for (d, k), (g, _, _) in decide(ran, gen, nulls).items()]))
         return dict(table=table, curves=curves, ends=ends, control_runs=control_runs, samples=n.samples,
                     iters=n.iters)
 

@@ -71,13 +71,14 @@ class Theorem1(Preset):
             affine_err, wrong_err, printed_z = (max(a, b) for a, b in zip((affine_err, wrong_err, printed_z), errors,
                                                                            strict=True))
             setups.append(setup)
+        nulls: dict = {}  # the four decisions share their Monte Carlo nulls (same sizes)
         for name, key in (("final", "final_gaussianity"), ("cube_final", "cube_final"),
                           ("empirical_carrier_final", "empirical_carrier_final")):
-            decided = gaussian_family([row.pop(f"{name}_cloud") for row in table.values()], gen)
+            decided = gaussian_family([row.pop(f"{name}_cloud") for row in table.values()], gen, nulls=nulls)
             for row, (gaussian, stats) in zip(table.values(), decided, strict=True):
                 row[f"{name}_is_gaussian"], row[key] = gaussian, stats
         printed = [self._printed_row(gen, *setup, n.iters) for setup in setups]
-        decided = gaussian_family([cloud for _, cloud in printed], gen)
+        decided = gaussian_family([cloud for _, cloud in printed], gen, nulls=nulls)
         printed_rows = [dict(row, final_is_gaussian=g, final_rank_deficient=st["rank_deficient"])
                         for (row, _), (g, st) in zip(printed, decided, strict=True)]
         return dict(table=table, curves=curves, affine_err=affine_err, wrong_err=wrong_err, printed_z=printed_z,
