@@ -163,11 +163,11 @@ ProbeModel = Callable[[str, RunContext, ProbeProgress], "ProbeOutcome"]
 
 def probe_model(model: str, ctx: RunContext, progress: ProbeProgress) -> ProbeOutcome:
     """The probe of ``model`` at its preset size (``ProbeConfig.preset``) for ``ctx``'s seed and quickness, beside
-    its random-init twin (``results.twin``: each record's twin control and ``training``), plots written into
-    ``ctx.out_dir``: its records and per-hypothesis timings. The probe stage's default ``ProbeModel``."""
+    its random-init twin in full mode (``results.twin``: each record's twin control and ``training``), plots written
+    into ``ctx.out_dir``: its records and per-hypothesis timings. The probe stage's default ``ProbeModel``."""
     from expattn.probes.runner import ProbeConfig, probe
 
-    config = ProbeConfig.preset(model, quick=ctx.quick, seed=ctx.seed, twin=True)
+    config = ProbeConfig.preset(model, quick=ctx.quick, seed=ctx.seed, twin=not ctx.quick)  # quick: a smoke run
     return probe(config, ctx.out_dir, progress=progress)
 
 

@@ -6,7 +6,7 @@ A recipe is a set of ``LMConfig`` and ``TrainConfig`` fields over the dataclasse
 |---|---|---:|---:|---|
 | ``single`` | the dataclasses' defaults: 4 layers, width 128 (nanoGPT's CPU recipe) | 2,000 | 250 | ``train`` |
 | ``sweep`` | 2 layers, width 64: 400 x 12 x 64 = 307,200 tokens per model | 400 | 100 | ``train --sweep`` |
-| ``sweep-quick`` | as ``sweep`` | 100 | 50 | ``report --quick`` |
+| ``sweep-quick`` | as ``sweep``; probed at the initialisation and the end only | 100 | 50 | ``report --quick`` |
 
 ``recipe(name, out, **given)`` builds the configs; a field given as ``None`` is left to the recipe, so the command
 line, the report and the Python API read the same numbers. ``default(name, field)`` is what the CLI's help shows.
@@ -24,7 +24,7 @@ _SWEEP = {"layers": 2, "dim": 64, "iters": 400, "eval_every": 100}
 RECIPES: dict[str, dict[str, object]] = {
     "single": {},
     "sweep": _SWEEP,
-    "sweep-quick": _SWEEP | {"iters": 100, "eval_every": 50},
+    "sweep-quick": _SWEEP | {"iters": 100, "eval_every": 50, "snapshots": (0,)},
 }
 MODEL_FIELDS = frozenset(f.name for f in dataclasses.fields(LMConfig))
 TRAIN_FIELDS = frozenset(f.name for f in dataclasses.fields(TrainConfig)) - {"out", "model"}
