@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 import time
 
 import torch
@@ -96,6 +97,7 @@ def run(seeds: int, block: int) -> None:
         for seed in range(seeds):
             if seed % block == 0:
                 gaussianity.null_kurtosis = BlockNull(draw)
+                print(f"  {name}: seed {seed}, {rejected} rejected so far", file=sys.stderr, flush=True)
             gen = torch.Generator().manual_seed(10_000 + seed)
             decided = gaussian_family([gaussian_cloud(t, d, gen) for t, d in sizes], gen)
             rejected += not all(ok for ok, _ in decided)
@@ -106,7 +108,8 @@ def run(seeds: int, block: int) -> None:
         low, high = clopper_pearson(rejected, seeds)
         per_test = ", ".join(f"{tail[k] / (seeds * len(sizes)):.2g}" for k in TESTS)
         print(f"| {name} | {len(sizes)} | {m} | {rejected} of {seeds} | {rejected / seeds:.4f} [{low:.4f}, "
-              f"{high:.4f}] | {per_test} (alpha/m = {FWER / m:.2g}) |  <!-- {time.perf_counter() - start:.0f} s -->")
+              f"{high:.4f}] | {per_test} (alpha/m = {FWER / m:.2g}) |  <!-- {time.perf_counter() - start:.0f} s -->",
+              flush=True)
     print("\n| decision (negative controls' clouds) | cloud | rejected at | rate |")
     print("|---|---|---:|---|")
     for name, clouds in POWER_FAMILIES.items():
