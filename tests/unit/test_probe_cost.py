@@ -77,7 +77,9 @@ def grows_with_heads(few: Counter, many: Counter) -> dict[str, tuple[int, int]]:
 
 def _probe(heads: int, monkeypatch) -> tuple[CubicCalls, dict[str, int], int]:
     """The tiny Llama with ``heads`` heads probed for every hypothesis under both recorders: the cubic calls, the
-    updates' FLOPs per hypothesis and the forward passes' FLOPs."""
+    updates' FLOPs per hypothesis and the forward passes' FLOPs. The top-k solver runs its accelerator path
+    (LOBPCG), which ``method="auto"`` keeps for devices other than the CPU."""
+    monkeypatch.setattr("expattn.core.top_eigen.DENSE_DEVICES", set())
     model = build_tiny("llama", 0, hidden_size=WIDTH, num_attention_heads=heads, num_key_value_heads=heads // 2,
                        intermediate_size=2 * WIDTH, num_hidden_layers=LAYERS)
     ids = torch.randint(0, 30_522, (SEQUENCES, SEQ_LEN), generator=torch.Generator().manual_seed(0))

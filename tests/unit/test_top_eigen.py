@@ -18,7 +18,7 @@ def _psd(gen: torch.Generator, batch: int, n: int) -> torch.Tensor:
 
 def test_top_eigenpairs_match_the_full_decomposition(gen):
     m = _psd(gen, 3, 200)
-    got = top_eigen(m.float(), 5, gen)
+    got = top_eigen(m.float(), 5, gen, method="lobpcg")
     e, v = torch.linalg.eigh(m.float().double())  # the same float32 matrix, decomposed whole
     assert bool(got.converged.all()) and 0 < got.iterations < 300
     scale = torch.linalg.matrix_norm(m).unsqueeze(-1)
@@ -31,7 +31,7 @@ def test_top_eigenpairs_match_the_full_decomposition(gen):
 
 
 def test_unconverged_matrices_are_recorded(gen):
-    got = top_eigen(_psd(gen, 2, 200), 5, gen, max_iter=1)  # one step cannot meet 1e-5 on this spectrum
+    got = top_eigen(_psd(gen, 2, 200), 5, gen, max_iter=1, method="lobpcg")  # one step cannot meet 1e-5 here
     assert got.iterations == 1 and not bool(got.converged.any())
     assert float(got.residuals.max()) > 1e-5
 
@@ -47,3 +47,13 @@ def test_small_matrices_are_decomposed_whole(gen):
 def test_bad_k_is_refused(gen, k, match):
     with pytest.raises((ValueError, TypeError), match=match):
         top_eigen(torch.eye(10), k, gen)
+
+
+def test_auto_decomposes_whole_matrices_on_the_cpu_and_agrees_with_lobpcg(gen):
+    m = _psd(gen, 2, 200)
+    dense, lobpcg = top_eigen(m, 5, gen), top_eigen(m, 5, gen, method="lobpcg")
+    assert dense.iterations == 0 and lobpcg.iterations > 0  # "cpu" is in DENSE_DEVICES
+    scale = torch.linalg.matrix_norm(m).unsqueeze(-1)
+    assert float(((dense.values - lobpcg.values) / scale).abs().max()) < 1e-8  # residual^2 / gap, as above
+    with pytest.raises(ValueError, match="method must be"):
+        top_eigen(m, 5, gen, method="arnoldi")

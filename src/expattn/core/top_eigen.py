@@ -18,6 +18,12 @@ $\text{tol}\,\lVert M\rVert_F$ and, for an isolated eigenvalue, the eigenvector'
 projector on the top-$k$ span is accurate in the same sense when $\theta_k > \theta_{k+1}$ stands clear of the
 tolerance. ``converged`` says which matrices met the rule, so a caller can record the others as an outcome.
 Computed in float64 whatever ``m``'s dtype (the residual rule then sees $m$'s own rounding, not the solver's).
+
+**Where LOBPCG runs.** On a CPU a batched ``eigh`` of these sizes is faster than LOBPCG's iterations (SmolLM2's
+E4/E9, 270 heads of width 576: about 0.6 min of eigh against about 5 CPU-minutes of LOBPCG, measured on the loaded
+2-core machine), so ``method="auto"`` decomposes whole matrices on devices in ``DENSE_DEVICES`` and runs LOBPCG on
+the others (CUDA, where ``eigh`` is slow and batched products fast). ``tests/unit/test_probe_cost.py`` empties
+``DENSE_DEVICES`` to check the accelerator path's cost on the CPU.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from torch import Tensor
 from expattn.arguments import finite_number, positive_int
 
 TOL = 1e-5
+DENSE_DEVICES = {"cpu"}  # device types where method="auto" decomposes whole matrices (see module docstring)
 MAX_ITER = 300
 
 
@@ -62,10 +69,11 @@ def _ritz(m: Tensor, basis: Tensor, width: int) -> tuple[Tensor, Tensor]:
 
 
 def top_eigen(m: Float[Tensor, "*batch n n"], k: int, gen: torch.Generator, tol: float = TOL,
-              max_iter: int = MAX_ITER) -> TopEigen:
+              max_iter: int = MAX_ITER, method: str = "auto") -> TopEigen:
     """The ``k`` largest eigenpairs of each symmetric ``m`` ``(*batch, n, n)`` (only ``sym(m)`` is read) by
     LOBPCG (see module docstring), on ``m``'s device; the start block is Gaussian, drawn on the CPU from ``gen``
-    (the same draw on every device). Raises ``ValueError`` unless ``1 <= k <= n``."""
+    (the same draw on every device). ``method``: ``lobpcg``, ``dense`` (one whole ``eigh``) or ``auto`` (dense on
+    ``DENSE_DEVICES``). Raises ``ValueError`` unless ``1 <= k <= n`` and ``method`` is one of the three."""
     k = positive_int("k", k)
     n = m.shape[-1]
     if m.ndim < 2 or m.shape[-2] != n:
@@ -77,8 +85,11 @@ def top_eigen(m: Float[Tensor, "*batch n n"], k: int, gen: torch.Generator, tol:
     m = m.to(torch.float64)
     m = (m + m.mT) / 2
     scale = torch.linalg.matrix_norm(m).clamp_min(torch.finfo(torch.float64).tiny).unsqueeze(-1)  # (*batch, 1)
+    if method not in ("auto", "lobpcg", "dense"):
+        raise ValueError(f"method must be auto, lobpcg or dense, got {method!r}")
+    dense = method == "dense" or (method == "auto" and m.device.type in DENSE_DEVICES)
     block = 2 * k + 2
-    if 3 * block >= n:  # Rayleigh-Ritz would be as wide as the matrix: decompose it whole
+    if dense or 3 * block >= n:  # Rayleigh-Ritz as wide as the matrix, or a CPU: decompose it whole
         theta, x = _ritz(m, torch.eye(n, dtype=torch.float64, device=m.device).expand_as(m), k)
         residual = torch.linalg.vector_norm(m @ x - x * theta.unsqueeze(-2), dim=-2) / scale
         return TopEigen(theta, x, residual, (residual <= tol).all(-1), 0)
