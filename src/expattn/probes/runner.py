@@ -285,7 +285,7 @@ def probe_subject(subject: Subject, config: ProbeConfig, out_dir: Path | None,
             inapplicable[cls.claim] = why
     inapplicable = {h: why for h, why in inapplicable.items() if h in config.hypotheses}
     built = [cls for cls in ESTIMATORS if cls.claim in config.hypotheses and cls.claim not in inapplicable]
-    groups = passes(subject, ctx, [cls.claim for cls in built], config)
+    groups = passes(subject, ctx, [cls.claim for cls in built], config) if built else [[]]  # [[]]: skipped ones
     if subject.image is not None:
         if config.seq_len != subject.image_tokens:
             raise ValueError(f"seq_len must be {subject.image_tokens} for this vision model (its patches and [CLS])")

@@ -69,7 +69,7 @@ def sample_ids(subject: Subject, text: str, seq_len: int, tokens: int, seed: int
 
 
 def probe_twin(subject: Subject, run: Callable[[Subject, torch.Tensor | None], list[Record]], *, seed: int,
-               text: str | None, input_ids: torch.Tensor | None, seq_len: int, tokens: int,
+               text: str | None, input_ids: Int[torch.Tensor, "sequence seq_len"] | None, seq_len: int, tokens: int,
                hypotheses: tuple[str, ...]) -> list[Record]:
     """The twin's records: ``run(twin_subject(subject, seed), ids)`` on the ids the trained model was fed
     (``input_ids``, else ``sample_ids`` of ``text``; None for a vision model, whose images depend on the seed only).

@@ -336,7 +336,7 @@ class BootstrapMeans:
         low, high = torch.quantile(reps, torch.tensor([alpha, 1 - alpha], dtype=reps.dtype, device=reps.device), dim=0)
         return estimate, low, high
 
-    def replicates(self, statistic: Callable[[Tensor], Tensor]) -> Tensor:
+    def replicates(self, statistic: Callable[[Tensor], Tensor]) -> Float[Tensor, " replicate *out"]:
         """``statistic`` of each replicate's mean, ``(R', *out)`` over the ``R'`` replicates that drew any sequence
         (the sample ``interval`` takes its percentiles of; a count over units has its interval from it too)."""
         keep = self.rep_weight_ > 0
