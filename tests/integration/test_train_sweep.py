@@ -12,6 +12,7 @@ from expattn.commands.sweep_probe import probe_dynamics
 from expattn.nn.carriers import carrier_names
 from expattn.nn.lm import LMConfig
 from expattn.results.record import load_records
+from expattn.sweeps.curves import curve_steps
 from expattn.sweeps.layer_dynamics import LayerDynamics, LayerRow
 from expattn.sweeps.run import SweepRun, run_sweep, sweep_variants
 from expattn.train.loop import TrainConfig
@@ -31,9 +32,10 @@ def test_carrier_sweep(gen, tmp_path):
         implicit = r.value == "implicit"
         assert config["model"]["carrier"] == ("empirical" if implicit else r.value)
         assert config["model"]["implicit"] is implicit
-        assert {k: v for k, v in config["train"].items() if k not in ("out", "model")} == {
-            k: v for k, v in base.to_json().items() if k not in ("out", "model")
+        assert {k: v for k, v in config["train"].items() if k not in ("out", "model", "snapshots")} == {
+            k: v for k, v in base.to_json().items() if k not in ("out", "model", "snapshots")
         }  # the same budget and seed for every carrier
+        assert config["train"]["snapshots"] == list(curve_steps(base.iters))  # the training curve's exports
         assert len(r.dynamics.layers) == 2 and r.metrics[-1]["iter"] == 4
         assert json.loads((base.out / r.value / "model" / "config.json").read_text())["model_type"] == "expattn-lm"
         assert set(r.dynamics.verdicts) == {"E1", "E2", "E3"} and "skipped" not in r.dynamics.verdicts.values()

@@ -94,9 +94,9 @@ class E5Gradient(Estimator):
 
     @staticmethod
     def statistics_bytes(n: Sizes) -> int:
-        """Per detail sequence, kind of error (the sixth of a half-precision model counted), layer and head: one
-        float64 error."""
-        return 8 * n.detail * (len(E5Gradient.KINDS) + 1) * n.layers * n.heads
+        """Per detail sequence, kind of error, layer and head: one float64 error (exact for float32 and float64 models;
+        a half-precision model keeps a sixth kind, ``8 S L H`` bytes more, which ``Sizes`` cannot see)."""
+        return 8 * n.detail * len(E5Gradient.KINDS) * n.layers * n.heads
 
     def __init__(self, ctx: ProbeContext):
         self.ctx = ctx
