@@ -122,7 +122,8 @@ def test_an_existing_json_file_is_refused_unless_overwrite(tmp_path):
     _one_line_error(CliRunner().invoke(app, args), "already exists", "--overwrite")
     assert path.read_text() == "mine"
     assert CliRunner().invoke(app, [*args, "--overwrite"]).exit_code == 0
-    assert path.read_text().startswith("{") and sorted(os.listdir(tmp_path)) == ["v.json"]
+    # the results and their wall clock beside them (v.timings.json), no staging file left behind
+    assert path.read_text().startswith("{") and sorted(os.listdir(tmp_path)) == ["v.json", "v.timings.json"]
 
 
 def test_a_later_writer_removes_the_staging_folder_of_a_killed_one(tmp_path):
