@@ -19,9 +19,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from expattn.catalogue import headlines
 from expattn.report.html import render_html
-from expattn.report.matrix import HEADLINES
 from expattn.results.record import Control, Record, load_records, results_document
+
+HEADLINES = headlines()  # the catalogue's headline of each probed claim
 
 pytest.importorskip("selenium")
 ROOT = Path(__file__).resolve().parents[2]

@@ -20,9 +20,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from tiny_models import ARCHITECTURES, VISION, build_tiny, copy_tokenizer, probe_text, save_tiny, tiny_config
 
+from expattn.probes.hypotheses import hypotheses
 from expattn.probes.models.acceptance import AttentionMismatch, check_heads, head_errors
 from expattn.probes.models.adapters import Capture
-from expattn.probes.runner import HYPOTHESES, ProbeConfig, probe
+from expattn.probes.runner import ProbeConfig, probe
 
 SEQ_LEN = 64
 TOL = SEQ_LEN * torch.finfo(torch.float32).eps  # float32 rounding of a length-T weighted sum
@@ -60,7 +61,7 @@ def _config(path: Path, **kw) -> ProbeConfig:
 @pytest.mark.parametrize("model_type", sorted(ARCHITECTURES))
 def test_recomputed_attention_equals_the_models_own(root, model_type):
     path = save_tiny(model_type, root / model_type)
-    outcome = probe(_config(path, hypotheses=HYPOTHESES), None)
+    outcome = probe(_config(path, hypotheses=hypotheses()), None)
     skipped = {r.id: r.notes for r in outcome.records if r.verdict == "skipped"}
     assert sorted(skipped) == sorted(SKIPPED.get(model_type, {}))
     assert all(SKIPPED[model_type][h] in why for h, why in skipped.items()), skipped

@@ -20,7 +20,7 @@ from tiny_models import build_tiny, save_tiny
 
 import expattn
 from expattn.probes.footprint import statistics_bytes
-from expattn.probes.runner import HYPOTHESES
+from expattn.probes.hypotheses import hypotheses
 
 SEQUENCES, SEQ_LEN, REPLICATES = 48, 32, 20  # 48 x 31 kept tokens: more than E3's buffer of 1024
 
@@ -76,8 +76,8 @@ SHAPES = {  # the tiny defaults (width 32, 4 heads, 2 layers); another width, de
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("shape", "statistics", "hypotheses"), [
-    ("llama", "float64", HYPOTHESES), ("llama", "float32", HYPOTHESES), ("llama", "float64", ("E5",)),
-    ("bert", "float64", HYPOTHESES), ("bert", "float32", ("E3", "E4", "E6")),
+    ("llama", "float64", hypotheses()), ("llama", "float32", hypotheses()), ("llama", "float64", ("E5",)),
+    ("bert", "float64", hypotheses()), ("bert", "float32", ("E3", "E4", "E6")),
 ])
 def test_statistics_bytes_equal_what_a_run_holds(shape, statistics, hypotheses, monkeypatch):
     model_type, overrides = SHAPES[shape]

@@ -32,9 +32,10 @@ from expattn.nn.hopfield_layers import HopfieldLayer, HopfieldPooling
 from expattn.nn.lm import LM, LMConfig
 from expattn.nn.norms import NormConfig, build_norm, norm_names
 from expattn.probes import runner
+from expattn.probes.hypotheses import hypotheses
 from expattn.probes.models import subject as subject_module
 from expattn.probes.models.subject import parse_device, place, subject_from_model
-from expattn.probes.runner import HYPOTHESES, ProbeConfig, probe_subject
+from expattn.probes.runner import ProbeConfig, probe_subject
 from expattn.probes.statistics.stats import BootstrapMeans, Moments
 from expattn.train.optim import adamw
 from expattn.train.step import optimizer_step
@@ -71,7 +72,7 @@ def _no_crash(records) -> None:
     assert not crashed, crashed
 
 
-def _probe(model_type: str, on_device: bool, hypotheses: tuple[str, ...] = HYPOTHESES):
+def _probe(model_type: str, on_device: bool, hypotheses: tuple[str, ...] = hypotheses()):
     model = build_tiny(model_type)
     ids = torch.randint(0, 1000, (8, 32), generator=torch.Generator().manual_seed(0))
     config = ProbeConfig(model=model_type, tokens=ids.numel(), seq_len=32, batch_size=4, replicates=20,
@@ -83,7 +84,7 @@ def _probe(model_type: str, on_device: bool, hypotheses: tuple[str, ...] = HYPOT
         return probe_subject(subject_from_model(model, None), config, None, input_ids=ids, speedups=False)
 
 
-@pytest.mark.parametrize("hypothesis", HYPOTHESES)
+@pytest.mark.parametrize("hypothesis", hypotheses())
 def test_each_hypothesis_on_another_device(hypothesis):
     """Each hypothesis alone (so that one bug does not hide the next), a Llama on another device: its update and
     its analysis run, and its record is not a crash."""
@@ -109,7 +110,7 @@ def test_probe_updates_read_to_host_only_where_known(monkeypatch):
                 _update(self, i, tensors, batch)
         monkeypatch.setattr(cls, "update", update)
     _no_crash(_probe("llama", on_device=True).records)
-    assert set(places) == set(HYPOTHESES)
+    assert set(places) == set(hypotheses())
     assert not any(places[h] for h in ("E1", "E2", "E5", "E8", "E9")), places
     assert {p for found in places.values() for p in found} <= HOST_READS, places
 
@@ -122,7 +123,7 @@ def test_probe_on_another_device(model_type):
     the model its own kernels: E5's errors, themselves of the order of float32 rounding, agree to 1e-5 absolute)."""
     there = _probe(model_type, on_device=True)
     _no_crash(there.records)
-    assert {r.id for r in there.records} == set(HYPOTHESES)
+    assert {r.id for r in there.records} == set(hypotheses())
     here = _probe(model_type, on_device=False)
     for mine, theirs in zip(there.records, here.records, strict=True):
         assert (mine.id, mine.verdict) == (theirs.id, theirs.verdict)

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from rich.console import Console
 
+from expattn.catalogue import headlines
 from expattn.commands.tables import headline_table
 from expattn.probes.hypotheses.e7_collapse import collapse_verdict
-from expattn.report.matrix import HEADLINES
 from expattn.results.record import Record
+
+HEADLINES = headlines()  # the catalogue's headline of each probed claim
 
 
 def rendered(records: list[Record]) -> str:

@@ -48,7 +48,7 @@ def test_only_the_chosen_hypotheses_are_counted():
     ({"hidden": 0}, "hidden must be an integer >= 1, got 0"),
     ({"layers": 2.5}, "layers must be an integer >= 1, got 2.5"),
     ({"statistics": "float16"}, "statistics must be one of float64, float32, got 'float16'"),
-    ({"hypotheses": ("E10",)}, "unknown hypothesis 'E10'"),
+    ({"hypotheses": ("X1",)}, "unknown hypothesis 'X1'"),
 ])
 def test_bad_arguments_are_named(kwargs, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(".", r"\.")):

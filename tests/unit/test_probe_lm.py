@@ -172,13 +172,13 @@ def test_export_roundtrip_and_bad_folders(gen, tmp_path):
 def test_unknown_character_and_hypothesis(gen, tmp_path):
     with pytest.raises(ValueError, match="'z'"):
         CharTokenizer(VOCAB)("abz")
-    with pytest.raises(ValueError, match="unknown hypothesis 'E10'"):
-        ProbeConfig(hypotheses=("E1", "E10"))
+    with pytest.raises(ValueError, match="unknown hypothesis 'X1'"):
+        ProbeConfig(hypotheses=("E1", "X1"))
     folder = export_model(_model(gen), VOCAB, tmp_path / "model")
     bad = tmp_path / "bad.txt"
     bad.write_text("abc" * 200 + "z" + "abc" * 200)
     for args, fragment in (
-        (["--hypotheses", "E1,E10"], "unknown hypothesis 'E10'"),
+        (["--hypotheses", "E1,X1"], "unknown hypothesis 'X1'"),
         (["--detail-sequences", "0"], "detail_sequences must be an integer >= 1, got 0"),
         (["--text", str(bad), "--tokens", "640", "--seq-len", "16"], "'z'"),
     ):

@@ -1,4 +1,5 @@
-"""What each hypothesis needs from a model and what the model reading offers: the runner matches the two."""
+"""What each hypothesis needs from a model (block tensors, capabilities) and what the model reading offers: the
+runner matches the two."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import ast
 import dataclasses
 import inspect
 
+import pytest
 import torch
 from tiny_models import build_tiny
 
@@ -46,3 +48,25 @@ def test_a_hypothesis_whose_tensor_is_not_offered_is_skipped_with_the_reason():
     records = {r.id: r for r in probe_subject(subject, config, None, input_ids=ids, speedups=False).records}
     assert records["E6"].verdict == "skipped" and "hands over no mlp.skip" in records["E6"].notes
     assert records["E1"].verdict not in ("skipped", "error")  # what it needs is there
+
+
+def test_a_capability_the_reading_lacks_skips_the_hypotheses_that_need_it_with_its_reason():
+    model = build_tiny("llama")
+    subject = subject_from_model(model, None)
+    assert "attention.softmax" in subject.adapter.offered(model)
+    subject = dataclasses.replace(subject, adapter=dataclasses.replace(
+        subject.adapter, lacks=lambda m: {"attention.softmax": "the heads are not a softmax here"}))
+    assert "attention.softmax" not in subject.adapter.offered(model)
+    ids = torch.randint(0, 1000, (4, 16), generator=torch.Generator().manual_seed(0))
+    config = ProbeConfig(model="llama", tokens=ids.numel(), seq_len=16, batch_size=4, replicates=20,
+                         detail_sequences=2, hypotheses=("E1", "E8"))
+    records = {r.id: r for r in probe_subject(subject, config, None, input_ids=ids, speedups=False).records}
+    assert records["E8"].verdict == "skipped" and records["E8"].notes.endswith("the heads are not a softmax here")
+    assert records["E1"].verdict not in ("skipped", "error")  # it reads tensors only
+
+
+def test_a_reading_that_lacks_an_unknown_capability_is_refused():
+    model = build_tiny("llama")
+    adapter = dataclasses.replace(subject_from_model(model, None).adapter, lacks=lambda m: {"softmax": "typo"})
+    with pytest.raises(ValueError, match="lacks unknown capability 'softmax'"):
+        adapter.offered(model)

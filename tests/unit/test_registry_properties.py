@@ -15,6 +15,7 @@ from expattn.nn import carriers, norms
 from expattn.nn.carriers import Carrier, CarrierOutput, carrier_names, register_carrier
 from expattn.nn.lm import LM
 from expattn.nn.norms import Norm, NormConfig, register_norm
+from expattn.probes.hypotheses import ESTIMATORS
 from expattn.probes.models import lm_adapter
 from expattn.sweeps.run import sweep_variants
 
@@ -78,12 +79,15 @@ def test_a_new_carrier_flows_through_by_its_properties(registries):
     register_carrier("test_uniform")(Uniform)
     assert "test_uniform" in carrier_names() and "test_uniform" in sweep_variants("carriers")
     model = _lm(carrier="test_uniform")
-    reasons = lm_adapter._inapplicable(SimpleNamespace(lm=model))
-    assert set(reasons) == set(lm_adapter.SOFTMAX_ONLY) and "test_uniform" in reasons["E4"]
+    reasons = lm_adapter._lacks(SimpleNamespace(lm=model))
+    assert set(reasons) == {"attention.softmax"} and "test_uniform" in reasons["attention.softmax"]
+    # the hypotheses that need softmax heads are the ones it rules out (E1-E3 and E6 read tensors only)
+    softmax = {cls.claim for cls in ESTIMATORS if "attention.softmax" in cls.needs}
+    assert {"E4", "E5", "E8"} <= softmax and not softmax & {"E1", "E2", "E3", "E6"}
     # declared softmax: the same probe treats it as softmax attention
     register_carrier("test_softmax")(type("Softmax", (Uniform,), {"softmax": True, "uses_keys": True}))
-    assert lm_adapter._inapplicable(SimpleNamespace(lm=_lm(carrier="test_softmax"))) == {}
-    assert lm_adapter._inapplicable(SimpleNamespace(lm=_lm(carrier="gaussian_mixture")))["E5"]
+    assert lm_adapter._lacks(SimpleNamespace(lm=_lm(carrier="test_softmax"))) == {}
+    assert lm_adapter._lacks(SimpleNamespace(lm=_lm(carrier="gaussian_mixture")))["attention.softmax"]
 
 
 def test_built_in_properties():

@@ -8,10 +8,13 @@ import re
 
 from test_report_html import EVIL, SEVERITY, parse, random_verdicts
 
+from expattn.catalogue import headlines
 from expattn.report.html import render_html
 from expattn.report.markdown import render_markdown
-from expattn.report.matrix import HEADLINES, sweep_cell
+from expattn.report.matrix import sweep_cell
 from expattn.results.record import Record, results_document
+
+HEADLINES = headlines()  # the catalogue's headline of each probed claim
 
 
 def records() -> list[Record]:

@@ -61,11 +61,10 @@ def probe_to_dir(
     the end, so a failure leaves no partial folder. Under ``torchrun`` only rank 0 writes.
 
     Raises:
-        ValueError: as ``probe``, or when the rule refuses ``out`` or another process is writing it.
+        ValueError: as ``probe`` (whose ``load`` checks each config's settings before its model is read), or when
+            the rule refuses ``out`` or another process is writing it.
     """
     check_output_folder(out, overwrite)
-    for config in configs:
-        config.require_memory()
     if int(os.environ.get("RANK", "0")) != 0:
         return {c.seed: probe(c, None, progress) for c in configs}
     outcomes = {}

@@ -33,14 +33,13 @@ def record_table(records: list[Record], title: str) -> Table:
 
 
 def headline_table(records: list[Record], title: str) -> Table:
-    """Columns: ID, claim, headline measure (``report.matrix.HEADLINES``), its value, verdict and, for a
+    """Columns: ID, claim, headline measure (the catalogue's ``headlines``), its value, verdict and, for a
     skipped or error record, why.
 
     The value is the record's own headline metric (``-`` where the record has none, e.g. skipped).
     """
-    from expattn.catalogue import ENTRIES
+    from expattn.catalogue import ENTRIES, headlines
     from expattn.report.cards import format_value
-    from expattn.report.matrix import HEADLINES
 
     titles = {e.id: e.title for e in ENTRIES}
     table = Table(title=title, show_lines=False)
@@ -48,7 +47,7 @@ def headline_table(records: list[Record], title: str) -> Table:
     for name in ("ID", "claim", "headline measure", "value", "verdict", *(("why",) if skipped else ())):
         table.add_column(name, overflow="fold", justify="right" if name == "value" else "left")
     for r in records:
-        key, measure = HEADLINES.get(r.id, ("", ""))
+        key, measure = headlines().get(r.id, ("", ""))
         value = r.metrics.get(key)
         shown = format_value(value) if isinstance(value, int | float) and not isinstance(value, bool) else "-"
         notes = "" if r.verdict not in ("skipped", "error") else r.notes if len(r.notes) <= 80 else r.notes[:77] + "..."

@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 from expattn.catalogue import entry
-from expattn.probes.hypotheses import HYPOTHESES
+from expattn.probes.hypotheses import hypotheses
 from expattn.probes.hypotheses.base import Measured
 from expattn.probes.overlap import measure_in_parallel
 from expattn.probes.progress import Stage
@@ -57,5 +57,6 @@ def records(estimators: list, inapplicable: dict[str, str], failed: dict[str, Re
     for claim, why in inapplicable.items():
         out.append(Record(claim, "empirical", "skipped", notes=f"does not apply to this model: {why}",
                           statement=entry(claim).statement, source=entry(claim).seeds, details={"model": model_name}))
-    out.sort(key=lambda r: HYPOTHESES.index(r.id))
+    order = hypotheses()
+    out.sort(key=lambda r: order.index(r.id))
     return out, seconds, kept

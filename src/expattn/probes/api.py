@@ -27,9 +27,10 @@ from jaxtyping import Int
 from torch import nn
 
 from expattn.catalogue import headlines
+from expattn.probes.config import DEFAULTS
 from expattn.probes.models.corpus import load_text
-from expattn.probes.models.subject import subject_from_model
-from expattn.probes.runner import HYPOTHESES, ProbeConfig, ProbeOutcome, probe_subject
+from expattn.probes.models.subject import context_length, subject_from_model
+from expattn.probes.runner import ProbeConfig, ProbeOutcome, probe_subject
 from expattn.probes.runner import probe as probe_config
 from expattn.results.files import write_json_atomic
 from expattn.results.outputs import output_folder
@@ -121,12 +122,14 @@ class SeedResults:
 
 def probe(model: nn.Module | str, tokenizer: object | None = None, *, texts: str | list[str] | None = None,
           input_ids: Int[torch.Tensor, "sequences seq_len"] | None = None,
-          hypotheses: str | tuple[str, ...] | list[str] = HYPOTHESES,
-          tokens: int | None = None, seq_len: int = 128, seed: int | None = None, seeds: list[int] | None = None,
-          batch_size: int = 16, replicates: int = 200, detail_sequences: int = 32, device: str | None = None,
-          dtype: str | torch.dtype | None = None, out_dir: str | Path | None = None, statistics: str = "float64",
-          progress: Callable[..., None] | None = None,
-          memory_budget: int | str | None = None, twin: bool = False) -> ProbeResults | SeedResults:
+          hypotheses: str | tuple[str, ...] | list[str] | None = DEFAULTS.hypotheses,
+          tokens: int | None = None, seq_len: int = DEFAULTS.seq_len, seed: int | None = None,
+          seeds: list[int] | None = None, batch_size: int = DEFAULTS.batch_size, replicates: int = DEFAULTS.replicates,
+          detail_sequences: int = DEFAULTS.detail_sequences, device: str | None = None,
+          dtype: str | torch.dtype | None = None, out_dir: str | Path | None = None,
+          statistics: str = DEFAULTS.statistics, progress: Callable[..., None] | None = None,
+          memory_budget: int | str | None = DEFAULTS.memory_budget, twin: bool = DEFAULTS.twin,
+          ) -> ProbeResults | SeedResults:
     """Measure the probe's hypotheses on ``model`` and return the records (see module docstring); with ``seeds``, once
     per seed, returning a ``SeedResults``.
 
@@ -137,9 +140,10 @@ def probe(model: nn.Module | str, tokenizer: object | None = None, *, texts: str
         texts: a text or texts (joined by newlines) to sample sequences from; default the Shakespeare corpus.
         input_ids: ``(sequences, seq_len)`` token ids to use as they are instead (``tokens``, ``seq_len`` follow).
         hypotheses: IDs as ``ProbeConfig`` takes them, or one string: an ID (``"E1"``) or IDs separated by
-            commas (``"E1,E3"``).
-        tokens, seq_len, seed, batch_size, replicates, detail_sequences: as ``ProbeConfig`` (``tokens``: the
-            model's default, ``budgets.default_tokens``, 20,000 for a model in memory; ``seed`` 0 unless given).
+            commas (``"E1,E3"``); None: every one the probe has.
+        tokens, seq_len, seed, batch_size, replicates, detail_sequences: as ``ProbeConfig``, whose defaults these
+            are (``probes.config.DEFAULTS``; ``tokens``: the model's default, ``budgets.default_tokens``, 20,000
+            for a model in memory; ``seed`` 0 unless given).
         seeds: at least two distinct seeds instead of ``seed``: the probe runs once per seed (plots under
             ``out_dir/seed-N``) and the result gives each headline's median and range over them.
         device, dtype: where and in which dtype the model runs (``cpu``, ``cuda:N``; ``float32``, ``bfloat16``,
@@ -187,25 +191,26 @@ def probe(model: nn.Module | str, tokenizer: object | None = None, *, texts: str
         seq_len, tokens = int(input_ids.shape[1]), int(input_ids.numel())
     if isinstance(hypotheses, str):  # one ID, or IDs separated by commas as ``--only`` takes them
         hypotheses = tuple(h.strip() for h in hypotheses.split(","))
-    elif not isinstance(hypotheses, Iterable):
+    elif hypotheses is not None and not isinstance(hypotheses, Iterable):
         raise TypeError(f"hypotheses must be an ID such as 'E1', IDs separated by commas, or a sequence of IDs, "
                         f"got {type(hypotheses).__name__}")
     config = ProbeConfig(model=model if isinstance(model, str) else type(model).__name__, tokens=tokens,
                          seq_len=seq_len, seed=seed, batch_size=batch_size, replicates=replicates,
-                         detail_sequences=detail_sequences, hypotheses=tuple(hypotheses),
+                         detail_sequences=detail_sequences,
+                         hypotheses=None if hypotheses is None else tuple(hypotheses),
                          device=None if device is None else str(device),
                          dtype=dtype if dtype is None or isinstance(dtype, str) else str(dtype).removeprefix("torch."),
                          statistics=statistics, memory_budget=memory_budget, twin=twin)
-    config.require_memory()
-    if isinstance(model, str):
+    if isinstance(model, str):  # the runner's ``load`` checks the settings against the machine and the folder
         if texts is not None or input_ids is not None or tokenizer is not None:
             raise ValueError("a model given by name reads its own tokenizer and the corpus; load it to pass texts")
         return ProbeResults(probe_config(config, None if out_dir is None else Path(out_dir), progress))
+    config.require_memory()
     if input_ids is None and tokenizer is None:
         raise ValueError("tokenizer is needed to cut sequences from texts (or pass input_ids)")
     subject = subject_from_model(model, tokenizer, device=device, dtype=dtype)
-    context = subject.config.get("max_position_embeddings") or subject.config.get("n_positions")
-    if isinstance(context, int) and seq_len > context:
+    context = context_length(subject.config)
+    if context is not None and seq_len > context:
         raise ValueError(f"seq_len {seq_len} exceeds the context length {context} of the model")
     if input_ids is not None:
         _check_vocabulary(input_ids, subject.model, subject.config)

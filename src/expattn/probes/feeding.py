@@ -112,12 +112,9 @@ def feed(subject: Subject, ctx: ProbeContext, estimators: list, batches: list[li
 
 
 def recomputable(subject: Subject) -> bool:
-    """Whether the adapter recomputes the model's attention: a generic adapter that reads the kernel, or a
-    hand-written one on a model where E5 applies (expattn's LMs with a non-softmax carrier are not)."""
-    reading = subject.adapter.reading
-    if reading is not None:
-        return reading.recomputable
-    return "E5" not in subject.adapter.inapplicable(subject.model)
+    """Whether the adapter recomputes the model's softmax heads (``Adapter.offered``): not where the generic reading
+    cannot read the kernel, nor on expattn's LMs with a non-softmax carrier."""
+    return {"attention.softmax", "attention.recomputable"} <= subject.adapter.offered(subject.model)
 
 
 def _as_float32(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

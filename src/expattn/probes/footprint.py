@@ -36,11 +36,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from expattn.arguments import positive_int
-from expattn.probes.hypotheses import BY_CLAIM, HYPOTHESES
+from expattn.probes import hypotheses as registry
 from expattn.probes.sizes import Sizes
 
 STATISTICS = {"float64": 8, "float32": 4}  # bytes per entry of the (D, D) accumulators
-ESTIMATED = HYPOTHESES
 MODEL_ENTRY = {"float32": 4, "bfloat16": 2, "float16": 2}  # bytes per entry of the model's activations
 # live entries per token of a plain forward pass: 3 of width I (the MLP's gate, up and their product) and 6 of
 # width D (residual, normed input, attention's q/k/v and output); measured on tiny Llama models on the CPU
@@ -51,7 +50,7 @@ FORWARD_I, FORWARD_D = 3, 6
 TAPS = 7
 
 
-def statistics_bytes(hidden: int, layers: int, heads: int, hypotheses: Iterable[str] = ESTIMATED, *,
+def statistics_bytes(hidden: int, layers: int, heads: int, hypotheses: Iterable[str] | None = None, *,
                      head_dim: int | None = None, tokens: int = 20_000, seq_len: int = 128,
                      detail_sequences: int = 32, replicates: int = 200,
                      statistics: str = "float64") -> dict[str, int]:
@@ -60,7 +59,7 @@ def statistics_bytes(hidden: int, layers: int, heads: int, hypotheses: Iterable[
 
     Args:
         hidden, layers, heads: the model's width $D$, blocks $L$ and query heads $H$.
-        hypotheses: the estimators built (claim ids of ``hypotheses.ESTIMATORS``).
+        hypotheses: the estimators built (claim ids of ``hypotheses.ESTIMATORS``; None: every registered one).
         head_dim: width of a head (default ``hidden // heads``).
         tokens, seq_len, detail_sequences, replicates: as ``ProbeConfig``.
         statistics: ``float64`` or ``float32``, the dtype of the ``(D, D)`` accumulators.
@@ -78,27 +77,34 @@ def statistics_bytes(hidden: int, layers: int, heads: int, hypotheses: Iterable[
         positive_int(name, value)
     if statistics not in STATISTICS:
         raise ValueError(f"statistics must be one of {', '.join(STATISTICS)}, got {statistics!r}")
-    chosen = tuple(hypotheses)
-    unknown = [h for h in chosen if h not in ESTIMATED]
-    if unknown:
-        raise ValueError(f"unknown hypothesis {unknown[0]!r}; choose among {', '.join(ESTIMATED)}")
     n = Sizes(hidden, layers, heads, dh, tokens, seq_len, detail_sequences, replicates, STATISTICS[statistics])
-    return {h: BY_CLAIM[h].statistics_bytes(n) for h in chosen}
+    return {h: registry.estimator(h).statistics_bytes(n) for h in _chosen(hypotheses)}
 
 
-def analysis_bytes(hidden: int, layers: int, heads: int, hypotheses: Iterable[str] = ESTIMATED, *,
+def analysis_bytes(hidden: int, layers: int, heads: int, hypotheses: Iterable[str] | None = None, *,
                    head_dim: int | None = None, tokens: int = 20_000, seq_len: int = 128, detail_sequences: int = 32,
                    replicates: int = 200, statistics: str = "float64") -> dict[str, int]:
     """Bytes each chosen estimator's analysis allocates beside its statistics at its peak
     (``Estimator.analysis_bytes``; the arguments and checks of ``statistics_bytes``)."""
+    hypotheses = None if hypotheses is None else tuple(hypotheses)
     statistics_bytes(hidden, layers, heads, hypotheses, head_dim=head_dim, tokens=tokens, seq_len=seq_len,
                      detail_sequences=detail_sequences, replicates=replicates, statistics=statistics)  # the checks
     dh = hidden // heads if head_dim is None else head_dim
     n = Sizes(hidden, layers, heads, dh, tokens, seq_len, detail_sequences, replicates, STATISTICS[statistics])
-    return {h: BY_CLAIM[h].analysis_bytes(n) for h in hypotheses}
+    return {h: registry.estimator(h).analysis_bytes(n) for h in _chosen(hypotheses)}
 
 
-def total_bytes(hidden: int, layers: int, heads: int, hypotheses: Iterable[str] = ESTIMATED, **sizes) -> int:
+def _chosen(hypotheses: Iterable[str] | None) -> tuple[str, ...]:
+    """The chosen ids as a tuple (None: every registered estimator's); ValueError naming an unknown one."""
+    known = registry.hypotheses()
+    chosen = known if hypotheses is None else tuple(hypotheses)
+    unknown = [h for h in chosen if h not in known]
+    if unknown:
+        raise ValueError(f"unknown hypothesis {unknown[0]!r}; choose among {', '.join(known)}")
+    return chosen
+
+
+def total_bytes(hidden: int, layers: int, heads: int, hypotheses: Iterable[str] | None = None, **sizes) -> int:
     """Sum of ``statistics_bytes`` over ``hypotheses`` (same arguments)."""
     return sum(statistics_bytes(hidden, layers, heads, hypotheses, **sizes).values())
 
@@ -131,7 +137,7 @@ class Footprint:
         return sorted(self.statistics, key=lambda h: self.statistics[h] + self.analysis[h], reverse=True)[:k]
 
 
-def footprint(hidden: int, layers: int, heads: int, hypotheses: Iterable[str] = ESTIMATED, *,
+def footprint(hidden: int, layers: int, heads: int, hypotheses: Iterable[str] | None = None, *,
               head_dim: int | None = None, kv_heads: int | None = None, intermediate: int | None = None,
               batch_size: int = 16, dtype: str = "float32", tokens: int = 20_000,
               seq_len: int = 128, detail_sequences: int = 32, replicates: int = 200,
@@ -147,7 +153,7 @@ def footprint(hidden: int, layers: int, heads: int, hypotheses: Iterable[str] = 
     Raises:
         ValueError: as ``statistics_bytes``; an unknown ``dtype``; a size not a positive integer.
     """
-    chosen = tuple(hypotheses)
+    chosen = _chosen(hypotheses)
     sizes = {"head_dim": head_dim, "tokens": tokens, "seq_len": seq_len, "detail_sequences": detail_sequences,
              "replicates": replicates, "statistics": statistics}
     held = statistics_bytes(hidden, layers, heads, chosen, **sizes)

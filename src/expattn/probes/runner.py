@@ -2,8 +2,9 @@
 
 The model is a HuggingFace model directory (BERT, GPT-2, Llama families) or a folder written by
 ``expattn train`` (expattn's own LM). ``ProbeConfig.hypotheses`` chooses which estimators are
-built and fed; a chosen hypothesis that cannot apply to the model (the adapter's
-``inapplicable``, e.g. E5 on a non-softmax carrier) gets a ``skipped`` record with the reason; one whose
+built and fed; a chosen hypothesis that cannot apply to the model (``hypotheses.inapplicable``: a capability or a
+tensor it needs that the model reading does not offer, e.g. softmax heads under a non-softmax carrier, or its own
+check) gets a ``skipped`` record with the reason; one whose
 update or analysis raises gets an ``error`` record (the exception and its traceback), and the others are
 still measured.
 
@@ -16,7 +17,6 @@ fitted statistics are merged on rank 0, which computes the records and draws the
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 import time
@@ -27,114 +27,20 @@ from pathlib import Path
 import torch
 from jaxtyping import Int
 
-from expattn.arguments import integer
 from expattn.catalogue import headlines
-from expattn.memory import probe_bytes, require
 from expattn.probes.analyses import records
-from expattn.probes.budgets import default_tokens
+from expattn.probes.config import ProbeConfig
 from expattn.probes.drawings import Drawing, drawings
 from expattn.probes.feeding import feed, merge
-from expattn.probes.footprint import STATISTICS
-from expattn.probes.hypotheses import ESTIMATORS, HYPOTHESES
+from expattn.probes.hypotheses import ESTIMATORS, hypotheses, inapplicable
 from expattn.probes.hypotheses.base import ProbeContext
-from expattn.probes.models.corpus import TokenSample, excluded_positions, load_text, sequence
-from expattn.probes.models.loading import load_pretrained, read_config, resolve_model_dir
-from expattn.probes.models.subject import Subject, parse_device, parse_dtype, place, subject_from_model, synthetic_image
+from expattn.probes.models.corpus import Sequences, load_text, sequences
+from expattn.probes.models.subject import Subject, open_subject
 from expattn.probes.models.twin import probe_twin
-from expattn.probes.passes import budget_bytes, plan, run_footprint
+from expattn.probes.passes import plan, run_footprint
 from expattn.probes.progress import Stage, reporter
 from expattn.results.record import Record, results_document
 from expattn.results.twin import attach_twin
-from expattn.seeds import check_seed
-
-
-@dataclass(frozen=True)
-class ProbeConfig:
-    """What to probe and how much.
-
-    Attributes:
-        model: ``minilm``, ``smollm2``, a local HuggingFace model directory or a folder written by
-            ``expattn train`` (its ``model/`` subfolder).
-        corpus: built-in corpus name (``shakespeare``); ignored when ``text`` is given.
-        text: path of a UTF-8 text file (or a folder of ``*.txt`` files) to use instead of the corpus.
-        tokens: number of tokens to read (rounded up to whole sequences); None: ``default_tokens(model)``.
-        seq_len: tokens per sequence, special tokens included.
-        seed: seed of the sample, the bootstrap and every random baseline.
-        batch_size: sequences per forward pass.
-        replicates: Poisson bootstrap replicates.
-        detail_sequences: sequences used by the per-sequence analyses (E4 Fisher, E5, E7).
-        hypotheses: the hypotheses to measure (ids among ``HYPOTHESES``); the others are not computed.
-        device: ``cpu``, ``cuda`` or ``cuda:N`` (None: cpu, or this rank's GPU under torchrun).
-        dtype: ``float32``, ``bfloat16`` or ``float16`` of the model (None: float32); the statistics read
-            float32 copies of its tensors.
-        device_map: ``auto`` to spread the model over the available devices (accelerate), or None.
-        tokenizer: folder of the tokenizer when the model folder has none.
-        statistics: ``float64`` or ``float32``, the dtype of the ``(D, D)`` accumulators of E3, E4 and E6
-            (float32 halves them: ``expattn.probes.footprint`` gives the bytes; the read-outs stay float64).
-        memory_budget: bytes the probe may take beside the model's weights (an int, or a size such as ``"40GiB"``;
-            stored as bytes); None: the device's free memory. Hypotheses that do not fit together are fed in
-            several passes over the same tokens (``expattn.probes.passes``).
-        twin: also probe the model's random-init twin on the same ids (``probes.models.twin``), each record
-            carrying its verdict as a control and a ``training`` classification (``results.twin``).
-    """
-
-    model: str = "minilm"
-    corpus: str = "shakespeare"
-    text: str | None = None
-    tokens: int | None = None
-    seq_len: int = 128
-    seed: int = 0
-    batch_size: int = 16
-    replicates: int = 200
-    detail_sequences: int = 32
-    hypotheses: tuple[str, ...] = HYPOTHESES
-    device: str | None = None
-    dtype: str | None = None
-    device_map: str | None = None
-    tokenizer: str | None = None
-    statistics: str = "float64"
-    memory_budget: int | str | None = None
-    twin: bool = False
-
-    @classmethod
-    def preset(cls, model: str, quick: bool = False, seed: int = 0, twin: bool = False) -> ProbeConfig:
-        """The default size for ``model`` (about 3 min on 2 CPU cores; ``quick``: under 40 s)."""
-        return cls(
-            model=model, twin=twin,
-            tokens=default_tokens(model, quick),
-            seed=seed,
-            detail_sequences=8 if quick else 32,
-            replicates=100 if quick else 200,
-        )
-
-    def __post_init__(self) -> None:
-        """ValueError naming the first bad field; ``tokens`` None becomes the model's default."""
-        if self.tokens is None:
-            object.__setattr__(self, "tokens", default_tokens(self.model))
-        for name, low in (("tokens", 1), ("seq_len", 4), ("batch_size", 1), ("replicates", 2), ("detail_sequences", 1)):
-            integer(name, getattr(self, name), at_least=low)
-        check_seed(self.seed)
-        if not isinstance(self.twin, bool):
-            raise TypeError(f"twin must be True or False, got {self.twin!r}")
-        if self.device_map is not None and self.device is not None:
-            raise ValueError(f"give device or device_map, not both (got device {self.device!r} and device_map "
-                             f"{self.device_map!r}: device_map places the model itself)")
-        if self.statistics not in STATISTICS:
-            raise ValueError(f"statistics must be one of {', '.join(STATISTICS)}, got {self.statistics!r}")
-        object.__setattr__(self, "memory_budget", budget_bytes(self.memory_budget))
-        chosen = self.hypotheses
-        if not isinstance(chosen, tuple | list) or not chosen or not all(isinstance(h, str) for h in chosen):
-            raise ValueError(f"hypotheses must be a non-empty sequence of ids among {HYPOTHESES}, got {chosen!r}")
-        unknown = [h for h in chosen if h not in HYPOTHESES]
-        if unknown:
-            raise ValueError(f"unknown hypothesis {unknown[0]!r}; choose among {', '.join(HYPOTHESES)}")
-        if len(set(chosen)) != len(chosen):
-            raise ValueError(f"hypotheses must not repeat an id, got {', '.join(chosen)}")
-
-    def require_memory(self) -> None:
-        """ValueError unless the host's free memory holds the token sample (``memory.probe_bytes``): a check of
-        the machine, not of the settings, so it runs when the work starts rather than at construction."""
-        require(probe_bytes(self.tokens), "cpu", f"probing {self.tokens:,} tokens")
 
 
 @dataclass
@@ -171,13 +77,6 @@ class ProbeOutcome:
         )
 
 
-def _context_length(config: dict) -> int | None:
-    for key in ("max_position_embeddings", "n_positions", "n_ctx"):
-        if isinstance(config.get(key), int):
-            return config[key]
-    return None
-
-
 def _distributed() -> tuple[int, int]:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world > 1 and not torch.distributed.is_initialized():
@@ -189,25 +88,22 @@ def _distributed() -> tuple[int, int]:
 
 def load(config: ProbeConfig) -> Subject:
     """Step 1: the model named by ``config`` with its tokenizer and adapter, on ``config.device`` in
-    ``config.dtype`` (ValueError: unknown model, unreadable folder or architecture, no tokenizer)."""
-    path = resolve_model_dir(config.model)
-    hf_config = read_config(path)
-    device, dtype = parse_device(config.device), parse_dtype(config.dtype)
-    if config.device_map is not None and config.device_map != "auto":
-        raise ValueError(f"device_map must be 'auto' (or None), got {config.device_map!r}")
-    tokenizer_dir = None if config.tokenizer is None else Path(config.tokenizer)
-    if tokenizer_dir is not None and not tokenizer_dir.is_dir():
-        raise ValueError(f"tokenizer {config.tokenizer!r} is not a folder")
-    model, tokenizer = load_pretrained(path, hf_config["model_type"], dtype, config.device_map, tokenizer_dir)
-    if config.device_map is None:
-        model = place(model, device, None)
-    subject = subject_from_model(model, tokenizer, name=config.model)
-    subject.path, subject.model_type, subject.config = path, hf_config["model_type"], hf_config
-    return subject
+    ``config.dtype``; every check of the settings against the machine and the model's folder comes first (the
+    host's memory for the token sample, the device, dtype, device map and tokenizer folder, the model's config and
+    its context length against ``seq_len``), so a bad setting fails before the weights are read.
+
+    Raises:
+        ValueError: no room for the token sample, a bad device, dtype, device map or tokenizer folder, an unknown
+            model, an unreadable folder or architecture, no tokenizer, or ``seq_len`` beyond the context.
+    """
+    config.require_memory()
+    return open_subject(config.model, config.seq_len, device=config.device, dtype=config.dtype,
+                        device_map=config.device_map, tokenizer=config.tokenizer)
 
 
-def context(subject: Subject, config: ProbeConfig) -> ProbeContext:
-    """The fixed choices of a run on ``subject`` (attention weights in float32 when the model is not)."""
+def context(subject: Subject, config: ProbeConfig, sequences: Sequences) -> ProbeContext:
+    """The fixed choices of a run on ``subject`` fed ``sequences`` (attention weights in float32 when the model
+    is not)."""
     adapter, model = subject.adapter, subject.model
     layers = len(adapter.blocks(model))
     attention = tuple(adapter.attention(model, i) for i in range(layers))
@@ -219,12 +115,13 @@ def context(subject: Subject, config: ProbeConfig) -> ProbeContext:
         attention=attention,
         layers=layers,
         dim=attention[0].wo.shape[0] if layers else model.config.hidden_size,
-        excluded=excluded_positions(config.seq_len, adapter.family, subject.tokenizer),
+        excluded=sequences.excluded,
         seed=config.seed,
         replicates=config.replicates,
         detail_sequences=config.detail_sequences,
         model_name=subject.name,
         statistics=getattr(torch, config.statistics),
+        token_text=sequences.token_text,
     )
 
 
@@ -245,23 +142,15 @@ def probe(
             ``None``: each part where it helps and is safe.
 
     Raises:
-        ValueError: bad settings, unknown model, a directory that is not a supported model, an
-            empty or unreadable text, a sequence length beyond the model's context, or an architecture
-            whose recomputed attention does not match its own (``AttentionMismatch``).
+        ValueError: an empty or unreadable text, bad settings (``load``), or an architecture whose recomputed
+            attention does not match its own (``AttentionMismatch``).
     """
     start = time.perf_counter()
-    config.require_memory()
-    if config.device_map is None:
-        parse_device(config.device)
-    parse_dtype(config.dtype)
-    path = resolve_model_dir(config.model)
-    context_length = _context_length(read_config(path))
-    if context_length is not None and config.seq_len > context_length:
-        raise ValueError(f"seq_len {config.seq_len} exceeds the context length {context_length} of {config.model}")
-    text = load_text(config.corpus, config.text)
+    text = load_text(config.corpus, config.text)  # before the weights: a bad text fails at once
     if int(os.environ.get("RANK", "0")) == 0:
         reporter(progress)(Stage("loading", 0, 1))
-    return probe_subject(load(config), config, out_dir, progress, text=text, start=start, speedups=speedups)
+    subject = load(config)
+    return probe_subject(subject, config, out_dir, progress, text=text, start=start, speedups=speedups)
 
 
 def probe_subject(subject: Subject, config: ProbeConfig, out_dir: Path | None,
@@ -269,113 +158,103 @@ def probe_subject(subject: Subject, config: ProbeConfig, out_dir: Path | None,
                   input_ids: Int[torch.Tensor, "sequence seq_len"] | None = None, start: float | None = None,
                   speedups: bool | None = None) -> ProbeOutcome:
     """Steps 2-4 on a loaded ``subject``: sequences cut from ``text`` (as ``TokenSample`` does) or the rows of
-    ``input_ids`` ``(sequence, seq_len)``; see ``probe``."""
+    ``input_ids`` ``(sequence, seq_len)`` (``models.corpus.sequences``); see ``probe``."""
     start = time.perf_counter() if start is None else start
     torch.manual_seed(config.seed)
-    ctx = context(subject, config)
-    adapter = subject.adapter
-    inapplicable = dict(adapter.inapplicable(subject.model))  # what the model reading cannot offer
-    offered = adapter.offered(subject.model)
-    for cls in ESTIMATORS:  # then what each hypothesis asks of the model: its tensors, then its own check
-        if cls.claim in inapplicable or cls.claim not in config.hypotheses:
-            continue
-        missing = [name for name in cls.tensors if name not in offered]
-        why = f"the model reading hands over no {', '.join(missing)}" if missing else cls.inapplicable(subject)
-        if why is not None:
-            inapplicable[cls.claim] = why
-    inapplicable = {h: why for h, why in inapplicable.items() if h in config.hypotheses}
-    built = [cls for cls in ESTIMATORS if cls.claim in config.hypotheses and cls.claim not in inapplicable]
+    fed = sequences(subject, config.seq_len, config.tokens, config.seed, text=text, input_ids=input_ids)
+    ctx = context(subject, config, fed)
+    skipped = inapplicable(subject, config.hypotheses)
+    built = [cls for cls in ESTIMATORS if cls.claim in config.hypotheses and cls.claim not in skipped]
     groups = passes(subject, ctx, [cls.claim for cls in built], config) if built else [[]]  # [[]]: skipped ones
-    if subject.image is not None:
-        if config.seq_len != subject.image_tokens:
-            raise ValueError(f"seq_len must be {subject.image_tokens} for this vision model (its patches and [CLS])")
-        n_seq = math.ceil(config.tokens / config.seq_len)
+    run = _feed(subject, ctx, built, groups, skipped, fed, config, out_dir, progress, speedups)
+    if config.twin:  # the same ids through the random-init twin; its records become controls
+        alone = replace(config, twin=False)
+        twins = probe_twin(subject, lambda twin, ids: probe_subject(twin, alone, None, input_ids=ids, speedups=speedups)
+                           .records, seed=config.seed, text=text, input_ids=input_ids, seq_len=config.seq_len,
+                           tokens=config.tokens, hypotheses=config.hypotheses)
+        run.records = attach_twin(run.records, twins, headlines(), config.seed) if run.rank == 0 else run.records
+    return ProbeOutcome(
+        run.records, fed.count * config.seq_len, fed.count, time.perf_counter() - start, run.forward,
+        run.stats_seconds, run.forward_cpu, run.stats_cpu, _model_info(subject, ctx, run.checked), asdict(config),
+        run.timings, run.drawn, [list(group) for group in groups],
+    )
 
-        def inputs(i: int) -> torch.Tensor:
-            return synthetic_image(subject.image, config.seed, i)
-    elif input_ids is not None:
-        n_seq = len(input_ids)
 
-        def inputs(i: int) -> torch.Tensor:
-            return input_ids[i]
-    else:
-        sample = TokenSample(config.seq_len, config.seed)
-        n_seq = math.ceil(config.tokens / config.seq_len)
+@dataclass
+class _Run:
+    """What the passes of one run gathered on this rank: the records, each measured hypothesis's timings, the
+    figures' numbers, the wall and CPU seconds of the forward passes and of the statistics, and the acceptance
+    check's largest error."""
 
-        def inputs(i: int) -> torch.Tensor:
-            return sequence(text, subject.tokenizer, adapter.family, sample, i)
-    if subject.image is None and subject.tokenizer is not None:
+    rank: int
+    records: list[Record] = field(default_factory=list)
+    timings: dict[str, dict[str, float]] = field(default_factory=dict)
+    drawn: dict[str, Drawing] = field(default_factory=dict)
+    forward: float = 0.0
+    stats_seconds: float = 0.0
+    forward_cpu: float = 0.0
+    stats_cpu: float = 0.0
+    checked: float = 0.0
 
-        def token_text(i: int, position: int) -> str:
-            return subject.tokenizer.decode([int(inputs(i)[position])])
 
-        ctx = replace(ctx, token_text=token_text)
+def _feed(subject: Subject, ctx: ProbeContext, built: list, groups: list, skipped: dict[str, str], fed: Sequences,
+          config: ProbeConfig, out_dir: Path | None, progress: Callable[..., None] | None,
+          speedups: bool | None) -> _Run:
+    """Steps 2-4 once per group of ``groups`` over the same sequences: build its estimators, feed, merge, and turn
+    them into records (the ``skipped`` ones with the first group)."""
     rank, world = _distributed()
+    n_seq = fed.count
     batches = [list(range(b, min(b + config.batch_size, n_seq))) for b in range(0, n_seq, config.batch_size)]
     mine = batches[rank::world]  # whole batches per process: the same forward passes as one process
     report = reporter(progress if rank == 0 else None)
-    recs, timings, drawn, forward, stats_seconds, checked = [], {}, {}, 0.0, 0.0, 0.0
-    forward_cpu = stats_cpu = 0.0
+    run = _Run(rank)
     for number, group in enumerate(groups, start=1):
         if len(groups) > 1 and rank == 0:
             print(f"pass {number} of {len(groups)} over the same {n_seq * config.seq_len:,} tokens: "
                   f"{', '.join(group)} (all {len(groups)} passes: the memory holds not all at once)", file=sys.stderr)
         estimators = [cls(ctx) for cls in built if cls.claim in group]
         report(Stage("feeding", 0, config.tokens, group))
-        fed = feed(subject, ctx, estimators, mine, inputs, config,
-                   lambda done, total, ids=group: report(Stage("feeding", done, total, ids)), rank, world, speedups)
-        seconds, stats = merge(estimators, fed, rank, world)
-        forward, stats_seconds = forward + (seconds if fed.overlapped else seconds - stats), stats_seconds + stats
-        forward_cpu, stats_cpu = forward_cpu + fed.forward_cpu - fed.stats_cpu, stats_cpu + fed.stats_cpu
-        checked = max(checked, fed.checked)
-        if fed.overlapped:  # records measures them all first, two at a time (measure_in_parallel)
+        done = feed(subject, ctx, estimators, mine, fed.item, config,
+                    lambda d, total, ids=group: report(Stage("feeding", d, total, ids)), rank, world, speedups)
+        seconds, stats = merge(estimators, done, rank, world)
+        run.forward += seconds if done.overlapped else seconds - stats
+        run.stats_seconds += stats
+        run.forward_cpu += done.forward_cpu - done.stats_cpu
+        run.stats_cpu += done.stats_cpu
+        run.checked = max(run.checked, done.checked)
+        if done.overlapped:  # records measures them all first, two at a time (measure_in_parallel)
             report(Stage("analyses", 0, len(estimators), group))
-        done, analysis, measured = records(estimators, inapplicable if number == 1 else {}, fed.failed, subject.name,
-                                           out_dir, report, fed.overlapped) if rank == 0 else ([], {}, {})
-        recs += done
-        timings |= {claim: {"update_seconds": fed.per_estimator[claim], "result_seconds": seconds}
-                    for claim, seconds in analysis.items()}
-        drawn |= drawings(estimators, measured) if rank == 0 else {}
+        recs, analysis, measured = records(estimators, skipped if number == 1 else {}, done.failed, subject.name,
+                                           out_dir, report, done.overlapped) if rank == 0 else ([], {}, {})
+        run.records += recs
+        run.timings |= {claim: {"update_seconds": done.per_estimator[claim], "result_seconds": seconds}
+                        for claim, seconds in analysis.items()}
+        run.drawn |= drawings(estimators, measured) if rank == 0 else {}
         report(Stage("analyses", len(estimators), len(estimators)))
         ctx.analyses.clear()  # the group's shared read-outs and statistics go before the next group's
-        del estimators, fed
-    recs.sort(key=lambda r: HYPOTHESES.index(r.id))
-    if config.twin:  # the same ids through the random-init twin; its records become controls
-        alone = replace(config, twin=False)
-        twins = probe_twin(subject, lambda twin, ids: probe_subject(twin, alone, None, input_ids=ids, speedups=speedups)
-                           .records, seed=config.seed, text=text, input_ids=input_ids, seq_len=config.seq_len,
-                           tokens=config.tokens, hypotheses=config.hypotheses)
-        recs = attach_twin(recs, twins, headlines(), config.seed) if rank == 0 else recs
+        del estimators, done
+    order = hypotheses()
+    run.records.sort(key=lambda r: order.index(r.id))
+    return run
+
+
+def _model_info(subject: Subject, ctx: ProbeContext, checked: float) -> dict:
+    """The ``model`` object of ``results.json``: what was probed, its shape and where it ran."""
     w = ctx.attention[0]
-    model_info = {
+    return {
         "name": subject.name,
         "path": None if subject.path is None else str(subject.path),
         "model_type": subject.model_type,
-        "family": adapter.family,
+        "family": subject.adapter.family,
         "layers": ctx.layers,
         "dim": ctx.dim,
         "heads": w.heads,
         "kv_heads": w.kv_heads,
-        "norm_position": adapter.norm_position,
+        "norm_position": subject.adapter.norm_position,
         "dtype": str(subject.dtype).removeprefix("torch."),
         "device": str(subject.device),
         "attention_check_max_error": checked,
     }
-    return ProbeOutcome(
-        recs,
-        n_seq * config.seq_len,
-        n_seq,
-        time.perf_counter() - start,
-        forward,
-        stats_seconds,
-        forward_cpu,
-        stats_cpu,
-        model_info,
-        asdict(config),
-        timings,
-        drawn,
-        [list(group) for group in groups],
-    )
 
 
 def passes(subject: Subject, ctx: ProbeContext, chosen: list[str], config: ProbeConfig) -> list[tuple[str, ...]]:

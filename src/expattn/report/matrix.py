@@ -13,9 +13,9 @@ verdict (``Record.training``); a cell whose verdict the twin earns too (``archit
 ``ARCHITECTURAL_MARK``, explained by ``MARK_LEGEND`` under the matrix, and every such cell's tooltip names the
 twin's verdict.
 
-The headline number of a cell is one metric per hypothesis (``HEADLINES``, the catalogue entries'
-``headline``); a sweep run's number is the median of that run's per-layer values (``SWEEP_KEYS``), the same
-quantity the probe summarises over layers.
+The headline number of a cell is one metric per hypothesis (``headlines()``, the catalogue entries'
+``headline``, read when the matrix is built); a sweep run's number is the median of that run's per-layer values
+(``SWEEP_KEYS``), the same quantity the probe summarises over layers.
 """
 
 from __future__ import annotations
@@ -28,9 +28,6 @@ from dataclasses import dataclass
 from expattn.catalogue import headlines
 from expattn.report.cards import Card, claim_key, format_value, worst
 from expattn.results.record import Record
-
-# One headline metric per hypothesis: (metric key of a probe record, what it is), from the catalogue.
-HEADLINES = headlines()
 
 # Per-layer metric keys of one run in a training-sweep record (``{run}`` is the run's name).
 SWEEP_KEYS = {
@@ -152,7 +149,7 @@ def model_cells(card: Card) -> list[tuple[Column, Cell]]:
     model = record.details.get("model")
     if model in (None, ""):
         return []
-    key = HEADLINES.get(record.id, ("", ""))[0]
+    key = headlines().get(record.id, ("", ""))[0]
     value = record.metrics.get(key)
     shown = format_value(value) if isinstance(value, int | float) and not isinstance(value, bool) else ""
     description = f"model {model}: each cell is this model's own record, its verdict and headline number"
@@ -194,9 +191,10 @@ def build_matrix(cards: Sequence[Card], titles: dict[str, str]) -> Matrix:
             columns.setdefault(column.name, column)
             found.setdefault((card.record.id, column.name), []).append(cell)
     ids = sorted({claim_id for claim_id, _ in found}, key=claim_key)
+    measures = headlines()
     rows = tuple(
         MatrixRow(
-            i, titles.get(i, ""), HEADLINES.get(i, ("", ""))[1], tuple(tuple(found.get((i, c), ())) for c in columns)
+            i, titles.get(i, ""), measures.get(i, ("", ""))[1], tuple(tuple(found.get((i, c), ())) for c in columns)
         )
         for i in ids
     )

@@ -149,11 +149,14 @@ class Estimator:
         raise NotImplementedError
 
     tensors: tuple[str, ...] = ()  # the block tensors its ``update`` reads (``expattn.probes.models.adapters``)
+    # what it asks of the model reading beyond its tensors, in the order the first one lacking is reported
+    # (names of ``expattn.probes.models.adapters.CAPABILITIES``, offered through ``Adapter.offered``)
+    needs: tuple[str, ...] = ()
 
     @staticmethod
     def inapplicable(subject: Subject) -> str | None:
-        """Why this hypothesis cannot apply to ``subject`` (a loaded model) beyond what its model reading reports
-        (``Adapter.inapplicable``), or None; the runner asks before building the estimator."""
+        """Why this hypothesis cannot apply to ``subject`` (a loaded model) beyond the tensors and capabilities its
+        model reading offers (``tensors``, ``needs``), or None; the runner asks before building the estimator."""
         return None
 
     @staticmethod

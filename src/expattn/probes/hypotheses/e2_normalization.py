@@ -66,6 +66,7 @@ class E2Normalization(Estimator):
 
     claim = "E2"
     tensors = ("input", "norm1.input", "norm1.output", "norm2.input", "norm2.output")
+    needs = ("blocks.two_norms",)
     criterion = CRITERION
     method = "spread(norm output)/spread(norm input) for both norms per block, Poisson bootstrap over sequences"
 

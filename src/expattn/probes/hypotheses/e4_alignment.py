@@ -90,6 +90,7 @@ class E4Alignment(Estimator):
 
     claim = "E4"
     tensors = ("input", "attn.input")
+    needs = ("attention.softmax", "attention.recomputable", "logits.uncapped", "logits.bilinear")
     readings = ("sigma_inv", "fisher_inv")
     method = method("Sigma^+", "the inverse attention Fisher")
     criterion = criterion("Sigma^+", "Sigma", "inverse attention Fisher")

@@ -74,6 +74,7 @@ class E5Gradient(Estimator):
 
     claim = "E5"
     tensors = ("attn.input", "attn.heads")
+    needs = ("attention.softmax", "attention.recomputable", "logits.uncapped")
     kind = "identity"
     method = "float32 attention with V=K vs autograd gradient of logsumexp on the model's q, K (rotary, GQA, causal)"
     criterion = (

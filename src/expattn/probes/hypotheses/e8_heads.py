@@ -179,6 +179,7 @@ class E8Heads(Estimator):
 
     claim = "E8"
     tensors = ("attn.heads",)
+    needs = ("attention.softmax",)
     method = "pairwise cosines of per-head updates W_o[:, h] z_h at the same token vs other tokens; Poisson bootstrap"
     criterion = (
         f"per layer, incoherent iff the 95% bootstrap interval of the mean pairwise cosine lies within "

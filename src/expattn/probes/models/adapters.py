@@ -34,6 +34,17 @@ from expattn.probes.models.attention import AttnWeights
 # (module path inside a block, "in" for its first input / "out" for its output, names)
 HookPoints = tuple[tuple[str, str, tuple[str, ...]], ...]
 
+# What a model reading may offer beside its block tensors; an estimator names those it needs (``Estimator.needs``)
+CAPABILITIES = {
+    "attention.softmax": "the attention weights are a softmax over the keys",
+    "attention.recomputable": "the probe reads the attention kernel's q, k, v and recomputes the heads",
+    "logits.uncapped": "the logits are not soft-capped: attention is the gradient of a log-normalizer",
+    "logits.bilinear": "q and k are affine in the attention input, so W_q^T W_k is the logits' bilinear form",
+    "attention.output.linear": "the attention update is W_o z + b_o (no norm after the projection, no multiplier)",
+    "depth.one_step": "each depth is one attention step, not a fixed point of its block",
+    "blocks.two_norms": "every block has two normalization sublayers, one before attention and one before the MLP",
+}
+
 
 @dataclass(frozen=True)
 class Adapter:
@@ -50,12 +61,13 @@ class Adapter:
             applied after it (post-LN).
         finish: path inside a block of the module whose forward ends the block's depth (``""``: the
             block itself); each module of ``blocks`` is one depth, called once per forward pass.
-        inapplicable: ``model -> {hypothesis id: reason}`` for the hypotheses that cannot apply to it.
+        lacks: ``model -> {capability: reason}`` for the ``CAPABILITIES`` this reading cannot offer for ``model``.
         capture: the class that hooks the model and hands over each block's tensors (``Capture``'s
             signature); None: ``Capture`` with ``points``.
         reading: what an adapter built for one model instance found in it (``expattn.probes.models.generic``).
         offers: ``model -> names`` of the block tensors it hands over (None: every name of ``points``); the
-            runner skips a hypothesis that needs a tensor not offered (``Estimator.tensors``).
+            runner skips a hypothesis that needs a tensor or a capability not offered (``Estimator.tensors``,
+            ``Estimator.needs``).
     """
 
     family: str
@@ -66,16 +78,22 @@ class Adapter:
     attention: Callable[[nn.Module, int], AttnWeights]
     norm1: Callable[[nn.Module, int], nn.Module]
     finish: str = ""
-    inapplicable: Callable[[nn.Module], dict[str, str]] = lambda _model: {}
+    lacks: Callable[[nn.Module], dict[str, str]] = lambda _model: {}
     capture: Callable | None = None
     reading: object | None = None
     offers: Callable[[nn.Module], frozenset[str]] | None = None
 
     def offered(self, model: nn.Module) -> frozenset[str]:
-        """The names of the block tensors this adapter hands the estimators for ``model``."""
-        if self.offers is not None:
-            return self.offers(model)
-        return frozenset(name for _, _, names in self.points for name in names)
+        """The names of the block tensors this adapter hands the estimators for ``model``, and the
+        ``CAPABILITIES`` it does not lack (ValueError naming a lacked capability that is not one of them)."""
+        lacks = self.lacks(model)
+        unknown = sorted(set(lacks) - set(CAPABILITIES))
+        if unknown:
+            raise ValueError(f"{self.family} adapter lacks unknown capability {unknown[0]!r}; the capabilities are "
+                             f"{', '.join(CAPABILITIES)}")
+        tensors = (self.offers(model) if self.offers is not None
+                   else frozenset(name for _, _, names in self.points for name in names))
+        return tensors | frozenset(c for c in CAPABILITIES if c not in lacks)
 
 
 _ADAPTERS: dict[str, Adapter] = {}

@@ -1,6 +1,7 @@
 """Text corpora and a deterministic sample of fixed-length token sequences.
 
-Sequence ``s`` of a sample depends only on ``(seed, s)``: a character offset drawn from
+``sequences`` gives the probe its inputs: cut from a text, the rows of given token ids, or a vision encoder's
+synthetic images. Sequence ``s`` of a sample depends only on ``(seed, s)``: a character offset drawn from
 ``numpy.random.default_rng([seed, s])`` in the concatenated text, a window tokenized there, its
 first (possibly cut) token dropped, and ``seq_len`` tokens kept, wrapped in the model's special
 tokens ([CLS] ... [SEP] for encoders, BOS first for decoders that define one). So one process and
@@ -10,6 +11,8 @@ several processes sharding the sequence indices read the same tokens.
 from __future__ import annotations
 
 import importlib.util
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +20,7 @@ import numpy as np
 import torch
 from jaxtyping import Bool, Int
 
+from expattn.probes.models.subject import Subject, synthetic_image
 from expattn.textfiles import read_text_limited
 
 CORPORA = ("shakespeare",)
@@ -114,3 +118,53 @@ def excluded_positions(seq_len: int, family: str, tokenizer: object) -> Bool[tor
     if tail:
         mask[-len(tail) :] = True
     return mask
+
+
+@dataclass(frozen=True)
+class Sequences:
+    """What a run feeds, one item per index.
+
+    Attributes:
+        count: the number of items.
+        item: ``index ->`` token ids ``(seq_len,)``, or an image ``(channels, height, width)`` for a vision encoder.
+        excluded: ``(seq_len,)`` True at the first token and at special tokens (``excluded_positions``).
+        token_text: ``(index, position) ->`` the decoded text of that token (None: no tokenizer, or images).
+    """
+
+    count: int
+    item: Callable[[int], torch.Tensor]
+    excluded: Bool[torch.Tensor, " seq_len"]
+    token_text: Callable[[int, int], str] | None = None
+
+
+def sequences(subject: Subject, seq_len: int, tokens: int, seed: int, *, text: str | None = None,
+              input_ids: Int[torch.Tensor, "sequence seq_len"] | None = None) -> Sequences:
+    """The inputs of a run on ``subject``: for a vision encoder, ``ceil(tokens / seq_len)`` synthetic images
+    (``synthetic_image``; ``seq_len`` must be its patches and [CLS]); else the rows of ``input_ids`` as they are, or
+    ``ceil(tokens / seq_len)`` sequences cut from ``text`` (``TokenSample``, ``sequence``).
+
+    Raises ValueError when ``seq_len`` is not a vision encoder's number of tokens.
+    """
+    family, tokenizer = subject.adapter.family, subject.tokenizer
+    excluded = excluded_positions(seq_len, family, tokenizer)
+    if subject.image is not None:
+        if seq_len != subject.image_tokens:
+            raise ValueError(f"seq_len must be {subject.image_tokens} for this vision model (its patches and [CLS])")
+        shape = subject.image
+        return Sequences(math.ceil(tokens / seq_len), lambda i: synthetic_image(shape, seed, i), excluded)
+    if input_ids is not None:
+        count, item = len(input_ids), input_ids.__getitem__
+    else:
+        sample = TokenSample(seq_len, seed)
+        count = math.ceil(tokens / seq_len)
+
+        def item(i: int) -> torch.Tensor:
+            return sequence(text, tokenizer, family, sample, i)
+
+    if tokenizer is None:
+        return Sequences(count, item, excluded)
+
+    def token_text(i: int, position: int) -> str:
+        return tokenizer.decode([int(item(i)[position])])
+
+    return Sequences(count, item, excluded, token_text)

@@ -185,28 +185,28 @@ class GenericReading:
             mlp_in = residual if r.structure == "pre" else xa
         return t | {"mlp.input": mlp_in, "mlp.output": m, "mlp.skip": residual}
 
-    def inapplicable(self) -> dict[str, str]:
-        """Hypotheses that cannot apply to this model, with the reason (see ``read_model``)."""
+    def lacks(self) -> dict[str, str]:
+        """The ``CAPABILITIES`` this model does not offer, each with the reason (see ``read_model``)."""
         out: dict[str, str] = {}
-        w = self.attention[0]
+        w, r = self.attention[0], self.roles[0]
         if not self.recomputable:
-            why = (f"{type(self.roles[0].tap.module).__name__} computes attention in its own code, not through a "
-                   "kernel the probe reads (for DeBERTa: disentangled content-to-position terms whose keys depend "
-                   "on the query position, not softmax of one bilinear form plus a bias)")
-            out |= {"E4": why, "E5": why, "E7": why, "E9": why}
-        elif w.softcap is not None:
-            why = (f"the logits are soft-capped (c tanh(s q.k / c), c = {w.softcap:g}): attention is not the "
-                   "gradient of the log-normalizer of a bilinear form")
-            out |= {"E4": why, "E5": why, "E9": why}
-        elif not self.affine:
-            why = "queries and keys are normalized per head (q/k norms): no bilinear form W_q^T W_k to compare"
-            out |= {"E4": why, "E9": why}
-        r = self.roles[0]
-        if "E7" not in out and (r.a != r.o or r.scale != 1.0):
-            out["E7"] = ("the attention update is not W_o z + b_o (a norm after the output projection or a residual "
-                         "multiplier), which E7's pure-attention path recomputes")
+            out["attention.recomputable"] = (
+                f"{type(r.tap.module).__name__} computes attention in its own code, not through a kernel the probe "
+                "reads (for DeBERTa: disentangled content-to-position terms whose keys depend on the query position, "
+                "not softmax of one bilinear form plus a bias)")
+        if w.softcap is not None:
+            out["logits.uncapped"] = (f"the logits are soft-capped (c tanh(s q.k / c), c = {w.softcap:g}): attention "
+                                      "is not the gradient of the log-normalizer of a bilinear form")
+        if not self.affine:
+            out["logits.bilinear"] = ("queries and keys are normalized per head (q/k norms): no bilinear form "
+                                      "W_q^T W_k to compare")
+        if r.a != r.o or r.scale != 1.0:
+            out["attention.output.linear"] = (
+                "the attention update is not W_o z + b_o (a norm after the output projection or a residual "
+                "multiplier), which E7's pure-attention path recomputes")
         if any(r.norm1 is None or r.norm2 is None for r in self.roles):
-            out["E2"] = "the blocks do not have two normalization sublayers (one norm feeds attention and MLP)"
+            out["blocks.two_norms"] = ("the blocks do not have two normalization sublayers (one norm feeds attention "
+                                       "and MLP)")
         return out
 
 
@@ -306,7 +306,7 @@ def _read(model: nn.Module, model_type: str, run) -> Adapter:
         points=(),
         attention=lambda _m, i: weights[i],
         norm1=lambda _m, i: reading.norm1(i),
-        inapplicable=lambda _m: reading.inapplicable(),
+        lacks=lambda _m: reading.lacks(),
         offers=lambda _m: reading.offers(),
         capture=GenericCapture,
         reading=reading,

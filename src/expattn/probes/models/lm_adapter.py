@@ -24,8 +24,6 @@ from expattn.nn.vocab import CharTokenizer
 from expattn.probes.models.adapters import Adapter, _linear, register_adapter
 from expattn.probes.models.attention import AttnWeights
 
-SOFTMAX_ONLY = ("E4", "E5", "E7", "E8", "E9")
-
 
 class ProbedLM(nn.Module):
     """An ``LM`` called the way the probe calls HuggingFace backbones.
@@ -69,16 +67,16 @@ def _attention(model: ProbedLM, i: int) -> AttnWeights:
     return AttnWeights(wq, bq, wk, bk, wv, bv, wo, bo, c.num_heads, c.kv_heads, c.scale, causal=True)
 
 
-def _inapplicable(model: ProbedLM) -> dict[str, str]:
-    """E4, E5, E7, E8 recompute softmax heads; E7 also stacks one attention step per depth, which an
-    implicit layer (a fixed point of its block) is not."""
+def _lacks(model: ProbedLM) -> dict[str, str]:
+    """A carrier that is not softmax offers no softmax heads to recompute; an implicit layer (a fixed point of its
+    block) is not one attention step per depth."""
     cfg = model.lm.cfg
     out = {}
     if cfg.implicit:
-        out["E7"] = "implicit layers: each depth is a fixed point of its block, not one attention step"
+        out["depth.one_step"] = "implicit layers: each depth is a fixed point of its block, not one attention step"
     if not carrier_class(cfg.carrier).softmax:
-        reason = f"the {cfg.carrier!r} carrier is not softmax attention, which this hypothesis recomputes"
-        out.update(dict.fromkeys(SOFTMAX_ONLY, reason))
+        out["attention.softmax"] = (f"the {cfg.carrier!r} carrier is not softmax attention, which this hypothesis "
+                                    "recomputes")
     return out
 
 
@@ -102,6 +100,6 @@ register_adapter(
         attention=_attention,
         norm1=lambda m, i: m.lm.layer_blocks()[i].norm1,
         finish="output",
-        inapplicable=_inapplicable,
+        lacks=_lacks,
     )
 )

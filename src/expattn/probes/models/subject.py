@@ -23,6 +23,7 @@ from torch import nn
 import expattn.probes.models.lm_adapter  # noqa: F401  (registers the adapter of expattn's own LMs)
 from expattn.probes.models.adapters import Adapter, adapter_for, supported_model_types
 from expattn.probes.models.generic import forward_kwargs, read_model
+from expattn.probes.models.loading import load_pretrained, read_config, resolve_model_dir
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -154,6 +155,43 @@ def subject_from_model(model: nn.Module, tokenizer: object | None = None, *, nam
     adapter = adapter_of(model, model_type, config.get("vocab_size"))
     return Subject(model, tokenizer, adapter, name or type(model).__name__, None, model_type, config,
                    forward_kwargs(model) if adapter.reading is not None else {}, image_shape(model))
+
+
+def context_length(config: dict) -> int | None:
+    """The longest sequence a model's ``config`` (a dict) admits, or None when it names none."""
+    for key in ("max_position_embeddings", "n_positions", "n_ctx"):
+        if isinstance(config.get(key), int):
+            return config[key]
+    return None
+
+
+def open_subject(model: str, seq_len: int, *, device: str | None = None, dtype: str | None = None,
+                 device_map: str | None = None, tokenizer: str | None = None) -> Subject:
+    """The model named ``model`` (as ``expattn probe --model`` takes it: a built-in name, a folder, a cached model
+    ID) with its tokenizer and adapter, on ``device`` in ``dtype`` (or spread by ``device_map="auto"``), for
+    sequences of ``seq_len`` tokens. The settings and the model's config are checked before the weights are read.
+
+    Raises:
+        ValueError: a bad device, dtype, device map or tokenizer folder, an unknown model, an unreadable folder or
+            architecture, no tokenizer, or ``seq_len`` beyond the model's context length.
+    """
+    place_on, cast_to = parse_device(device), parse_dtype(dtype)
+    if device_map is not None and device_map != "auto":
+        raise ValueError(f"device_map must be 'auto' (or None), got {device_map!r}")
+    tokenizer_dir = None if tokenizer is None else Path(tokenizer)
+    if tokenizer_dir is not None and not tokenizer_dir.is_dir():
+        raise ValueError(f"tokenizer {tokenizer!r} is not a folder")
+    path = resolve_model_dir(model)
+    config = read_config(path)
+    longest = context_length(config)
+    if longest is not None and seq_len > longest:
+        raise ValueError(f"seq_len {seq_len} exceeds the context length {longest} of {model}")
+    loaded, tokenizer_object = load_pretrained(path, config["model_type"], cast_to, device_map, tokenizer_dir)
+    if device_map is None:
+        loaded = place(loaded, place_on, None)
+    subject = subject_from_model(loaded, tokenizer_object, name=model)
+    subject.path, subject.model_type, subject.config = path, config["model_type"], config
+    return subject
 
 
 def _backbone(model: nn.Module) -> nn.Module:
