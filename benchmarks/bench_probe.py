@@ -31,7 +31,7 @@ import time
 
 import torch
 
-from expattn.probes.runner import HYPOTHESES
+from expattn.probes.hypotheses import hypotheses
 
 
 def plain_forward(config) -> tuple[float, float]:
@@ -139,7 +139,7 @@ def main() -> None:
     parser.add_argument("--model", default="minilm")
     parser.add_argument("--tokens", type=int, nargs="+", default=[20_000])
     parser.add_argument("--repeat", type=int, default=1, help="time: alternating plain/probe rounds")
-    parser.add_argument("--hypotheses", default=",".join(HYPOTHESES), help="time: comma-separated, as expattn probe")
+    parser.add_argument("--hypotheses", default=",".join(hypotheses()), help="time: comma-separated, as expattn probe")
     parser.add_argument("--overlap", choices=("off", "on", "both"), default="both",
                         help="time: the probe with its updates synchronous, overlapped in a worker thread, or both")
     args = parser.parse_args()

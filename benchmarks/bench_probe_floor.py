@@ -31,13 +31,13 @@ keep one; ``(plain + floor) / 2 / plain_2`` one that has two cores against plain
 from __future__ import annotations
 
 import argparse
-import math
 import statistics
 import time
 
 import torch
 from bench_probe import plain_forward
 
+from expattn.probes.models.corpus import load_text, sequences
 from expattn.probes.runner import ProbeConfig, context, load
 from expattn.probes.statistics.stats import cross, gram
 
@@ -52,9 +52,10 @@ def timed(fn) -> float:
 def floor_products(config: ProbeConfig, gen: torch.Generator) -> dict[str, tuple[float, float]]:
     """``name -> (CPU seconds, GFLOP)`` of each statistic's products for a probe of ``config``."""
     subject = load(config)
-    ctx = context(subject, config)
+    fed = sequences(subject, config.seq_len, config.tokens, config.seed, text=load_text(config.corpus, config.text))
+    ctx = context(subject, config, fed)
     d, layers = ctx.dim, ctx.layers
-    n_seq = math.ceil(config.tokens / config.seq_len)
+    n_seq = fed.count
     kept = config.seq_len - int(ctx.excluded.sum())
     fold_rows = config.batch_size // 2 * kept  # E6 splits each batch's sequences into two folds
     blocks = [min(fold_rows, (n_seq * kept) - b) for b in range(0, n_seq * kept, fold_rows)]
