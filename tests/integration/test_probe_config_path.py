@@ -2,9 +2,11 @@
 bouncing between files, and the defaults the CLI's help and ``expattn.probe`` state are ``ProbeConfig``'s.
 
 The path of a ``ProbeConfig`` is counted with ``sys.settrace``: a call into a function of ``src/expattn`` is on the
-path when the new frame holds the config (as an argument, a closure or ``self``), or when its caller holds it and
-the calling statement names it (it passes the config or a field read from it). The files of those calls, in call
-order with consecutive repeats merged, are the path; a re-entry is a file that appears in it again after another.
+path when the new frame holds the config (as an argument, in a list of configs, a closure or ``self``), or when its
+caller holds it, the calling statement names it (it passes the config or a field read from it) and the function
+takes an argument besides ``self`` (a property read on the way, such as ``subject.dtype``, receives nothing). The
+files of those calls, in call order with consecutive repeats merged, are the path; a re-entry is a file that appears
+in it again after another.
 """
 
 from __future__ import annotations
@@ -62,7 +64,8 @@ def config_path(config: ProbeConfig, run) -> list[tuple[str, list[str]]]:
     calls: list[tuple[str, str]] = []
 
     def holders(frame) -> set[str]:
-        return {name for name, value in frame.f_locals.items() if value is config}
+        return {name for name, value in frame.f_locals.items()
+                if value is config or (isinstance(value, list | tuple) and any(v is config for v in value))}
 
     def tracer(frame, event, arg):
         code = frame.f_code
@@ -70,9 +73,9 @@ def config_path(config: ProbeConfig, run) -> list[tuple[str, list[str]]]:
         if event != "call" or not code.co_filename.startswith(SRC) or comprehension:
             return None
         caller = frame.f_back
-        on_path = bool(holders(frame)) or (caller is not None and caller.f_code.co_filename.startswith(SRC) and
-                                           bool(holders(caller) & _names_at(caller.f_code.co_filename,
-                                                                            caller.f_lineno)))
+        receives = code.co_argcount + code.co_kwonlyargcount > (code.co_varnames[:1] == ("self",))
+        on_path = bool(holders(frame)) or (receives and caller is not None and caller.f_code.co_filename.startswith(
+            SRC) and bool(holders(caller) & _names_at(caller.f_code.co_filename, caller.f_lineno)))
         if on_path:
             calls.append((code.co_filename.removeprefix(SRC), code.co_name))
         return None
