@@ -6,7 +6,6 @@ model reading names a hypothesis."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 from pathlib import Path
 
@@ -94,7 +93,7 @@ def test_a_registered_estimator_flows_through_only_the_records_footprint_and_mat
     result = CliRunner().invoke(app, ["probe", "--model", str(folder), "--only", TOY, "--tokens", "64",
                                       "--seq-len", "16", "--out", str(out)])
     assert result.exit_code == 0, result.output
-    records = load_records(json.loads((out / "results.json").read_text()))
+    records = load_records(out / "results.json")
     assert [r.id for r in records] == [TOY]
     (record,) = records
     assert record.verdict in ("supported", "not_supported") and record.statement == catalogue.entry(TOY).statement
