@@ -70,7 +70,7 @@ def inapplicable(subject: Subject, chosen: Iterable[str]) -> dict[str, str]:
     """Each ``chosen`` hypothesis that cannot apply to ``subject`` -> why: the first capability its estimator
     ``needs`` that the model reading lacks (with the reading's reason), else the block ``tensors`` it does not hand
     over, else the estimator's own ``inapplicable(subject)``."""
-    adapter, model = subject.adapter, subject.model
+    adapter, model, chosen = subject.adapter, subject.model, tuple(chosen)
     offered, lacks = adapter.offered(model), adapter.lacks(model)
     out = {}
     for cls in ESTIMATORS:
