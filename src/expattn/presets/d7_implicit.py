@@ -24,11 +24,11 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from expattn.catalogue.registry import RunContext, register_claim
+from expattn.catalogue.registry import RunContext
 from expattn.checks.tools import generator
 from expattn.core.empirical import Empirical
 from expattn.nn.implicit import ImplicitAttention, ImplicitConfig, InjectedAttention, spectral_radius, unrolled
-from expattn.presets.base import Measured, Preset, Sizes
+from expattn.presets.base import Measured, Preset, Sizes, register_preset
 from expattn.results.plotting import pyplot, save_figure
 from expattn.results.record import Control, Record
 
@@ -112,6 +112,7 @@ def _hopfield_summary(rows: list[dict[str, float]]) -> dict[str, float]:
             "all_converged": float(all(r["converged"] for r in rows))}
 
 
+@register_preset
 class Hopfield(Preset):
     r"""D7 Hopfield: one explicit update $f(\xi) = X^\top\operatorname{softmax}(\beta X\xi)$ against the Anderson
     fixed point $z^\star = f(z^\star)$, for separated unit patterns ``(trials, N, d)``; judged by ``judge_hopfield``.
@@ -119,6 +120,18 @@ class Hopfield(Preset):
     Negative control: patterns at cosine ~0.98 to one shared direction are not separated, so even at the
     largest beta one update does not reach the fixed point (it lands near the patterns' average).
     """
+
+    claim = "D7"
+    name = "d7-hopfield"
+    method = (
+        "16 unit-norm patterns in d=32, queries = patterns + noise of norm 0.2, beta from 1 to 64; one update vs "
+        "the Anderson fixed point (tol 1e-10, float64): gap, iterations, evaluations, CPU time, retrieved pattern"
+    )
+    criterion = (
+        f"pass iff every Anderson solve converges, one update is within {ONE_STEP_TOL:g} (relative) of the "
+        f"fixed point at the largest beta and more than {AVERAGING_GAP:g} from it at the smallest; correlated patterns "
+        "(not separated), judged by the same rule, must fail"
+    )
 
     sizes = Sizes(quick=dict(trials=2, betas=[1.0, 4.0, 16.0, 64.0]),
                   full=dict(trials=8, betas=[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0]))
@@ -186,21 +199,6 @@ class Hopfield(Preset):
         return save_figure(fig, out_dir, "d7_hopfield.png")
 
 
-@register_claim(
-    "D7",
-    method="16 unit-norm patterns in d=32, queries = patterns + noise of norm 0.2, beta from 1 to 64; one update vs "
-    "the Anderson fixed point (tol 1e-10, float64): gap, iterations, evaluations, CPU time, retrieved pattern",
-    command="simulate",
-    name="d7-hopfield",
-    criterion=f"pass iff every Anderson solve converges, one update is within {ONE_STEP_TOL:g} (relative) of the "
-    f"fixed point at the largest beta and more than {AVERAGING_GAP:g} from it at the smallest; correlated patterns "
-    "(not separated), judged by the same rule, must fail",
-)
-def hopfield(ctx: RunContext) -> Record:
-    """``Hopfield``: measure at the sizes of ``ctx``'s mode, judge, draw into ``ctx.out_dir``."""
-    return Hopfield()(ctx)
-
-
 GRADIENT_TOL = 1e-7  # backward and forward solves at 1e-10: the gradient error is ~1e-10, far below
 
 
@@ -209,6 +207,7 @@ def judge_attention(converged: bool, grad_error: float) -> str:
     return "pass" if converged and grad_error < GRADIENT_TOL else "fail"
 
 
+@register_preset
 class Attention(Preset):
     r"""D7 attention: a random block $f(z, x) = \mathrm{LN}(x + W_o\,\mathrm{attn}(z))$ on ``(batch, tokens, dim)``;
     one explicit step $f(x, x)$ against the fixed point $z^\star = f(z^\star, x)$ with each solver, and implicit
@@ -217,6 +216,18 @@ class Attention(Preset):
 
     Negative control: the phantom gradient replaces $(I - J)^{-1}$ by five damped steps, a wrong Jacobian inverse.
     """
+
+    claim = "D7"
+    name = "d7-attention"
+    method = (
+        "random attention block f(z,x) = LayerNorm(x + W_o attn(z)), d=32, 4 heads, 16 tokens, float64; one "
+        "step f(x,x) vs the fixed point (tol 1e-10) with each solver; implicit vs unrolled and phantom gradients"
+    )
+    criterion = (
+        f"pass iff every solver converges (forward and adjoint) and the implicit gradients agree with "
+        f"backpropagation through the unrolled stack to {GRADIENT_TOL:g} (largest relative error over the inputs and "
+        "parameters); the phantom gradient (5 steps), judged by the same rule, must fail"
+    )
 
     sizes = Sizes(quick=dict(batch=2, tokens=8, dim=16), full=dict(batch=8, tokens=16, dim=32))
     solvers = ("fixed_point_iter", "anderson", "broyden")
@@ -300,18 +311,3 @@ class Attention(Preset):
         ax.set_title(f"fixed point of a random attention block (rho = {measured['rho']:.2f})")
         ax.legend(fontsize=8)
         return save_figure(fig, out_dir, "d7_attention.png")
-
-
-@register_claim(
-    "D7",
-    method="random attention block f(z,x) = LayerNorm(x + W_o attn(z)), d=32, 4 heads, 16 tokens, float64; one "
-    "step f(x,x) vs the fixed point (tol 1e-10) with each solver; implicit vs unrolled and phantom gradients",
-    command="simulate",
-    name="d7-attention",
-    criterion=f"pass iff every solver converges (forward and adjoint) and the implicit gradients agree with "
-    f"backpropagation through the unrolled stack to {GRADIENT_TOL:g} (largest relative error over the inputs and "
-    "parameters); the phantom gradient (5 steps), judged by the same rule, must fail",
-)
-def attention(ctx: RunContext) -> Record:
-    """``Attention``: measure at the sizes of ``ctx``'s mode, judge, draw into ``ctx.out_dir``."""
-    return Attention()(ctx)
