@@ -23,7 +23,6 @@ B7_STATEMENT = (
 )
 
 
-
 def _stack(block: nn.Module, x: Tensor, depth: int, gen: torch.Generator) -> dict[str, object]:
     """Distances of a tied-weight stack to the solver's fixed point, the fitted rate and the spectral radius."""
     with torch.no_grad():
