@@ -15,8 +15,6 @@ for the tied-weight stack.
 from __future__ import annotations
 
 import math
-import time
-from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -44,18 +42,6 @@ class HopfieldBlock(nn.Module):
         return Empirical(patterns).mean(self.beta * z)
 
 
-def _seconds(fn: Callable[[], object], repeats: int = 5) -> float:
-    """Fastest process CPU time of ``fn`` over ``repeats`` calls after a warm-up call: on a shared
-    machine the least disturbed estimate (wall time there varies by 100x between calls)."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.process_time()
-        fn()
-        times.append(time.process_time() - start)
-    return min(times)
-
-
 def random_block(gen: torch.Generator, dim: int, heads: int, gain: float) -> InjectedAttention:
     torch.manual_seed(int(torch.randint(0, 2**31, (1,), generator=gen)))
     return InjectedAttention(dim, heads=heads, gain=gain).double()
@@ -69,9 +55,10 @@ ONE_STEP_TOL, AVERAGING_GAP = 1e-6, 1e-2  # one step "is" the solve / clearly is
 CORRELATED_SPREAD = 0.2  # noise of norm 0.2 on a shared unit direction: pairwise cosines ~0.96-0.98
 
 
-def _hopfield_rows(patterns: Tensor, queries: Tensor, betas: list[float], timed: bool) -> list[dict[str, float]]:
+def _hopfield_rows(patterns: Tensor, queries: Tensor, betas: list[float]) -> list[dict[str, float]]:
     r"""Per beta: relative gap $|f(\xi) - z^\star| / |z^\star|$ between one update and the Anderson fixed point,
-    the solver's cost, retrieval after one step and at the fixed point, and (``timed``) CPU seconds."""
+    the solver's cost in evaluations of the update (one step is one), retrieval after one step and at the fixed
+    point."""
     n = patterns.shape[-2]
     rows = []
     for beta in betas:
@@ -93,9 +80,6 @@ def _hopfield_rows(patterns: Tensor, queries: Tensor, betas: list[float], timed:
             "retrieved_fixed": hits[1],
             "patterns_averaged_at_fixed_point": n_eff.median().item(),
         }
-        if timed:
-            row["seconds_step"] = _seconds(lambda b=block: b(queries, patterns))
-            row["seconds_solve"] = _seconds(lambda lay=layer: lay(patterns, z0=queries))
         rows.append(row)
     return rows
 
@@ -125,7 +109,7 @@ class Hopfield(Preset):
     name = "d7-hopfield"
     method = (
         "16 unit-norm patterns in d=32, queries = patterns + noise of norm 0.2, beta from 1 to 64; one update vs "
-        "the Anderson fixed point (tol 1e-10, float64): gap, iterations, evaluations, CPU time, retrieved pattern"
+        "the Anderson fixed point (tol 1e-10, float64): gap, iterations, evaluations, retrieved pattern"
     )
     criterion = (
         f"pass iff every Anderson solve converges, one update is within {ONE_STEP_TOL:g} (relative) of the "
@@ -144,11 +128,11 @@ class Hopfield(Preset):
         patterns = torch.nn.functional.normalize(torch.randn(*shape, generator=gen, dtype=torch.float64), dim=-1)
         noise = torch.nn.functional.normalize(torch.randn(*shape, generator=gen, dtype=torch.float64), dim=-1)
         queries = patterns + 0.2 * noise
-        rows = _hopfield_rows(patterns, queries, n.betas, timed=True)
+        rows = _hopfield_rows(patterns, queries, n.betas)
         shared = torch.nn.functional.normalize(torch.randn(n.trials, 1, self.d, generator=gen, dtype=torch.float64),
                                                dim=-1)
         close = torch.nn.functional.normalize(shared + CORRELATED_SPREAD * patterns, dim=-1)
-        control_rows = _hopfield_rows(close, close + 0.2 * noise, n.betas, timed=False)
+        control_rows = _hopfield_rows(close, close + 0.2 * noise, n.betas)
         return dict(rows=rows, control_rows=control_rows, betas=n.betas, queries=n.trials * self.patterns)
 
     def judge(self, measured: Measured) -> Record:
@@ -167,7 +151,6 @@ class Hopfield(Preset):
                 "gap_largest_beta": gaps[-1],
                 "evaluations_smallest_beta": rows[0]["evaluations"],
                 "evaluations_largest_beta": rows[-1]["evaluations"],
-                "solve_over_step_time_largest_beta": rows[-1]["seconds_solve"] / rows[-1]["seconds_step"],
                 "queries": measured["queries"],
             },
             details={"rows": rows},
@@ -235,7 +218,7 @@ class Attention(Preset):
     def measure(self, ctx: RunContext, n: SimpleNamespace) -> Measured:
         """Per solver its residual ``traces`` and cost (``solvers``); the last solver's fixed point's gap to one
         step, the Jacobian's spectral radius ``rho``, the unrolled ``depth``, the implicit and phantom gradients'
-        largest relative errors, and the CPU seconds of one step."""
+        largest relative errors."""
         gen = generator(ctx.seed)
         block = random_block(gen, n.dim, 4, gain=1.0)
         x = torch.randn(n.batch, n.tokens, n.dim, generator=gen, dtype=torch.float64, requires_grad=True)
@@ -251,7 +234,6 @@ class Attention(Preset):
                 "iterations": stats.forward.iterations,
                 "evaluations": stats.forward.evaluations,
                 "converged": stats.forward.converged and stats.backward.converged,
-                "seconds_forward": _seconds(torch.no_grad()(lambda lay=layer: lay(x.detach()))),
             }
         with torch.no_grad():
             step = block(x, x)
@@ -265,15 +247,13 @@ class Attention(Preset):
             return max(relative(g, r) for g, r in zip(gs, reference, strict=True))
 
         grad_error, phantom_error = error(grads), error(phantom_grads)
-        seconds_step = _seconds(torch.no_grad()(lambda: block(x.detach(), x.detach())))
         return dict(traces=traces, solvers=solvers, gap=relative(step, z.detach()), rho=rho, depth=depth,
-                    grad_error=grad_error, phantom_error=phantom_error, seconds_step=seconds_step)
+                    grad_error=grad_error, phantom_error=phantom_error)
 
     def judge(self, measured: Measured) -> Record:
         """D7's Record: ``judge_attention`` on the implicit gradient; the phantom gradient as control."""
         solvers, gap, rho, depth = measured["solvers"], measured["gap"], measured["rho"], measured["depth"]
-        grad_error, phantom_error, seconds_step = (measured[k] for k in ("grad_error", "phantom_error",
-                                                                         "seconds_step"))
+        grad_error, phantom_error = measured["grad_error"], measured["phantom_error"]
         converged = all(s["converged"] for s in solvers.values())
         control = Control("phantom gradient, 5 steps (approximate inverse of I - J)", "negative",
                           judge_attention(converged, phantom_error),
@@ -290,10 +270,8 @@ class Attention(Preset):
                 "phantom5_vs_unrolled_grad_error": phantom_error,
                 "unrolled_depth": depth,
                 **{f"evaluations_{k}": v["evaluations"] for k, v in solvers.items()},
-                "anderson_solve_over_step_time": solvers["anderson"]["seconds_forward"] / seconds_step,
             },
-            details={"solvers": solvers, "traces": {k: list(v) for k, v in measured["traces"].items()},
-                     "seconds_step": seconds_step},
+            details={"solvers": solvers, "traces": {k: list(v) for k, v in measured["traces"].items()}},
             notes=f"one explicit step is {gap:.2f} (relative) from the fixed point; the Jacobian's "
             f"spectral radius there is {rho:.2f}; implicit gradients agree with backpropagation through {depth} "
             f"unrolled steps to {grad_error:.1e} (phantom, 5 steps: {phantom_error:.1e})",
