@@ -11,7 +11,7 @@ import torch
 from expattn.catalogue.registry import RunContext
 from expattn.presets import d2_hopfield
 from expattn.presets import d2_retrieval as d2
-from expattn.presets.d2_fixed_vs_changing import fixed_vs_changing
+from expattn.presets.d2_fixed_vs_changing import FixedVsChanging
 
 
 def explicit_update(xi: np.ndarray, patterns: np.ndarray, beta: float) -> np.ndarray:
@@ -61,11 +61,11 @@ def test_fixed_point_iteration_decreases_energy(gen):
     assert (energies[1:] - energies[:-1]).max().item() <= 1e-12
 
 
-PRESETS = [d2.one_step_error, d2.capacity, d2.metastable, fixed_vs_changing]
+PRESETS = [d2.OneStepError(), d2.Capacity(), d2.Metastable(), FixedVsChanging()]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("preset", PRESETS, ids=lambda f: f.__name__)
+@pytest.mark.parametrize("preset", PRESETS, ids=lambda p: p.name)
 def test_quick_presets_pass_and_draw(preset, tmp_path):
     record = preset(RunContext(seed=1, out_dir=tmp_path, quick=True))
     assert record.id == "D2" and record.kind == "dynamics"
@@ -77,7 +77,7 @@ def test_quick_presets_pass_and_draw(preset, tmp_path):
 
 
 def test_presets_without_out_dir_draw_nothing():
-    record = fixed_vs_changing(RunContext(seed=2, out_dir=None, quick=True))
+    record = FixedVsChanging()(RunContext(seed=2, out_dir=None, quick=True))
     assert record.plots == [] and record.verdict == "pass"
 
 
@@ -85,9 +85,9 @@ def test_broken_update_fails_the_verdicts(monkeypatch):
     """The verdicts can fail: an update that ignores the patterns (returns the query) must be caught."""
     for module in (d2, d2_hopfield):  # the presets and the sweeps they call
         monkeypatch.setattr(module, "hopfield_update", lambda xi, patterns, beta: xi.clone())
-    assert d2.one_step_error(RunContext(seed=0, quick=True)).verdict == "fail"
-    assert d2.capacity(RunContext(seed=0, quick=True)).verdict == "fail"
-    assert fixed_vs_changing(RunContext(seed=0, quick=True)).verdict == "fail"
+    assert d2.OneStepError()(RunContext(seed=0, quick=True)).verdict == "fail"
+    assert d2.Capacity()(RunContext(seed=0, quick=True)).verdict == "fail"
+    assert FixedVsChanging()(RunContext(seed=0, quick=True)).verdict == "fail"
 
 
 @pytest.mark.parametrize("beta", [0.0, -1.0, float("nan"), float("inf")])

@@ -1,17 +1,18 @@
 """The simulate presets' base class: sizes of both modes read in one place, draw only with an output folder,
-and every preset module short and free of inline quick/full choices."""
+registration from the class's own attributes, and every preset module short and free of inline quick/full
+choices."""
 
 from __future__ import annotations
 
 import ast
-import inspect
-import textwrap
 from pathlib import Path
 
 import pytest
+import torch
 
+from expattn.catalogue import entry, registry
 from expattn.catalogue.registry import RunContext
-from expattn.presets.base import Preset, Sizes
+from expattn.presets.base import Preset, Sizes, register_preset
 from expattn.results.record import Record
 
 PRESETS = Path(__file__).resolve().parents[2] / "src" / "expattn" / "presets"
@@ -90,13 +91,57 @@ def test_the_check_finds_an_inline_choice():
     assert not _reads_quick(ast.parse("n = sizes.pick(flag)"))
 
 
-def test_every_simulate_preset_calls_a_preset():
-    """Each registered simulate check is ``return X()(ctx)`` with ``X`` a ``Preset`` subclass."""
-    from expattn.commands.checks import claims
+def test_every_simulate_check_is_a_registered_preset():
+    """Each registered simulate check is an instance of a ``Preset`` subclass, registered with the claim, name,
+    method and criterion its class states, and every ``Preset`` subclass of a preset module is registered."""
+    from expattn.commands.checks import PRESET_MODULES, claims
 
-    checks = [inspect.unwrap(c.check) for c in claims("simulate")]
-    assert len(checks) >= 16
-    for fn in checks:
-        (ret,) = ast.parse(textwrap.dedent(inspect.getsource(fn))).body[0].body[-1:]
-        called = ret.value.func.func.id
-        assert issubclass(fn.__globals__[called], Preset), fn.__name__
+    registered = claims("simulate")
+    assert len(registered) >= 16
+    for c in registered:
+        assert isinstance(c.check, Preset), c.name
+        preset = type(c.check)
+        assert (c.id, c.name, c.method, c.criterion) == (preset.claim, preset.name, preset.method, preset.criterion)
+        assert c.statement == (preset.statement or entry(c.id).statement), c.name
+    defined = {cls for m in PRESET_MODULES for cls in vars(m).values()
+               if isinstance(cls, type) and issubclass(cls, Preset) and cls.__module__ == m.__name__}
+    assert defined == {type(c.check) for c in registered}
+
+
+def test_register_preset_registers_the_class_attributes(monkeypatch):
+    monkeypatch.setattr(registry, "_REGISTRY", {})
+
+    @register_preset
+    class Named(Toy):
+        claim, name, method, criterion = "b2", "toy-collapse", "sums ones", "pass iff the sum is positive"
+
+    (claim,) = registry.registered("simulate")
+    assert (claim.id, claim.name, claim.command) == ("B2", "toy-collapse", "simulate")
+    assert (claim.method, claim.criterion, claim.kind) == ("sums ones", "pass iff the sum is positive", "dynamics")
+    assert claim.statement == entry("B2").statement  # no statement of its own: the catalogue's
+    assert isinstance(claim.check, Named) and claim.check(RunContext(quick=True)).metrics == {"total": 6}
+    with pytest.raises(ValueError, match="already has a check named toy-collapse"):
+        register_preset(Named)  # the same name twice is refused
+    with pytest.raises(ValueError, match="unknown claim ID"):
+        register_preset(type("Stray", (Named,), {"claim": "Z9", "name": "stray"}))
+
+
+class Threads(Toy):
+    """Records the intra-op thread count ``measure`` runs with."""
+
+    def measure(self, ctx, n):
+        self.seen.append(torch.get_num_threads())
+        return {"total": 0}
+
+
+def test_single_thread_runs_measure_on_one_thread_and_restores_the_count():
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)  # a count a single-thread run must change and give back
+    try:
+        many = Threads()
+        many(RunContext())
+        one = type("OneThread", (Threads,), {"single_thread": True})()
+        one(RunContext())
+        assert (many.seen, one.seen, torch.get_num_threads()) == ([2], [1], 2)
+    finally:
+        torch.set_num_threads(before)

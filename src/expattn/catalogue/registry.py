@@ -1,7 +1,8 @@
 """Registry of the checks of the catalogue's claims: claim ID -> check function, as data.
 
-Check modules live in ``expattn.checks`` (and ``expattn.presets`` register the same way); each
-decorates its functions with ``register_claim``, naming a claim ID of ``expattn.catalogue``. A
+Check modules live in ``expattn.checks``; each decorates its functions with ``register_claim``,
+naming a claim ID of ``expattn.catalogue`` (``expattn.presets`` register ``Preset`` instances through it,
+with ``register_preset``). A
 check takes a ``RunContext`` (seed, output folder for plots, quick flag) and returns a
 ``Record``. This module only holds what was registered: the command layer imports the check
 modules by name and runs them (``expattn.commands.checks``).

@@ -1,2 +1,3 @@
-"""``expattn simulate`` presets: each module registers named experiments with ``register_claim``
-(``command="simulate"``), one claim ID per preset, returning a ``Record`` and writing plots."""
+"""``expattn simulate`` presets: each module defines ``Preset`` subclasses that register themselves with
+``register_preset`` (``presets/base.py``), one named experiment of one claim ID each, returning a ``Record`` and
+writing plots."""

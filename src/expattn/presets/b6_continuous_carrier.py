@@ -7,20 +7,19 @@ from types import SimpleNamespace
 
 import torch
 
-from expattn.catalogue.registry import RunContext, register_claim
+from expattn.catalogue.registry import RunContext
 from expattn.checks.tools import generator
 from expattn.dynamics.clouds import make_cloud
 from expattn.dynamics.gaussianity import FWER, gaussian_family
 from expattn.dynamics.metrics import sliced_wasserstein_gaussian
 from expattn.dynamics.operators import AttentionConfig, AttentionUpdate, Compose
 from expattn.nn.norms import NormConfig, Whitening
-from expattn.presets.b_dynamics import single_thread
 from expattn.presets.b_equilibrium import STARTS
 from expattn.presets.b_rules import (
     GaussianRedraw,
     judge_gaussianity,
 )
-from expattn.presets.base import Measured, Preset, Sizes
+from expattn.presets.base import Measured, Preset, Sizes, register_preset
 from expattn.results.plotting import pyplot, save_figure
 from expattn.results.record import Control, Record
 
@@ -50,6 +49,7 @@ def decide(runs: dict, gen: torch.Generator, nulls: dict) -> dict:
 CARRIERS = ("kernel-smoothed cloud", "fixed 4-component mixture")  # B6's carriers
 
 
+@register_preset
 class ContinuousCarrier(Preset):
     r"""B6: does $\mathrm{RN}\circ A$, $A(x) = x + \nabla G(x)$ with a continuous carrier, drive whitened
     non-Gaussian clouds ``(1, n, D)`` to a Gaussian? Judged by ``judge_gaussianity``.
@@ -59,6 +59,16 @@ class ContinuousCarrier(Preset):
     standard normal sample (positive: must be supported, i.e. the tests do not reject Gaussian ends; one step).
     Quick mode keeps the 600 samples: at 200 the tests miss the two clusters in D = 8 after whitening alone.
     """
+
+    claim = "B6"
+    name = "b6-continuous-carrier"
+    method = (
+        "600 samples in D = 2, 8; carriers: the cloud smoothed by N(0, I) kernels (self, A6) and a fixed "
+        "4-component mixture with Sigma = I; RN = whitening to N(0, I); starts: gaussian, cube, lognormal, two "
+        "clusters; 25 iterations; sliced-W2 excess per iteration; at the end one Gaussianity decision over all ends "
+        "(Mardia's skewness and kurtosis, coordinate kurtosis; Holm at family-wise level 0.001)"
+    )
+    single_thread = True
 
     sizes = Sizes(quick=dict(samples=600, iters=6), full=dict(samples=600, iters=25))
 
@@ -152,18 +162,3 @@ class ContinuousCarrier(Preset):
         axes[0][0].legend(fontsize=8)
         fig.suptitle("B6: continuous carriers + whitening do not drive clouds to a Gaussian (1 = Gaussian level)")
         return save_figure(fig, out_dir, "b6_continuous_carrier.png")
-
-
-@register_claim(
-    "B6",
-    method="600 samples in D = 2, 8; carriers: the cloud smoothed by N(0, I) kernels (self, A6) and a fixed "
-    "4-component mixture with Sigma = I; RN = whitening to N(0, I); starts: gaussian, cube, lognormal, two "
-    "clusters; 25 iterations; sliced-W2 excess per iteration; at the end one Gaussianity decision over all ends "
-    "(Mardia's skewness and kurtosis, coordinate kurtosis; Holm at family-wise level 0.001)",
-    command="simulate",
-    name="b6-continuous-carrier",
-)
-@single_thread
-def b6_continuous_carrier(ctx: RunContext) -> Record:
-    """``ContinuousCarrier``: measure at the sizes of ``ctx``'s mode, judge, draw into ``ctx.out_dir``."""
-    return ContinuousCarrier()(ctx)

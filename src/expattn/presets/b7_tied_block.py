@@ -14,13 +14,12 @@ from types import SimpleNamespace
 
 import torch
 
-from expattn.catalogue.registry import RunContext, register_claim
+from expattn.catalogue.registry import RunContext
 from expattn.checks.tools import generator
 from expattn.dynamics.operators import AttentionConfig, AttentionUpdate, Compose, FeedForward, FeedForwardConfig
 from expattn.nn.norms import NormConfig, build_norm
-from expattn.presets.b_dynamics import single_thread
 from expattn.presets.b_rules import FIXED_TOL, CyclicShift, fixed_point_row, judge_fixed_point
-from expattn.presets.base import Measured, Preset, Sizes
+from expattn.presets.base import Measured, Preset, Sizes, register_preset
 from expattn.results.plotting import pyplot, save_figure
 from expattn.results.record import Control, Record
 
@@ -37,6 +36,7 @@ def tied_block(dim: int, gain: float, gen: torch.Generator, seed: int) -> Compos
     )
 
 
+@register_preset
 class TiedBlock(Preset):
     r"""B7: a tied-weight post-LN block $f$ on ``(batch, tokens, D)`` has a fixed point $x^* = f(x^*)$ that plain
     iteration and Broyden's method both find, for some weight gain; judged by ``judge_fixed_point``.
@@ -44,6 +44,14 @@ class TiedBlock(Preset):
     Negative control through the same rule: $\mathrm{LN}\circ$``CyclicShift``, which has no fixed point (a fixed
     point would be constant across channels, which LayerNorm maps to zero), iterated and solved the same way.
     """
+
+    claim = "B7"
+    name = "b7-tied-block"
+    method = (
+        "post-LN block (attention with a random W, MLP, LayerNorm), D=16, 32 tokens, weight gain in "
+        "{0.1, 0.25, 0.5, 1, 2, 4}: 300 plain iterations vs Broyden's method (expattn.core.solvers) from the same start"
+    )
+    single_thread = True
 
     sizes = Sizes(quick=dict(batch=2, tokens=16, dim=8, iters=300), full=dict(batch=4, tokens=32, dim=16, iters=300))
     gains = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0)
@@ -116,16 +124,3 @@ class TiedBlock(Preset):
         ax.set_title("B7: iterating one tied-weight block: fixed point at some gains only")
         ax.legend(fontsize=8)
         return save_figure(fig, out_dir, "b7_tied_block.png")
-
-
-@register_claim(
-    "B7",
-    method="post-LN block (attention with a random W, MLP, LayerNorm), D=16, 32 tokens, weight gain in "
-    "{0.1, 0.25, 0.5, 1, 2, 4}: 300 plain iterations vs Broyden's method (expattn.core.solvers) from the same start",
-    command="simulate",
-    name="b7-tied-block",
-)
-@single_thread
-def b7_tied_block(ctx: RunContext) -> Record:
-    """``TiedBlock``: measure at the sizes of ``ctx``'s mode, judge, draw into ``ctx.out_dir``."""
-    return TiedBlock()(ctx)

@@ -26,9 +26,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from expattn.catalogue.registry import RunContext, register_claim
+from expattn.catalogue.registry import RunContext
 from expattn.checks.tools import generator
-from expattn.presets.base import Measured, Preset, Sizes
+from expattn.presets.base import Measured, Preset, Sizes, register_preset
 from expattn.results.plotting import pyplot, save_figure
 from expattn.results.record import Control, Record
 
@@ -125,6 +125,7 @@ CASES = {  # name: (shared distortion, update map); the first is the claim's own
 }
 
 
+@register_preset
 class Heads(Preset):
     r"""B8: in random multi-head attention on a Gaussian cloud ``(tokens, dim)``, each head's update $u_h$ is the
     gradient step of its own log-normalizer in its distortion, and the heads' updates of one token are incoherent:
@@ -134,6 +135,20 @@ class Heads(Preset):
     Negative controls, each through the same rule: one distortion shared by every head, $x W_v W_o$ without
     attention, and uniform averaging (``CASES``).
     """
+
+    claim = "B8"
+    name = "b8-heads"
+    method = (
+        "random multi-head attention (8 heads, d=64, 128 tokens of a Gaussian cloud, float64) over seeds: "
+        "each head's update vs autograd of its log-normalizer in its distortion; mean cosine between heads' "
+        "updates of the same token vs a token-permuted null, energy ratio |sum u_h|^2 / sum |u_h|^2; negative "
+        "controls: one shared distortion, x W_v W_o, uniform averaging"
+    )
+    criterion = (
+        f"supported iff in every draw each head's update is its gradient step (relative error <= "
+        f"{GRADIENT_TOL:g}), |cosine - null| <= {COSINE_BAND} and the energy ratio lies in {ENERGY_BAND}; "
+        "each negative control, judged by the same rule, must come out not_supported"
+    )
 
     sizes = Sizes(quick=dict(draws=4), full=dict(draws=16))
     heads, dim, tokens = 8, 64, 128
@@ -204,20 +219,3 @@ class Heads(Preset):
         ax.set_title("B8: heads' gradient steps are incoherent")
         ax.legend(fontsize=8)
         return save_figure(fig, out_dir, "b8_heads.png")
-
-
-@register_claim(
-    "B8",
-    method="random multi-head attention (8 heads, d=64, 128 tokens of a Gaussian cloud, float64) over seeds: "
-    "each head's update vs autograd of its log-normalizer in its distortion; mean cosine between heads' "
-    "updates of the same token vs a token-permuted null, energy ratio |sum u_h|^2 / sum |u_h|^2; negative "
-    "controls: one shared distortion, x W_v W_o, uniform averaging",
-    command="simulate",
-    name="b8-heads",
-    criterion=f"supported iff in every draw each head's update is its gradient step (relative error <= "
-    f"{GRADIENT_TOL:g}), |cosine - null| <= {COSINE_BAND} and the energy ratio lies in {ENERGY_BAND}; "
-    "each negative control, judged by the same rule, must come out not_supported",
-)
-def heads_incoherent(ctx: RunContext) -> Record:
-    """``Heads``: measure at the sizes of ``ctx``'s mode, judge, draw into ``ctx.out_dir``."""
-    return Heads()(ctx)

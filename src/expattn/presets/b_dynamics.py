@@ -6,16 +6,14 @@ $\eta_t \mapsto [\eta_t +]\,\nabla G(\beta\eta_t)$ with the cloud itself as the 
 
 from __future__ import annotations
 
-import functools
 import math
-from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import torch
 
-from expattn.catalogue.registry import RunContext, register_claim
+from expattn.catalogue.registry import RunContext
 from expattn.checks.tools import generator
 from expattn.dynamics.clouds import make_cloud
 from expattn.dynamics.operators import AttentionConfig, AttentionUpdate, Compose
@@ -29,38 +27,28 @@ from expattn.presets.b_rules import (
     judge_expansion,
     judge_normalization,
 )
-from expattn.presets.base import Measured, Preset, Sizes
+from expattn.presets.base import Measured, Preset, Sizes, register_preset
 from expattn.results.plotting import pyplot, save_figure
 from expattn.results.record import Control, Record
 
 FLOOR = 1e-13  # a diameter this small relative to its start is a point in float64
 
 
-def single_thread(fn: Callable[[RunContext], Record]) -> Callable[[RunContext], Record]:
-    """Run a preset with one intra-op torch thread (restored afterwards).
-
-    The presets iterate many small tensor operations; on a shared machine extra threads only
-    spin against other processes (all B presets here: 525 s with two threads, 68 s with one).
-    """
-
-    @functools.wraps(fn)
-    def wrapper(ctx: RunContext) -> Record:
-        before = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
-            return fn(ctx)
-        finally:
-            torch.set_num_threads(before)
-
-    return wrapper
-
-
+@register_preset
 class Collapse(Preset):
     r"""B2: pure self-attention, $x_t \mapsto \nabla G(\beta x_t)$ on Gaussian clouds ``(batch, token, dim)``,
     never grows the diameter; at the smallest beta every cloud collapses to a point (float64 floor).
 
     Negative control through the same monotonicity rule: the same clouds and steps with the residual kept.
     """
+
+    claim = "B2"
+    name = "b2-collapse"
+    method = (
+        "Gaussian clouds (64 tokens, D=8), pure self-attention at beta in {0.1, 0.3, 1, 4}, 200 steps; diameter "
+        "at every step (exact monotonicity) and its per-step collapse rate"
+    )
+    single_thread = True
 
     sizes = Sizes(quick=dict(batch=3, tokens=24, dim=8, steps=40), full=dict(batch=8, tokens=64, dim=8, steps=200))
     betas = (0.1, 0.3, 1.0, 4.0)
@@ -147,19 +135,7 @@ class Collapse(Preset):
         return save_figure(fig, out_dir, "b2_collapse.png")
 
 
-@register_claim(
-    "B2",
-    method="Gaussian clouds (64 tokens, D=8), pure self-attention at beta in {0.1, 0.3, 1, 4}, 200 steps; diameter "
-    "at every step (exact monotonicity) and its per-step collapse rate",
-    command="simulate",
-    name="b2-collapse",
-)
-@single_thread
-def b2_collapse(ctx: RunContext) -> Record:
-    """``Collapse``: measure at the sizes of ``ctx``'s mode, judge, draw into ``ctx.out_dir``."""
-    return Collapse()(ctx)
-
-
+@register_preset
 class Expansion(Preset):
     r"""B3: $\operatorname{tr}\operatorname{Cov}(x + \nabla G(\beta x)) / \operatorname{tr}\operatorname{Cov}(x) > 1$
     for centred radially symmetric clouds ``(batch, token, dim)``, judged by ``judge_expansion``.
@@ -167,6 +143,15 @@ class Expansion(Preset):
     Negative control: the same clouds and settings without the residual, $x \mapsto \nabla G(\beta x)$,
     a convex combination that shrinks the cloud (ratio of order $\beta^2$ at small beta); the rule must fail.
     """
+
+    claim = "B3"
+    name = "b3-expansion"
+    method = (
+        "one residual self-attention step on 100 clouds of 64 tokens per setting, D in {2, 16}, "
+        "beta in {0.01, 0.1, 1, 10}; ratio of trace of covariance with a 95% interval over clouds, also "
+        "mean distance to the centroid and fitted-Gaussian entropy; contrasted with non-symmetric clouds"
+    )
+    single_thread = True
 
     sizes = Sizes(quick=dict(batch=10, tokens=32), full=dict(batch=100, tokens=64))
     dims, betas = (2, 16), (0.01, 0.1, 1.0, 10.0)
@@ -235,20 +220,6 @@ class Expansion(Preset):
         return save_figure(fig, out_dir, "b3_expansion.png")
 
 
-@register_claim(
-    "B3",
-    method="one residual self-attention step on 100 clouds of 64 tokens per setting, D in {2, 16}, "
-    "beta in {0.01, 0.1, 1, 10}; ratio of trace of covariance with a 95% interval over clouds, also "
-    "mean distance to the centroid and fitted-Gaussian entropy; contrasted with non-symmetric clouds",
-    command="simulate",
-    name="b3-expansion",
-)
-@single_thread
-def b3_expansion(ctx: RunContext) -> Record:
-    """``Expansion``: measure at the sizes of ``ctx``'s mode, judge, draw into ``ctx.out_dir``."""
-    return Expansion()(ctx)
-
-
 def settling(traj, operator, start_diameter: torch.Tensor) -> list[str]:
     """Where an iterated operator ends, per cloud: point, fixed point, 2-cycle, steady spread, growing or moving."""
     tail = traj.metrics["trace_cov"][-max(2, len(traj.metrics["trace_cov"]) // 5) :]
@@ -274,6 +245,7 @@ def settling(traj, operator, start_diameter: torch.Tensor) -> list[str]:
     return out
 
 
+@register_preset
 class Normalization(Preset):
     r"""B4: $\operatorname{spread}(N(A(x))) < \operatorname{spread}(A(x))$ for each normalization $N$ and
     $\operatorname{tr}\operatorname{Cov}((N\circ A)^k(x))$ bounded, clouds ``(batch, token, dim)``, judged by
@@ -282,6 +254,14 @@ class Normalization(Preset):
     Negative control: $N$ = identity (no normalization), run in the same loop; attention alone expands
     without bound, so the rule must fail on its rows.
     """
+
+    claim = "B4"
+    name = "b4-normalization"
+    method = (
+        "Gaussian clouds (64 tokens, D=16), beta in {0.1, 1}: contraction factor (spread after/before) of "
+        "each normalization on the expanded cloud A(x), then 150 steps of N∘A and where they settle"
+    )
+    single_thread = True
 
     sizes = Sizes(quick=dict(batch=2, tokens=32, dim=16, steps=40), full=dict(batch=6, tokens=64, dim=16, steps=150))
     names = ("identity", "layernorm", "rmsnorm", "sphere", "whitening")
@@ -363,16 +343,3 @@ class Normalization(Preset):
         fig.suptitle("B4: attention alone expands without bound; with a normalization the spread stays bounded "
                      "(at small beta the per-token norms collapse it to a point)")
         return save_figure(fig, out_dir, "b4_normalization.png")
-
-
-@register_claim(
-    "B4",
-    method="Gaussian clouds (64 tokens, D=16), beta in {0.1, 1}: contraction factor (spread after/before) of "
-    "each normalization on the expanded cloud A(x), then 150 steps of N∘A and where they settle",
-    command="simulate",
-    name="b4-normalization",
-)
-@single_thread
-def b4_normalization(ctx: RunContext) -> Record:
-    """``Normalization``: measure at the sizes of ``ctx``'s mode, judge, draw into ``ctx.out_dir``."""
-    return Normalization()(ctx)

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import torch
 
-from expattn.catalogue.registry import RunContext, register_claim
+from expattn.catalogue.registry import RunContext
 from expattn.checks.spd import spd_with_spectrum
 from expattn.checks.tools import generator
 from expattn.dynamics.clouds import make_cloud
@@ -21,7 +21,6 @@ from expattn.dynamics.metrics import covariance, sliced_wasserstein_gaussian
 from expattn.dynamics.operators import AttentionConfig, AttentionUpdate, Compose
 from expattn.dynamics.run import run
 from expattn.nn.norms import NormConfig, Whitening, sym_power
-from expattn.presets.b_dynamics import single_thread
 from expattn.presets.b_rules import (
     AFFINE_TOL,
     DRIFT_TOL,
@@ -30,7 +29,7 @@ from expattn.presets.b_rules import (
     PrintedRN,
     judge_theorem1,
 )
-from expattn.presets.base import Measured, Preset, Sizes
+from expattn.presets.base import Measured, Preset, Sizes, register_preset
 from expattn.results.plotting import pyplot, save_figure
 from expattn.results.record import Control, Record
 
@@ -44,6 +43,7 @@ def _moment_z(x: torch.Tensor, mean: torch.Tensor, cov: torch.Tensor) -> tuple[f
     return float(z_mean), float(((covariance(x)[0] - cov).abs() / cov_se).max())
 
 
+@register_preset
 class Theorem1(Preset):
     r"""B5: $A(\eta) = \mu + (I + \Sigma)\eta$ on ``(1, n, D)`` samples $\eta \sim p_{eq}$, and
     $\mathrm{RN}\circ A$ keeps $p_{eq}$ (moments within Monte Carlo error, Gaussian, no drift), judged by
@@ -53,6 +53,22 @@ class Theorem1(Preset):
     the affine error is of order one), and RN as printed (``PrintedRN``, the raw second moment in place of
     the covariance) iterated in place of RN (the covariance misses $p_{eq}$'s by many standard errors).
     """
+
+    claim = "B5"
+    name = "b5-theorem1"
+    method = (
+        "20,000 samples in D = 2, 8, 32, 100 iterations of RN o A: affine map error, mean/covariance vs "
+        "Monte Carlo error, one Gaussianity decision over the three final clouds (Mardia's skewness and kurtosis and "
+        "the largest coordinate kurtosis on 1,000 of the samples, Holm at family-wise level 0.001) and the sliced-W2 "
+        "distance; contrasts: a uniform start with the same moments (10 iterations), and the empirical "
+        "self-carrier x_n = Sigma eta_n"
+    )
+    statement = (
+        "Theorem 1: with eta ~ N(Sigma^-1 mu, Sigma^-1) and carrier x = Sigma eta, A(eta) = mu + (I + Sigma) "
+        "eta and RN o A maps p_eq to itself"
+    )
+    source = "seed 000 Theorem 1 and its proof (appendix)"
+    single_thread = True
 
     sizes = Sizes(quick=dict(samples=1000, iters=10, emp_samples=300, emp_iters=5),
                   full=dict(samples=20000, iters=100, emp_samples=1000, emp_iters=20))
@@ -248,24 +264,6 @@ THEOREM1_CRITERION = (
     f"than {DRIFT_TOL:g} after the first iteration; A read without the residual and RN as printed, judged by "
     "the same rule, must fail"
 )
-
-@register_claim(
-    "B5",
-    statement="Theorem 1: with eta ~ N(Sigma^-1 mu, Sigma^-1) and carrier x = Sigma eta, A(eta) = mu + (I + Sigma) "
-    "eta and RN o A maps p_eq to itself",
-    source="seed 000 Theorem 1 and its proof (appendix)",
-    method="20,000 samples in D = 2, 8, 32, 100 iterations of RN o A: affine map error, mean/covariance vs "
-    "Monte Carlo error, one Gaussianity decision over the three final clouds (Mardia's skewness and kurtosis and the "
-    "largest coordinate kurtosis on 1,000 of the samples, Holm at family-wise level 0.001) and the sliced-W2 "
-    "distance; contrasts: a "
-    "uniform start with the same moments (10 iterations), and the empirical self-carrier x_n = Sigma eta_n",
-    command="simulate",
-    name="b5-theorem1",
-)
-@single_thread
-def b5_theorem1(ctx: RunContext) -> Record:
-    """``Theorem1``: measure at the sizes of ``ctx``'s mode, judge, draw into ``ctx.out_dir``."""
-    return Theorem1()(ctx)
 
 
 STARTS = ("gaussian", "cube", "lognormal", "two_clusters")  # B6's start clouds

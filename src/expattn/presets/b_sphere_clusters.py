@@ -7,18 +7,18 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from expattn.catalogue.registry import RunContext, register_claim
+from expattn.catalogue.registry import RunContext
 from expattn.checks.tools import generator
-from expattn.presets.b_dynamics import single_thread
 from expattn.presets.b_rules import (
     cluster_counts,
     judge_clusters,
 )
-from expattn.presets.base import Measured, Preset, Sizes
+from expattn.presets.base import Measured, Preset, Sizes, register_preset
 from expattn.results.plotting import pyplot, save_figure
 from expattn.results.record import Control, Record
 
 
+@register_preset
 class SphereClusters(Preset):
     r"""sphere-clusters: $x_t \leftarrow P_{S^2}(x_t + 0.1\,\nabla G(\beta x_t))$ on ``(batch, token, 3)``; the
     median number of clusters after the last step rises with beta, judged by ``judge_clusters``.
@@ -26,6 +26,22 @@ class SphereClusters(Preset):
     Negative control: the same iteration with the step's sign turned, $x_t - 0.1\,\nabla G(\beta x_t)$
     (tokens repel), where no clusters form at any beta; the rule must fail.
     """
+
+    claim = "B4"
+    name = "sphere-clusters"
+    method = (
+        "64 tokens uniform on the unit sphere in D=3, x <- x + 0.1 attention(beta x) then project, "
+        "400 steps, beta in {1, 4, 16, 64}; clusters = connected groups closer than 0.01"
+    )
+    statement = (
+        "Tokens projected to the sphere after every residual self-attention step gather in clusters; "
+        "the larger beta, the more clusters at a given time (Geshkovski et al. 2023)"
+    )
+    source = (
+        "seed 000 §3.3 (normalization as the contraction, C2); Geshkovski, Letrouit, Polyanskiy, Rigollet, "
+        "'The emergence of clusters in self-attention dynamics', NeurIPS 2023"
+    )
+    single_thread = True
 
     sizes = Sizes(quick=dict(batch=2, tokens=32, steps=120), full=dict(batch=4, tokens=64, steps=400))
     betas = (1.0, 4.0, 16.0, 64.0)
@@ -83,20 +99,3 @@ class SphereClusters(Preset):
         right.set_title(f"final tokens on the sphere, beta = {self.betas[-2]:g}")
         fig.suptitle("Self-attention + projection to the sphere: tokens cluster (Geshkovski et al. 2023)")
         return save_figure(fig, out_dir, "sphere_clusters.png")
-
-
-@register_claim(
-    "B4",
-    statement="Tokens projected to the sphere after every residual self-attention step gather in clusters; "
-    "the larger beta, the more clusters at a given time (Geshkovski et al. 2023)",
-    source="seed 000 §3.3 (normalization as the contraction, C2); Geshkovski, Letrouit, Polyanskiy, Rigollet, "
-    "'The emergence of clusters in self-attention dynamics', NeurIPS 2023",
-    method="64 tokens uniform on the unit sphere in D=3, x <- x + 0.1 attention(beta x) then project, "
-    "400 steps, beta in {1, 4, 16, 64}; clusters = connected groups closer than 0.01",
-    command="simulate",
-    name="sphere-clusters",
-)
-@single_thread
-def sphere_clusters(ctx: RunContext) -> Record:
-    """``SphereClusters``: measure at the sizes of ``ctx``'s mode, judge, draw into ``ctx.out_dir``."""
-    return SphereClusters()(ctx)

@@ -8,9 +8,9 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from expattn.catalogue.registry import RunContext, register_claim
+from expattn.catalogue.registry import RunContext
 from expattn.checks.tools import generator
-from expattn.presets.base import Measured, Preset, Sizes
+from expattn.presets.base import Measured, Preset, Sizes, register_preset
 from expattn.presets.d2_hopfield import (
     CONTROL_BETA,
     fixed_and_self_traces,
@@ -21,6 +21,7 @@ from expattn.results.plotting import pyplot, save_figure
 from expattn.results.record import Control, Record
 
 
+@register_preset
 class FixedVsChanging(Preset):
     r"""D2 fixed vs changing patterns: with the patterns fixed, $\xi \leftarrow X^\top\operatorname{softmax}(\beta
     X\xi)$ retrieves a stored pattern in one update and settles; self-attention, whose patterns are the moving
@@ -28,6 +29,18 @@ class FixedVsChanging(Preset):
 
     Negative control: at beta = ``CONTROL_BETA`` attention is near uniform, so the fixed patterns retrieve nothing.
     """
+
+    claim = "D2"
+    name = "d2-fixed-vs-changing"
+    method = (
+        "16 patterns of norm 3 in d=32, beta=1, queries = patterns + noise of norm 0.3; 60 iterations with the "
+        "patterns fixed (Hopfield retrieval) vs self-attention whose patterns are the moving states (no residual)"
+    )
+    criterion = (
+        "pass iff with the patterns fixed one update lands within 0.1 of every stored pattern and the "
+        "iteration settles (last step < 1e-10), while self-attention ends more than 1.0 from the patterns with a cloud "
+        f"smaller than at the start; beta = {CONTROL_BETA:g}, judged by the same rule, must fail"
+    )
 
     sizes = Sizes(quick=dict(steps=30), full=dict(steps=60))
     d, patterns, beta = 32, 16, 1.0
@@ -89,18 +102,3 @@ class FixedVsChanging(Preset):
         right.set_title("self-attention loses the stored patterns; its cloud collapses")
         right.legend(fontsize=8)
         return save_figure(fig, out_dir, "d2_fixed_vs_changing.png")
-
-
-@register_claim(
-    "D2",
-    method="16 patterns of norm 3 in d=32, beta=1, queries = patterns + noise of norm 0.3; 60 iterations with the "
-    "patterns fixed (Hopfield retrieval) vs self-attention whose patterns are the moving states (no residual)",
-    command="simulate",
-    name="d2-fixed-vs-changing",
-    criterion="pass iff with the patterns fixed one update lands within 0.1 of every stored pattern and the "
-    "iteration settles (last step < 1e-10), while self-attention ends more than 1.0 from the patterns with a cloud "
-    f"smaller than at the start; beta = {CONTROL_BETA:g}, judged by the same rule, must fail",
-)
-def fixed_vs_changing(ctx: RunContext) -> Record:
-    """``FixedVsChanging``: measure at the sizes of ``ctx``'s mode, judge, draw into ``ctx.out_dir``."""
-    return FixedVsChanging()(ctx)

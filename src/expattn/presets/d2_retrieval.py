@@ -27,10 +27,10 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from expattn.catalogue.registry import RunContext, register_claim
+from expattn.catalogue.registry import RunContext
 from expattn.checks.tools import generator
 from expattn.core.hopfield import hopfield_update
-from expattn.presets.base import Measured, Preset, Sizes
+from expattn.presets.base import Measured, Preset, Sizes, register_preset
 from expattn.presets.d2_hopfield import (
     QUERY_COSINE,
     RETRIEVED,
@@ -49,6 +49,7 @@ from expattn.results.plotting import pyplot, save_figure
 from expattn.results.record import Control, Record
 
 
+@register_preset
 class OneStepError(Preset):
     r"""D2 one-step error: $|f(\xi) - x_i|$ after one update from $\xi = x_i + $ noise, for ``(R, T, N, d)``
     patterns of R norms, never exceeds Theorem 5's bound $2(N-1)M e^{-\beta(\Delta_i - 2M|\xi - x_i|)}$ and falls
@@ -56,6 +57,18 @@ class OneStepError(Preset):
 
     Negative control: the same draws updated at $\beta/2$, judged against the bound and gap at $\beta$.
     """
+
+    claim = "D2"
+    name = "d2-one-step-error"
+    method = (
+        "N=16 random patterns of norm r in d=32, queries x_i + 5% noise, one update, beta in {0.5,1,2,4}, "
+        "8 radii; every error vs the Theorem 5 bound, and the slope of log error against beta * (query's gap)"
+    )
+    criterion = (
+        f"pass iff no one-step error exceeds its Theorem 5 bound and the slope of log error against beta * "
+        f"(the query's gap) lies in {list(SLOPE_BAND)}; the same draws updated at beta / 2, judged by the same rule "
+        "against the bound at beta, must fail"
+    )
 
     sizes = Sizes(quick=dict(trials=2, radii=5), full=dict(trials=8, radii=9))
     d, patterns, noise, betas = 32, 16, 0.05, (0.5, 1.0, 2.0, 4.0)
@@ -142,21 +155,7 @@ class OneStepError(Preset):
         return save_figure(fig, out_dir, "d2_one_step_error.png")
 
 
-@register_claim(
-    "D2",
-    method="N=16 random patterns of norm r in d=32, queries x_i + 5% noise, one update, beta in {0.5,1,2,4}, "
-    "8 radii; every error vs the Theorem 5 bound, and the slope of log error against beta * (query's gap)",
-    command="simulate",
-    name="d2-one-step-error",
-    criterion=f"pass iff no one-step error exceeds its Theorem 5 bound and the slope of log error against beta * "
-    f"(the query's gap) lies in {list(SLOPE_BAND)}; the same draws updated at beta / 2, judged by the same rule "
-    "against the bound at beta, must fail",
-)
-def one_step_error(ctx: RunContext) -> Record:
-    """``OneStepError``: measure at the sizes of ``ctx``'s mode, judge, draw into ``ctx.out_dir``."""
-    return OneStepError()(ctx)
-
-
+@register_preset
 class Capacity(Preset):
     r"""D2 capacity: the fraction of cosine-0.5 queries that one update $f(\xi)$ brings within 0.1 of their
     pattern, against the number N of stored unit patterns, per d and beta; judged by ``judge_capacity``.
@@ -164,6 +163,19 @@ class Capacity(Preset):
     Negative control: beta 64 times smaller, too small for one update to retrieve from a cosine-0.5 query.
     Theorem 3 of Ramsauer et al. in its own setting goes to ``details["published"]``.
     """
+
+    claim = "D2"
+    name = "d2-capacity"
+    method = (
+        "N = 2..2^13 unit-norm random patterns, d in {32, 64}, beta in {16,32,64,128}; queries at cosine 0.5 "
+        "to a pattern; retrieved if one update lands within 0.1 of it; >= 128 queries per point"
+    )
+    criterion = (
+        "pass iff the retrieved fraction never rises with N by more than 3 binomial standard errors, capacity "
+        "(largest N with >= 90% retrieved) at the largest beta is larger in d=64 than in d=32, capacity never falls as "
+        "beta grows, and >= 95% are retrieved at N=2 in d=64 at the largest beta; beta 64 times smaller, judged by the "
+        "same rule, must fail"
+    )
 
     sizes = Sizes(quick=dict(queries=32, doublings=10, published=(64, 12, 2000)),
                   full=dict(queries=128, doublings=13, published=(256, 16, 20000)))
@@ -224,22 +236,7 @@ class Capacity(Preset):
         return save_figure(fig, out_dir, "d2_capacity.png")
 
 
-@register_claim(
-    "D2",
-    method="N = 2..2^13 unit-norm random patterns, d in {32, 64}, beta in {16,32,64,128}; queries at cosine 0.5 "
-    "to a pattern; retrieved if one update lands within 0.1 of it; >= 128 queries per point",
-    command="simulate",
-    name="d2-capacity",
-    criterion="pass iff the retrieved fraction never rises with N by more than 3 binomial standard errors, capacity "
-    "(largest N with >= 90% retrieved) at the largest beta is larger in d=64 than in d=32, capacity never falls as "
-    "beta grows, and >= 95% are retrieved at N=2 in d=64 at the largest beta; beta 64 times smaller, judged by the "
-    "same rule, must fail",
-)
-def capacity(ctx: RunContext) -> Record:
-    """``Capacity``: measure at the sizes of ``ctx``'s mode, judge, draw into ``ctx.out_dir``."""
-    return Capacity()(ctx)
-
-
+@register_preset
 class Metastable(Preset):
     r"""D2 metastable states: iterating $f$ from every stored pattern of 4 clusters of 8 to its fixed point, the
     number of patterns averaged there, $1/\sum_j p_j^2$, falls from N (global average) through the cluster size
@@ -248,6 +245,19 @@ class Metastable(Preset):
     Negative control: every other pattern stored twice (4 distinct per cluster), so no fixed point is a single
     pattern: at large beta the softmax splits between the two copies and $1/\sum_j p_j^2$ stays at 2.
     """
+
+    claim = "D2"
+    name = "d2-metastable"
+    method = (
+        "4 clusters of 8 patterns (unit centres, spread 0.15) in d=32; iterate from every pattern to a fixed "
+        "point for beta from 0.1 to 1000; effective number of averaged patterns 1/sum p^2; energy never rises"
+    )
+    criterion = (
+        "pass iff the median number of averaged patterns (1/sum p^2 at the fixed point) exceeds 0.9 N at the "
+        "smallest beta, is below 1.1 at the largest, lies within 0.5-1.5 cluster sizes at some beta, never rises by "
+        "more than 0.05 N between betas, and every iteration converges without the energy rising; every pattern stored "
+        "twice, judged by the same rule, must fail"
+    )
 
     sizes = Sizes(quick=dict(betas=5), full=dict(betas=13))
     d, clusters, size = 32, 4, 8
@@ -316,19 +326,3 @@ class Metastable(Preset):
         ax.set_title("fixed points: global average -> metastable -> single pattern")
         ax.legend(fontsize=8, loc="center right")
         return save_figure(fig, out_dir, "d2_metastable.png")
-
-
-@register_claim(
-    "D2",
-    method="4 clusters of 8 patterns (unit centres, spread 0.15) in d=32; iterate from every pattern to a fixed "
-    "point for beta from 0.1 to 1000; effective number of averaged patterns 1/sum p^2; energy never rises",
-    command="simulate",
-    name="d2-metastable",
-    criterion="pass iff the median number of averaged patterns (1/sum p^2 at the fixed point) exceeds 0.9 N at the "
-    "smallest beta, is below 1.1 at the largest, lies within 0.5-1.5 cluster sizes at some beta, never rises by more "
-    "than 0.05 N between betas, and every iteration converges without the energy rising; every pattern stored "
-    "twice, judged by the same rule, must fail",
-)
-def metastable(ctx: RunContext) -> Record:
-    """``Metastable``: measure at the sizes of ``ctx``'s mode, judge, draw into ``ctx.out_dir``."""
-    return Metastable()(ctx)

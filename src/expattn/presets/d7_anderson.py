@@ -32,11 +32,11 @@ import scipy.sparse.linalg
 import torch
 from torch import Tensor, nn
 
-from expattn.catalogue.registry import RunContext, register_claim
+from expattn.catalogue.registry import RunContext
 from expattn.checks.tools import generator
 from expattn.core.solvers import solve
 from expattn.nn.implicit import InjectedAttention, spectral_radius
-from expattn.presets.base import Measured, Preset, Sizes
+from expattn.presets.base import Measured, Preset, Sizes, register_preset
 from expattn.results.plotting import pyplot, save_figure
 from expattn.results.record import Control, Record
 
@@ -180,6 +180,7 @@ def judge(rows: list[dict[str, float]]) -> str:
     return "supported" if ok else "not_supported"
 
 
+@register_preset
 class AndersonVsPlain(Preset):
     r"""D7 Anderson: on random attention blocks $f(z) = $ ``InjectedAttention`` tuned to a spectral radius $\rho$
     of the Jacobian at the fixed point, plain iteration needs about $\log(\mathrm{tol})/\log\rho$ evaluations;
@@ -189,6 +190,22 @@ class AndersonVsPlain(Preset):
     Negative control through the same rule: the contractive blocks plus blocks of radius ``UNSTABLE_TARGETS``
     (above 1), on which plain iteration diverges.
     """
+
+    claim = "D7"
+    name = "d7-anderson"
+    method = (
+        "random attention blocks (InjectedAttention with layernorm, 4 heads, float64) whose gain is set by "
+        "bisection to spectral radii 0.5-0.98 at the fixed point; evaluations of f to relative residual 1e-5 for "
+        "plain iteration, Anderson (memory 10) and Broyden, and full-memory GMRES + 1 on the linearisation (the "
+        "Krylov bound); supported iff all converge, Anderson >= the Krylov bound on every block, and the median "
+        "saving is larger for radius >= 0.9 than below"
+    )
+    criterion = (
+        "supported iff plain iteration and Anderson converge on every block, Anderson's evaluations are at "
+        "least GMRES + 1 on every block, there are at least two blocks with radius >= 0.9 and two below, and the "
+        "median plain/Anderson ratio is larger on the former; the contractive blocks plus blocks of radius 1.1 and "
+        "1.2, judged by the same rule, must come out not_supported"
+    )
 
     sizes = Sizes(quick=dict(batch=2, tokens=8, dim=16, per_target=1, targets=(0.5, 0.8, 0.9, 0.95)),
                   full=dict(batch=4, tokens=16, dim=32, per_target=2, targets=(0.5, 0.7, 0.8, 0.9, 0.95, 0.98)))
@@ -254,22 +271,3 @@ class AndersonVsPlain(Preset):
     def draw(self, measured: Measured, out_dir: Path) -> list[str]:
         """Evaluations per solver and savings over plain iteration against the spectral radius (``_plot``)."""
         return _plot(measured["rows"], out_dir)
-
-
-@register_claim(
-    "D7",
-    method="random attention blocks (InjectedAttention with layernorm, 4 heads, float64) whose gain is set by "
-    "bisection to spectral radii 0.5-0.98 at the fixed point; evaluations of f to relative residual 1e-5 for plain "
-    "iteration, Anderson (memory 10) and Broyden, and full-memory GMRES + 1 on the linearisation (the Krylov bound); "
-    "supported iff all converge, Anderson >= the Krylov bound on every block, and the median saving is larger "
-    "for radius >= 0.9 than below",
-    command="simulate",
-    name="d7-anderson",
-    criterion="supported iff plain iteration and Anderson converge on every block, Anderson's evaluations are at "
-    "least GMRES + 1 on every block, there are at least two blocks with radius >= 0.9 and two below, and the median "
-    "plain/Anderson ratio is larger on the former; the contractive blocks plus blocks of radius 1.1 and 1.2, "
-    "judged by the same rule, must come out not_supported",
-)
-def anderson_vs_plain(ctx: RunContext) -> Record:
-    """``AndersonVsPlain``: measure at the sizes of ``ctx``'s mode, judge, draw into ``ctx.out_dir``."""
-    return AndersonVsPlain()(ctx)

@@ -15,8 +15,6 @@ for the tied-weight stack.
 from __future__ import annotations
 
 import math
-import time
-from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -24,11 +22,11 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from expattn.catalogue.registry import RunContext, register_claim
+from expattn.catalogue.registry import RunContext
 from expattn.checks.tools import generator
 from expattn.core.empirical import Empirical
 from expattn.nn.implicit import ImplicitAttention, ImplicitConfig, InjectedAttention, spectral_radius, unrolled
-from expattn.presets.base import Measured, Preset, Sizes
+from expattn.presets.base import Measured, Preset, Sizes, register_preset
 from expattn.results.plotting import pyplot, save_figure
 from expattn.results.record import Control, Record
 
@@ -44,18 +42,6 @@ class HopfieldBlock(nn.Module):
         return Empirical(patterns).mean(self.beta * z)
 
 
-def _seconds(fn: Callable[[], object], repeats: int = 5) -> float:
-    """Fastest process CPU time of ``fn`` over ``repeats`` calls after a warm-up call: on a shared
-    machine the least disturbed estimate (wall time there varies by 100x between calls)."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.process_time()
-        fn()
-        times.append(time.process_time() - start)
-    return min(times)
-
-
 def random_block(gen: torch.Generator, dim: int, heads: int, gain: float) -> InjectedAttention:
     torch.manual_seed(int(torch.randint(0, 2**31, (1,), generator=gen)))
     return InjectedAttention(dim, heads=heads, gain=gain).double()
@@ -69,9 +55,10 @@ ONE_STEP_TOL, AVERAGING_GAP = 1e-6, 1e-2  # one step "is" the solve / clearly is
 CORRELATED_SPREAD = 0.2  # noise of norm 0.2 on a shared unit direction: pairwise cosines ~0.96-0.98
 
 
-def _hopfield_rows(patterns: Tensor, queries: Tensor, betas: list[float], timed: bool) -> list[dict[str, float]]:
+def _hopfield_rows(patterns: Tensor, queries: Tensor, betas: list[float]) -> list[dict[str, float]]:
     r"""Per beta: relative gap $|f(\xi) - z^\star| / |z^\star|$ between one update and the Anderson fixed point,
-    the solver's cost, retrieval after one step and at the fixed point, and (``timed``) CPU seconds."""
+    the solver's cost in evaluations of the update (one step is one), retrieval after one step and at the fixed
+    point."""
     n = patterns.shape[-2]
     rows = []
     for beta in betas:
@@ -93,9 +80,6 @@ def _hopfield_rows(patterns: Tensor, queries: Tensor, betas: list[float], timed:
             "retrieved_fixed": hits[1],
             "patterns_averaged_at_fixed_point": n_eff.median().item(),
         }
-        if timed:
-            row["seconds_step"] = _seconds(lambda b=block: b(queries, patterns))
-            row["seconds_solve"] = _seconds(lambda lay=layer: lay(patterns, z0=queries))
         rows.append(row)
     return rows
 
@@ -112,6 +96,7 @@ def _hopfield_summary(rows: list[dict[str, float]]) -> dict[str, float]:
             "all_converged": float(all(r["converged"] for r in rows))}
 
 
+@register_preset
 class Hopfield(Preset):
     r"""D7 Hopfield: one explicit update $f(\xi) = X^\top\operatorname{softmax}(\beta X\xi)$ against the Anderson
     fixed point $z^\star = f(z^\star)$, for separated unit patterns ``(trials, N, d)``; judged by ``judge_hopfield``.
@@ -119,6 +104,18 @@ class Hopfield(Preset):
     Negative control: patterns at cosine ~0.98 to one shared direction are not separated, so even at the
     largest beta one update does not reach the fixed point (it lands near the patterns' average).
     """
+
+    claim = "D7"
+    name = "d7-hopfield"
+    method = (
+        "16 unit-norm patterns in d=32, queries = patterns + noise of norm 0.2, beta from 1 to 64; one update vs "
+        "the Anderson fixed point (tol 1e-10, float64): gap, iterations, evaluations, retrieved pattern"
+    )
+    criterion = (
+        f"pass iff every Anderson solve converges, one update is within {ONE_STEP_TOL:g} (relative) of the "
+        f"fixed point at the largest beta and more than {AVERAGING_GAP:g} from it at the smallest; correlated patterns "
+        "(not separated), judged by the same rule, must fail"
+    )
 
     sizes = Sizes(quick=dict(trials=2, betas=[1.0, 4.0, 16.0, 64.0]),
                   full=dict(trials=8, betas=[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0]))
@@ -131,11 +128,11 @@ class Hopfield(Preset):
         patterns = torch.nn.functional.normalize(torch.randn(*shape, generator=gen, dtype=torch.float64), dim=-1)
         noise = torch.nn.functional.normalize(torch.randn(*shape, generator=gen, dtype=torch.float64), dim=-1)
         queries = patterns + 0.2 * noise
-        rows = _hopfield_rows(patterns, queries, n.betas, timed=True)
+        rows = _hopfield_rows(patterns, queries, n.betas)
         shared = torch.nn.functional.normalize(torch.randn(n.trials, 1, self.d, generator=gen, dtype=torch.float64),
                                                dim=-1)
         close = torch.nn.functional.normalize(shared + CORRELATED_SPREAD * patterns, dim=-1)
-        control_rows = _hopfield_rows(close, close + 0.2 * noise, n.betas, timed=False)
+        control_rows = _hopfield_rows(close, close + 0.2 * noise, n.betas)
         return dict(rows=rows, control_rows=control_rows, betas=n.betas, queries=n.trials * self.patterns)
 
     def judge(self, measured: Measured) -> Record:
@@ -154,7 +151,6 @@ class Hopfield(Preset):
                 "gap_largest_beta": gaps[-1],
                 "evaluations_smallest_beta": rows[0]["evaluations"],
                 "evaluations_largest_beta": rows[-1]["evaluations"],
-                "solve_over_step_time_largest_beta": rows[-1]["seconds_solve"] / rows[-1]["seconds_step"],
                 "queries": measured["queries"],
             },
             details={"rows": rows},
@@ -186,21 +182,6 @@ class Hopfield(Preset):
         return save_figure(fig, out_dir, "d7_hopfield.png")
 
 
-@register_claim(
-    "D7",
-    method="16 unit-norm patterns in d=32, queries = patterns + noise of norm 0.2, beta from 1 to 64; one update vs "
-    "the Anderson fixed point (tol 1e-10, float64): gap, iterations, evaluations, CPU time, retrieved pattern",
-    command="simulate",
-    name="d7-hopfield",
-    criterion=f"pass iff every Anderson solve converges, one update is within {ONE_STEP_TOL:g} (relative) of the "
-    f"fixed point at the largest beta and more than {AVERAGING_GAP:g} from it at the smallest; correlated patterns "
-    "(not separated), judged by the same rule, must fail",
-)
-def hopfield(ctx: RunContext) -> Record:
-    """``Hopfield``: measure at the sizes of ``ctx``'s mode, judge, draw into ``ctx.out_dir``."""
-    return Hopfield()(ctx)
-
-
 GRADIENT_TOL = 1e-7  # backward and forward solves at 1e-10: the gradient error is ~1e-10, far below
 
 
@@ -209,6 +190,7 @@ def judge_attention(converged: bool, grad_error: float) -> str:
     return "pass" if converged and grad_error < GRADIENT_TOL else "fail"
 
 
+@register_preset
 class Attention(Preset):
     r"""D7 attention: a random block $f(z, x) = \mathrm{LN}(x + W_o\,\mathrm{attn}(z))$ on ``(batch, tokens, dim)``;
     one explicit step $f(x, x)$ against the fixed point $z^\star = f(z^\star, x)$ with each solver, and implicit
@@ -218,13 +200,25 @@ class Attention(Preset):
     Negative control: the phantom gradient replaces $(I - J)^{-1}$ by five damped steps, a wrong Jacobian inverse.
     """
 
+    claim = "D7"
+    name = "d7-attention"
+    method = (
+        "random attention block f(z,x) = LayerNorm(x + W_o attn(z)), d=32, 4 heads, 16 tokens, float64; one "
+        "step f(x,x) vs the fixed point (tol 1e-10) with each solver; implicit vs unrolled and phantom gradients"
+    )
+    criterion = (
+        f"pass iff every solver converges (forward and adjoint) and the implicit gradients agree with "
+        f"backpropagation through the unrolled stack to {GRADIENT_TOL:g} (largest relative error over the inputs and "
+        "parameters); the phantom gradient (5 steps), judged by the same rule, must fail"
+    )
+
     sizes = Sizes(quick=dict(batch=2, tokens=8, dim=16), full=dict(batch=8, tokens=16, dim=32))
     solvers = ("fixed_point_iter", "anderson", "broyden")
 
     def measure(self, ctx: RunContext, n: SimpleNamespace) -> Measured:
         """Per solver its residual ``traces`` and cost (``solvers``); the last solver's fixed point's gap to one
         step, the Jacobian's spectral radius ``rho``, the unrolled ``depth``, the implicit and phantom gradients'
-        largest relative errors, and the CPU seconds of one step."""
+        largest relative errors."""
         gen = generator(ctx.seed)
         block = random_block(gen, n.dim, 4, gain=1.0)
         x = torch.randn(n.batch, n.tokens, n.dim, generator=gen, dtype=torch.float64, requires_grad=True)
@@ -240,7 +234,6 @@ class Attention(Preset):
                 "iterations": stats.forward.iterations,
                 "evaluations": stats.forward.evaluations,
                 "converged": stats.forward.converged and stats.backward.converged,
-                "seconds_forward": _seconds(torch.no_grad()(lambda lay=layer: lay(x.detach()))),
             }
         with torch.no_grad():
             step = block(x, x)
@@ -254,15 +247,13 @@ class Attention(Preset):
             return max(relative(g, r) for g, r in zip(gs, reference, strict=True))
 
         grad_error, phantom_error = error(grads), error(phantom_grads)
-        seconds_step = _seconds(torch.no_grad()(lambda: block(x.detach(), x.detach())))
         return dict(traces=traces, solvers=solvers, gap=relative(step, z.detach()), rho=rho, depth=depth,
-                    grad_error=grad_error, phantom_error=phantom_error, seconds_step=seconds_step)
+                    grad_error=grad_error, phantom_error=phantom_error)
 
     def judge(self, measured: Measured) -> Record:
         """D7's Record: ``judge_attention`` on the implicit gradient; the phantom gradient as control."""
         solvers, gap, rho, depth = measured["solvers"], measured["gap"], measured["rho"], measured["depth"]
-        grad_error, phantom_error, seconds_step = (measured[k] for k in ("grad_error", "phantom_error",
-                                                                         "seconds_step"))
+        grad_error, phantom_error = measured["grad_error"], measured["phantom_error"]
         converged = all(s["converged"] for s in solvers.values())
         control = Control("phantom gradient, 5 steps (approximate inverse of I - J)", "negative",
                           judge_attention(converged, phantom_error),
@@ -279,10 +270,8 @@ class Attention(Preset):
                 "phantom5_vs_unrolled_grad_error": phantom_error,
                 "unrolled_depth": depth,
                 **{f"evaluations_{k}": v["evaluations"] for k, v in solvers.items()},
-                "anderson_solve_over_step_time": solvers["anderson"]["seconds_forward"] / seconds_step,
             },
-            details={"solvers": solvers, "traces": {k: list(v) for k, v in measured["traces"].items()},
-                     "seconds_step": seconds_step},
+            details={"solvers": solvers, "traces": {k: list(v) for k, v in measured["traces"].items()}},
             notes=f"one explicit step is {gap:.2f} (relative) from the fixed point; the Jacobian's "
             f"spectral radius there is {rho:.2f}; implicit gradients agree with backpropagation through {depth} "
             f"unrolled steps to {grad_error:.1e} (phantom, 5 steps: {phantom_error:.1e})",
@@ -300,18 +289,3 @@ class Attention(Preset):
         ax.set_title(f"fixed point of a random attention block (rho = {measured['rho']:.2f})")
         ax.legend(fontsize=8)
         return save_figure(fig, out_dir, "d7_attention.png")
-
-
-@register_claim(
-    "D7",
-    method="random attention block f(z,x) = LayerNorm(x + W_o attn(z)), d=32, 4 heads, 16 tokens, float64; one "
-    "step f(x,x) vs the fixed point (tol 1e-10) with each solver; implicit vs unrolled and phantom gradients",
-    command="simulate",
-    name="d7-attention",
-    criterion=f"pass iff every solver converges (forward and adjoint) and the implicit gradients agree with "
-    f"backpropagation through the unrolled stack to {GRADIENT_TOL:g} (largest relative error over the inputs and "
-    "parameters); the phantom gradient (5 steps), judged by the same rule, must fail",
-)
-def attention(ctx: RunContext) -> Record:
-    """``Attention``: measure at the sizes of ``ctx``'s mode, judge, draw into ``ctx.out_dir``."""
-    return Attention()(ctx)

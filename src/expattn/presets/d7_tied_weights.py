@@ -10,10 +10,10 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from expattn.catalogue.registry import RunContext, register_claim
+from expattn.catalogue.registry import RunContext
 from expattn.checks.tools import generator
 from expattn.nn.implicit import ImplicitAttention, ImplicitConfig, spectral_radius
-from expattn.presets.base import Measured, Preset, Sizes
+from expattn.presets.base import Measured, Preset, Sizes, register_preset
 from expattn.presets.d7_implicit import random_block, relative
 from expattn.results.plotting import pyplot, save_figure
 from expattn.results.record import Control, Record
@@ -21,7 +21,6 @@ from expattn.results.record import Control, Record
 B7_STATEMENT = (
     "A block with tied weights applied repeatedly is one operator iterated; its fixed point can be solved for"
 )
-
 
 
 def _stack(block: nn.Module, x: Tensor, depth: int, gen: torch.Generator) -> dict[str, object]:
@@ -55,6 +54,7 @@ def judge_stack(run: dict[str, object]) -> str:
     return "pass" if ok else "fail"
 
 
+@register_preset
 class TiedWeights(Preset):
     r"""B7 implicit: a tied-weight stack $z_{l+1} = f(z_l, x)$ of a random attention block on ``(batch, tokens,
     dim)`` approaches the solver's fixed point $z^\star$ at the rate of the Jacobian's spectral radius,
@@ -63,6 +63,19 @@ class TiedWeights(Preset):
     Negative control: at gain 4 the Jacobian's spectral radius exceeds 1, the stack does not approach the
     (unstable) fixed point the solver finds, and the same rule must reject it.
     """
+
+    claim = "B7"
+    name = "b7-implicit"
+    method = (
+        "random attention blocks (d=32, 4 heads, 16 tokens, float64) with gains 1 and 4, each stacked 80 times "
+        "with tied weights; distance of layer l to the Anderson fixed point vs rho^l, rho by power iteration"
+    )
+    criterion = (
+        f"pass iff at gain 1 the solver converges, rho < 1, the stack's fitted per-layer rate is at most "
+        f"1.1 rho and its last layer is within {STACK_TOL:g} (relative) of the fixed point; the gain-4 block "
+        "(rho > 1), judged by the same rule, must fail"
+    )
+    statement = B7_STATEMENT
 
     sizes = Sizes(quick=dict(batch=2, tokens=8, dim=16, depth=60), full=dict(batch=4, tokens=16, dim=32, depth=80))
     gains = (1.0, 4.0)
@@ -120,19 +133,3 @@ class TiedWeights(Preset):
         ax.set_title("a tied-weight stack is one operator iterated")
         ax.legend(fontsize=8)
         return save_figure(fig, out_dir, "b7_implicit.png")
-
-
-@register_claim(
-    "B7",
-    statement=B7_STATEMENT,
-    method="random attention blocks (d=32, 4 heads, 16 tokens, float64) with gains 1 and 4, each stacked 80 times "
-    "with tied weights; distance of layer l to the Anderson fixed point vs rho^l, rho by power iteration",
-    command="simulate",
-    name="b7-implicit",
-    criterion=f"pass iff at gain 1 the solver converges, rho < 1, the stack's fitted per-layer rate is at most "
-    f"1.1 rho and its last layer is within {STACK_TOL:g} (relative) of the fixed point; the gain-4 block "
-    "(rho > 1), judged by the same rule, must fail",
-)
-def tied_weights(ctx: RunContext) -> Record:
-    """``TiedWeights``: measure at the sizes of ``ctx``'s mode, judge, draw into ``ctx.out_dir``."""
-    return TiedWeights()(ctx)
