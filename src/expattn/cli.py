@@ -274,8 +274,7 @@ def probe(
                     "ids): each record gets its verdict and a class, learned or architectural.")] = False,
     overwrite: Overwrite = False,
 ) -> None:
-    """Measure the probe's hypotheses (`expattn claims` lists them) on a pretrained transformer and real text; writes
-    results.json and plots."""
+    """Measure the probe's hypotheses (see `expattn claims`) on a trained transformer; writes results.json and plots."""
     if seed is not None and seeds is not None:
         fail(f"give --seed or --seeds, not both (got --seed {seed} and --seeds {seeds!r})")
     chosen = ((None if seed is None else checked_seed(seed)),) if seeds is None else _checked_seeds(seeds)
