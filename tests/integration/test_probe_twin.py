@@ -97,6 +97,22 @@ def test_cli_twin_writes_the_classification(tmp_path):
     assert result.exit_code == 0 and load_records(plain / "results.json")[0].training is None
 
 
+@pytest.mark.slow
+def test_a_twin_that_fails_is_an_error_and_the_command_exits_1(tmp_path, monkeypatch):
+    def broken(subject, seed):
+        raise RuntimeError("no initialiser for this architecture")
+
+    monkeypatch.setattr("expattn.probes.models.twin.twin_subject", broken)
+    folder = save_tiny("gpt2", tmp_path / "gpt2")
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["probe", "--model", str(folder), "--out", str(out), "--only", "E1",
+                                      "--tokens", "128", "--seq-len", "32", "--twin"])
+    assert result.exit_code == 1, result.output
+    (record,) = load_records(out / "results.json")  # the trained model's record stands, its twin control errs
+    assert record.verdict != "error" and record.controls[-1].verdict == "error" and record.training == "undecided"
+    assert "no initialiser for this architecture" in record.notes
+
+
 def test_twin_must_be_a_boolean():
     with pytest.raises(TypeError, match="twin must be True or False"):
         expattn.probe(build_tiny("bert"), _tokenizer(), twin="yes", **SIZES)

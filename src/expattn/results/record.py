@@ -117,8 +117,10 @@ class Record:
 
     @property
     def ok(self) -> bool:
-        """True unless the verdict is a failure of an exact claim or an error of the code that measured it."""
-        return self.verdict not in ("fail", "error")
+        """True unless the verdict is a failure of an exact claim or an error of the code that measured it, or one
+        of its controls (a negative control, a random-init twin...) errored: the record then stands, but the run
+        did not measure all it was asked to."""
+        return self.verdict not in ("fail", "error") and all(c.verdict != "error" for c in self.controls)
 
 
 def error_record(claim: str, kind: str, stage: str, err: BaseException) -> Record:
