@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from expattn.probes.hypotheses.e3_channels import ChannelKurtosis, largest_kurtosis
+from expattn.probes.hypotheses.e3_channels import ChannelKurtosis, channel_kurtosis
 from expattn.probes.statistics.channels import ChannelMoments
 from expattn.probes.statistics.stats import central_from_raw, poisson_weights
 
@@ -84,9 +84,23 @@ def test_largest_channel_kurtosis_over_every_token_with_its_interval(gen):
     np.testing.assert_allclose(est, direct, rtol=1e-9)
     # the bootstrap's own estimate (its sums moved to one shift) is the same number through the raw moments
     # about a shift near the mean (cancellation ~1e-16 x (|mean - shift| / sd)^4, tiny)
-    np.testing.assert_allclose(float(largest_kurtosis(merged.boot_[0].mean_())), direct, rtol=1e-9)
+    np.testing.assert_allclose(float(channel_kurtosis(merged.boot_[0].mean_()).max()), direct, rtol=1e-9)
     assert low < est < high and high - low > 0.1  # 888 tokens of a t5 channel: the kurtosis is uncertain
     # the same data on one rank gives the same interval (sums moved to the other shift exactly; 1e-9 relative)
     one = ChannelKurtosis(1, d, reps)
     one.update(0, x, w, boot)
     np.testing.assert_allclose(one.largest(), merged.largest(), rtol=1e-9)
+
+
+def test_the_interval_is_the_chosen_channels_not_the_replicates_maximum(gen):
+    # 96 Gaussian channels alike (as MiniLM's near-Gaussian ones): each bootstrap replicate's largest |kurtosis|
+    # is its most inflated channel, so a percentile interval of the replicates' maximum lies above the estimate;
+    # the chosen channel's interval must hold it
+    seqs, t, d, reps = 32, 32, 96, 200
+    x = torch.randn(seqs, t, d, generator=gen)
+    kurt = ChannelKurtosis(1, d, reps)
+    kurt.update(0, x, torch.ones(seqs, t), poisson_weights(0, torch.arange(seqs), reps))
+    (est,), (low,), (high,) = kurt.largest()
+    assert low < est < high
+    _, low_max, _ = kurt.boot_[0].interval(lambda m: channel_kurtosis(m).amax(-1))
+    assert low_max > est  # the biased interval this replaces: it misses its own estimate on this sample
