@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -54,3 +56,35 @@ def test_tuned_gain_gives_the_target_spectral_radius_of_the_dense_jacobian(gen):
     rho = torch.linalg.eigvals(jac).abs().max().item()
     assert abs(reached - 0.85) < 0.01
     assert abs(rho - 0.85) < 0.03
+
+
+def test_a_block_that_misses_its_radius_is_redrawn(monkeypatch, gen):
+    """The first draw's tuning loses its fixed point (NaN), the second lands 0.05 off, the third within the slack:
+    the third is measured, and ``draws`` says so; a target above 1 accepts any radius above 1."""
+    from expattn.presets import d7_anderson
+
+    tuned = iter([math.nan, 0.85, 0.905])
+    monkeypatch.setattr(d7_anderson, "tune_gain", lambda block, x, target, g: (next(tuned), x))
+    row = d7_anderson.drawn_row(1, 4, 8, 0.9, gen)
+    assert row["draws"] == 3 and row["spectral_radius"] == 0.905
+    assert d7_anderson.reached(1.01, 1.1) and not d7_anderson.reached(0.99, 1.1)
+    assert not d7_anderson.reached(math.nan, 0.9) and d7_anderson.reached(0.885, 0.9)
+
+
+def test_a_solver_whose_iterates_overflow_counts_as_not_converged(monkeypatch, gen):
+    from expattn.presets import d7_anderson
+
+    real = d7_anderson.solve
+
+    def broyden_overflows(f, z0, method, **kw):
+        if method == "broyden":
+            raise ValueError("attention output is not finite although its inputs are: the logits overflow")
+        return real(f, z0, method=method, **kw)
+
+    monkeypatch.setattr(d7_anderson, "solve", broyden_overflows)
+    torch.manual_seed(0)
+    block = InjectedAttention(8, heads=2).double()
+    x = torch.randn(1, 4, 8, generator=gen, dtype=torch.float64)
+    row = d7_anderson._row(block, x, 0.5, 0.5, x)
+    assert row["broyden_converged"] == 0 and row["broyden_overflowed"] == 1 and row["broyden"] == d7_anderson.BUDGET + 1
+    assert row["anderson_converged"] == 1 and "anderson_overflowed" not in row
