@@ -23,6 +23,9 @@ def test_the_committed_results_are_a_full_report_of_every_claim():
     document = json.loads((DOCS / "results.json").read_text(encoding="utf-8"))
     assert document["command"].startswith("expattn report") and document["quick"] is False
     assert {r["id"] for r in document["records"]} == set(catalogue.ids())
+    # a results.json as the report writes it, without its timings.json: what a seed fixes, no wall clock (the
+    # findings above then render the stages' seconds as "-")
+    assert "timings" not in document and all("seconds" not in s for s in document["stages"])
 
 
 def test_the_spread_over_seeds_is_each_models_probe_at_three_seeds():

@@ -43,12 +43,13 @@ class Stage:
     """Run time and outcome of one stage (``ok``, ``fail`` or ``skipped`` with a reason).
 
     ``seconds`` is wall time; ``cpu_seconds`` is the process's CPU time over all threads (on a
-    shared machine the wall time grows with the load, the CPU time much less).
+    shared machine the wall time grows with the load, the CPU time much less). Both are None for a
+    ``results.json`` read without its ``timings.json`` (the wall clock is kept apart: ``results.timings``).
     """
 
     name: str
     status: str
-    seconds: float
+    seconds: float | None = None
     records: int = 0
     reason: str = ""
     cpu_seconds: float | None = None
@@ -127,6 +128,11 @@ def as_printed_evidence(record: Record) -> list[tuple[str, str]]:
 def cpu(stage: Stage) -> str:
     """A stage's CPU seconds as text (``-`` when not measured)."""
     return "-" if stage.cpu_seconds is None else f"{stage.cpu_seconds:.1f}"
+
+
+def wall(stage: Stage) -> str:
+    """A stage's wall seconds as text (``-`` when not measured)."""
+    return "-" if stage.seconds is None else f"{stage.seconds:.1f}"
 
 
 def _records(document: dict[str, Any]) -> list[Record]:

@@ -24,6 +24,7 @@ from expattn.report.document import (
     details_text,
     published_rows,
     source_label,
+    wall,
 )
 from expattn.report.figures import Figure, Figures, report_figures
 from expattn.report.first_screen import CSS as FIRST_SCREEN_CSS
@@ -201,7 +202,7 @@ def _card(card: Card, plot_root: Path | None) -> str:
 
 def _environment(view: ReportView) -> str:
     stages = "".join(
-        f"<tr><td>{esc(s.name)}</td><td>{badge(s.status)}</td><td class=num>{s.seconds:.1f}</td>"
+        f"<tr><td>{esc(s.name)}</td><td>{badge(s.status)}</td><td class=num>{esc(wall(s))}</td>"
         f"<td class=num>{esc(cpu(s))}</td>"
         f"<td class=num>{s.records}</td><td>{esc(s.reason)}</td></tr>"
         for s in view.stages

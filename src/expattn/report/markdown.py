@@ -26,6 +26,7 @@ from expattn.report.document import (
     details_text,
     published_rows,
     source_label,
+    wall,
 )
 from expattn.report.matrix import MARK_LEGEND, PER_MODEL, RUNS_ANCHOR, check_verdict
 from expattn.report.twins import twin_section
@@ -219,7 +220,7 @@ def render_markdown(document: dict[str, Any], title: str = "expattn report", pre
     lines += ["## Environment", ""]
     if view.stages:
         rows = [
-            [md(s.name), md(s.status), f"{s.seconds:.1f}", cpu(s), str(s.records), md(s.reason)] for s in view.stages
+            [md(s.name), md(s.status), wall(s), cpu(s), str(s.records), md(s.reason)] for s in view.stages
         ]
         header = ["stage", "status", "seconds", "CPU seconds", "records", "reason"]
         lines += ["### Run time per stage", "", *_table(header, rows)]
