@@ -14,9 +14,10 @@ sizes that its ``close_and_far`` rule does not call close.
 
 The Monte Carlo null of the kurtosis tests is drawn once per block of ``--block`` seeds and (tokens, dim), not once
 per seed as the presets do (which would cost hours): the rate is then averaged over the blocks' null tables, and
-each block's null is independent of its clouds, so every p-value in it stays valid.
+each block's null is independent of its clouds, so every p-value in it stays valid. Drawing the tables dominates
+the cost (``--block 100``: about 4 minutes per 100 seeds of B5 alone), so RESULTS.md's table uses one block.
 
-    python benchmarks/bench_gaussianity_null.py --seeds 1000            # the table in RESULTS.md
+    python benchmarks/bench_gaussianity_null.py --seeds 1000 --block 1000   # the table in RESULTS.md (~40 min)
     python benchmarks/bench_gaussianity_null.py --seeds 50 --e3-seeds 20  # a smoke run
 """
 
