@@ -231,7 +231,7 @@ def test_on_cuda(root, dtype):
     assert outcome.model["device"].startswith("cuda")
     assert outcome.model["attention_check_max_error"] <= SEQ_LEN * torch.finfo(getattr(torch, dtype)).eps
     verdicts = {r.id: r.verdict for r in outcome.records}
-    assert verdicts["E5"] == ("pass" if dtype == "float32" else "skipped")
+    assert verdicts["E5"] == "pass"  # bfloat16 too: its self-check is judged to bfloat16's rounding bound
 
 
 def test_generic_reading_never_overlaps_its_updates(root):
