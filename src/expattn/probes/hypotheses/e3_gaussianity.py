@@ -23,7 +23,9 @@ Reported with all tokens and without the first/special tokens and the massive-ac
 SmolLM2 a word right after the first token now and then). Criterion (without them, per depth,
 ``e3_shape.close_and_far``): close to Gaussian when mean $|\kappa| < 1$, mean $|\text{skew}| < 0.5$ and
 the radius ratio lies in ``RADIUS_BAND``; far when the interval of mean $|\kappa|$ lies above 1 or the
-radius ratio outside the band; supported when most depths are close, not supported when most are far.
+radius ratio outside the band; supported when most depths are close, not supported when most are far, and
+inconclusive when the count's bootstrap interval reaches half the depths (``base.majority_verdict``: the count per
+replicate of the kurtosis and skewness; the radius ratio, read once on the buffer, is fixed).
 Controls through the same rule, on synthetic clouds of the same size and width: a Gaussian
 (positive), points on a sphere and a Student t (negative).
 """
@@ -47,8 +49,11 @@ from expattn.probes.hypotheses.base import (
     ProbeContext,
     as_list,
     band,
+    count_interval,
     figure,
     kept_weights,
+    majority_verdict,
+    replicate_intervals,
     save,
     shared,
     squared_norms,
@@ -274,6 +279,8 @@ class E3Gaussianity(Estimator):
     def measure(self) -> Measured:
         self._massive()
         est, lo, hi = (t.cpu().numpy() for t in self.boot_.interval(self._shape_stats))
+        reps = self.boot_.replicates(self._shape_stats).cpu().numpy()  # (R, depth, V, 3)
+        lo_rep, _ = replicate_intervals(est, lo, hi, reps)
         rho, principal, buffered, iso_all, kurtosis_all = [], [], [], [], []
         for d in range(self.depths):  # one depth at a time: its float64 cloud and merged scatter freed before the next
             b = torch.cat(self.buffer_[d]) if self.buffer_[d] else torch.zeros(0, self.ctx.dim)
@@ -333,7 +340,7 @@ class E3Gaussianity(Estimator):
             "massive_tokens_left_out_max": max(self.massive_),
         }
         details["published"] = [sun_2024(details["massive_activations"]), ethayarajh_2019(cross)]
-        arrays = {"est": est, "lo": lo, "hi": hi, "rho": rho, "cross": cross,
+        arrays = {"est": est, "lo": lo, "hi": hi, "reps": reps, "lo_rep": lo_rep, "rho": rho, "cross": cross,
                   "participation": {k: np.array([p for p, _ in val]) for k, val in iso.items()},
                   "buffered": np.array(buffered)}
         return Measured(arrays, metrics, details)
@@ -343,13 +350,10 @@ class E3Gaussianity(Estimator):
         est, lo, v = a["est"], a["lo"], VARIANTS.index("excl")
         close, far = (t.numpy() for t in close_and_far(*(torch.as_tensor(x) for x in (
             est[:, v, 0], est[:, v, 1], a["rho"], lo[:, v, 0]))))
-        verdict = (
-            "supported"
-            if close.sum() > self.depths / 2
-            else "not_supported"
-            if far.sum() > self.depths / 2
-            else "inconclusive"
-        )
+        reps, lo_rep = a["reps"][..., v, :], a["lo_rep"][..., v, 0]  # (R, depth, 3), (R, depth)
+        close_rep, far_rep = (t.numpy() for t in close_and_far(*(torch.as_tensor(x) for x in (
+            reps[..., 0], reps[..., 1], a["rho"], lo_rep))))
+        verdict = majority_verdict(close, far, close_rep, far_rep)
         notes = (
             f"verdict without first/special tokens and massive-activation tokens (norm > {MASSIVE_FACTOR:g}x the "
             f"sequence's median; up to {max(self.massive_)} per depth): close = mean|kurtosis| < {KURTOSIS_LIMIT} "
@@ -360,7 +364,8 @@ class E3Gaussianity(Estimator):
             notes += (f"; with {n} tokens for width {self.ctx.dim} the radius ratio cannot tell points on a sphere "
                       f"(ratio about p/n = {self.ctx.dim / n:.2f}) from a Gaussian (p/n must be <= {SPHERE_POWER:g}): "
                       "probe more tokens")
-        metrics = {"depths_close_to_gaussian": int(close.sum()), "depths_far_from_gaussian": int(far.sum())}
+        metrics = {"depths_close_to_gaussian": int(close.sum()), "depths_far_from_gaussian": int(far.sum()),
+                   "depths_close_interval": count_interval(close_rep), "depths_far_interval": count_interval(far_rep)}
         return Judgement(verdict, self._controls(n), notes, metrics)
 
     def draw(self, measured: Measured, out_dir: Path | None) -> list[str]:

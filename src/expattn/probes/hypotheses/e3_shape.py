@@ -106,7 +106,7 @@ def close_and_far(
     kurt_low: Float[Tensor, " depth"],
 ) -> tuple[Bool[Tensor, " depth"], Bool[Tensor, " depth"]]:
     """Per depth: close to Gaussian, and far from it (see module); a NaN radius ratio is neither. Each argument
-    and each result is ``(depth,)``."""
+    is ``(depth,)``, or broadcasts to a common shape (per bootstrap replicate: ``(R, depth)``), as each result does."""
     inside = (rho >= RADIUS_BAND[0]) & (rho <= RADIUS_BAND[1])
     outside = (rho < RADIUS_BAND[0]) | (rho > RADIUS_BAND[1])
     return (kurt < KURTOSIS_LIMIT) & (skew < SKEW_LIMIT) & inside, (kurt_low > KURTOSIS_LIMIT) | outside

@@ -18,7 +18,9 @@ the folds bracket $R^2$. Tokens: without the first/special tokens and the block'
 massive-activation tokens (``common.kept_weights``), the same ones E1-E4 set aside, in both $\rho$
 and the fit. Criterion, fixed before the data: supported when most layers are close to the identity
 ($\rho$'s interval below 0.1) or close to linear ($R^2 \ge 0.9$), not supported when most are
-neither. The held-out $R^2$ of every ridge of the grid is reported beside the chosen one
+neither; a majority whose count's bootstrap interval reaches half the layers is inconclusive
+(``base.majority_verdict``: the count per replicate of $\rho$; the held-out $R^2$ side is fixed, its folds are
+not resampled). The held-out $R^2$ of every ridge of the grid is reported beside the chosen one
 (``ridge_grid``), never chosen from. Negative control through the same fit and rule: the update replaced by noise
 of the skip's size per token ($\rho = 1$, nothing to fit), which must not be supported.
 """
@@ -41,9 +43,11 @@ from expattn.probes.hypotheses.base import (
     ProbeContext,
     as_list,
     band,
+    count_interval,
     figure,
     kept_weights,
     majority_verdict,
+    replicate_intervals,
     save,
     shared,
     squared_norms,
@@ -177,6 +181,7 @@ class E6Mlp(Estimator):
 
     def measure(self) -> Measured:
         est, lo, hi = (t.cpu().numpy() for t in self.stats_.interval(self._rho))
+        lo_rep, hi_rep = replicate_intervals(est, lo, hi, self.stats_.replicates(self._rho).cpu().numpy())
         both = [self._fits(i) for i in range(self.ctx.layers)]
         fits = [update for update, _ in both]
         r2 = np.array([f[0] for f in fits])  # (L, K)
@@ -211,7 +216,9 @@ class E6Mlp(Estimator):
             "min_heldout_r2": float(r2.min()),
             "max_heldout_r2": float(r2.max()),
         }
-        return Measured({"est": est, "lo": lo, "hi": hi, "r2": r2, "r2_control": r2_control}, metrics, details)
+        arrays = {"est": est, "lo": lo, "hi": hi, "lo_rep": lo_rep, "hi_rep": hi_rep, "r2": r2,
+                  "r2_control": r2_control}
+        return Measured(arrays, metrics, details)
 
     def judge(self, measured: Measured) -> Judgement:
         a = measured.arrays
@@ -219,6 +226,7 @@ class E6Mlp(Estimator):
         identity = hi[:, v] < RHO_LIMIT
         linear = a["r2"].mean(1) >= R2_LIMIT
         neither = (lo[:, v] > RHO_LIMIT) & ~linear
+        identity_rep, neither_rep = a["hi_rep"][..., v] < RHO_LIMIT, (a["lo_rep"][..., v] > RHO_LIMIT) & ~linear
         control = Control("update replaced by noise of the skip's size (rho = 1)", "negative",
                           majority_verdict(r2_control >= R2_LIMIT, r2_control < R2_LIMIT),
                           {"median_heldout_r2": float(np.median(r2_control)), "update_ratio": 1.0})
@@ -226,8 +234,11 @@ class E6Mlp(Estimator):
             f"verdict without first/special and massive tokens: identity if ratio interval < {RHO_LIMIT}, "
             f"linear if held-out R^2 >= {R2_LIMIT}"
         )
-        metrics = {"layers_close_to_identity": int(identity.sum()), "layers_close_to_linear": int(linear.sum())}
-        return Judgement(majority_verdict(identity | linear, neither), [control], notes, metrics)
+        metrics = {"layers_close_to_identity": int(identity.sum()), "layers_close_to_linear": int(linear.sum()),
+                   "layers_identity_or_linear_interval": count_interval(identity_rep | linear),
+                   "layers_neither_interval": count_interval(neither_rep)}
+        verdict = majority_verdict(identity | linear, neither, identity_rep | linear, neither_rep)
+        return Judgement(verdict, [control], notes, metrics)
 
     def draw(self, measured: Measured, out_dir: Path | None) -> list[str]:
         fig, axes = figure(out_dir)
