@@ -1,8 +1,9 @@
 """E4/E9's Fisher readings per layer: the full per-head eigendecomposition against the top-k solver, in one process.
 
 Old path: ``torch.linalg.eigh`` of every head's ``(D, D)`` Fisher (float32, batched over heads), the inverse from
-its eigenvalues, the cosines in each head's eigen-coordinates. New path: ``regularised_inverse`` (Cholesky), the
-top-5 eigenpairs of the Fisher and of the inverse by ``core.top_eigen``, the cosines by ``e4_dense``. Matrices:
+its eigenvalues, the cosines in each head's eigen-coordinates. New path: ``fisher_targets`` (on a CPU one float64
+``eigh`` per head gives the inverse and both targets' top-5 pairs; on another device a Cholesky inverse and
+``core.top_eigen``'s iterative solver for each), the cosines by ``e4_dense``. Matrices:
 Wishart-like ``F_h`` with a decaying spectrum (as a real attention Fisher: a few directions dominate, a bulk
 below). Prints seconds per layer of each and their ratio.
 
@@ -17,9 +18,8 @@ from functools import partial
 
 import torch
 
-from expattn.core.top_eigen import top_eigen
 from expattn.probes.hypotheses.e4_dense import dense_deflated
-from expattn.probes.hypotheses.e4_readings import DEFLATIONS, READINGS, deflated, haar, regularised_inverse, top_form
+from expattn.probes.hypotheses.e4_readings import DEFLATIONS, READINGS, deflated, fisher_targets, haar, top_form
 
 
 def _fisher(heads: int, dim: int, gen: torch.Generator) -> torch.Tensor:
@@ -49,11 +49,10 @@ def old(fisher: torch.Tensor, rows: dict, q: torch.Tensor) -> None:
 
 
 def new(fisher: torch.Tensor, rows: dict, q: torch.Tensor, gen: torch.Generator) -> None:
-    inverse, _, _ = regularised_inverse(fisher)
-    dense = {"fisher": fisher, "fisher_inv": inverse}
+    dense, tops, _, _ = fisher_targets(fisher, max(DEFLATIONS), gen)
     rotated = {h: (a, b, a @ q, b @ q) for h, (a, b) in rows.items()}
-    for name, m in dense.items():
-        x = top_eigen(m, max(DEFLATIONS), gen).vectors.float()
+    for name in dense:
+        x = tops[name].vectors.float()
         top = x[..., :1].mT
         dense_deflated(rotated | {"top": (top, top, top @ q, top @ q)}, dense, name, x, (0, *DEFLATIONS))
 

@@ -17,6 +17,7 @@ from expattn.probes.hypotheses.e4_readings import (
     DEFLATIONS,
     READINGS,
     deflated,
+    fisher_targets,
     full_cos,
     haar,
     mean_interval,
@@ -54,6 +55,35 @@ def test_regularised_inverse_clips_negative_eigenvalues(gen):
     lam0 = 1e-2 * torch.diagonal(m).mean().item()
     ref = (q / e.clamp_min(0).add(lam0)) @ q.T  # clip at 0, then add the ridge
     torch.testing.assert_close(inv[0], ref, rtol=1e-9, atol=1e-9)
+
+
+def test_fisher_targets_from_one_decomposition_match_the_accelerator_path(gen, monkeypatch):
+    # (H, r, r) Fisher-like matrices, one of them indefinite below -lambda (clipped on both paths): the CPU's one
+    # float64 eigh against the float32 Cholesky inverse and the iterative solver the accelerator path runs
+    q, _ = torch.linalg.qr(torch.randn(3, 40, 40, generator=gen, dtype=torch.float64))
+    e = torch.linspace(0.05, 3, 40, dtype=torch.float64).repeat(3, 1) * torch.tensor([[1.0], [2.0], [0.5]])
+    e[2, 0] = -1.0  # below -lambda = -1e-2 * mean(e): the Cholesky refuses it, the clipping takes over
+    fisher = ((q * e.unsqueeze(-2)) @ q.mT).float()
+    dense, tops, ridge, clipped = fisher_targets(fisher, 5, torch.Generator().manual_seed(0))
+    monkeypatch.setattr("expattn.core.top_eigen.DENSE_DEVICES", set())
+    dense_it, tops_it, ridge_it, clipped_it = fisher_targets(fisher, 5, torch.Generator().manual_seed(0))
+    assert (clipped, clipped_it) == (1, 1)
+    assert ridge == pytest.approx(ridge_it, rel=1e-6)
+    lam = 1e-2 * e.mean(-1, keepdim=True)
+    exact = (q / (e.clamp_min(0) + lam).unsqueeze(-2)) @ q.mT  # (F+ + lambda I)^-1 in float64
+    for inv in (dense["fisher_inv"], dense_it["fisher_inv"]):  # float32 entries: relative error well under 1e-4
+        assert 0 <= ((inv.double() - exact).norm() / exact.norm()).item() < 1e-4
+    for name in ("fisher", "fisher_inv"):
+        one, it = tops[name], tops_it[name]
+        assert bool(one.converged.all()) and bool(it.converged.all())
+        torch.testing.assert_close(one.values, it.values, rtol=1e-4, atol=0)
+        # the same top-5 spans: projectors agree (the eigenvalues are distinct, so the vectors up to sign)
+        p_one, p_it = one.vectors @ one.vectors.mT, it.vectors @ it.vectors.mT
+        assert 0 <= (p_one - p_it).norm().item() < 1e-3
+    # the inverse's top pairs are the Fisher's bottom ones: 1 / (max(e, 0) + lambda) of the 5 smallest e, to the
+    # float32 rounding of the Fisher's entries (about 1e-7 relative: 1e-6 allowed)
+    torch.testing.assert_close(tops["fisher_inv"].values, (e.clamp_min(0) + lam).reciprocal()[:, :5], rtol=1e-6,
+                               atol=0)
 
 
 def test_random_baseline_closed_form_matches_monte_carlo(gen):

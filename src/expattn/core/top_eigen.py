@@ -68,6 +68,18 @@ def _ritz(m: Tensor, basis: Tensor, width: int) -> tuple[Tensor, Tensor]:
     return theta.flip(-1)[..., :width], (basis @ y.flip(-1))[..., :width]
 
 
+def top_pairs(m: Float[Tensor, "*batch n n"], values: Float[Tensor, "*batch n"], vectors: Float[Tensor, "*batch n n"],
+              k: int, tol: float = TOL) -> TopEigen:
+    """The ``k`` largest eigenpairs of symmetric ``m`` from its whole decomposition ``values`` (ascending, as
+    ``torch.linalg.eigh`` returns them) and ``vectors`` (columns), with the residuals of ``top_eigen``'s rule read
+    on ``m`` itself (float64): a decomposition of another matrix than ``m`` shows as unconverged."""
+    m = m.to(torch.float64)
+    theta, x = values.flip(-1)[..., :k].to(torch.float64), vectors.flip(-1)[..., :k].to(torch.float64)
+    scale = torch.linalg.matrix_norm(m).clamp_min(torch.finfo(torch.float64).tiny).unsqueeze(-1)  # (*batch, 1)
+    residual = torch.linalg.vector_norm(m @ x - x * theta.unsqueeze(-2), dim=-2) / scale
+    return TopEigen(theta, x, residual, (residual <= tol).all(-1), 0)
+
+
 def top_eigen(m: Float[Tensor, "*batch n n"], k: int, gen: torch.Generator, tol: float = TOL,
               max_iter: int = MAX_ITER, method: str = "auto") -> TopEigen:
     """The ``k`` largest eigenpairs of each symmetric ``m`` ``(*batch, n, n)`` (only ``sym(m)`` is read) by
@@ -90,9 +102,7 @@ def top_eigen(m: Float[Tensor, "*batch n n"], k: int, gen: torch.Generator, tol:
     dense = method == "dense" or (method == "auto" and m.device.type in DENSE_DEVICES)
     block = 2 * k + 2
     if dense or 3 * block >= n:  # Rayleigh-Ritz as wide as the matrix, or a CPU: decompose it whole
-        theta, x = _ritz(m, torch.eye(n, dtype=torch.float64, device=m.device).expand_as(m), k)
-        residual = torch.linalg.vector_norm(m @ x - x * theta.unsqueeze(-2), dim=-2) / scale
-        return TopEigen(theta, x, residual, (residual <= tol).all(-1), 0)
+        return top_pairs(m, *torch.linalg.eigh(m), k, tol)
     start = torch.randn(*m.shape[:-2], n, block, generator=gen, dtype=torch.float64).to(m.device)
     theta, x = _ritz(m, torch.linalg.qr(start).Q, block)
     p = None

@@ -32,7 +32,6 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from expattn.core.top_eigen import top_eigen
 from expattn.probes.hypotheses.base import (
     Batch,
     Estimator,
@@ -56,6 +55,7 @@ from expattn.probes.hypotheses.e4_readings import (
     TOLERANCES,
     WEAK,
     deflated,
+    fisher_targets,
     full_cos,
     haar,
     judge_reading,
@@ -159,10 +159,9 @@ class E4Alignment(Estimator):
         lam, basis, gap = range_basis(e, v)
         u = basis.float()  # (D, r)
         fisher = self.fisher(i, u)  # (H, r, r)
-        inverse, ridge, clipped = regularised_inverse(fisher)  # (F_h+ + lambda_F I)^-1: lambda_F = 1e-2 tr F_h / r
-        dense = {"fisher": fisher, "fisher_inv": inverse}
         start = torch.Generator().manual_seed(self.ctx.seed * 1009 + i)  # the eigensolver's start, off `gen`'s draws
-        tops = {name: top_eigen(m, max(DEFLATIONS), start) for name, m in dense.items()}  # each target's top pairs
+        # (F_h+ + lambda_F I)^-1 with lambda_F = 1e-2 tr F_h / r beside F_h, and each target's top pairs
+        dense, tops, ridge, clipped = fisher_targets(fisher, max(DEFLATIONS), start)
         spectra = {"sigma": lam.float(), "sigma_inv": lam.reciprocal().float()}
         wq, wk = w.head_matrices()  # (H, dh, D) each: all heads at once
         aq, ak = wq @ u, wk @ u  # (H, dh, r): A_h in range coordinates is sym(aq^T ak)

@@ -50,12 +50,12 @@ above 0, not supported when any lies below 0 (``DECIDING``): $k = 1$ removes the
 low-rank one, so a head reading only the target's top 5 directions or fewer is no reading of the target; the
 target truncated to its top 1, 2 and 5 directions (``top_form``; ``RANKS``) are negative controls through the same
 rule ($k = 2$ is reported). The Fisher readings have a target per head, $F_h$ and
-$\lambda_F(F_h + \lambda_F I)^{-1}$ (a float32 Cholesky inverse, ``regularised_inverse``; a head whose
-$F_h + \lambda_F I$ is not positive definite in float32 gets its negative eigenvalues clipped): the same margins
-and rule with dense targets in range coordinates (``e4_dense``), each target's top-$k$ eigenvectors from an
-iterative solver (``core.top_eigen``, residual tolerance $10^{-5}\lVert M\rVert_F$; a head it leaves unconverged
-makes the Fisher readings inconclusive, ``fisher_unconverged``) deflated per head, its spectrum put on random
-eigenvectors as $Q F_h Q^\top$ (Haar-random as $Q$ is: no eigenvectors needed), and its
+$\lambda_F(F_h + \lambda_F I)^{-1}$ (``fisher_targets``: on a CPU from one float64 eigendecomposition of $F_h$,
+elsewhere a float32 Cholesky inverse, ``regularised_inverse``; $F_h$'s negative eigenvalues are clipped): the same
+margins and rule with dense targets in range coordinates (``e4_dense``), each target's top-$k$ eigenvectors (on an
+accelerator from an iterative solver, ``core.top_eigen``, residual tolerance $10^{-5}\lVert M\rVert_F$; a head it
+leaves unconverged makes the Fisher readings inconclusive, ``fisher_unconverged``) deflated per head, its spectrum
+put on random eigenvectors as $Q F_h Q^\top$ (Haar-random as $Q$ is: no eigenvectors needed), and its
 rank-one control the form of each head's own top direction. Heads of a layer share its input, so the intervals
 resample layers, then heads within each drawn layer (``mean_interval``). Negative controls through the same rule:
 random heads $\operatorname{sym}(R_q^\top R_k)$ in range coordinates (Gaussian $R$ of the head's shape: an
@@ -70,6 +70,9 @@ import numpy as np
 import torch
 from jaxtyping import Float
 from torch import Tensor
+
+from expattn.core import top_eigen as eigensolver
+from expattn.core.top_eigen import TopEigen, top_eigen, top_pairs
 
 RANGE_TOL = 1e-6
 TOLERANCES = (1e-8, 1e-4)
@@ -328,15 +331,25 @@ def judge_reading(reading: Reading, heads: dict[str, dict], q95: np.ndarray, rng
     }
 
 
+def spectral_inverse(
+    values: Float[Tensor, "*batch dim"], vectors: Float[Tensor, "*batch dim dim"], lam: Float[Tensor, " *batch"]
+) -> tuple[Float[Tensor, "*batch dim dim"], Float[Tensor, "*batch dim"]]:
+    r"""$(M_+ + \lambda I)^{-1} = V\operatorname{diag}(1/(\max(\theta, 0) + \lambda))V^\top$ from $M$'s
+    decomposition ``values`` $\theta$ (ascending) and ``vectors`` $V$, float64: the inverse and its eigenvalues in
+    ascending order (with $V$'s columns reversed, its eigenvectors)."""
+    inv_values = (values.double().clamp_min(0) + lam.double().unsqueeze(-1)).reciprocal()  # descending
+    return (vectors.double() * inv_values.unsqueeze(-2)) @ vectors.double().mT, inv_values.flip(-1)
+
+
 def regularised_inverse(m: Float[Tensor, "*batch dim dim"]) -> tuple[Float[Tensor, "*batch dim dim"], float, int]:
-    """$(M_+ + \\lambda I)^{-1}$ with $\\lambda = 10^{-2}\\operatorname{tr}M/D$ (batched over leading dims), where
-    $M_+$ is $M$ with negative eigenvalues clipped to 0; returns it, $\\lambda$ (mean over the batch)
+    r"""$(M_+ + \lambda I)^{-1}$ with $\lambda = 10^{-2}\operatorname{tr}M/D$ (batched over leading dims), where
+    $M_+$ is $M$ with negative eigenvalues clipped to 0; returns it, $\lambda$ (mean over the batch)
     and how many matrices needed the clipping.
 
     Only the lower triangle of ``M`` is read (it is symmetric up to rounding). Through a float32
     Cholesky factor: the ridge bounds the condition number by $100 D + 1$, so
     float32 leaves cosines accurate to ~1e-4. A matrix that float32 rounding (or its estimate)
-    leaves indefinite falls back to a float64 eigendecomposition with the clipping.
+    leaves indefinite falls back to a float64 eigendecomposition with the clipping (``spectral_inverse``).
     """
     lam = RIDGE * torch.diagonal(m, dim1=-2, dim2=-1).mean(-1)
     reg = m.to(torch.float32, copy=True)
@@ -345,7 +358,29 @@ def regularised_inverse(m: Float[Tensor, "*batch dim dim"]) -> tuple[Float[Tenso
     inv = torch.cholesky_inverse(chol).to(m.dtype)
     bad = info != 0
     if bad.any():
-        floor = lam.expand(info.shape)[bad].double()[..., None]
-        e, v = torch.linalg.eigh(m[bad].double() + floor[..., None] * torch.eye(m.shape[-1], dtype=torch.float64))
-        inv[bad] = ((v / e.clamp_min(floor).unsqueeze(-2)) @ v.mT).to(m.dtype)
+        e, v = torch.linalg.eigh(m[bad].double())
+        inv[bad] = spectral_inverse(e, v, lam.expand(info.shape)[bad])[0].to(m.dtype)
     return inv, float(lam.mean()), int(bad.sum())
+
+
+def fisher_targets(fisher: Float[Tensor, "heads r r"], k: int, start: torch.Generator
+                   ) -> tuple[dict[str, Tensor], dict[str, TopEigen], float, int]:
+    r"""The Fisher readings' dense targets ``{"fisher": F_h, "fisher_inv": (F_h+ + lambda_F I)^-1}`` ``(H, r, r)``,
+    each one's top ``k`` eigenpairs (``TopEigen``), $\lambda_F$ (mean over heads) and the heads clipped.
+
+    On ``DENSE_DEVICES`` (a CPU) one float64 ``eigh`` of $F_h$ gives all of it: the inverse shares $F_h$'s
+    eigenvectors (``spectral_inverse``), exact to float64, and its top pairs are $F_h$'s bottom ones; the heads
+    clipped are those with an eigenvalue below $-\lambda_F$ (the ones a float32 Cholesky of $F_h + \lambda_F I$
+    refuses). Elsewhere (CUDA, where ``eigh`` is slow) ``regularised_inverse`` and ``top_eigen``'s iterative solver
+    for each target, its start drawn from ``start``."""
+    if fisher.device.type not in eigensolver.DENSE_DEVICES:  # read at the call: a test can empty it
+        inverse, ridge, clipped = regularised_inverse(fisher)
+        dense = {"fisher": fisher, "fisher_inv": inverse}
+        return dense, {name: top_eigen(m, k, start) for name, m in dense.items()}, ridge, clipped
+    lam = RIDGE * torch.diagonal(fisher, dim1=-2, dim2=-1).mean(-1)
+    f = fisher.double()
+    e, v = torch.linalg.eigh((f + f.mT) / 2)
+    inverse, inv_values = spectral_inverse(e, v, lam)
+    tops = {"fisher": top_pairs(f, e, v, k), "fisher_inv": top_pairs(inverse, inv_values, v.flip(-1), k)}
+    clipped = int((e[..., 0] < -lam.double()).sum())
+    return {"fisher": fisher, "fisher_inv": inverse.to(fisher.dtype)}, tops, float(lam.mean()), clipped
