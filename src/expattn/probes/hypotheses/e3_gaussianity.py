@@ -136,8 +136,9 @@ class E3Gaussianity(Estimator):
         f"per depth, close iff mean|excess kurtosis| < {KURTOSIS_LIMIT} and mean|skewness| < "
         f"{SKEW_LIMIT} along {DIRECTIONS} random directions and the radius ratio lies in {RADIUS_BAND}; far iff "
         "the kurtosis interval lies above its limit or the radius ratio outside the band; supported iff most "
-        "depths are close, not_supported iff most are far. Synthetic sphere and Student-t clouds of the same "
-        "size must not be supported; a Gaussian one must"
+        "depths are close, not_supported iff most are far, else inconclusive, as is a majority whose count's 95% "
+        "bootstrap interval (the kurtosis and skewness per replicate) reaches half the depths. Synthetic sphere "
+        "and Student-t clouds of the same size must not be supported; a Gaussian one must"
     )
 
     @staticmethod

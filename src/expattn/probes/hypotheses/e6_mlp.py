@@ -86,7 +86,9 @@ class E6Mlp(Estimator):
         f"supported iff in most layers the 95% interval of E|update|^2/E|skip|^2 lies below {RHO_LIMIT} "
         f"or the mean over {FOLDS} held-out folds of sequences of the R^2 of a ridge affine fit on the other folds "
         f"is >= {R2_LIMIT} (ridge chosen on the fit's folds alone by generalised cross-validation, the held-out fold "
-        "only tests); not_supported iff in most neither; noise in place of the update must not be supported"
+        "only tests); not_supported iff in most neither; else inconclusive, as is a majority whose count's 95% "
+        "bootstrap interval (the energy ratio per replicate) reaches half the layers; noise in place of the update "
+        "must not be supported"
     )
 
     @staticmethod
