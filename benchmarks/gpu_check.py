@@ -14,7 +14,10 @@ so). Parts, in this order (``--only`` picks some):
    ``expattn probe --device cuda``); plain forward passes over the same batches time the reference. Prints the
    ratios (goal: the probe <= 2x the forward passes) and every verdict with its note.
 2. ``8b``: the Llama-3-8B shape in bfloat16 with float32 statistics at 16,384 and 262,144 tokens
-   (``benchmarks/gpu_check_8b.py``): ratios, peak against the footprint, every verdict.
+   (``benchmarks/gpu_check_8b.py``; ``--8b-rows`` picks the sizes in sequences of 256): ratios, peak against the
+   footprint, every verdict. It runs in this process, so the budget is checked before each size instead: a size that
+   the smaller one's time says cannot finish is not started (on an H200 the two sizes do not fit in one 600 s call:
+   ``--only 8b --8b-rows 1024 --budget 560`` runs the large one alone).
 3. ``profile``: where the time goes (``torch.profiler``): the probe over a quarter of the tokens, and 10 calls of
    ``Empirical.mean`` forward + backward at the small benchmark shape; the busiest operations by host and by device
    time, with the source lines that called them, into ``OUTDIR/profile_probe.txt`` and
@@ -203,7 +206,7 @@ def part_8b(log: Log, args) -> dict:
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from gpu_check_8b import run
 
-    return run(log, args.smoke, torch.device(args.device), args.probe_device)
+    return run(log, args.smoke, torch.device(args.device), args.probe_device, tuple(args.rows_8b), _left)
 
 
 def _profile_table(prof, device: torch.device, rows: int = 30) -> str:
@@ -332,6 +335,9 @@ def main() -> int:
     p.add_argument("--smoke", action="store_true", help="tiny sizes on the CPU, in seconds")
     p.add_argument("--only", choices=PARTS, action="append", help="run only these parts (repeatable)")
     p.add_argument("--budget", type=float, default=470.0, help="seconds for the whole run [470]")
+    p.add_argument("--8b-rows", dest="rows_8b", type=int, nargs="+", default=[64, 1024],
+                   help="the 8b part's sizes in sequences of 256 [64 1024]; a size that cannot finish in the budget "
+                        "is not started")
     args = p.parse_args()
     if args.carry:
         print(f"MiniLM's tokenizer and two plays copied into {carry()}; name .gpu_carry in the device run's carry")

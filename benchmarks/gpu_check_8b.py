@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 import warnings
+from collections.abc import Callable
 
 import torch
 
@@ -62,8 +63,23 @@ def _estimate(sizes: dict, ids: torch.Tensor, batch: int, weights: int) -> float
     return (f.peak() + weights) / GIB
 
 
-def run(log, smoke: bool, device: torch.device, probe_device: str) -> dict:
-    """Both sizes; ``{"ok", "sizes": {tokens: numbers}}``. ok: no hypothesis crashed and none was skipped."""
+ROWS = (64, 1024)  # sequences of 256 per size: 16,384 and 262,144 tokens
+PASSES_AT_MOST = 3  # the memory plan's passes at 262,144 tokens on an H200 (2026-11-28): each feeds every token
+
+
+def needed_seconds(row: dict, rows: int, done_rows: int) -> float:
+    """A size's expected seconds from a smaller size's ``row``: its analyses (a fixed cost) plus its forward passes
+    and updates scaled by the tokens, times ``PASSES_AT_MOST``."""
+    feeding = row["probe_seconds"] - row["analysis_seconds"]
+    return row["analysis_seconds"] + PASSES_AT_MOST * feeding * rows / done_rows
+
+
+def run(log, smoke: bool, device: torch.device, probe_device: str, rows_wanted: tuple[int, ...] = ROWS,
+        left: Callable[[], float] = lambda: float("inf")) -> dict:
+    """The sizes in ``rows_wanted`` (sequences of 256); ``{"ok", "sizes": {tokens: numbers}, "not_started":
+    [tokens]}``. ok: no hypothesis crashed and none was skipped. A size that a smaller one's time says cannot finish
+    in ``left()`` seconds is not started (logged): the part runs in the check's own process, so the budget could not
+    stop it once begun."""
     import expattn
 
     sizes, seq_len, batch = (LLAMA_TINY, 32, 4) if smoke else (LLAMA_8B, 256, 8)
@@ -71,8 +87,14 @@ def run(log, smoke: bool, device: torch.device, probe_device: str) -> dict:
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     log(f"8b: Llama {sum(p.numel() for p in model.parameters()) / 1e9:.2f}B parameters in bfloat16 "
         f"({weights / GIB:.1f} GiB) on {device}")
-    out, ok = {}, True
-    for rows in ((8, 16) if smoke else (64, 1024)):
+    out, ok, last, not_started = {}, True, None, []
+    for rows in ((8, 16) if smoke else rows_wanted):
+        if last is not None and needed_seconds(out[last[0]], rows, last[1]) > left():
+            need = needed_seconds(out[last[0]], rows, last[1])
+            log(f"8b at {rows * seq_len:,} tokens: not started, about {need:.0f} s needed and {left():.0f} s left "
+                "(run it alone: --only 8b --8b-rows N)")
+            not_started.append(rows * seq_len)
+            continue
         ids = torch.randint(0, sizes["vocab_size"], (rows, seq_len), generator=torch.Generator().manual_seed(0))
         _plain(model, ids[:batch], batch, device)  # warm-up
         plain = _plain(model, ids, batch, device)
@@ -102,5 +124,6 @@ def run(log, smoke: bool, device: torch.device, probe_device: str) -> dict:
             log(f"  {r.id:<3} {r.verdict:<14} {r.notes[:140]}")
             ok &= r.verdict not in ("error", "skipped")
         out[ids.numel()] = row
+        last = (ids.numel(), rows)
         del res
-    return {"ok": ok, "sizes": out}
+    return {"ok": ok, "sizes": out, "not_started": not_started}

@@ -28,3 +28,22 @@ def test_gpu_check_smoke(tmp_path):
         assert "self_cpu_time_total" in (text := (tmp_path / name).read_text()) and "expattn" in text, name
     assert summary["train"]["bitwise"]  # on the CPU, in float32, the resumed run replays the uninterrupted one
     assert "train step LM vs nanoGPT" in (tmp_path / "gpu_check.log").read_text()
+
+
+def test_an_8b_size_that_cannot_finish_in_the_budget_is_not_started():
+    """The 8b part runs in the check's own process, where the budget cannot kill it: on an H200 its 262,144-token
+    size outran the device call's limit. The first size's time decides whether the next is started; the negative
+    control is the same run with time to spare, which starts both."""
+    import torch
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from gpu_check_8b import needed_seconds, run
+
+    row = {"probe_seconds": 166.7, "analysis_seconds": 153.7}  # the H200's 16,384 tokens (2026-11-28)
+    assert needed_seconds(row, 1024, 64) == pytest.approx(153.7 + 3 * 13.0 * 16)  # 777.7 s: more than a call holds
+    lines: list[str] = []
+    short = run(lambda *a: lines.append(" ".join(map(str, a))), True, torch.device("cpu"), "cpu", left=lambda: 0.0)
+    assert list(short["sizes"]) == [8 * 32] and short["not_started"] == [16 * 32], short
+    assert any("not started" in line for line in lines)
+    spare = run(lambda *a: None, True, torch.device("cpu"), "cpu")
+    assert list(spare["sizes"]) == [8 * 32, 16 * 32] and spare["not_started"] == []
