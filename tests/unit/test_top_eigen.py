@@ -57,3 +57,33 @@ def test_auto_decomposes_whole_matrices_on_the_cpu_and_agrees_with_lobpcg(gen):
     assert float(((dense.values - lobpcg.values) / scale).abs().max()) < 1e-8  # residual^2 / gap, as above
     with pytest.raises(ValueError, match="method must be"):
         top_eigen(m, 5, gen, method="arnoldi")
+
+
+def test_lobpcg_solves_its_rayleigh_ritz_problems_on_the_host(gen):
+    """On an accelerator (``tests/elsewhere.py``'s second device) the iterative path's only ``eigh`` calls are the
+    small Rayleigh-Ritz problems, and they run on the host: CUDA's batched ``eigh`` decomposes one matrix at a time
+    above side 32, and these are 3 block = 36 wide for k = 5. The answer is the CPU run's."""
+    from elsewhere import elsewhere, to_elsewhere
+    from torch.overrides import TorchFunctionMode
+
+    class EighDevices(TorchFunctionMode):
+        def __init__(self):
+            super().__init__()
+            self.seen: list[tuple[str, tuple[int, ...]]] = []
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if func is torch.linalg.eigh:
+                self.seen.append((args[0].device.type, tuple(args[0].shape)))
+            return func(*args, **(kwargs or {}))
+
+    m = _psd(gen, 4, 120)
+    on_cpu = top_eigen(m, 5, torch.Generator().manual_seed(3), method="lobpcg")
+    recorder = EighDevices()
+    with elsewhere(), recorder:
+        there = top_eigen(to_elsewhere(m), 5, torch.Generator().manual_seed(3), method="lobpcg")
+        values, vectors = there.values.cpu(), there.vectors.cpu()
+    assert recorder.seen and {device for device, _ in recorder.seen} == {"cpu"}, recorder.seen
+    assert {shape for _, shape in recorder.seen} == {(4, s, s) for s in (12, 24, 36)}  # X; X, R; X, R, P
+    assert there.iterations == on_cpu.iterations
+    torch.testing.assert_close(values, on_cpu.values, rtol=0, atol=0)
+    torch.testing.assert_close(vectors, on_cpu.vectors, rtol=0, atol=0)

@@ -62,9 +62,13 @@ class TopEigen:
 
 def _ritz(m: Tensor, basis: Tensor, width: int) -> tuple[Tensor, Tensor]:
     """Rayleigh-Ritz on an orthonormal ``basis`` ``(*batch, n, s)``: the top ``width`` Ritz values (descending)
-    and vectors ``(*batch, n, width)``."""
+    and vectors ``(*batch, n, width)``. The small ``(*batch, s, s)`` problems are solved on the host, in one batched
+    LAPACK call: CUDA's batched ``eigh`` decomposes one matrix at a time above side 32 (cuSOLVER's batched Jacobi
+    stops there; LOBPCG's ``s`` is ``3 block`` = 36 for k = 5), and each step already reads its residuals to the
+    host."""
     small = basis.mT @ m @ basis
-    theta, y = torch.linalg.eigh((small + small.mT) / 2)  # (*batch, s): ascending
+    theta, y = torch.linalg.eigh(((small + small.mT) / 2).cpu())  # (*batch, s): ascending
+    theta, y = theta.to(m.device), y.to(m.device)
     return theta.flip(-1)[..., :width], (basis @ y.flip(-1))[..., :width]
 
 
