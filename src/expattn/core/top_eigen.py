@@ -100,13 +100,13 @@ def top_eigen(m: Float[Tensor, "*batch n n"], k: int, gen: torch.Generator, tol:
     max_iter = positive_int("max_iter", max_iter)
     m = m.to(torch.float64)
     m = (m + m.mT) / 2
-    scale = torch.linalg.matrix_norm(m).clamp_min(torch.finfo(torch.float64).tiny).unsqueeze(-1)  # (*batch, 1)
     if method not in ("auto", "lobpcg", "dense"):
         raise ValueError(f"method must be auto, lobpcg or dense, got {method!r}")
     dense = method == "dense" or (method == "auto" and m.device.type in DENSE_DEVICES)
     block = 2 * k + 2
     if dense or 3 * block >= n:  # Rayleigh-Ritz as wide as the matrix, or a CPU: decompose it whole
         return top_pairs(m, *torch.linalg.eigh(m), k, tol)
+    scale = torch.linalg.matrix_norm(m).clamp_min(torch.finfo(torch.float64).tiny).unsqueeze(-1)  # (*batch, 1)
     start = torch.randn(*m.shape[:-2], n, block, generator=gen, dtype=torch.float64).to(m.device)
     theta, x = _ritz(m, torch.linalg.qr(start).Q, block)
     p = None

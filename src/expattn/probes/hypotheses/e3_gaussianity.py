@@ -281,7 +281,6 @@ class E3Gaussianity(Estimator):
         self._massive()
         est, lo, hi = (t.cpu().numpy() for t in self.boot_.interval(self._shape_stats))
         reps = self.boot_.replicates(self._shape_stats).cpu().numpy()  # (R, depth, V, 3)
-        lo_rep, _ = replicate_intervals(est, lo, hi, reps)
         rho, principal, buffered, iso_all, kurtosis_all = [], [], [], [], []
         for d in range(self.depths):  # one depth at a time: its float64 cloud and merged scatter freed before the next
             b = torch.cat(self.buffer_[d]) if self.buffer_[d] else torch.zeros(0, self.ctx.dim)
@@ -341,17 +340,18 @@ class E3Gaussianity(Estimator):
             "massive_tokens_left_out_max": max(self.massive_),
         }
         details["published"] = [sun_2024(details["massive_activations"]), ethayarajh_2019(cross)]
-        arrays = {"est": est, "lo": lo, "hi": hi, "reps": reps, "lo_rep": lo_rep, "rho": rho, "cross": cross,
+        arrays = {"est": est, "lo": lo, "hi": hi, "reps": reps, "rho": rho, "cross": cross,
                   "participation": {k: np.array([p for p, _ in val]) for k, val in iso.items()},
                   "buffered": np.array(buffered)}
         return Measured(arrays, metrics, details)
 
     def judge(self, measured: Measured) -> Judgement:
         a = measured.arrays
-        est, lo, v = a["est"], a["lo"], VARIANTS.index("excl")
+        est, lo, hi, v = a["est"], a["lo"], a["hi"], VARIANTS.index("excl")
         close, far = (t.numpy() for t in close_and_far(*(torch.as_tensor(x) for x in (
             est[:, v, 0], est[:, v, 1], a["rho"], lo[:, v, 0]))))
-        reps, lo_rep = a["reps"][..., v, :], a["lo_rep"][..., v, 0]  # (R, depth, 3), (R, depth)
+        reps = a["reps"][..., v, :]  # (R, depth, 3)
+        lo_rep = replicate_intervals(est[:, v, 0], lo[:, v, 0], hi[:, v, 0], reps[..., 0])[0]  # (R, depth)
         close_rep, far_rep = (t.numpy() for t in close_and_far(*(torch.as_tensor(x) for x in (
             reps[..., 0], reps[..., 1], a["rho"], lo_rep))))
         verdict = majority_verdict(close, far, close_rep, far_rep)

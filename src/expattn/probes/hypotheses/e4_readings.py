@@ -331,6 +331,11 @@ def judge_reading(reading: Reading, heads: dict[str, dict], q95: np.ndarray, rng
     }
 
 
+def ridge_of(m: Float[Tensor, "*batch dim dim"]) -> Float[Tensor, " *batch"]:
+    r"""The reference inverse's ridge $\lambda = 10^{-2}\operatorname{tr}M/D$ per matrix."""
+    return RIDGE * torch.diagonal(m, dim1=-2, dim2=-1).mean(-1)
+
+
 def spectral_inverse(
     values: Float[Tensor, "*batch dim"], vectors: Float[Tensor, "*batch dim dim"], lam: Float[Tensor, " *batch"]
 ) -> tuple[Float[Tensor, "*batch dim dim"], Float[Tensor, "*batch dim"]]:
@@ -351,7 +356,7 @@ def regularised_inverse(m: Float[Tensor, "*batch dim dim"]) -> tuple[Float[Tenso
     float32 leaves cosines accurate to ~1e-4. A matrix that float32 rounding (or its estimate)
     leaves indefinite falls back to a float64 eigendecomposition with the clipping (``spectral_inverse``).
     """
-    lam = RIDGE * torch.diagonal(m, dim1=-2, dim2=-1).mean(-1)
+    lam = ridge_of(m)
     reg = m.to(torch.float32, copy=True)
     reg.diagonal(dim1=-2, dim2=-1).add_(lam.to(torch.float32).unsqueeze(-1))
     chol, info = torch.linalg.cholesky_ex(reg)  # reads the lower triangle only: no symmetrising copy
@@ -377,7 +382,7 @@ def fisher_targets(fisher: Float[Tensor, "heads r r"], k: int, start: torch.Gene
         inverse, ridge, clipped = regularised_inverse(fisher)
         dense = {"fisher": fisher, "fisher_inv": inverse}
         return dense, {name: top_eigen(m, k, start) for name, m in dense.items()}, ridge, clipped
-    lam = RIDGE * torch.diagonal(fisher, dim1=-2, dim2=-1).mean(-1)
+    lam = ridge_of(fisher)
     f = fisher.double()
     e, v = torch.linalg.eigh((f + f.mT) / 2)
     inverse, inv_values = spectral_inverse(e, v, lam)
