@@ -7,6 +7,7 @@ Every output folder and file follows one rule (``expattn.results.outputs``): mis
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sys
 from pathlib import Path
@@ -144,15 +145,22 @@ def report(
     ),
     overwrite: Overwrite = False,
     verbose: Annotated[bool, typer.Option("--verbose", help="Show the model loaders' own reports.")] = False,
+    jobs: Annotated[int | None, typer.Option(help="Worker processes running the stages side by side, each with its "
+                                                  "share of torch's threads; 1: one after another in this process "
+                                                  "[one per torch thread, at most one per stage].")] = None,
 ) -> None:
     """Run verify, simulate, probe and train and write one shareable report; exit 0 iff nothing failed."""
     checked_seed(seed)
-    from expattn.commands.report import ReportConfig, run_report, summary_table
+    from expattn.commands.report import ReportConfig, run_report, summary_table, units
+    from expattn.commands.workers import auto_jobs
 
     names = tuple(m.strip() for m in models.split(",") if m.strip())
     chosen = tuple(s.strip().lower() for s in stages.split(",") if s.strip())
     try:
-        config = ReportConfig(out_dir=out, models=names, quick=quick, seed=seed, stages=chosen, overwrite=overwrite)
+        config = ReportConfig(out_dir=out, models=names, quick=quick, seed=seed, stages=chosen, overwrite=overwrite,
+                              jobs=1 if jobs is None else jobs)
+        if jobs is None:
+            config = dataclasses.replace(config, jobs=auto_jobs(len(units(config))))
         verbose_loading(verbose)
         result = run_report(config, console)
     except (ValueError, TypeError, OSError) as err:

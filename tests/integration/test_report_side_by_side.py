@@ -1,0 +1,151 @@
+"""``expattn report`` with its stages side by side in worker processes: the same results as one after another, a
+stage whose worker dies fails alone, and an interrupted run leaves neither files nor workers behind."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import stand_in_probes
+import torch
+from rich.console import Console
+from typer.testing import CliRunner
+
+from expattn.cli import app
+from expattn.commands.report import PROBE_IDS, ReportConfig, run_report, units
+from expattn.commands.workers import THREAD_VARIABLES, auto_jobs, threads_per_job
+
+TESTS = Path(__file__).resolve().parents[1]
+
+
+def report(out: Path, probe=None, **options):
+    config = ReportConfig(out_dir=out, overwrite=True, **options)
+    console = Console(file=io.StringIO(), width=120)
+    return run_report(config, console) if probe is None else run_report(config, console, probe=probe)
+
+
+@pytest.mark.slow
+def test_side_by_side_gives_the_bytes_of_one_after_another(tmp_path):
+    out = tmp_path / "out"
+    env = {**os.environ, **dict.fromkeys(THREAD_VARIABLES, "1")}  # one after another rounds as a worker does
+    command = [sys.executable, "-m", "expattn.cli", "report", "--out", str(out), "--overwrite", "--models", "minilm",
+               "--stages", "verify,probe", "--quick", "--jobs"]
+    alone = subprocess.run([*command, "1"], env=env, capture_output=True, text=True)
+    assert alone.returncode == 0, alone.stderr[-2000:]
+    first = (out / "results.json").read_bytes()
+    beside = subprocess.run([*command, "2"], env=env, capture_output=True, text=True)
+    assert beside.returncode == 0, beside.stderr[-2000:]
+    assert (out / "results.json").read_bytes() == first
+    doc = json.loads(first)
+    assert [s["name"] for s in doc["stages"]] == ["verify", "probe minilm"] and len(doc["records"]) > 9
+
+
+def test_a_stage_whose_worker_dies_fails_alone_and_one_that_died_beside_another_runs_again(tmp_path):
+    models = [tmp_path / name for name in ("dies", "dies-beside-another", "lives")]
+    for folder in models:
+        folder.mkdir()
+    result = report(tmp_path / "out", probe=stand_in_probes.dies, models=tuple(map(str, models)),
+                    stages=("probe",), jobs=2)
+    status = {s.name.split("/")[-1]: (s.status, s.records) for s in result.stages}
+    assert status == {"dies": ("fail", 9), "dies-beside-another": ("ok", 1), "lives": ("ok", 1)}
+    dead = [r for r in result.records if r.details["model"] == str(models[0])]
+    assert [r.id for r in dead] == list(PROBE_IDS) and {r.verdict for r in dead} == {"error"}
+    assert "worker process ended abruptly" in dead[0].notes and not result.ok
+    pids = {r.details["model"]: r.details["pid"] for r in result.records if "pid" in r.details}
+    assert os.getpid() not in pids.values()  # they ran in workers
+    doc = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert [s["name"] for s in doc["stages"]] == [f"probe {m}" for m in models]  # the report's order
+
+
+def test_the_longest_stages_start_first_and_the_report_keeps_its_order(tmp_path):
+    models = [tmp_path / name for name in ("a", "b")]
+    for folder in models:
+        folder.mkdir()
+    config = ReportConfig(out_dir=tmp_path / "out", models=(str(models[0]), str(models[0]), str(models[1])))
+    assert [u.name for u in units(config)] == ["verify", "simulate", f"probe {models[0]}", f"probe {models[1]}",
+                                               "train"]
+    twins = ReportConfig(models=(str(models[0]), str(tmp_path / "x" / "a")))
+    assert [u.slug for u in units(twins) if u.kind == "probe"] == ["probe-a", "probe-a-2"]
+    result = report(tmp_path / "out", probe=stand_in_probes.probe, models=tuple(map(str, models)),
+                    stages=("probe",), jobs=2)
+    assert result.ok and [r.details["model"] for r in result.records] == list(map(str, models))
+    plots = tmp_path / "out" / "plots"
+    assert sorted(p.name for p in plots.iterdir()) == ["probe-a", "probe-b"]
+
+
+def test_jobs_share_the_threads_and_default_to_one_per_thread():
+    threads = torch.get_num_threads()
+    assert threads_per_job(1) == threads and threads_per_job(threads) == 1 and threads_per_job(threads + 1) == 1
+    assert auto_jobs(5) == min(5, threads) and auto_jobs(1) == 1
+
+
+@pytest.mark.parametrize(("jobs", "error"), [(0, ValueError), (-2, ValueError), (True, TypeError), (1.5, TypeError)])
+def test_jobs_must_be_a_positive_int(jobs, error):
+    with pytest.raises(error, match="jobs"):
+        ReportConfig(jobs=jobs)
+
+
+def test_cli_refuses_zero_jobs_in_one_line(tmp_path):
+    result = CliRunner().invoke(app, ["report", "--out", str(tmp_path / "o"), "--jobs", "0"])
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1 and "jobs must be >= 1" in lines[0], result.output
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_probe_that_cannot_reach_a_worker_is_refused_before_any_stage(tmp_path):
+    (tmp_path / "m").mkdir()
+    with pytest.raises(TypeError, match="probe must be a module-level function"):
+        report(tmp_path / "out", probe=lambda model, ctx, progress: None, models=(str(tmp_path / "m"),),
+               stages=("verify", "probe"), jobs=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
+
+
+@pytest.mark.slow
+def test_sigterm_ends_the_workers_and_leaves_no_files(tmp_path):
+    models = [tmp_path / name for name in ("a", "b")]
+    for folder in models:
+        folder.mkdir()
+    script = textwrap.dedent(f"""
+        import io, sys
+        sys.path.insert(0, {str(TESTS)!r})
+        from pathlib import Path
+        from rich.console import Console
+        import stand_in_probes
+        from expattn.commands.report import ReportConfig, run_report
+        from expattn.terminal import interrupt_on_sigterm
+        interrupt_on_sigterm()
+        config = ReportConfig(out_dir=Path({str(tmp_path / "out")!r}), models={tuple(map(str, models))!r},
+                              stages=("probe",), jobs=2)
+        run_report(config, Console(file=io.StringIO()), probe=stand_in_probes.waits)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while not all((m / "pid").exists() for m in models) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+    time.sleep(0.2)  # the pid files are complete
+    workers = [int((m / "pid").read_text()) for m in models]
+    os.kill(proc.pid, signal.SIGTERM)
+    assert proc.wait(timeout=60) == 128 + signal.SIGTERM, proc.stderr.read().decode()[-2000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]  # no staging folder, no partial report
+    deadline = time.monotonic() + 30
+    while any(_running(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_running(pid) for pid in workers)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.exists() and stat.read_text().split(")")[-1].split()[0] == "Z")  # a zombie has ended
