@@ -137,8 +137,8 @@ def report(
                                              "folders.")] = (
         "minilm,smollm2"
     ),
-    quick: Annotated[bool, typer.Option("--quick", help="Small sizes everywhere (96-119 s wall, 157-191 CPU-seconds "
-                                        "on a quiet 2-core machine, as measured in the README).")] = False,
+    quick: Annotated[bool, typer.Option("--quick", help="Small sizes everywhere (70 s wall, 127 CPU-seconds on a "
+                                        "quiet 2-core machine, as measured in the README).")] = False,
     seed: Annotated[int, typer.Option(help="Seed of every stage.")] = 0,
     stages: Annotated[str, typer.Option(help="Comma-separated stages to run: verify, simulate, probe, train.")] = (
         "verify,simulate,probe,train"

@@ -141,9 +141,10 @@ def test_synthetic_report_is_clean_and_escaped(tmp_path, gen):
     assert (tmp_path / "shot.png").read_bytes().startswith(b"\x89PNG")
 
 
-# The quick report's bound in CPU time, which a loaded machine does not stretch the way it stretches wall time:
-# the README measures 157-191 CPU-seconds for it on a quiet 2-core machine; ten times that stops a run that
-# hangs or loops without failing one that is merely slow for want of a free core.
+# The quick report's bound in CPU time, which a loaded machine does not stretch the way it stretches wall time (per
+# process: its worker processes inherit the limit): the quick report of two models took 127 CPU-seconds in all on a
+# quiet 2-core machine (2026-11-28, the README) and 157-191 before its stages ran side by side; ten
+# times that stops a run that hangs or loops without failing one that is merely slow for want of a free core.
 CPU_SECONDS = 1900
 
 

@@ -60,7 +60,7 @@ def test_quoted_run_times_are_measurements_the_help_repeats():
     from expattn.cli import app
 
     text = " ".join(README.read_text().split())
-    quick = re.search(r"`expattn report --quick` (\d+-\d+) s wall and (\d+-\d+) CPU-seconds", text)
+    quick = re.search(r"`expattn report --quick` took (\d+(?:-\d+)?) s wall and (\d+(?:-\d+)?) CPU-seconds", text)
     assert quick is not None
     report = next(p for p in typer.main.get_command(app).commands["report"].params if p.name == "quick")
     assert f"{quick[1]} s wall, {quick[2]} CPU-seconds" in report.help
