@@ -68,8 +68,9 @@ class ReportConfig:
         overwrite: write into a non-empty ``out_dir``, replacing a previous report (the one rule of
             output folders, ``expattn.results.outputs``).
         jobs: worker processes that run the stages side by side, each with its share of torch's threads
-            (``report_pool.threads_per_job``); 1 runs them one after another in this process. The records are
-            the same either way, up to the rounding of the threads' share of each reduction.
+            (``workers.threads_per_job``); 1 runs them one after another in this process. The records are the
+            same either way at the same threads per stage. The workers are spawned, so a script that sets
+            ``jobs > 1`` needs Python's ``if __name__ == "__main__":`` guard (``multiprocessing``'s rule).
     """
 
     out_dir: Path = Path("report")
