@@ -1,6 +1,6 @@
 """Stand-in probes for the report's worker processes: module-level, so a spawned worker imports them by name.
 
-Each takes ``(model, ctx, progress)`` as ``expattn.commands.report.probe_model`` does; ``model`` is a folder
+Each takes ``(model, ctx, progress)`` as ``expattn.commands.report_stages.probe_model`` does; ``model`` is a folder
 whose name says what the stand-in does there.
 """
 

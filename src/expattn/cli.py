@@ -7,7 +7,6 @@ Every output folder and file follows one rule (``expattn.results.outputs``): mis
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import sys
 from pathlib import Path
@@ -129,14 +128,10 @@ def verify(
 
 @app.command()
 def report(
-    out: Annotated[Path, typer.Option(readable=False, help="Folder for results.json, report.html, report.md and "
-                                                           "plots (missing or empty, or --overwrite).")] = (
-        Path("report")
-    ),
+    out: Annotated[Path, typer.Option(readable=False, help="Folder for results.json, report.html, report.md and plots "
+                                                           "(missing or empty, or --overwrite).")] = Path("report"),
     models: Annotated[str, typer.Option(help="Comma-separated models to probe: minilm, smollm2, gemma3 or model "
-                                             "folders.")] = (
-        "minilm,smollm2"
-    ),
+                                             "folders.")] = "minilm,smollm2",
     quick: Annotated[bool, typer.Option("--quick", help="Small sizes everywhere (70 s wall, 127 CPU-seconds on a "
                                         "quiet 2-core machine, as measured in the README).")] = False,
     seed: Annotated[int, typer.Option(help="Seed of every stage.")] = 0,
@@ -151,16 +146,13 @@ def report(
 ) -> None:
     """Run verify, simulate, probe and train and write one shareable report; exit 0 iff nothing failed."""
     checked_seed(seed)
-    from expattn.commands.report import ReportConfig, run_report, summary_table, units
-    from expattn.commands.workers import auto_jobs
+    from expattn.commands.report import ReportConfig, run_report, summary_table
 
     names = tuple(m.strip() for m in models.split(",") if m.strip())
     chosen = tuple(s.strip().lower() for s in stages.split(",") if s.strip())
     try:
         config = ReportConfig(out_dir=out, models=names, quick=quick, seed=seed, stages=chosen, overwrite=overwrite,
-                              jobs=1 if jobs is None else jobs)
-        if jobs is None:
-            config = dataclasses.replace(config, jobs=auto_jobs(len(units(config))))
+                              jobs=jobs)
         verbose_loading(verbose)
         result = run_report(config, console)
     except (ValueError, TypeError, OSError) as err:

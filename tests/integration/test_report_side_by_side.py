@@ -20,7 +20,8 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from expattn.cli import app
-from expattn.commands.report import PROBE_IDS, ReportConfig, run_report, units
+from expattn.commands.report import ReportConfig, run_report
+from expattn.commands.report_stages import PROBE_IDS, units
 from expattn.commands.workers import THREAD_VARIABLES, auto_jobs, threads_per_job
 
 TESTS = Path(__file__).resolve().parents[1]

@@ -17,9 +17,11 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 import expattn.commands.report as run_module
+import expattn.commands.report_stages as stages_module
 from expattn.catalogue.registry import Claim, RunContext
 from expattn.cli import app
-from expattn.commands.report import PROBE_IDS, ReportConfig, run_report
+from expattn.commands.report import ReportConfig, run_report
+from expattn.commands.report_stages import PROBE_IDS
 from expattn.probes.progress import Stage
 from expattn.results.files import staging_dir
 from expattn.results.record import Record, load_records
@@ -74,7 +76,7 @@ def stages(monkeypatch, gen):
         "verify": [fake_claim("verify", "a1", passing), fake_claim("verify", "a3", crashing)],
         "simulate": [fake_claim("simulate", "b3-expansion", preset)],
     }
-    monkeypatch.setattr(run_module, "claims", lambda command: registry[command])
+    monkeypatch.setattr(stages_module, "claims", lambda command: registry[command])
 
     def probe(model, ctx, progress):
         seen[f"probe {model}"] = ctx
@@ -89,7 +91,7 @@ def stages(monkeypatch, gen):
         seen["train"] = runner.config
         return [], "ok", ""
 
-    monkeypatch.setattr(run_module._Runner, "train_stage", train_stage)
+    monkeypatch.setattr(stages_module._Runner, "train_stage", train_stage)
     return StandIns(registry, seen, probe)
 
 
@@ -192,7 +194,7 @@ def test_a_broken_stage_does_not_stop_the_others(tmp_path, stages, monkeypatch):
             raise ImportError("cannot import name 'x' from 'expattn.presets.b_dynamics'")
         return registry[command]
 
-    monkeypatch.setattr(run_module, "claims", claims)
+    monkeypatch.setattr(stages_module, "claims", claims)
     result = run(tmp_path, stages, models=("minilm",))
     simulate = next(s for s in result.stages if s.name == "simulate")
     assert simulate.status == "fail" and "b_dynamics" in simulate.reason

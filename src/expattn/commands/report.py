@@ -1,12 +1,11 @@
 """``expattn report``: verify -> simulate (all presets) -> probe (each model) -> a short training comparison.
 
-``--stages`` picks a subset (always reported in that order). The stages run one after another in this
-process, or side by side in ``jobs`` worker processes (``expattn.commands.workers``), longest first;
-both give the same records in the same order. One rich progress display shows them. A stage that
-raises is ``fail`` with its reason, and the other stages still run. A model that cannot be probed
-here (unknown name, missing optional package, a folder the probe refuses with ``ValueError``) gives
-``skipped`` records E1-E9 that carry the reason. Everything is written into a staging folder beside
-``--out`` and moved into place at the end, so an interrupted run leaves no partial files.
+``--stages`` picks a subset (always reported in that order). The stages (``report_stages``) run one after
+another in this process, or side by side in ``jobs`` worker processes (``expattn.commands.workers``),
+longest first; both give the same records in the same order. One rich progress display shows them.
+A stage that raises is ``fail`` with its reason, and the other stages still run. Everything is
+written into a staging folder beside ``--out`` and moved into place at the end, so an interrupted
+run leaves no partial files.
 """
 
 from __future__ import annotations
@@ -15,41 +14,29 @@ import dataclasses
 import functools
 import pickle
 import platform
-import re
-import shutil
 import subprocess
-import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from expattn.catalogue import ENTRIES
-from expattn.catalogue.registry import RunContext
-from expattn.commands.checks import claims, timed_claim
-from expattn.commands.workers import Tell, side_by_side
+from expattn.commands.report_stages import ProbeModel, UnitResult, lost, probe_model, run_unit, steps, units
+from expattn.commands.workers import auto_jobs, side_by_side
 from expattn.probes.models.loading import BUILTIN_MODELS
-from expattn.probes.progress import Stage as ProbeStage
 from expattn.report.document import Stage, cpu, wall
 from expattn.report.html import render_html
 from expattn.report.markdown import render_markdown
 from expattn.results.frame import records_frame
 from expattn.results.outputs import check_output_folder, output_folder
-from expattn.results.record import Record, load_records, results_document
+from expattn.results.record import Record, results_document
 from expattn.results.timings import write_results
 from expattn.seeds import check_seed
 
-if TYPE_CHECKING:
-    from expattn.probes.runner import ProbeOutcome
-
-PROBE_IDS = tuple(e.id for e in ENTRIES if e.probe)
 STAGES = ("verify", "simulate", "probe", "train")
 
 
@@ -68,7 +55,8 @@ class ReportConfig:
         overwrite: write into a non-empty ``out_dir``, replacing a previous report (the one rule of
             output folders, ``expattn.results.outputs``).
         jobs: worker processes that run the stages side by side, each with its share of torch's threads
-            (``workers.threads_per_job``); 1 runs them one after another in this process. The records are the
+            (``workers.threads_per_job``); None: one per torch thread, at most one per stage (``workers.auto_jobs``);
+            1 runs them one after another in this process. The records are the
             same either way at the same threads per stage. The workers are spawned, so a script that sets
             ``jobs > 1`` needs Python's ``if __name__ == "__main__":`` guard (``multiprocessing``'s rule).
     """
@@ -79,7 +67,7 @@ class ReportConfig:
     seed: int = 0
     stages: tuple[str, ...] = STAGES
     overwrite: bool = False
-    jobs: int = 1
+    jobs: int | None = 1
 
     def __post_init__(self) -> None:
         if not isinstance(self.out_dir, Path):
@@ -96,9 +84,9 @@ class ReportConfig:
         if unknown or not self.stages:
             got = ", ".join(repr(s) for s in unknown) or "none"
             raise ValueError(f"stages must be a non-empty subset of {', '.join(STAGES)}, got {got}")
-        if not isinstance(self.jobs, int) or isinstance(self.jobs, bool):
-            raise TypeError(f"jobs must be an int, got {type(self.jobs).__name__}")
-        if self.jobs < 1:
+        if self.jobs is not None and (not isinstance(self.jobs, int) or isinstance(self.jobs, bool)):
+            raise TypeError(f"jobs must be an int or None, got {type(self.jobs).__name__}")
+        if self.jobs is not None and self.jobs < 1:
             raise ValueError(f"jobs must be >= 1 (worker processes), got {self.jobs}")
 
     @property
@@ -152,196 +140,6 @@ def git_revision() -> str:
     return rev.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
 
 
-def _tag(record: Record, stage: str, plot_dir: str, **labels: str) -> Record:
-    """Label a record with its stage and make its plot paths relative to the results file."""
-    record.details.setdefault("stage", stage)
-    for key, value in labels.items():
-        record.details.setdefault(key, value)
-    record.plots = [f"{plot_dir}/{p}" for p in record.plots]
-    return record
-
-
-def _placeholder(model: str, verdict: str, reason: str) -> list[Record]:
-    """One record per probe claim for a model that could not be probed."""
-    return [
-        Record(id=i, kind="empirical", verdict=verdict, notes=f"model {model}: {reason}",
-               details={"stage": "probe", "model": model})
-        for i in PROBE_IDS
-    ]
-
-
-ProbeProgress = Callable[[int, int, ProbeStage], None]
-ProbeModel = Callable[[str, RunContext, ProbeProgress], "ProbeOutcome"]
-
-
-def probe_model(model: str, ctx: RunContext, progress: ProbeProgress) -> ProbeOutcome:
-    """The probe of ``model`` at its preset size (``ProbeConfig.preset``) for ``ctx``'s seed and quickness, beside
-    its random-init twin in full mode (``results.twin``: each record's twin control and ``training``), plots written
-    into ``ctx.out_dir``: its records and per-hypothesis timings. The probe stage's default ``ProbeModel``."""
-    from expattn.probes.runner import ProbeConfig, probe
-
-    config = ProbeConfig.preset(model, quick=ctx.quick, seed=ctx.seed, twin=not ctx.quick)  # quick: a smoke run
-    return probe(config, ctx.out_dir, progress=progress)
-
-
-@dataclass(frozen=True)
-class Unit:
-    """One stage of a run: ``kind`` is one of ``STAGES``; a probe names its ``model`` and its plot folder ``slug``."""
-
-    kind: str
-    model: str = ""
-    slug: str = ""
-
-    @property
-    def name(self) -> str:
-        """The stage's name in the results: ``verify``, ``simulate``, ``probe <model>`` or ``train``."""
-        return f"probe {self.model}" if self.kind == "probe" else self.kind
-
-
-def units(config: ReportConfig) -> tuple[Unit, ...]:
-    """The run's stages in report order: verify, simulate, one probe per model (each model once, in the given order,
-    its plots in ``plots/probe-<folder name>``, numbered when two share a name), train."""
-    out = [Unit(command) for command in ("verify", "simulate") if command in config.chosen]
-    if "probe" in config.chosen:
-        taken: set[str] = set()
-        for model in dict.fromkeys(config.models):
-            base = "probe-" + (re.sub(r"[^A-Za-z0-9_.-]", "_", Path(model).name) or "model")
-            slug, n = base, 1
-            while slug in taken:  # two folders with the same name
-                n += 1
-                slug = f"{base}-{n}"
-            taken.add(slug)
-            out.append(Unit("probe", model, slug))
-    if "train" in config.chosen:
-        out.append(Unit("train"))
-    return tuple(out)
-
-
-# Side by side, the stages start longest first (a probe of a model, then simulate, train, verify).
-_LONGEST_FIRST = ("probe", "simulate", "train", "verify")
-
-
-@dataclass
-class UnitResult:
-    """What one stage gave: its records, its row of the stage table and its checks' or hypotheses' wall seconds."""
-
-    records: list[Record]
-    stage: Stage
-    timings: dict[str, dict[str, float]] | None = None
-
-
-def _fresh(folder: Path) -> Path:
-    """``folder``, made empty: a stage's own plot folder in the staging folder, which a previous attempt at the
-    stage (its worker died under it) may have begun."""
-    if folder.exists():
-        shutil.rmtree(folder)
-    folder.mkdir(parents=True)
-    return folder
-
-
-class _Runner:
-    """Runs one stage into the staging folder, telling the progress display what it does; ``probe`` measures one
-    model."""
-
-    def __init__(self, config: ReportConfig, staging: Path, tell: Tell, probe: ProbeModel) -> None:
-        self.config, self.staging, self.tell, self.probe = config, staging, tell, probe
-        self.timings: dict[str, dict[str, float]] | None = None  # check or hypothesis -> wall seconds
-
-    def run(self, unit: Unit) -> UnitResult:
-        """Time the stage (its body returns records, status, reason); an exception fails the stage only."""
-        start, cpu_start = time.perf_counter(), time.process_time()
-        try:
-            if unit.kind == "probe":
-                records, status, reason = self.probe_stage(unit)
-            elif unit.kind == "train":
-                records, status, reason = self.train_stage()
-            else:
-                records, status, reason = self.claims_stage(unit.kind)
-        except Exception as err:
-            records, status, reason = [], "fail", f"{type(err).__name__}: {err}"
-        wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
-        return UnitResult(records, Stage(unit.name, status, wall, len(records), reason, cpu), self.timings)
-
-    def claims_stage(self, command: str) -> tuple[list[Record], str, str]:
-        chosen = claims(command)
-        if not chosen:
-            return [], "skipped", f"no {command} checks are registered"
-        plot_dir = _fresh(self.staging / "plots" / command)
-        ctx = RunContext(seed=self.config.seed, out_dir=plot_dir, quick=self.config.quick)
-        out, self.timings = [], {}
-        for claim in chosen:
-            self.tell.describe(f"{command} {claim.name}")
-            record, seconds = timed_claim(claim, ctx)
-            out.append(_tag(record, command, f"plots/{command}"))
-            self.timings[claim.name] = {"seconds": seconds}
-            self.tell.advance()
-        failed = sum(r.verdict == "fail" for r in out)
-        errors = sum(r.verdict == "error" for r in out)
-        reason = "; ".join(f"{n} of {len(out)} {what}" for n, what in ((failed, "failed"), (errors, "raised")) if n)
-        return out, "ok", reason
-
-    def probe_stage(self, unit: Unit) -> tuple[list[Record], str, str]:
-        model = unit.model
-        self.tell.describe(f"probe {escape(model)}: loading and tokenising")
-        try:
-            plot_dir = _fresh(self.staging / "plots" / unit.slug)
-
-            def progress(done: int, total: int, stage: ProbeStage) -> None:
-                self.tell.describe(f"probe {escape(model)}: {escape(str(stage))}")
-
-            try:
-                ctx = RunContext(seed=self.config.seed, out_dir=plot_dir, quick=self.config.quick)
-                outcome = self.probe(model, ctx, progress)
-            except (ImportError, ValueError) as err:
-                reason = f"cannot probe this model here: {err}"
-                return _placeholder(model, "skipped", reason), "skipped", reason
-            except Exception as err:
-                reason = f"probe raised {type(err).__name__}: {err}"
-                return _placeholder(model, "error", reason), "fail", reason
-            self.timings = outcome.timings
-            return [_tag(r, "probe", f"plots/{unit.slug}", model=model) for r in outcome.records], "ok", ""
-        finally:
-            self.tell.advance()
-
-    def train_stage(self) -> tuple[list[Record], str, str]:
-        """The short training comparison: one small LM per normalization at the same token budget.
-
-        Checkpoints stay in a temporary folder; the sweep's plot and its E1-E3 records (measured by
-        the probe on each trained model's exported folder) go into the report.
-        """
-        self.tell.describe("train: one small LM per normalization")
-        from expattn.commands.sweep_probe import probe_dynamics
-        from expattn.sweeps.run import run_sweep
-        from expattn.train.recipes import recipe
-
-        plot_dir = _fresh(self.staging / "plots" / "train")
-        try:
-            with tempfile.TemporaryDirectory(prefix="expattn-sweep-") as tmp:
-                base = recipe("sweep-quick" if self.config.quick else "sweep", Path(tmp), seed=self.config.seed,
-                              device="cpu", progress=False)
-                base = dataclasses.replace(base, ckpt_every=base.iters)  # one checkpoint, at the end
-                run_sweep("norms", base, probe_dynamics)
-                shutil.copyfile(Path(tmp) / "sweep.png", plot_dir / "sweep_norms.png")
-                records = load_records(Path(tmp) / "sweep.json")
-        finally:
-            self.tell.advance()
-        for record in records:
-            record.plots = ["sweep_norms.png"]
-        return [_tag(r, "train", "plots/train", name="train --sweep norms") for r in records], "ok", ""
-
-
-def run_unit(config: ReportConfig, staging: Path, probe: ProbeModel, unit: Unit, tell: Tell) -> UnitResult:
-    """One stage of the run, in this process or a worker's (``workers.side_by_side``)."""
-    return _Runner(config, staging, tell, probe).run(unit)
-
-
-def _lost(unit: Unit, error: BaseException) -> UnitResult:
-    """The result of a stage whose worker process died under it."""
-    reason = f"its worker process ended abruptly (killed, or out of memory?): {type(error).__name__}: {error}"
-    records = _placeholder(unit.model, "error", reason) if unit.kind == "probe" else []
-    return UnitResult(records, Stage(unit.name, "fail", None, len(records), reason, None))
-
-
 class _Display:
     """The report's progress line: every step done out of all, and what each running stage is doing now."""
 
@@ -365,7 +163,7 @@ class _Display:
         self._show()
 
     def _show(self) -> None:
-        self.progress.update(self.task, description=" | ".join(self.doing.values()) or "report")
+        self.progress.update(self.task, description="\n".join(self.doing.values()) or "report")
 
 
 @dataclass(frozen=True)
@@ -399,11 +197,21 @@ class _Reordered:
         self.display.finish(self.order[item])
 
 
+# Side by side, the stages start longest first (a probe of a model, then simulate, train, verify).
+_LONGEST_FIRST = ("probe", "simulate", "train", "verify")
+
+
+def _jobs(config: ReportConfig) -> int:
+    """The worker processes ``config`` asks for, at most one per stage."""
+    stages = len(units(config))
+    return min(auto_jobs(stages) if config.jobs is None else config.jobs, stages)
+
+
 def run_stages(config: ReportConfig, staging: Path, display: _Display, probe: ProbeModel) -> list[UnitResult]:
     """Every stage of ``config``, in report order; side by side in ``config.jobs`` workers when there are more
     stages than one and more jobs than one."""
     todo = units(config)
-    jobs = min(config.jobs, len(todo))
+    jobs = _jobs(config)
     if jobs == 1:
         results = []
         for i, unit in enumerate(todo):
@@ -415,16 +223,8 @@ def run_stages(config: ReportConfig, staging: Path, display: _Display, probe: Pr
                        _Reordered(display, order))
     results: list[UnitResult] = [None] * len(todo)  # type: ignore[list-item]
     for k, i in enumerate(order):
-        results[i] = got[k] if isinstance(got[k], UnitResult) else _lost(todo[i], got[k])
+        results[i] = got[k] if isinstance(got[k], UnitResult) else lost(todo[i], got[k])
     return results
-
-
-def _count(command: str) -> int:
-    """Number of registered checks of ``command``; 0 when they cannot be loaded (the stage then fails)."""
-    try:
-        return len(claims(command))
-    except Exception:
-        return 0
 
 
 def summary_table(result: ReportResult) -> Table:
@@ -459,7 +259,7 @@ def run_report(config: ReportConfig, console: Console, probe: ProbeModel = probe
     unknown = unknown_models(config.models) if "probe" in config.chosen else []
     if unknown:
         raise ValueError(f"unknown model {unknown[0]!r}: expected one of {', '.join(BUILTIN_MODELS)} or a model folder")
-    if min(config.jobs, len(units(config))) > 1:
+    if _jobs(config) > 1:
         try:
             pickle.dumps(probe)
         except (pickle.PicklingError, AttributeError, TypeError) as err:
@@ -472,12 +272,7 @@ def run_report(config: ReportConfig, console: Console, probe: ProbeModel = probe
         columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
         (staging / "plots").mkdir(exist_ok=True)
         with Progress(*columns, TimeElapsedColumn(), console=console) as progress:
-            chosen = config.chosen
-            steps = {"verify": _count("verify") if "verify" in chosen else 0,
-                     "simulate": _count("simulate") if "simulate" in chosen else 0,
-                     "probe": len(set(config.models)) if "probe" in chosen else 0,
-                     "train": int("train" in chosen)}
-            display = _Display(progress, sum(steps.values()))
+            display = _Display(progress, steps(config))
             results = run_stages(config, staging, display, probe)
             progress.update(display.task, description="writing report")
         records = [r for result in results for r in result.records]

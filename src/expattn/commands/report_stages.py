@@ -1,0 +1,238 @@
+"""One stage of ``expattn report``: what verify, simulate, one model's probe and the training comparison run.
+
+``units(config)`` lists a run's stages in report order; ``run_unit`` runs one of them into the
+report's staging folder, in this process or a worker's, and returns its records, its row of the
+stage table and its timings. A stage that raises is ``fail`` with its reason; a model that cannot
+be probed here (unknown name, missing optional package, a folder the probe refuses with
+``ValueError``) gives ``skipped`` records E1-E9 that carry the reason.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rich.markup import escape
+
+from expattn.catalogue import ENTRIES
+from expattn.catalogue.registry import RunContext
+from expattn.commands.checks import claims, timed_claim
+from expattn.commands.workers import Tell
+from expattn.probes.progress import Stage as ProbeStage
+from expattn.report.document import Stage
+from expattn.results.record import Record, load_records
+
+if TYPE_CHECKING:
+    from expattn.commands.report import ReportConfig
+    from expattn.probes.runner import ProbeOutcome
+
+PROBE_IDS = tuple(e.id for e in ENTRIES if e.probe)
+
+
+def _tag(record: Record, stage: str, plot_dir: str, **labels: str) -> Record:
+    """Label a record with its stage and make its plot paths relative to the results file."""
+    record.details.setdefault("stage", stage)
+    for key, value in labels.items():
+        record.details.setdefault(key, value)
+    record.plots = [f"{plot_dir}/{p}" for p in record.plots]
+    return record
+
+
+def _placeholder(model: str, verdict: str, reason: str) -> list[Record]:
+    """One record per probe claim for a model that could not be probed."""
+    return [
+        Record(id=i, kind="empirical", verdict=verdict, notes=f"model {model}: {reason}",
+               details={"stage": "probe", "model": model})
+        for i in PROBE_IDS
+    ]
+
+
+ProbeProgress = Callable[[int, int, ProbeStage], None]
+ProbeModel = Callable[[str, RunContext, ProbeProgress], "ProbeOutcome"]
+
+
+def probe_model(model: str, ctx: RunContext, progress: ProbeProgress) -> ProbeOutcome:
+    """The probe of ``model`` at its preset size (``ProbeConfig.preset``) for ``ctx``'s seed and quickness, beside
+    its random-init twin in full mode (``results.twin``: each record's twin control and ``training``), plots written
+    into ``ctx.out_dir``: its records and per-hypothesis timings. The probe stage's default ``ProbeModel``."""
+    from expattn.probes.runner import ProbeConfig, probe
+
+    config = ProbeConfig.preset(model, quick=ctx.quick, seed=ctx.seed, twin=not ctx.quick)  # quick: a smoke run
+    return probe(config, ctx.out_dir, progress=progress)
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One stage of a run: ``kind`` is one of ``report.STAGES``; a probe names its ``model`` and its plot folder
+    ``slug``."""
+
+    kind: str
+    model: str = ""
+    slug: str = ""
+
+    @property
+    def name(self) -> str:
+        """The stage's name in the results: ``verify``, ``simulate``, ``probe <model>`` or ``train``."""
+        return f"probe {self.model}" if self.kind == "probe" else self.kind
+
+
+def units(config: ReportConfig) -> tuple[Unit, ...]:
+    """The run's stages in report order: verify, simulate, one probe per model (each model once, in the given order,
+    its plots in ``plots/probe-<folder name>``, numbered when two share a name), train."""
+    out = [Unit(command) for command in ("verify", "simulate") if command in config.chosen]
+    if "probe" in config.chosen:
+        taken: set[str] = set()
+        for model in dict.fromkeys(config.models):
+            base = "probe-" + (re.sub(r"[^A-Za-z0-9_.-]", "_", Path(model).name) or "model")
+            slug, n = base, 1
+            while slug in taken:  # two folders with the same name
+                n += 1
+                slug = f"{base}-{n}"
+            taken.add(slug)
+            out.append(Unit("probe", model, slug))
+    if "train" in config.chosen:
+        out.append(Unit("train"))
+    return tuple(out)
+
+
+@dataclass
+class UnitResult:
+    """What one stage gave: its records, its row of the stage table and its checks' or hypotheses' wall seconds."""
+
+    records: list[Record]
+    stage: Stage
+    timings: dict[str, dict[str, float]] | None = None
+
+
+def _fresh(folder: Path) -> Path:
+    """``folder``, made empty: a stage's own plot folder in the staging folder, which a previous attempt at the
+    stage (its worker died under it) may have begun."""
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    return folder
+
+
+class _Runner:
+    """Runs one stage into the staging folder, telling the progress display what it does; ``probe`` measures one
+    model."""
+
+    def __init__(self, config: ReportConfig, staging: Path, tell: Tell, probe: ProbeModel) -> None:
+        self.config, self.staging, self.tell, self.probe = config, staging, tell, probe
+        self.timings: dict[str, dict[str, float]] | None = None  # check or hypothesis -> wall seconds
+
+    def run(self, unit: Unit) -> UnitResult:
+        """Time the stage (its body returns records, status, reason); an exception fails the stage only."""
+        start, cpu_start = time.perf_counter(), time.process_time()
+        try:
+            if unit.kind == "probe":
+                records, status, reason = self.probe_stage(unit)
+            elif unit.kind == "train":
+                records, status, reason = self.train_stage()
+            else:
+                records, status, reason = self.claims_stage(unit.kind)
+        except Exception as err:
+            records, status, reason = [], "fail", f"{type(err).__name__}: {err}"
+        wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+        return UnitResult(records, Stage(unit.name, status, wall, len(records), reason, cpu), self.timings)
+
+    def claims_stage(self, command: str) -> tuple[list[Record], str, str]:
+        chosen = claims(command)
+        if not chosen:
+            return [], "skipped", f"no {command} checks are registered"
+        plot_dir = _fresh(self.staging / "plots" / command)
+        ctx = RunContext(seed=self.config.seed, out_dir=plot_dir, quick=self.config.quick)
+        out, self.timings = [], {}
+        for claim in chosen:
+            self.tell.describe(f"{command} {claim.name}")
+            record, seconds = timed_claim(claim, ctx)
+            out.append(_tag(record, command, f"plots/{command}"))
+            self.timings[claim.name] = {"seconds": seconds}
+            self.tell.advance()
+        failed = sum(r.verdict == "fail" for r in out)
+        errors = sum(r.verdict == "error" for r in out)
+        reason = "; ".join(f"{n} of {len(out)} {what}" for n, what in ((failed, "failed"), (errors, "raised")) if n)
+        return out, "ok", reason
+
+    def probe_stage(self, unit: Unit) -> tuple[list[Record], str, str]:
+        model = unit.model
+        self.tell.describe(f"probe {escape(model)}: loading and tokenising")
+        try:
+            plot_dir = _fresh(self.staging / "plots" / unit.slug)
+
+            def progress(done: int, total: int, stage: ProbeStage) -> None:
+                self.tell.describe(f"probe {escape(model)}: {escape(str(stage))}")
+
+            try:
+                ctx = RunContext(seed=self.config.seed, out_dir=plot_dir, quick=self.config.quick)
+                outcome = self.probe(model, ctx, progress)
+            except (ImportError, ValueError) as err:
+                reason = f"cannot probe this model here: {err}"
+                return _placeholder(model, "skipped", reason), "skipped", reason
+            except Exception as err:
+                reason = f"probe raised {type(err).__name__}: {err}"
+                return _placeholder(model, "error", reason), "fail", reason
+            self.timings = outcome.timings
+            return [_tag(r, "probe", f"plots/{unit.slug}", model=model) for r in outcome.records], "ok", ""
+        finally:
+            self.tell.advance()
+
+    def train_stage(self) -> tuple[list[Record], str, str]:
+        """The short training comparison: one small LM per normalization at the same token budget.
+
+        Checkpoints stay in a temporary folder; the sweep's plot and its E1-E3 records (measured by
+        the probe on each trained model's exported folder) go into the report.
+        """
+        self.tell.describe("train: one small LM per normalization")
+        from expattn.commands.sweep_probe import probe_dynamics
+        from expattn.sweeps.run import run_sweep
+        from expattn.train.recipes import recipe
+
+        plot_dir = _fresh(self.staging / "plots" / "train")
+        try:
+            with tempfile.TemporaryDirectory(prefix="expattn-sweep-") as tmp:
+                base = recipe("sweep-quick" if self.config.quick else "sweep", Path(tmp), seed=self.config.seed,
+                              device="cpu", progress=False)
+                base = dataclasses.replace(base, ckpt_every=base.iters)  # one checkpoint, at the end
+                run_sweep("norms", base, probe_dynamics)
+                shutil.copyfile(Path(tmp) / "sweep.png", plot_dir / "sweep_norms.png")
+                records = load_records(Path(tmp) / "sweep.json")
+        finally:
+            self.tell.advance()
+        for record in records:
+            record.plots = ["sweep_norms.png"]
+        return [_tag(r, "train", "plots/train", name="train --sweep norms") for r in records], "ok", ""
+
+
+def run_unit(config: ReportConfig, staging: Path, probe: ProbeModel, unit: Unit, tell: Tell) -> UnitResult:
+    """One stage of the run, in this process or a worker's (``workers.side_by_side``)."""
+    return _Runner(config, staging, tell, probe).run(unit)
+
+
+def lost(unit: Unit, error: BaseException) -> UnitResult:
+    """The result of a stage whose worker process died under it."""
+    reason = f"its worker process ended abruptly (killed, or out of memory?): {type(error).__name__}: {error}"
+    records = _placeholder(unit.model, "error", reason) if unit.kind == "probe" else []
+    return UnitResult(records, Stage(unit.name, "fail", None, len(records), reason, None))
+
+
+def _count(command: str) -> int:
+    """Number of registered checks of ``command``; 0 when they cannot be loaded (the stage then fails)."""
+    try:
+        return len(claims(command))
+    except Exception:
+        return 0
+
+
+def steps(config: ReportConfig) -> int:
+    """The steps the progress bar counts: each check of verify and simulate, each model's probe, the training."""
+    chosen = config.chosen
+    return (sum(_count(command) for command in ("verify", "simulate") if command in chosen)
+            + (len(set(config.models)) if "probe" in chosen else 0) + int("train" in chosen))
