@@ -11,14 +11,17 @@ import time
 import types
 from pathlib import Path
 
+import torch
+
 from expattn.probes.progress import Stage
 from expattn.results.record import Record
 
 
 def probe(model: str, ctx, progress):
-    """One supported E1 record that names the process that made it (``details.pid``)."""
+    """One supported E1 record that names the process that made it (``details.pid``) and its torch threads."""
     progress(1, 2, stage=Stage("feeding", 1, 2, ("E1",)))
-    record = Record(id="E1", kind="empirical", verdict="supported", details={"pid": os.getpid()})
+    details = {"pid": os.getpid(), "threads": torch.get_num_threads()}
+    record = Record(id="E1", kind="empirical", verdict="supported", details=details)
     return types.SimpleNamespace(records=[record], timings={"E1": {"update_seconds": 0.0}})
 
 

@@ -62,6 +62,8 @@ def test_a_stage_whose_worker_dies_fails_alone_and_one_that_died_beside_another_
     assert "worker process ended abruptly" in dead[0].notes and not result.ok
     pids = {r.details["model"]: r.details["pid"] for r in result.records if "pid" in r.details}
     assert os.getpid() not in pids.values()  # they ran in workers
+    threads = {r.details["threads"] for r in result.records if "threads" in r.details}
+    assert threads == {threads_per_job(2)}  # the one that ran again alone had the same share
     doc = json.loads((tmp_path / "out" / "results.json").read_text())
     assert [s["name"] for s in doc["stages"]] == [f"probe {m}" for m in models]  # the report's order
 

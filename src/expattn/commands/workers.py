@@ -9,13 +9,13 @@ variables ``THREAD_VARIABLES`` in its environment, which the libraries read when
 workers use the cores one process would, not ``jobs`` times as many.
 
 ``tell.describe(text)`` and ``tell.advance()`` inside a worker reach ``display`` in this process.
-A worker that dies (killed, out of memory) takes down the items then in flight
-(``concurrent.futures`` breaks the whole pool): those items run again, one at a time, each alone in a
-fresh worker, so the others finish and only an item that dies alone too comes back as the
-``BrokenProcessPool`` it raised, in place of its result. Ctrl-C reaches only this process (workers
-ignore SIGINT); on any exception here, Ctrl-C and SIGTERM (``expattn.terminal``) included, the
-workers are terminated before it propagates, and a worker whose parent is gone exits by itself
-within a second.
+A worker that dies (killed, out of memory) takes down the items then in flight (``concurrent.futures``
+breaks the whole pool): those items run again, one at a time, each alone in a fresh worker with the
+same threads, so the others finish with the same numbers, and only an item that dies alone too comes
+back as the ``BrokenProcessPool`` it raised, in place of its result. Ctrl-C reaches only this
+process (workers ignore SIGINT); on any exception here, Ctrl-C and SIGTERM (``expattn.terminal``)
+included, the workers are terminated before it propagates, and a worker whose parent is gone exits
+by itself within a second.
 """
 
 from __future__ import annotations
@@ -149,20 +149,21 @@ def side_by_side(work: Callable[[Item, Tell], Result], items: Sequence[Item], jo
     Returns:
         Each item's result, or the exception that took its worker down when it ran alone, in the order of ``items``.
     """
-    results = _in_pool(work, dict(enumerate(items)), jobs, display)
+    threads = threads_per_job(jobs)  # alone too: an item's numbers do not depend on whether a neighbour died
+    results = _in_pool(work, dict(enumerate(items)), jobs, threads, display)
     for index, result in sorted(results.items()):
         if isinstance(result, BrokenProcessPool):
-            results.update(_in_pool(work, {index: items[index]}, 1, display))
+            results.update(_in_pool(work, {index: items[index]}, 1, threads, display))
     return [results[i] for i in range(len(items))]
 
 
-def _in_pool(work: Callable[[Item, Tell], Result], items: dict[int, Item], jobs: int,
+def _in_pool(work: Callable[[Item, Tell], Result], items: dict[int, Item], jobs: int, threads: int,
              display: Display) -> dict[int, Result | BaseException]:
-    """``work`` of each item (by index) in one pool of ``jobs`` workers; a broken pool's items give its exception."""
+    """``work`` of each item (by index) in one pool of ``jobs`` workers of ``threads`` threads; a broken pool's items
+    give its exception."""
     context = multiprocessing.get_context("spawn")
     messages = context.Queue()
     before = set(multiprocessing.active_children())
-    threads = threads_per_job(jobs)
     pool = ProcessPoolExecutor(
         jobs, mp_context=context, initializer=_start,
         initargs=(messages, threads, logging.getLogger("expattn").level, os.getpid()),
