@@ -152,3 +152,24 @@ def _running(pid: int) -> bool:
         return False
     stat = Path(f"/proc/{pid}/stat")
     return not (stat.exists() and stat.read_text().split(")")[-1].split()[0] == "Z")  # a zombie has ended
+
+
+def test_without_process_semaphores_the_stages_run_one_after_another(tmp_path, monkeypatch):
+    import multiprocessing.context
+
+    from expattn.commands import workers
+
+    assert workers.usable()
+
+    def no_semaphores(self, *args, **kwargs):
+        raise OSError(38, "Function not implemented")  # what SemLock raises without /dev/shm
+
+    monkeypatch.setattr(multiprocessing.context.SpawnContext, "Queue", no_semaphores)
+    assert not workers.usable()
+    (tmp_path / "m").mkdir()
+    seen = []
+    result = report(tmp_path / "out", probe=lambda model, ctx, progress: seen.append(model) or
+                    stand_in_probes.probe(model, ctx, progress), models=(str(tmp_path / "m"),),
+                    stages=("verify", "probe"), jobs=2)  # a lambda: it can only run in this process
+    assert result.ok and seen == [str(tmp_path / "m")]
+    assert {r.details["pid"] for r in result.records if "pid" in r.details} == {os.getpid()}

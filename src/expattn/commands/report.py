@@ -26,7 +26,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from rich.table import Table
 
 from expattn.commands.report_stages import ProbeModel, UnitResult, lost, probe_model, run_unit, steps, units
-from expattn.commands.workers import auto_jobs, side_by_side
+from expattn.commands.workers import auto_jobs, side_by_side, usable
 from expattn.probes.models.loading import BUILTIN_MODELS
 from expattn.report.document import Stage, cpu, wall
 from expattn.report.html import render_html
@@ -56,7 +56,8 @@ class ReportConfig:
             output folders, ``expattn.results.outputs``).
         jobs: worker processes that run the stages side by side, each with its share of torch's threads
             (``workers.threads_per_job``); None: one per torch thread, at most one per stage (``workers.auto_jobs``);
-            1 runs them one after another in this process. The records are the
+            1 runs them one after another in this process, as does any value where worker processes cannot start
+            (``workers.usable``: no POSIX semaphores, as in some containers). The records are the
             same either way at the same threads per stage. The workers are spawned, so a script that sets
             ``jobs > 1`` needs Python's ``if __name__ == "__main__":`` guard (``multiprocessing``'s rule).
     """
@@ -202,9 +203,10 @@ _LONGEST_FIRST = ("probe", "simulate", "train", "verify")
 
 
 def _jobs(config: ReportConfig) -> int:
-    """The worker processes ``config`` asks for, at most one per stage."""
+    """The worker processes ``config`` asks for, at most one per stage; 1 (this process) where none can start."""
     stages = len(units(config))
-    return min(auto_jobs(stages) if config.jobs is None else config.jobs, stages)
+    jobs = min(auto_jobs(stages) if config.jobs is None else config.jobs, stages)
+    return jobs if jobs == 1 or usable() else 1
 
 
 def run_stages(config: ReportConfig, staging: Path, display: _Display, probe: ProbeModel) -> list[UnitResult]:

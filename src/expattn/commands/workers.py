@@ -60,6 +60,16 @@ class Display(Protocol):
     def finish(self, item: int) -> None: ...
 
 
+def usable() -> bool:
+    """Whether worker processes can be started here: their queues need POSIX semaphores (on Linux in /dev/shm),
+    which some containers do not provide."""
+    try:
+        multiprocessing.get_context("spawn").Queue().close()
+    except (OSError, NotImplementedError, ImportError):
+        return False
+    return True
+
+
 def threads_per_job(jobs: int) -> int:
     """torch intra-op threads of each of ``jobs`` workers: an equal share of this process's, at least 1."""
     return max(1, torch.get_num_threads() // jobs)
