@@ -173,3 +173,14 @@ def test_without_process_semaphores_the_stages_run_one_after_another(tmp_path, m
                     stages=("verify", "probe"), jobs=2)  # a lambda: it can only run in this process
     assert result.ok and seen == [str(tmp_path / "m")]
     assert {r.details["pid"] for r in result.records if "pid" in r.details} == {os.getpid()}
+
+
+def test_a_stage_without_a_result_says_why():
+    from concurrent.futures.process import BrokenProcessPool
+
+    from expattn.commands.report_stages import Unit, lost
+
+    died = lost(Unit("probe", "m", "probe-m"), BrokenProcessPool("A process in the process pool was terminated"))
+    assert died.stage.status == "fail" and "ended abruptly" in died.stage.reason and len(died.records) == 9
+    unsent = lost(Unit("simulate"), TypeError("cannot pickle '_thread.lock' object"))
+    assert unsent.records == [] and unsent.stage.reason.startswith("it could not run in a worker process: TypeError")

@@ -15,6 +15,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -217,8 +218,11 @@ def run_unit(config: ReportConfig, staging: Path, probe: ProbeModel, unit: Unit,
 
 
 def lost(unit: Unit, error: BaseException) -> UnitResult:
-    """The result of a stage whose worker process died under it."""
-    reason = f"its worker process ended abruptly (killed, or out of memory?): {type(error).__name__}: {error}"
+    """The result of a stage that gave no result from its worker process: the process died under it
+    (``BrokenProcessPool``), or its result or arguments could not cross between the processes."""
+    what = ("its worker process ended abruptly (killed, or out of memory?)" if isinstance(error, BrokenProcessPool)
+            else "it could not run in a worker process")
+    reason = f"{what}: {type(error).__name__}: {error}"
     records = _placeholder(unit.model, "error", reason) if unit.kind == "probe" else []
     return UnitResult(records, Stage(unit.name, "fail", None, len(records), reason, None))
 
