@@ -209,11 +209,10 @@ def _jobs(config: ReportConfig) -> int:
     return jobs if jobs == 1 or usable() else 1
 
 
-def run_stages(config: ReportConfig, staging: Path, display: _Display, probe: ProbeModel) -> list[UnitResult]:
-    """Every stage of ``config``, in report order; side by side in ``config.jobs`` workers when there are more
-    stages than one and more jobs than one."""
+def run_stages(config: ReportConfig, staging: Path, display: _Display, probe: ProbeModel,
+               jobs: int) -> list[UnitResult]:
+    """Every stage of ``config``, in report order; side by side in ``jobs`` workers (``_jobs``) when more than one."""
     todo = units(config)
-    jobs = _jobs(config)
     if jobs == 1:
         results = []
         for i, unit in enumerate(todo):
@@ -261,7 +260,8 @@ def run_report(config: ReportConfig, console: Console, probe: ProbeModel = probe
     unknown = unknown_models(config.models) if "probe" in config.chosen else []
     if unknown:
         raise ValueError(f"unknown model {unknown[0]!r}: expected one of {', '.join(BUILTIN_MODELS)} or a model folder")
-    if _jobs(config) > 1:
+    jobs = _jobs(config)
+    if jobs > 1:
         try:
             pickle.dumps(probe)
         except (pickle.PicklingError, AttributeError, TypeError) as err:
@@ -275,7 +275,7 @@ def run_report(config: ReportConfig, console: Console, probe: ProbeModel = probe
         (staging / "plots").mkdir(exist_ok=True)
         with Progress(*columns, TimeElapsedColumn(), console=console) as progress:
             display = _Display(progress, steps(config))
-            results = run_stages(config, staging, display, probe)
+            results = run_stages(config, staging, display, probe, jobs)
             progress.update(display.task, description="writing report")
         records = [r for result in results for r in result.records]
         stages = [result.stage for result in results]
