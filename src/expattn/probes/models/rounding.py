@@ -89,3 +89,38 @@ def rounded_reference(
 def describe(dtype: torch.dtype) -> str:
     """``'bfloat16 (u = 2^-8)'``: the dtype and its unit roundoff, for records."""
     return f"{str(dtype).removeprefix('torch.')} (u = 2^{round(math.log2(unit_roundoff(dtype)))})"
+
+
+def identity_bound(
+    logits: Float[Tensor, "batch head query key"], k: Float[Tensor, "batch head key hd"]
+) -> Float[Tensor, "batch head query"]:
+    r"""$\tau_{\nabla}$ ``(batch, head, query)``: the bound on the float32 rounding of E5's identity,
+    $\lVert \frac1s\nabla_q \operatorname{logsumexp}(\ell) - \operatorname{softmax}(\ell) K\rVert / \lVert PK\rVert$,
+    both sides formed from the same float32 logits $\ell$ and keys $K$.
+
+    The two sides differ only in how they form $p_j$ and sum $\sum_j p_j k_j$. The gradient's
+    $\tilde p_j = e^{\ell_j - \mathrm{lse}}$ carries the rounding of $\mathrm{lse}$, $u_{32}\lvert\mathrm{lse}\rvert
+    \le u_{32}(\lvert m\rvert + \log T)$ with $m = \max_j \ell_j$, common to every $j$ (so a relative error of the
+    whole sum, not amplified by cancellation), and per key the subtraction $\ell_j - \mathrm{lse}$
+    ($u_{32}\lvert\ell_j - m\rvert$ plus $u_{32}\log T$) and its exponential; the softmax's
+    $p_j = e^{\ell_j - m} / \sum_i e^{\ell_i - m}$ the subtraction, the exponential, a length-$T$ sum and a division;
+    each side's product with $K$ a length-$T$ float32 sum and, for the gradient, the scale's product and division.
+    Weighted by $a_j = p_j \lVert k_j\rVert$, with $A = \sum_j a_j$, $\rho = A / \lVert PK\rVert$ and
+    $\Lambda = \sum_j a_j \lvert\ell_j - m\rvert / A$:
+
+    $$\tau_{\nabla} = u_{32}\,(\lvert m\rvert + \log T + 1) + u_{32}\,\rho\,(2\Lambda + 2\log T + 3T + 6).$$
+
+    Every term is a first-order worst case (all roundings aligned); none is fitted. Large logits (Qwen2's query
+    and key biases give $\lvert m\rvert$ in the hundreds) raise it; a fixed $T\varepsilon_{32}$ does not see them.
+    """
+    ell = logits.double()
+    p = ell.softmax(-1)
+    kept = p > 0  # the keys each query attends to (masked keys have p = 0)
+    m = ell.masked_fill(~kept, float("-inf")).amax(-1)  # (B, H, T)
+    a = p * k.double().norm(dim=-1).unsqueeze(-2)  # p_j |k_j|, (B, H, T, T)
+    big_a = a.sum(-1)
+    rho = big_a / (p @ k.double()).norm(dim=-1).clamp_min(1e-300)
+    spread = (a * (ell - m.unsqueeze(-1)).abs().masked_fill(~kept, 0.0)).sum(-1) / big_a.clamp_min(1e-300)
+    t = k.shape[-2]
+    log_t = math.log(t)
+    return U32 * (m.abs() + log_t + 1) + U32 * rho * (2 * spread + 2 * log_t + 3 * t + 6)
