@@ -35,6 +35,23 @@ def available_bytes(device: str | torch.device) -> int | None:
         return None
 
 
+def held_bytes(device: str | torch.device) -> int | None:
+    """Memory this process holds now on ``device``: its resident set (``VmRSS`` of ``/proc/self/status``: the
+    interpreter, the libraries, the model's weights) for the CPU, the bytes torch's allocator holds for a CUDA
+    device; ``None`` where it cannot be read."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return int(torch.cuda.memory_allocated(device)) if torch.cuda.is_available() else None
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
 def readable(n: int) -> str:
     """``n`` bytes in GiB, or MiB below 0.1 GiB, to one decimal."""
     return f"{n / GIB:.1f} GiB" if n >= GIB / 10 else f"{n / 2**20:.1f} MiB"

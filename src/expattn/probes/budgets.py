@@ -7,11 +7,13 @@ to tell a sphere from a Gaussian (``e3_shape.buffer_size``).
 from __future__ import annotations
 
 # Gemma 3 (width 640, 18 layers) at SmolLM2's budget: 72 s on the quiet 2-core machine, its model loaded
-DEFAULT_TOKENS = {"minilm": 20_000, "smollm2": 8_192, "gemma3": 8_192}
+# Qwen2.5 0.5B and 1.5B: the same 8,192, the most a report stage of either can afford on the CPU
+DEFAULT_TOKENS = {"minilm": 20_000, "smollm2": 8_192, "gemma3": 8_192, "qwen2.5-0.5b": 8_192, "qwen2.5-1.5b": 8_192}
 # quick: SmolLM2 (width 576) needs 1,024 kept tokens per depth for E3's radius ratio to tell a sphere from a
 # Gaussian (``e3_shape.SPHERE_POWER``); at 768 tokens (762 kept) its sphere control passed or failed by the seed.
-# Gemma 3 (width 640) needs 1,067 (``e3_shape.buffer_size``): 1,152 tokens keep 1,143
-QUICK_TOKENS = {"minilm": 2_048, "smollm2": 1_152, "gemma3": 1_152}
+# Gemma 3 (width 640) needs 1,067 (``e3_shape.buffer_size``): 1,152 tokens keep 1,143; Qwen2.5 0.5B (896) 1,494
+# and 1.5B (1,536) 2,560, so 1,536 and 2,688 (12 and 21 sequences of 128 tokens)
+QUICK_TOKENS = {"minilm": 2_048, "smollm2": 1_152, "gemma3": 1_152, "qwen2.5-0.5b": 1_536, "qwen2.5-1.5b": 2_688}
 
 
 def default_tokens(model: str, quick: bool = False) -> int:

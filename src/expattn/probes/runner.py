@@ -27,11 +27,13 @@ from pathlib import Path
 import torch
 from jaxtyping import Int
 
+from expattn import memory
 from expattn.catalogue import headlines
 from expattn.probes.analyses import records
 from expattn.probes.config import ProbeConfig
 from expattn.probes.drawings import Drawing, drawings
 from expattn.probes.feeding import feed, merge
+from expattn.probes.footprint import Footprint
 from expattn.probes.hypotheses import ESTIMATORS, hypotheses, inapplicable
 from expattn.probes.hypotheses.base import ProbeContext
 from expattn.probes.models.corpus import Sequences, load_text, sequences
@@ -257,12 +259,24 @@ def _model_info(subject: Subject, ctx: ProbeContext, checked: float) -> dict:
     }
 
 
+def _say_estimate(need: Footprint, device: torch.device) -> None:
+    """One line on stderr before feeding: the peak the run will reach, what the process holds now (the model and
+    the interpreter) plus the footprint's peak beside it, read against the measured peak in benchmarks/README.md."""
+    held = memory.held_bytes(device)
+    if held is None or int(os.environ.get("RANK", "0")) != 0:
+        return
+    print(f"memory: estimated peak {memory.readable(held + need.peak())} on {device.type} ({memory.readable(held)} "
+          f"held now, model included, + {memory.readable(need.peak())} for the probe; largest: "
+          f"{', '.join(need.largest())})", file=sys.stderr)
+
+
 def passes(subject: Subject, ctx: ProbeContext, chosen: list[str], config: ProbeConfig) -> list[tuple[str, ...]]:
     """The groups of ``chosen`` hypotheses fed in one pass each (``expattn.probes.passes.plan``: one group when
     all fit); under ``torchrun`` every process takes the plan with the most passes, so all feed the same groups."""
     if ctx.layers == 0 or not chosen:
         return [tuple(chosen)] if chosen else []
     need = run_footprint(ctx, chosen, config, subject.dtype)
+    _say_estimate(need, subject.device)
     groups = plan(need, subject.device, config.tokens, config.memory_budget,
                   f"probing {ctx.layers} layers of width {ctx.dim} for {', '.join(chosen)}")
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
