@@ -3,6 +3,7 @@
     python benchmarks/bench_probe.py time --model minilm --tokens 20000 --repeat 3
     python benchmarks/bench_probe.py time --model minilm --tokens 20000 100000 --repeat 3
     python benchmarks/bench_probe.py memory --model minilm --tokens 20000 100000
+    python benchmarks/bench_probe.py time --model qwen2.5-1.5b --dtype bfloat16 --tokens 8192 --overlap on
 
 ``time`` runs, in one process, plain forward passes (no hooks) over exactly the batches the probe
 reads, then the full probe (``--overlap both``: with the speed machinery off, i.e. synchronous and without heap
@@ -43,7 +44,7 @@ def plain_forward(config) -> tuple[float, float]:
     path = resolve_model_dir(config.model)
     hf = read_config(path)
     family = adapter_for(hf["model_type"]).family
-    model, tokenizer = load_pretrained(path, hf["model_type"])
+    model, tokenizer = load_pretrained(path, hf["model_type"], dtype=getattr(torch, config.dtype or "float32"))
     text = load_text(config.corpus, config.text)
     sample = TokenSample(config.seq_len, config.seed)
     n_seq = math.ceil(config.tokens / config.seq_len)
@@ -61,7 +62,8 @@ def plain_forward(config) -> tuple[float, float]:
     return wall, cpu
 
 
-def bench_time(model: str, token_counts: list[int], repeat: int, hypotheses: tuple[str, ...], overlap: str) -> None:
+def bench_time(model: str, token_counts: list[int], repeat: int, hypotheses: tuple[str, ...], overlap: str,
+               dtype: str = "float32") -> None:
     r"""Alternating rounds at each token count: plain forward passes, the probe (synchronous and/or with
     its updates overlapped in a worker thread, ``overlap``), and plain forward passes again (A/A
     control: the ratio of the two plain runs shows the method's spread). With two counts S < L,
@@ -70,15 +72,17 @@ def bench_time(model: str, token_counts: list[int], repeat: int, hypotheses: tup
     sequences, eigendecompositions, ridge solves) that the total ratio at S includes."""
     from expattn.probes.runner import ProbeConfig, probe
 
-    probe(ProbeConfig(model=model, tokens=ProbeConfig().batch_size * ProbeConfig().seq_len), None)  # warm-up
+    probe(ProbeConfig(model=model, tokens=ProbeConfig().batch_size * ProbeConfig().seq_len, dtype=dtype,
+                      hypotheses=("E1",)), None)  # warm-up
     variants = {"off": ("synchronous",), "on": ("overlapped",), "both": ("synchronous", "overlapped")}[overlap]
     chosen = ",".join(hypotheses)
-    print(f"model={model} tokens={token_counts} hypotheses={chosen} threads={torch.get_num_threads()} rounds={repeat}")
+    print(f"model={model} dtype={dtype} tokens={token_counts} hypotheses={chosen} "
+          f"threads={torch.get_num_threads()} rounds={repeat}")
     columns = ("plain", *variants, "plain again")
     rounds: dict[int, list[dict[str, tuple[float, float]]]] = {n: [] for n in token_counts}  # name -> (wall, cpu)
     for round_ in range(1, repeat + 1):  # every variant in turn: all see the same drift of the machine
         for tokens in token_counts:
-            config = ProbeConfig(model=model, tokens=tokens, hypotheses=hypotheses)
+            config = ProbeConfig(model=model, tokens=tokens, hypotheses=hypotheses, dtype=dtype)
             row: dict[str, tuple[float, float]] = {}
             for name in columns:
                 if name.startswith("plain"):
@@ -142,9 +146,11 @@ def main() -> None:
     parser.add_argument("--hypotheses", default=",".join(hypotheses()), help="time: comma-separated, as expattn probe")
     parser.add_argument("--overlap", choices=("off", "on", "both"), default="both",
                         help="time: the probe with its updates synchronous, overlapped in a worker thread, or both")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32",
+                        help="time: the model's dtype, for the plain passes and the probe alike")
     args = parser.parse_args()
     if args.what == "time":
-        bench_time(args.model, args.tokens, args.repeat, tuple(args.hypotheses.split(",")), args.overlap)
+        bench_time(args.model, args.tokens, args.repeat, tuple(args.hypotheses.split(",")), args.overlap, args.dtype)
     else:
         bench_memory(args.model, args.tokens)
 
