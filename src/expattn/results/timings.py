@@ -54,13 +54,22 @@ def timings_path(path: str | os.PathLike) -> Path:
 
 def write_results(path: str | os.PathLike, document: dict[str, Any]) -> Path:
     """Write ``document`` to the results file ``path`` (a folder: its ``results.json``) without the wall clock,
-    and the wall clock (when there is any) to ``timings_path(path)``, timings first; returns the results path."""
+    and the wall clock (when there is any) to ``timings_path(path)``, timings first; returns the results path.
+    When the results file cannot be written (a full disk), a timings file this call created is removed again: a
+    failed write leaves nothing behind."""
     path = Path(path)
     path = path / RESULTS if path.is_dir() else path
     results, timings = split_timings(document)
+    beside = timings_path(path)
+    new = timings and not beside.exists()
     if timings:
-        write_json_atomic(timings_path(path), timings)
-    return write_json_atomic(path, results)
+        write_json_atomic(beside, timings)
+    try:
+        return write_json_atomic(path, results)
+    except BaseException:
+        if new:
+            beside.unlink(missing_ok=True)
+        raise
 
 
 def read_document(path: str | os.PathLike) -> dict[str, Any]:
