@@ -26,7 +26,7 @@ def test_fold_rows_put_sequence_j_in_fold_j_mod_5():
 def _estimator(dim: int, x: torch.Tensor, y: torch.Tensor, sequence: torch.Tensor) -> E6Mlp:
     """An E6 of one layer whose folds hold (x, [y, noise]) token pairs, sequence j in fold j mod 5."""
     e6 = E6Mlp.__new__(E6Mlp)
-    e6.ctx = SimpleNamespace(dim=dim)
+    e6.ctx = SimpleNamespace(dim=dim, layers=1)
     e6._pair = (dim, 2 * dim, torch.float64)
     folds = [CrossMoments(*e6._pair) for _ in range(FOLDS)]
     noise = torch.randn(y.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
@@ -47,15 +47,15 @@ def test_five_fold_r2_of_a_linear_map_is_its_population_value():
     y = x @ w + s * torch.randn(n, d, generator=g, dtype=torch.float64)
     signal = float((w * w).sum())
     expected = signal / (signal + d * s**2)
-    (update, control) = _estimator(d, x, y, torch.arange(n) // 100)._fits(0)
-    assert update[0].shape == (FOLDS,) and update[2].shape == (6, FOLDS)
-    assert np.all(np.abs(update[0] - expected) < 0.01)
-    assert np.all(np.abs(control[0]) < 0.01)  # noise: nothing to fit, R^2 about 0 (slightly below, held out)
+    r2, _, grid = (t.numpy() for t in _estimator(d, x, y, torch.arange(n) // 100)._fits(range(1)))
+    assert r2.shape == (2, 1, FOLDS) and grid.shape == (2, 1, 6, FOLDS)  # (update/control, layer, [grid,] fold)
+    assert np.all(np.abs(r2[0] - expected) < 0.01)
+    assert np.all(np.abs(r2[1]) < 0.01)  # noise: nothing to fit, R^2 about 0 (slightly below, held out)
 
 
 def test_fewer_sequences_than_folds_use_one_fold_per_sequence_and_one_is_an_error():
     x = torch.randn(40, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
-    (update, _) = _estimator(4, x, x, torch.arange(40) // 10)._fits(0)  # sequences 0-3: fold 4 is empty
-    assert update[0].shape == (4,) and np.all(np.abs(update[0] - 1) < 1e-6)  # y = x: every held-out R^2 is 1
+    r2 = _estimator(4, x, x, torch.arange(40) // 10)._fits(range(1))[0][0]  # sequences 0-3: fold 4 is empty
+    assert r2.shape == (1, 4) and np.all(np.abs(r2.numpy() - 1) < 1e-6)  # y = x: every held-out R^2 is 1
     with pytest.raises(ValueError, match="at least two sequences"):
-        _estimator(4, x, x, torch.zeros(40, dtype=torch.long))._fits(0)  # one sequence: one fold
+        _estimator(4, x, x, torch.zeros(40, dtype=torch.long))._fits(range(1))  # one sequence: one fold
