@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from expattn.probes.hypotheses.e6_mlp import FOLDS, E6Mlp, fold_rows
+from expattn.probes.hypotheses.e6_mlp import FOLDS, R2_TOLERANCE, E6Mlp, fold_rows
 from expattn.probes.hypotheses.regression import CrossMoments
 
 
@@ -59,3 +59,37 @@ def test_fewer_sequences_than_folds_use_one_fold_per_sequence_and_one_is_an_erro
     assert r2.shape == (1, 4) and np.all(np.abs(r2.numpy() - 1) < 1e-6)  # y = x: every held-out R^2 is 1
     with pytest.raises(ValueError, match="at least two sequences"):
         _estimator(4, x, x, torch.zeros(40, dtype=torch.long))._fits(range(1))  # one sequence: one fold
+
+
+def test_float32_fits_stay_within_their_stated_error_of_float64(monkeypatch):
+    """E6's fits run in float32 (``PRECISION``). Against the same fits in float64, on statistics whose ``S_xx``
+    spans five decades of variance (condition 1e5, as a residual stream's) around a mean far from 0: the ridges
+    GCV chooses are the same, and the held-out R^2 at them moves by more than float64 rounding (1e-9: float32 is
+    in use) and by less than ``R2_TOLERANCE`` (1e-4: a layer's verdict, R^2 >= 0.9, could flip only within 1e-4
+    of the limit; MiniLM's and SmolLM2's layers sit 0.027 and more from it, and moved by at most 1.3e-5 and
+    9.6e-5 there). Every ridge of the grid: at most 1e-3 (the smallest ridge, 1e-5 tr S_xx / D, amplifies the
+    rounding of the smallest eigenvalues most: 6.4e-4 on SmolLM2)."""
+    g = torch.Generator().manual_seed(3)
+    d, n = 48, 300
+    scales = torch.logspace(-2, 0.5, d, dtype=torch.float64)
+    e6 = E6Mlp.__new__(E6Mlp)
+    e6.ctx = SimpleNamespace(dim=d, layers=2)
+    e6.folds_ = []
+    for _ in range(2):
+        w = torch.randn(d, d, generator=g, dtype=torch.float64) / d**0.5
+        folds = []
+        for _ in range(FOLDS):
+            x = 5 + torch.randn(n, d, generator=g, dtype=torch.float64) * scales
+            y = torch.cat([x @ w + 0.3 * torch.randn(n, d, generator=g, dtype=torch.float64),
+                           torch.randn(n, d, generator=g, dtype=torch.float64)], 1)
+            folds.append(CrossMoments(d, 2 * d).update(x, y))
+        e6.folds_.append(folds)
+    fits = {}
+    for dtype in (torch.float64, torch.float32):
+        monkeypatch.setattr("expattn.probes.hypotheses.e6_mlp.PRECISION", dtype)
+        fits[dtype] = [t.numpy() for t in e6._fits(range(2))]
+    (r2_64, ridge_64, grid_64), (r2_32, ridge_32, grid_32) = fits[torch.float64], fits[torch.float32]
+    assert np.array_equal(ridge_64, ridge_32)
+    assert 1e-9 < np.abs(r2_32 - r2_64).max() < R2_TOLERANCE
+    assert np.abs(grid_32 - grid_64).max() < 1e-3
+    assert np.all(r2_64[0] > 0.8)  # the fixture's fits explain most of the update: the scale the errors are read at
