@@ -7,7 +7,7 @@ stays below ``BATCH_BYTES`` beside the statistics whatever the model's depth (on
 
 from __future__ import annotations
 
-BATCH_BYTES = 2**30
+BATCH_BYTES = 2**29  # 512 MiB of transient per batch (E6 on SmolLM2: 4 layers of fits per batch)
 
 
 def per_batch(count: int, each: int) -> int:
