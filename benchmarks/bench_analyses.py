@@ -2,10 +2,12 @@
 
 One run (``--once``): load the model, feed ``--tokens`` tokens for the hypotheses ``--only``, then time each fitted
 estimator's ``measure()`` ``--repeat`` times on the same statistics (one torch thread) and print one JSON line: the
-median seconds per hypothesis. The comparison (``--against SRC``): alternate runs of the other tree (``SRC``, an
-``expattn`` source folder such as an unmodified checkout's ``src``) and of this one, ``--rounds`` times each, in
-subprocesses of the same interpreter, and print every run's seconds and the ratio this / other of the medians over
-runs (below 1: this tree is faster). The forward passes are timed by the probe itself (``forward_seconds``).
+median CPU seconds per hypothesis (``time.process_time``: on one thread, what the analysis computed, nearly
+independent of the other processes on the machine; the wall seconds beside them), and the forward passes' CPU
+seconds as the probe counts them. The comparison (``--against SRC``): alternate runs of the other tree (``SRC``, an
+``expattn`` source folder such as an unmodified checkout's ``src``) and of this one (``--this``), ``--rounds``
+times each, in subprocesses of the same interpreter; print every run and the ratio this / other of the medians over
+runs, in CPU seconds (below 1: this tree is faster).
 
     OMP_NUM_THREADS=1 PYTHONPATH=src python benchmarks/bench_analyses.py --model smollm2 --tokens 2048 \
         --only E3,E6,E7 --against /path/to/old/src --rounds 2 --repeat 2
@@ -31,17 +33,16 @@ def once(model: str, tokens: int, only: list[str], repeat: int) -> dict:
 
     torch.set_num_threads(1)
     seconds: dict[str, list[float]] = {}
+    wall: dict[str, list[float]] = {}
     originals = {claim: estimator(claim).measure for claim in only}
 
     def timed(claim):
         def measure(self):
-            for _ in range(repeat - 1):
-                t = time.perf_counter()
-                originals[claim](self)
-                seconds.setdefault(claim, []).append(time.perf_counter() - t)
-            t = time.perf_counter()
-            out = originals[claim](self)
-            seconds.setdefault(claim, []).append(time.perf_counter() - t)
+            for _ in range(repeat):
+                t, c = time.perf_counter(), time.process_time()
+                out = originals[claim](self)
+                seconds.setdefault(claim, []).append(time.process_time() - c)
+                wall.setdefault(claim, []).append(time.perf_counter() - t)
             return out
         return measure
 
@@ -49,7 +50,8 @@ def once(model: str, tokens: int, only: list[str], repeat: int) -> dict:
         estimator(claim).measure = timed(claim)
     outcome = probe(ProbeConfig(model=model, tokens=tokens, hypotheses=tuple(only)), None, speedups=False)
     return {"analyses": {c: statistics.median(s) for c, s in seconds.items()},
-            "forward_seconds": outcome.forward_seconds}
+            "wall": {c: statistics.median(s) for c, s in wall.items()},
+            "forward_seconds": outcome.forward_seconds, "forward_cpu_seconds": outcome.forward_cpu_seconds}
 
 
 def main() -> None:
@@ -80,10 +82,11 @@ def main() -> None:
             print(name, json.dumps(result), flush=True)
     for claim in only:
         other, this = (statistics.median(r["analyses"][claim] for r in runs[n]) for n in ("other", "this"))
-        print(f"{claim}: other {other:.2f} s, this {this:.2f} s, ratio {this / other:.2f}")
+        print(f"{claim}: other {other:.2f} CPU-s, this {this:.2f} CPU-s, ratio {this / other:.2f}")
     other, this = (statistics.median(sum(r["analyses"].values()) for r in runs[n]) for n in ("other", "this"))
-    forward = statistics.median(r["forward_seconds"] for r in runs["this"] + runs["other"])
-    print(f"all: other {other:.2f} s, this {this:.2f} s, ratio {this / other:.2f}; forward passes {forward:.2f} s")
+    forward = statistics.median(r["forward_cpu_seconds"] for r in runs["this"] + runs["other"])
+    print(f"all: other {other:.2f} CPU-s, this {this:.2f} CPU-s, ratio {this / other:.2f}; forward passes "
+          f"{forward:.2f} CPU-s (the probe's own count)")
 
 
 if __name__ == "__main__":
