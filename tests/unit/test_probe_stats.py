@@ -334,5 +334,6 @@ def test_layer_batches_hold_as_many_layers_as_the_transient_allows():
     assert batches(7, BATCH_BYTES // 3) == [range(0, 3), range(3, 6), range(6, 7)]
     assert batches(2, 1) == [range(0, 2)]  # never more than the layers
     assert per_batch(5, 2 * BATCH_BYTES) == 1  # one layer over the budget still runs, alone
+    assert batches(3, 1, torch.device("cpu")) == [range(0, 1), range(1, 2), range(2, 3)]  # a CPU: layer at a time
     with pytest.raises(ValueError, match="count and each must be positive"):
         per_batch(0, 10)

@@ -272,7 +272,7 @@ class E3Gaussianity(Estimator):
         |excess kurtosis| over all tokens ``(depth,)``: the covariances of a batch of depths in one call."""
         gen = torch.Generator().manual_seed(self.ctx.seed + 3)
         out, kurtosis = [], []
-        for depths in batches(self.depths, 8 * ISOTROPY_MATRICES * self.ctx.dim**2):
+        for depths in batches(self.depths, 8 * ISOTROPY_MATRICES * self.ctx.dim**2, self.context_.device):
             merged = [Moments(self.ctx.dim, True, self.directions).merge(self.kept_[d]).merge(self.special_[d])
                       for d in depths]
             kurtosis += [m.excess_kurtosis_(check=False).abs().mean() for m in merged]
@@ -289,7 +289,7 @@ class E3Gaussianity(Estimator):
         clouds = [torch.cat(b) if b else torch.zeros(0, self.ctx.dim, device=dev) for b in self.buffer_]
         sizes = [len(c) for c in clouds]
         out = torch.full((2, self.depths), torch.nan, dtype=torch.float64, device=dev)
-        for depths in batches(self.depths, cloud_bytes(max(sizes), self.ctx.dim)):
+        for depths in batches(self.depths, cloud_bytes(max(sizes), self.ctx.dim), dev):
             shaped = [d for d in depths if sizes[d] > 3]  # fewer tokens: no covariance of any use
             for d, cloud in zip(shaped, spectra([clouds[d] for d in shaped]) if shaped else [], strict=True):
                 out[0, d], out[1, d] = radius_ratio(cloud), principal_kurtosis(cloud)

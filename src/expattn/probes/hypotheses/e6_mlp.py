@@ -198,7 +198,8 @@ class E6Mlp(Estimator):
     def measure(self) -> Measured:
         est, lo, hi = (t.cpu().numpy() for t in self.stats_.interval(self._rho))
         lo_rep, hi_rep = replicate_intervals(est, lo, hi, self.stats_.replicates(self._rho).cpu().numpy())
-        fits = [self._fits(layers) for layers in batches(self.ctx.layers, fit_bytes(self.ctx.dim))]
+        device = self.folds_[0][0].sxx_.device  # the statistics'
+        fits = [self._fits(layers) for layers in batches(self.ctx.layers, fit_bytes(self.ctx.dim), device)]
         both, chosen, grid = (torch.cat(parts, 1).cpu().numpy() for parts in zip(*fits, strict=True))
         r2, chosen, grid = both[0], chosen[0], grid[0].mean(-1)  # (L, K), (L, K), (L, grid)
         r2_control = both[1].mean(-1)
