@@ -66,12 +66,12 @@ from expattn.probes.hypotheses.e3_shape import (
     SPHERE_POWER,
     buffer_size,
     close_and_far,
+    cloud_bytes,
+    cloud_shapes,
     control_clouds,
     direction_moments,
     isotropy,
-    principal_kurtosis,
     radius_ratio,
-    spectra,
     spectrum,
     sphere_power,
 )
@@ -84,11 +84,6 @@ from expattn.results.record import Control
 
 DIRECTIONS = 32
 ISOTROPY_MATRICES = 10  # (D, D) float64 per depth in ``_isotropy``: 2 covariances, a scatter, the solver's copies
-
-
-def cloud_bytes(tokens: int, dim: int) -> int:
-    """The transient of one depth's cloud in ``_clouds``: ``(tokens, D)`` float64 copies and its spectrum."""
-    return 44 * tokens * dim + 16 * dim * dim
 
 
 def _token_mean(v: Tensor, w: Tensor | None) -> Tensor:
@@ -238,8 +233,7 @@ class E3Gaussianity(Estimator):
 
     def _massive(self) -> list[int]:
         """``massive_`` as Python ints (counts accumulate on the data's device during the pass: read in one go)."""
-        counted = [m for m in self.massive_ if isinstance(m, Tensor)]
-        read = iter(torch.stack(counted).tolist() if counted else [])
+        read = iter(torch.stack([m for m in self.massive_ if isinstance(m, Tensor)] or [torch.zeros(0)]).tolist())
         self.massive_ = [int(next(read)) if isinstance(m, Tensor) else int(m) for m in self.massive_]
         return self.massive_
 
@@ -281,20 +275,6 @@ class E3Gaussianity(Estimator):
             out.append(isotropy(covariances, gen).unflatten(0, (2, len(depths))))
         return torch.cat(out, 1), torch.stack(kurtosis)
 
-    def _clouds(self) -> tuple[Tensor, list[int]]:
-        """Per depth, from its buffered tokens: the radius ratio and the principal-direction kurtosis ``(2, depth)``
-        (NaN where too few tokens) and the number of tokens buffered; the clouds of a batch of depths decomposed in
-        one call, each batch's float64 clouds freed before the next."""
-        dev = self.context_.device  # the data's
-        clouds = [torch.cat(b) if b else torch.zeros(0, self.ctx.dim, device=dev) for b in self.buffer_]
-        sizes = [len(c) for c in clouds]
-        out = torch.full((2, self.depths), torch.nan, dtype=torch.float64, device=dev)
-        for depths in batches(self.depths, cloud_bytes(max(sizes), self.ctx.dim), dev):
-            shaped = [d for d in depths if sizes[d] > 3]  # fewer tokens: no covariance of any use
-            for d, cloud in zip(shaped, spectra([clouds[d] for d in shaped]) if shaped else [], strict=True):
-                out[0, d], out[1, d] = radius_ratio(cloud), principal_kurtosis(cloud)
-        return out, sizes
-
     def _cross_context_cosine(self) -> np.ndarray:
         """Per depth: mean cosine over pairs of kept tokens from different sequences."""
         c = self.context_
@@ -316,7 +296,7 @@ class E3Gaussianity(Estimator):
         self._massive()
         est, lo, hi = (t.cpu().numpy() for t in self.boot_.interval(self._shape_stats))
         reps = self.boot_.replicates(self._shape_stats).cpu().numpy()  # (R, depth, V, 3)
-        clouds, buffered = self._clouds()
+        clouds, buffered = cloud_shapes(self.buffer_, self.ctx.dim, self.context_.device)
         iso_all, kurtosis_all = self._isotropy()
         kurtosis_excl = torch.stack([m.excess_kurtosis_(check=False).abs().mean() for m in self.kept_])
         (rho, principal), (pr, share), kurtosis, (channel, channel_lo, channel_hi) = (t.cpu().numpy() for t in (

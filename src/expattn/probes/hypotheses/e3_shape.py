@@ -29,6 +29,7 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from expattn.core.top_eigen import top_eigen
+from expattn.probes.statistics.batches import batches
 
 KURTOSIS_LIMIT, SKEW_LIMIT = 1.0, 0.5
 RADIUS_BAND = (0.75, 1.33)  # Gaussian clouds of n=1024, p=384-576: rho 1.02-1.06; a sphere 0.4-0.6, Student t5 45+
@@ -89,6 +90,27 @@ def isotropy(covariances: Float[Tensor, "*batch dim dim"], gen: torch.Generator)
     trace = torch.diagonal(covariances, dim1=-2, dim2=-1).sum(-1)
     ratio = trace.pow(2) / (covariances.pow(2).sum((-2, -1)) * covariances.shape[-1])
     return torch.stack([ratio, top_eigen(covariances, 1, gen).values[..., 0] / trace], -1)
+
+
+def cloud_bytes(tokens: int, dim: int) -> int:
+    """The transient of one depth's cloud in ``cloud_shapes``: ``(tokens, D)`` float64 copies and its spectrum."""
+    return 44 * tokens * dim + 16 * dim * dim
+
+
+def cloud_shapes(buffers: list[list[Float[Tensor, "n dim"]]], dim: int, device: torch.device
+                 ) -> tuple[Float[Tensor, "2 depth"], list[int]]:
+    """Per depth, from its buffered tokens (``buffers``: per depth, batches of ``(n_i, D)`` tokens on ``device``):
+    the radius ratio and the principal-direction kurtosis ``(2, depth)`` float64 on ``device`` (NaN where a depth
+    has 3 tokens or fewer), and the number of tokens buffered; the clouds of a batch of depths
+    (``statistics.batches``) decomposed in one call, each batch's float64 clouds freed before the next."""
+    clouds = [torch.cat(b) if b else torch.zeros(0, dim, device=device) for b in buffers]
+    sizes = [len(c) for c in clouds]
+    out = torch.full((2, len(clouds)), torch.nan, dtype=torch.float64, device=device)
+    for depths in batches(len(clouds), cloud_bytes(max(sizes), dim), device):
+        shaped = [d for d in depths if sizes[d] > 3]  # fewer tokens: no covariance of any use
+        for d, cloud in zip(shaped, spectra([clouds[d] for d in shaped]) if shaped else [], strict=True):
+            out[0, d], out[1, d] = radius_ratio(cloud), principal_kurtosis(cloud)
+    return out, sizes
 
 
 def sphere_power(n: int, p: int) -> bool:
