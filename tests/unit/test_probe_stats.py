@@ -331,9 +331,11 @@ def test_plot_prefix_names_a_trained_run_by_its_folder(name, slug):
 def test_layer_batches_hold_as_many_layers_as_the_transient_allows():
     from expattn.probes.statistics.batches import BATCH_BYTES, batches, per_batch
 
-    assert batches(7, BATCH_BYTES // 3) == [range(0, 3), range(3, 6), range(6, 7)]
-    assert batches(2, 1) == [range(0, 2)]  # never more than the layers
-    assert per_batch(5, 2 * BATCH_BYTES) == 1  # one layer over the budget still runs, alone
+    accelerator = torch.device("meta")
+    assert batches(7, BATCH_BYTES // 3, accelerator) == [range(0, 3), range(3, 6), range(6, 7)]
+    assert batches(2, 1, accelerator) == [range(0, 2)]  # never more than the layers
+    assert per_batch(5, 2 * BATCH_BYTES, accelerator) == 1  # one layer over the budget still runs, alone
     assert batches(3, 1, torch.device("cpu")) == [range(0, 1), range(1, 2), range(2, 3)]  # a CPU: layer at a time
+    assert per_batch(3, 1) == 1  # no device: the memory estimates count the CPU's one layer
     with pytest.raises(ValueError, match="count and each must be positive"):
         per_batch(0, 10)

@@ -18,11 +18,12 @@ LAYER_AT_A_TIME = {"cpu"}
 
 def per_batch(count: int, each: int, device: torch.device | None = None) -> int:
     """Layers per batch: ``count`` layers of ``each`` transient bytes each, as many as ``BATCH_BYTES`` holds (one at
-    least, ``count`` at most); one on a ``device`` in ``LAYER_AT_A_TIME``. ``device=None``: the largest batch any
-    device takes (the memory estimate's)."""
+    least, ``count`` at most); one on a ``device`` in ``LAYER_AT_A_TIME`` and for ``device=None``, the memory
+    estimates' case (``Estimator.analysis_bytes`` knows no device: it counts the CPU's one layer, and an
+    accelerator's batch may hold up to ``BATCH_BYTES`` more)."""
     if count < 1 or each < 1:
         raise ValueError(f"count and each must be positive, got {count}, {each}")
-    if device is not None and torch.device(device).type in LAYER_AT_A_TIME:
+    if device is None or torch.device(device).type in LAYER_AT_A_TIME:
         return 1
     return max(1, min(count, BATCH_BYTES // each))
 
