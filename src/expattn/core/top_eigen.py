@@ -25,8 +25,10 @@ products fast) and on wide matrices everywhere. ``DENSE_BELOW`` is the crossover
 measured on this project's CPU machine (one thread, batches of 4 covariances with a power-law spectrum): LOBPCG is
 faster from side 96 on for k = 1 and from 192 on for k = 5, and 4-12 times faster at sides 576-2048
 (benchmarks/RESULTS.md). A spectrum whose top gaps are tiny needs more iterations: callers with such matrices choose
-``method`` themselves (E4/E9's Fisher readings decompose whole on the CPU). ``tests/unit/test_probe_cost.py`` and
-``tests/unit/test_analysis_launches.py`` empty ``DENSE_DEVICES`` to check the accelerator path's cost on the CPU.
+``method`` themselves (E4/E9's Fisher readings decompose whole on the CPU). ``tests/unit/test_probe_cost.py``
+empties ``DENSE_DEVICES`` to check the accelerator path's cost on the CPU; ``tests/unit/test_analysis_launches.py``
+counts its host reads on a stand-in device: one per iteration (the projection and the convergence flag read in
+one transfer) and one to start.
 """
 
 from __future__ import annotations
