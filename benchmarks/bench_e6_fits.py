@@ -28,7 +28,7 @@ def estimator(dim: int, layers: int, tokens: int) -> E6Mlp:
     gen = torch.Generator().manual_seed(0)
     e6 = E6Mlp.__new__(E6Mlp)
     e6.ctx = SimpleNamespace(dim=dim, layers=layers)
-    e6._pair = (dim, 2 * dim, torch.float64)
+    e6._pair = (dim, 2 * dim, torch.float64)  # read by the unbatched fits of the trees before
     scales = torch.logspace(-2, 0.5, dim)
     e6.folds_ = []
     for _ in range(layers):

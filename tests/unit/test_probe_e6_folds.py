@@ -27,8 +27,7 @@ def _estimator(dim: int, x: torch.Tensor, y: torch.Tensor, sequence: torch.Tenso
     """An E6 of one layer whose folds hold (x, [y, noise]) token pairs, sequence j in fold j mod 5."""
     e6 = E6Mlp.__new__(E6Mlp)
     e6.ctx = SimpleNamespace(dim=dim, layers=1)
-    e6._pair = (dim, 2 * dim, torch.float64)
-    folds = [CrossMoments(*e6._pair) for _ in range(FOLDS)]
+    folds = [CrossMoments(dim, 2 * dim) for _ in range(FOLDS)]
     noise = torch.randn(y.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
     for k in range(FOLDS):
         rows = sequence % FOLDS == k

@@ -127,7 +127,6 @@ class E6Mlp(Estimator):
     def __init__(self, ctx: ProbeContext):
         self.ctx = ctx
         pair = (ctx.dim, 2 * ctx.dim, ctx.statistics)
-        self._pair = pair
         self.folds_ = [[CrossMoments(*pair) for _ in range(FOLDS)] for _ in range(ctx.layers)]
         self.stats_ = BootstrapMeans(ctx.layers * len(VARIANTS) * 2, ctx.replicates)
         self._rows: dict[int, list[Tensor]] = {}
