@@ -60,7 +60,7 @@ from expattn.probes.hypotheses.base import (
     shared,
     squared_norms,
 )
-from expattn.probes.hypotheses.regression import CrossMoments, RidgePath
+from expattn.probes.hypotheses.regression import CrossMoments
 from expattn.probes.sizes import Sizes, bootstrap_bytes
 from expattn.probes.statistics.batches import batches, per_batch
 from expattn.probes.statistics.stats import BootstrapMeans
@@ -180,7 +180,7 @@ class E6Mlp(Estimator):
         (each fold then one sequence)."""
         folds = self._folds()
         stacked = CrossMoments.stack([[self.folds_[i][k] for k in folds] for i in layers])  # (layer, K, ...)
-        path = RidgePath.of(stacked.held_out(), RIDGE_GRID, PRECISION)
+        path = stacked.held_out().ridge_path(RIDGE_GRID, PRECISION)
         blocks = (slice(0, self.ctx.dim), slice(self.ctx.dim, 2 * self.ctx.dim))  # update, noise control
         grid = path.r_squared(stacked, blocks)  # (layer, K, block, grid)
         pick = torch.stack([path.gcv(block).argmin(-1) for block in blocks], -1)  # (layer, K, block)
