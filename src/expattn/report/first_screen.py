@@ -28,6 +28,8 @@ CSS = """
 .matrix .badge { font-size: 11.5px; padding: 0 6px; margin: 0 1px; }
 .first .caption, .headlines { font-size: 12px; line-height: 1.35; color: var(--muted); margin: 4px 0; }
 .headlines { padding-left: 16px; }
+.legend { list-style: none; padding: 0; margin: 4px 0; font-size: 12px; line-height: 1.5; }
+.legend li { display: inline-block; margin-right: 10px; } .legend li.mark-legend { display: block; }
 .first figure { margin: 0; } .first figure img { max-height: 60vh; width: auto; max-width: 100%; }
 .first figcaption { font-size: 12px; line-height: 1.35; }
 """
@@ -69,9 +71,25 @@ def _caption(matrix: Matrix) -> str:
             "n/m runs (n of its m runs gave that verdict), acceptable only because every run's own verdict "
             "and number is one click away in Trained runs."
         )
-    if matrix.marked:
-        text += f" {MARK_LEGEND}."
     return f'<p class="caption">{esc(text)}</p>'
+
+
+# What each verdict colour means: evidence for or against a hypothesis in neutral hues; red only for a broken check.
+VERDICT_MEANINGS = (
+    ("pass", "an exact identity holds"),
+    ("supported", "the data support the hypothesis"),
+    ("not_supported", "the data reject it (a finding, not an error)"),
+    ("inconclusive", "the rule cannot decide"),
+    ("fail", "a check that must hold does not"),
+    ("error", "the check could not run"),
+)
+
+
+def legend(matrix: Matrix) -> str:
+    """The legend beside the matrix: what each verdict's colour means, and the mark where a cell carries it."""
+    items = "".join(f"<li>{badge(v)} {esc(meaning)}</li>" for v, meaning in VERDICT_MEANINGS)
+    mark = f'<li class="mark-legend">{esc(MARK_LEGEND)}</li>' if matrix.marked else ""
+    return f'<ul class="legend" id="legend" aria-label="legend">{items}{mark}</ul>'
 
 
 def _headlines(matrix: Matrix) -> str:
@@ -87,7 +105,7 @@ def first_screen(matrix: Matrix | None, figure: str) -> str:
     left = ""
     if matrix is not None and matrix.rows:
         left = (
-            f'<div class="box">{matrix_table(matrix)}</div>{_caption(matrix)}'
+            f'<div class="box">{matrix_table(matrix)}</div>{legend(matrix)}{_caption(matrix)}'
             f'<p class="caption"><b>Headline numbers</b> (what each claim\'s cell shows):</p>{_headlines(matrix)}'
         )
     return f'<section id="models" class="first"><div><h2>Per model</h2>{left}</div><div>{figure}</div></section>'
