@@ -63,13 +63,20 @@ def _spoken(counts: dict[str, int]) -> str:
     return ", ".join(f"{n} {verdict.replace('_', ' ')}" for verdict, n in counts.items())
 
 
+def _joined(items: Sequence[str]) -> str:
+    return ", ".join(items[:-1]) + " and " + items[-1] if len(items) > 1 else "".join(items)
+
+
 def lead_sentence(records: Sequence[Record], models: Sequence[str]) -> str:
-    """One sentence: what was run (how many records of each kind, on which models) and what they found."""
+    """One sentence: what was run (how many records of each kind, on which models) and what the hypotheses found."""
     counts = kind_counts(records)
     if not counts:
         return "This report holds no records."
-    run = "; ".join(f"{sum(c.values())} {kind} ({_spoken(c)})" for kind, c in counts.items())
-    on = f" The hypotheses were measured on {', '.join(models)}; each model's verdicts are in the matrix below, " \
-        "each linked to its record: the criterion, the numbers and a negative control." \
-        if models else ""
-    return f"This report checked {run}.{on}"
+    checked = [f"{sum(c.values())} {kind}" for kind, c in counts.items() if kind != HYPOTHESES]
+    parts = [f"checked {_joined(checked)}"] if checked else []
+    found = counts.get(HYPOTHESES)
+    if found:
+        on = f" on {', '.join(models)}" if models else ""
+        parts.append(f"measured {sum(found.values())} {HYPOTHESES}{on}: {_spoken(found)}; each model's verdicts are "
+                     "below, each linked to its record (criterion, numbers, negative control)")
+    return f"This report {', and '.join(parts)}."
