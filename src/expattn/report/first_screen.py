@@ -1,13 +1,13 @@
-"""The report's first screen: the claim x (model or sweep) matrix with its legend, the summary figure below it at
-the page's full width, and the trained-runs table that the matrix's sweep columns link to.
+"""The report's first screen: the claim x (model or sweep) matrix with its legend, the summary figure below it at the
+page's full width, and the trained-runs table that the matrix's sweep columns link to.
 
-The first screen is a CSS grid of two columns (one below 1000 px of width), sized so that the matrix and its
-legend fit a 1366 x 768 window: the matrix's column is as wide as the matrix (up to two thirds of the window, so
-three models and a sweep show every column); the other holds what each claim's number is, the caption and a link
-to the summary figure. Compact rows; the matrix scrolls inside its box when it has many claims. Every row title is
-in words with the claim's formula on hover, beside its headline's unit and direction; every cell is a verdict badge
-linking to its record card (a sweep's cell to the trained-runs table) over the claim's headline number. The legend
-says what each verdict's colour means and what the architectural mark means.
+The first screen is a CSS grid of two columns (one below 1000 px of width), sized so that the matrix and its legend,
+side by side, fit a 1366 x 768 window: the matrix's column is as wide as the matrix (up to two thirds of the window,
+so three models and a sweep show every column); the other holds a link to the summary figure, the legend, what each
+claim's number is and the caption. Compact rows; the matrix scrolls inside its box when it has many claims. Every
+row title is in words with the claim's formula on hover, beside its headline's unit and direction; every cell is a
+verdict badge linking to its record card (a sweep's cell to the trained-runs table) over the claim's headline
+number. The legend says what each verdict's colour means and what the architectural mark means.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ CSS = """
 .matrix .value { display: block; font-variant-numeric: tabular-nums; }
 .matrix .badge { font-size: 11.5px; padding: 0 6px; margin: 0 1px; }
 .first .caption, .headlines { font-size: 12px; line-height: 1.35; color: var(--muted); margin: 4px 0; }
-.headlines { padding-left: 16px; }
+.headlines { padding-left: 16px; } .first .figure-link { margin-top: 30px; }
 .legend { list-style: none; padding: 0; margin: 4px 0; font-size: 12px; line-height: 1.5; }
 .legend li { display: inline-block; margin-right: 10px; } .legend li.mark-legend { display: block; }
 #fig-summary img { width: 100%; }
@@ -103,22 +103,22 @@ def _headlines(matrix: Matrix) -> str:
 
 
 def first_screen(matrix: Matrix | None, figure: str) -> str:
-    """The first screen: the matrix and its legend beside the headline list, the caption and a link to ``figure``
+    """The first screen: the matrix beside its legend, the headline list, the caption and a link to ``figure``
     (the summary figure's HTML, ``""``: none), which follows at the page's full width, where its text is legible;
     ``""`` when there is neither."""
     if (matrix is None or not matrix.rows) and not figure:
         return ""
     left, right = "", ""
     if matrix is not None and matrix.rows:
-        left = f'<div class="box">{matrix_table(matrix)}</div>{legend(matrix)}'
+        left = f'<div class="box">{matrix_table(matrix)}</div>'
         right = (
-            f'<p class="caption"><b>Headline numbers</b> (what each claim\'s cell shows):</p>{_headlines(matrix)}'
-            f"{_caption(matrix)}"
+            f'{legend(matrix)}<p class="caption"><b>Headline numbers</b> (what each claim\'s cell shows):</p>'
+            f"{_headlines(matrix)}{_caption(matrix)}"
         )
     if figure:
-        right += (
-            '<p class="caption"><a href="#fig-summary">The summary figure</a>, below: each headline per layer '
-            "against relative depth, one colour per model.</p>"
+        right = (
+            '<p class="caption figure-link"><a href="#fig-summary">The summary figure</a>, below the matrix: each '
+            f"headline per layer against relative depth, one colour per model.</p>{right}"
         )
     return (
         f'<section id="models" class="first"><div><h2>Per model</h2>{left}</div><div>{right}</div></section>'
