@@ -1,6 +1,12 @@
 """Open a report.html in headless Chromium, check that it renders cleanly, save a screenshot.
 
     .venv/bin/python scripts/screenshot_report.py report/report.html docs/report-screenshot.png [1366x768]
+    .venv/bin/python scripts/screenshot_report.py docs/results.json docs/report-screenshot.png 1366x768
+
+A results file (``.json``) is rendered to a report first (``expattn.report.html.render_html``, in a temporary
+folder), so the README's screenshot comes from the committed ``docs/results.json`` without re-running anything.
+The screenshot records the count pills the page showed (``PILLS_KEY`` in the PNG's text metadata), so a test can
+tell a stale screenshot from the current report.
 
 The optional size is the page's viewport in CSS pixels (default 1280x1500), set exactly (a window of
 that size would lose its toolbars' height).
@@ -27,6 +33,8 @@ CHROMIUM_FLAGS = (
     "--disable-component-update",
     "--disable-sync",
 )
+# The PNG text chunk that holds the page's count pills as shown (the text of ``header .pills``).
+PILLS_KEY = "expattn-pills"
 # Runs before the page's own code: counts dialogs instead of opening them.
 DIALOG_TRAP = (
     "window.__dialogs = 0;for (const f of ['alert', 'confirm', 'prompt']) window[f] = () => { window.__dialogs++; };"
@@ -105,10 +113,45 @@ def inspect_report(html_path: Path, screenshot: Path | None = None, size: tuple[
         if screenshot is not None:
             screenshot.parent.mkdir(parents=True, exist_ok=True)
             driver.save_screenshot(str(screenshot))
+            pills = driver.execute_script(
+                "const p = document.querySelector('header .pills'); return p ? p.innerText : '';"
+            )
+            _tag(screenshot, pills)
         return check
     finally:
         driver.quit()
         shutil.rmtree(profile, ignore_errors=True)
+
+
+def _tag(png: Path, pills: str) -> None:
+    """Write ``pills`` into ``png``'s text metadata under ``PILLS_KEY`` (the image itself unchanged)."""
+    from PIL import Image, PngImagePlugin
+
+    info = PngImagePlugin.PngInfo()
+    info.add_text(PILLS_KEY, " ".join(pills.split()))
+    with Image.open(png) as image:
+        image.load()
+        image.save(png, pnginfo=info)
+
+
+def shown_pills(png: Path) -> str | None:
+    """The count pills a screenshot recorded (``PILLS_KEY``), or None when it recorded none."""
+    from PIL import Image
+
+    with Image.open(png) as image:
+        return image.text.get(PILLS_KEY)
+
+
+def render_results(results: Path, folder: Path) -> Path:
+    """``folder/report.html`` rendered from a results file (its plots read from the results file's folder)."""
+    import json
+
+    from expattn.report.html import render_html
+
+    document = json.loads(results.read_text(encoding="utf-8"))
+    html = folder / "report.html"
+    html.write_text(render_html(document, results.resolve().parent), encoding="utf-8")
+    return html
 
 
 def main(argv: list[str]) -> int:
@@ -116,7 +159,10 @@ def main(argv: list[str]) -> int:
         print("usage: screenshot_report.py REPORT_HTML SCREENSHOT_PNG [WIDTHxHEIGHT]", file=sys.stderr)
         return 2
     size = tuple(int(n) for n in argv[2].split("x")) if len(argv) == 3 else (1280, 1500)
-    check = inspect_report(Path(argv[0]), Path(argv[1]), size)
+    source = Path(argv[0])
+    with tempfile.TemporaryDirectory(prefix="expattn-screenshot-") as folder:
+        page = render_results(source, Path(folder)) if source.suffix == ".json" else source
+        check = inspect_report(page, Path(argv[1]), size)
     print(f"{check.title}: {len(check.images)} images, console errors {check.console_errors}, dialogs {check.dialogs}")
     return 0 if check.ok else 1
 

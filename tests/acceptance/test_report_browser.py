@@ -126,8 +126,13 @@ def test_synthetic_report_is_clean_and_escaped(tmp_path, gen):
         matrix = driver.find_element(By.CSS_SELECTOR, "#models table")
         rows = [[c.text for c in r.find_elements(By.XPATH, "./td")] for r in matrix.find_elements(By.TAG_NAME, "tr")]
         e1 = next(r for r in rows if r and r[0] == "E1")
-        assert e1[2] == f"supported\n{headline:.4g}" and e1[3] == "not_supported\n0.5"  # the number under its badge
-        # The summary figure sits beside the matrix on the first screen, drawn.
+        assert e1[3] == f"supported\n{headline:.4g}" and e1[4] == "not_supported\n0.5"  # the number under its badge
+        assert e1[2] == "ratio; > 1 = widens"  # the number's unit and direction
+        # E4's title in words, its formula on hover.
+        e4 = matrix.find_element(By.XPATH, ".//tr[td/b='E4']/td[@class='title']")
+        assert e4.text == "query-key form aligned with the inverse covariance"
+        assert e4.get_attribute("title").startswith("W_q^T W_k vs Sigma^-1: ")
+        # The summary figure follows the first screen, drawn.
         summary = driver.find_element(By.CSS_SELECTOR, "#fig-summary img")
         assert summary.is_displayed() and summary.location["y"] < 1500
         assert summary.size["width"] > 400 and summary.get_attribute("src").startswith("data:image/svg+xml")
@@ -180,7 +185,8 @@ def test_real_quick_report_renders(tmp_path):
 def sweep_and_claims_report(folder: Path, gen: torch.Generator, models: tuple[str, ...] = ("minilm", "smollm2")
                             ) -> Path:
     """report.html of a full-size first screen: probed models (two by default) on all of E1-E9 with the per-layer
-    details the summary figure draws (one panel per hypothesis), and a training sweep of four runs on E1-E3."""
+    details the summary figure draws (one panel per hypothesis), E7 marked architectural, and a training sweep of
+    four runs on E1-E3."""
     layers = 6
     records = []
     for model in models:
@@ -207,6 +213,7 @@ def sweep_and_claims_report(folder: Path, gen: torch.Generator, models: tuple[st
                     verdict=verdict,
                     metrics=headline,
                     details={"stage": "probe", "model": model, **details.get(claim, {})},
+                    training="architectural" if claim == "E7" else None,  # the mark and its legend
                     # A control with many numbers: one long line that must wrap inside the page.
                     controls=[
                         Control("shuffled keys", "negative", "not_supported", {f"D={d}/x": d for d in range(60)})
@@ -237,25 +244,65 @@ def random_verdicts(gen: torch.Generator, n: int) -> list[str]:
 
 
 def boxes(driver, width: int, height: int) -> dict[str, dict[str, float]]:
-    """Bounding boxes of the matrix's box, its table and the summary figure's image, and the viewport, with
-    the viewport set to ``width x height`` CSS pixels."""
+    """Bounding boxes of the matrix's box, its table, its legend, the link to the summary figure and the figure's
+    image, and the viewport, with the viewport set to ``width x height`` CSS pixels."""
     shot.set_viewport(driver, (width, height))
     return driver.execute_script(
         "const r = s => { const b = document.querySelector(s).getBoundingClientRect();"
         " return {left: b.left, top: b.top, right: b.right, bottom: b.bottom}; };"
         "const box = document.querySelector('#models .box');"
-        "return {matrix: r('#models .box'), table: r('#models table'), figure: r('#fig-summary img'),"
+        "return {matrix: r('#models .box'), table: r('#models table'), legend: r('#legend'),"
+        " link: r('#models a[href=\"#fig-summary\"]'), figure: r('#fig-summary img'),"
         " view: {left: 0, top: 0, right: window.innerWidth, bottom: window.innerHeight},"
         " scroll: {x: box.scrollWidth - box.clientWidth, page: window.scrollY,"
         " pageX: document.documentElement.scrollWidth - document.documentElement.clientWidth}};"
     )
 
 
+def smallest_text_px(svg_uri: str, shown_width: float) -> float:
+    """The height in CSS pixels of the smallest text of an SVG data URI shown ``shown_width`` pixels wide: its
+    smallest font size (in the SVG's user units) times the displayed width over the viewBox's width."""
+    import base64
+    import re
+
+    svg = base64.b64decode(svg_uri.split(",", 1)[1]).decode("utf-8")
+    view_width = float(re.search(r'viewBox="[-\d.]+ [-\d.]+ ([\d.]+) [\d.]+"', svg)[1])
+    sizes = [float(v) for v in re.findall(r"font-size: ?([\d.]+)px", svg)]
+    assert sizes, "the figure has no text to measure"
+    return min(sizes) * shown_width / view_width
+
+
+def test_smallest_text_px_reads_the_svg_scale():
+    import base64
+
+    svg = '<svg viewBox="0 0 200 100"><text style="font-size: 8px">a</text><text style="font-size: 4px">b</text></svg>'
+    uri = "data:image/svg+xml;base64," + base64.b64encode(svg.encode()).decode()
+    assert smallest_text_px(uri, 400) == 8.0 and smallest_text_px(uri, 100) == 2.0
+
+
+# Verdict colours (CSS background of each badge): evidence in neutral hues, red only where a check broke.
+RED = ("rgb(198, 40, 40)", "rgb(176, 0, 32)")  # fail, error
+
+
+def badge_colours(driver) -> dict[str, str]:
+    return driver.execute_script(
+        "const out = {}; for (const b of document.querySelectorAll('#legend .badge'))"
+        " out[b.textContent] = getComputedStyle(b).backgroundColor; return out;"
+    )
+
+
+def is_reddish(rgb: str) -> bool:
+    r, g, b = (int(v) for v in rgb[rgb.index("(") + 1 : rgb.index(")")].split(",")[:3])
+    return r > 150 and r > 2 * g and r > 2 * b
+
+
 # The two screens, and what a 1366 x 768 window leaves of the page under its toolbars (headless Chromium: 625);
 # the README's three models (`expattn report --models minilm,smollm2,gemma3`) as well as the default two.
 @pytest.mark.parametrize("models", [("minilm", "smollm2"), ("minilm", "smollm2", "gemma3")], ids=["2", "3"])
 @pytest.mark.parametrize("size", [(1366, 768), (1920, 1080), (1366, 625)])
-def test_matrix_and_summary_figure_fill_the_first_screen(tmp_path, gen, size, models):
+def test_matrix_and_legend_fill_the_first_screen_and_the_figure_is_legible(tmp_path, gen, size, models):
+    from selenium.webdriver.common.by import By
+
     path = sweep_and_claims_report(tmp_path, gen, models)
     driver, profile = shot.open_report(path, size)
     try:
@@ -266,13 +313,31 @@ def test_matrix_and_summary_figure_fill_the_first_screen(tmp_path, gen, size, mo
         view = found["view"]
         assert (view["right"], view["bottom"]) == size and found["scroll"]["page"] == 0
         assert found["scroll"]["pageX"] == 0  # nothing on the page is wider than the window
-        for name in ("matrix", "figure"):
+        for name in ("matrix", "legend", "link"):
             b = found[name]
             assert b["left"] >= 0 and b["top"] >= 0, (name, b)
             assert b["right"] <= view["right"] and b["bottom"] <= view["bottom"], (name, b, view)
-        # Side by side: the figure starts right of the matrix; the matrix needs no sideways scrolling.
-        assert found["figure"]["left"] >= found["matrix"]["right"]
+        # The legend sits beside the matrix; the figure, linked from the first screen, follows them at full width.
+        assert found["legend"]["left"] >= found["matrix"]["right"]
+        assert found["figure"]["top"] >= max(found["legend"]["bottom"], found["matrix"]["bottom"])
         assert found["scroll"]["x"] == 0 and found["table"]["bottom"] <= view["bottom"]
+        # The figure's smallest text (a log axis's exponent) is at least 10 px high as shown.
+        figure = driver.find_element(By.CSS_SELECTOR, "#fig-summary img")
+        shown = found["figure"]["right"] - found["figure"]["left"]
+        assert smallest_text_px(figure.get_attribute("src"), shown) >= 10.0, shown
+        # The legend explains every verdict colour and the architectural mark; red means only fail and error.
+        colours = badge_colours(driver)
+        assert set(colours) == {"pass", "supported", "not_supported", "inconclusive", "fail", "error"}
+        assert {v for v, c in colours.items() if is_reddish(c)} == {"fail", "error"}, colours
+        assert colours["fail"] in RED and colours["error"] in RED
+        assert len({colours[v] for v in ("supported", "not_supported", "inconclusive")}) == 3  # told apart
+        legend = driver.find_element(By.ID, "legend").text
+        assert "\u2020 architectural" in legend and "random-init twin" in legend
+        # Counts split by kind, one sentence that says what was run.
+        pills = driver.find_element(By.CSS_SELECTOR, "header .pills").text
+        assert pills.startswith("hypotheses about trained models:")  # every record here is a probed hypothesis
+        lead = driver.find_element(By.CSS_SELECTOR, "header .lead").text
+        assert lead.startswith("This report") and f"on {', '.join(models)}" in lead
         driver.save_screenshot(str(tmp_path / f"first-{size[0]}.png"))
     finally:
         driver.quit()

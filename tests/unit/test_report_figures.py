@@ -125,7 +125,7 @@ def test_page_places_summary_figure_after_matrix(gen):
     images = re.findall(r'<img src="([^"]*)"', text)
     assert len(images) == 1 + 2 + 3 and all(i.startswith("data:image/svg+xml;base64,") for i in images)
     assert EVIL not in text.replace("&lt;", "<").split("<main>")[0]  # nothing in the head
-    assert page.rows["models"][0][2:] == ["small", f"deep{EVIL}"]  # the matrix above the figure, names as text
+    assert page.rows["models"][0][3:] == ["small", f"deep{EVIL}"]  # the matrix above the figure, names as text
 
 
 def test_massive_profile_draws_each_models_maxima_and_their_ratio_to_the_median():

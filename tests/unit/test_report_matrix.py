@@ -4,11 +4,13 @@ trained-runs table, which keeps every run's own verdict and number; hostile mode
 
 from __future__ import annotations
 
+import html
 import re
 
 from test_report_html import EVIL, SEVERITY, parse, random_verdicts
 
 from expattn.catalogue import headlines
+from expattn.catalogue.entry import HEADLINE_READINGS
 from expattn.report.html import render_html
 from expattn.report.markdown import render_markdown
 from expattn.report.matrix import sweep_cell
@@ -73,8 +75,11 @@ def records() -> list[Record]:
 def test_html_matrix_has_one_cell_per_claim_and_model_and_one_per_sweep():
     page = parse(render_html(results_document(records(), "test"), None))
     rows = page.rows["models"]
-    assert rows[0] == ["ID", "claim", "minilm", "smollm2", EVIL, "sweep"]
-    table = {r[0]: r[2:] for r in rows[1:]}
+    assert rows[0] == ["ID", "claim", "number", "minilm", "smollm2", EVIL, "sweep"]
+    # Each row says its headline's unit and which way it points.
+    assert {r[0]: r[2] for r in rows[1:]} == {
+        "E1": "ratio; > 1 = widens", "E3": "|kurtosis|; 0 = Gaussian", "E4": "cosine; 1 = aligned"}
+    table = {r[0]: r[3:] for r in rows[1:]}
     assert set(table) == {"E1", "E3", "E4"}  # verify records are not per model
     # Each model keeps its own verdict and number. The sweep's cell is the worst of its runs' verdicts and how
     # many of its runs gave it (E1: b and c of a, b, c), not the record's pooled majority.
@@ -99,7 +104,9 @@ def test_headers_explain_the_headline_numbers():
     assert any("n/m runs" in a["title"] for a in headers)  # the sweep column says what it pools
     # The "Headline numbers" list under the matrix: one item per claim row.
     items = re.findall(r"<li><b>(E\d)</b>: ([^<]*)</li>", render_html(results_document(records(), "test"), None))
-    assert items == [(c, HEADLINES[c][1]) for c in ("E1", "E3", "E4")]
+    assert [(c, html.unescape(t)) for c, t in items] == [
+        (c, f"{HEADLINES[c][1]} ({HEADLINE_READINGS[c]})") for c in ("E1", "E3", "E4")
+    ]
 
 
 def test_trained_runs_table_keeps_every_runs_verdict_and_number():

@@ -24,6 +24,20 @@ PROBE_MODEL = "minilm"  # the model of the reproducing probe command; any model 
 
 _ID = re.compile(r"[A-Z][1-9][0-9]*")
 
+# Each probed claim's headline number (``Entry.headline``): its unit and which way it points, short enough for a
+# column of the report's matrix.
+HEADLINE_READINGS = {
+    "E1": "ratio; > 1 = widens",
+    "E2": "ratio; < 1 = contracts",
+    "E3": "|kurtosis|; 0 = Gaussian",
+    "E4": "cosine; 1 = aligned",
+    "E5": "max error; 0 = exact",
+    "E6": "R²; 1 = linear",
+    "E7": "decades lost; more = rank 1",
+    "E8": "cosine; 0 = independent",
+    "E9": "cosine; 1 = aligned",
+}
+
 
 # How the report reads a probed hypothesis's per-layer curve from its record's details (``Curve.reader``):
 # ``interval``: each key an {"estimate", "low", "high"} entry (a second key dashed); ``median_over_heads`` /

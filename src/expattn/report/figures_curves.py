@@ -37,12 +37,13 @@ def _legend(fig, models: list[str], shown: list[int]) -> None:
 
 
 def _panels(panels: list[tuple[str, list[tuple[int, Series]], str, float | None, bool]], models: list[str],
-            width: float, row_height: float) -> str | None:
-    """Draw ``(title, [(model index, series)], ylabel, reference, log)`` panels in a grid; None if all empty."""
+            width: float, row_height: float, summary: bool = False) -> str | None:
+    """Draw ``(title, [(model index, series)], ylabel, reference, log)`` panels in a grid; None if all empty.
+    ``summary``: in the summary figure's larger text (``figures_draw.SUMMARY_RC``)."""
     panels = [p for p in panels if p[1]]
     if not panels:
         return None
-    with style():
+    with style(summary):
         rows = math.ceil(len(panels) / COLUMNS)
         cols = min(len(panels), COLUMNS)
         fig, axes = new_figure(rows, cols, width, row_height * rows + 0.45)
@@ -66,7 +67,7 @@ def summary_uri(records: Sequence[Record], titles: dict[str, str]) -> str | None
                  for s in curve.read(r.details)]
         title = f"{claim} {plain_label(_short(titles.get(claim, '')))}".strip()
         panels.append((title, found, curve.ylabel, curve.reference, curve.log))
-    return _panels(panels, models, 11.0, 2.25)
+    return _panels(panels, models, 11.0, 2.7, summary=True)
 
 
 def layer_uri(records: Sequence[Record], claim: str) -> tuple[str | None, list[str]]:

@@ -19,6 +19,10 @@ from expattn.results.plotting import plain_label, pyplot
 
 RC = {"svg.fonttype": "none", "svg.hashsalt": "expattn", "font.size": 9, "axes.titlesize": 9,
       "axes.labelsize": 8, "legend.fontsize": 8, "xtick.labelsize": 7, "ytick.labelsize": 7}
+# The summary figure's sizes: it spans the page, and its smallest text (a log axis's exponent, 0.7 of a tick label)
+# is then at least 10 px high at 1366 x 768 (11 in of figure over about 1,300 px: 1.6 px per point).
+SUMMARY_RC = {"font.size": 10.5, "axes.titlesize": 10.5, "axes.labelsize": 10, "legend.fontsize": 10.5,
+              "xtick.labelsize": 10, "ytick.labelsize": 10}
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2", "#7f7f7f")
 LABEL_CHARS = 40
 
@@ -34,9 +38,10 @@ def colour(index: int) -> str:
     return COLOURS[index % len(COLOURS)]
 
 
-def style():
-    """Context manager: matplotlib settings ``RC`` for everything drawn and saved inside it."""
-    return pyplot().rc_context(RC)
+def style(summary: bool = False):
+    """Context manager: matplotlib settings ``RC`` (with ``SUMMARY_RC`` for the summary figure) for everything
+    drawn and saved inside it."""
+    return pyplot().rc_context({**RC, **(SUMMARY_RC if summary else {})})
 
 
 def new_figure(rows: int, cols: int, width: float, height: float):

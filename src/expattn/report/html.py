@@ -31,6 +31,7 @@ from expattn.report.first_screen import CSS as FIRST_SCREEN_CSS
 from expattn.report.first_screen import first_screen, trained_runs
 from expattn.report.html_text import badge, esc
 from expattn.report.matrix import PER_MODEL, RUNS_ANCHOR, check_verdict
+from expattn.report.pills import kind_counts, lead_sentence
 
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
 
@@ -50,9 +51,12 @@ td.num { font-variant-numeric: tabular-nums; white-space: nowrap; }
 .controls td.num { white-space: normal; overflow-wrap: anywhere; }
 .badge { display: inline-block; padding: 1px 8px; margin: 1px 2px; border-radius: 10px; font-size: 13px;
          color: #fff; background: #7a8594; text-decoration: none; white-space: nowrap; }
-.pass, .supported, .ok { background: #2e7d32; } .fail, .not_supported { background: #c62828; }
+.pass, .ok { background: #2e7d32; } .fail { background: #c62828; }
 .error { background: #b00020; outline: 2px solid #5c0011; }
-.inconclusive { background: #b26a00; } .skipped, .not-run { background: #7a8594; }
+.supported { background: #1f5f8b; } .not_supported { background: #5f5a8c; } .inconclusive { background: #7d6b3a; }
+.skipped, .not-run { background: #7a8594; }
+.pills { margin: 2px 0; font-size: 13px; } .pills .kind { margin-right: 10px; white-space: nowrap; }
+.lead { font-size: 14px; max-width: 1100px; }
 .card { background: var(--card); border: 1px solid var(--line); border-radius: 8px; padding: 14px 16px;
         margin: 14px 0; }
 .card > header { display: flex; justify-content: space-between; align-items: center; gap: 12px; }
@@ -235,12 +239,19 @@ def render_html(document: dict[str, Any], plot_root: Path | None, title: str = "
         claim group with one card per record, and the environment.
     """
     view = build_view(document, title)
-    counts = " ".join(badge(v, text=f"{n} {v}") for v, n in sorted(view.counts.items()))
+    counts = " ".join(
+        f'<span class="kind" title="{esc(kind)}">{esc(kind)}: '
+        + " ".join(badge(v, text=f"{n} {v}") for v, n in found.items())
+        + "</span>"
+        for kind, found in kind_counts(view.records).items()
+    )
+    models = list(dict.fromkeys(str(r.details["model"]) for r in view.records if r.details.get("model")))
+    lead = lead_sentence(view.records, models)
     figures = report_figures(view.records, CLAIM_TITLES)
-    models = first_screen(view.matrix, "" if figures.summary is None else _figure(figures.summary))
+    first = first_screen(view.matrix, "" if figures.summary is None else _figure(figures.summary))
     runs = trained_runs(view.matrix)
     figure_section = _figures(figures)
-    nav = ['<a href="#models">Per model</a>'] if models else []
+    nav = ['<a href="#models">Per model</a>'] if first else []
     nav += [f'<a href="#{RUNS_ANCHOR}">Trained runs</a>'] if runs else []
     nav += ['<a href="#summary">Summary</a>'] + (['<a href="#figures">Figures</a>'] if figure_section else [])
     published = _published(view)
@@ -258,9 +269,10 @@ def render_html(document: dict[str, Any], plot_root: Path | None, title: str = "
         f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{esc(view.title)}</title><style>{CSS}{FIRST_SCREEN_CSS}</style></head>\n<body><main>"
-        f"<header><h1>{esc(view.title)}</h1><p>{counts or '<span class=muted>no records</span>'}</p>"
+        f'<header><h1>{esc(view.title)}</h1><p class="lead">{esc(lead)}</p>'
+        f"<p class=\"pills\">{counts or '<span class=muted>no records</span>'}</p>"
         f"<nav>{' '.join(nav)}</nav></header>\n"
-        f"{models}\n{_summary(view)}\n{runs}\n{figure_section}\n{_as_printed(view)}\n{published}\n{sections}\n"
+        f"{first}\n{_summary(view)}\n{runs}\n{figure_section}\n{_as_printed(view)}\n{published}\n{sections}\n"
         f"{_environment(view)}\n"
         "</main></body></html>\n"
     )

@@ -25,7 +25,8 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from expattn.catalogue import headlines
+from expattn.catalogue import ENTRIES, headlines
+from expattn.catalogue.entry import HEADLINE_READINGS
 from expattn.report.cards import Card, claim_key, format_value, worst
 from expattn.results.record import Record
 
@@ -43,6 +44,13 @@ MARK_LEGEND = (
     "the same token ids) earns the same verdict, so it is a property of the architecture, not a finding about "
     "training"
 )
+# Row titles in words where the catalogue's title is a formula; the formula stays on hover.
+PLAIN_TITLES = {
+    "E4": "query-key form aligned with the inverse covariance",
+    "E5": "attention is the gradient of log Z (the probe's self-check)",
+    "E9": "query-key form aligned with the covariance (Fisher reading)",
+}
+STATEMENTS = {e.id: e.statement for e in ENTRIES}
 # Anchor of the trained-runs table (one row per run and claim) that each sweep cell links to.
 RUNS_ANCHOR = "trained-runs"
 
@@ -69,12 +77,15 @@ class Column:
 
 @dataclass(frozen=True)
 class MatrixRow:
-    """One claim: its ID, title, the headline's description and one tuple of cells per column."""
+    """One claim: its ID, title in words, the headline's description, one tuple of cells per column, the
+    headline's unit and direction (``""``: none) and the claim's formula (catalogue title and statement)."""
 
     claim_id: str
     title: str
     headline: str
     cells: tuple[tuple[Cell, ...], ...]
+    reading: str = ""
+    formula: str = ""
 
 
 @dataclass(frozen=True)
@@ -194,7 +205,12 @@ def build_matrix(cards: Sequence[Card], titles: dict[str, str]) -> Matrix:
     measures = headlines()
     rows = tuple(
         MatrixRow(
-            i, titles.get(i, ""), measures.get(i, ("", ""))[1], tuple(tuple(found.get((i, c), ())) for c in columns)
+            i,
+            PLAIN_TITLES.get(i, titles.get(i, "")),
+            measures.get(i, ("", ""))[1],
+            tuple(tuple(found.get((i, c), ())) for c in columns),
+            HEADLINE_READINGS.get(i, ""),
+            ": ".join(t for t in (titles.get(i, ""), STATEMENTS.get(i, "")) if t),
         )
         for i in ids
     )
