@@ -37,7 +37,7 @@ def test_each_record_counts_under_its_own_kind():
 
 def test_the_lead_sentence_says_what_was_run_and_found():
     text = lead_sentence(RECORDS, ["minilm", "smollm2"])
-    assert text.startswith("This report checked 3 identities, 2 simulations and 1 self-checks, and measured 3 "
+    assert text.startswith("This report checked 3 identities, 2 simulations and 1 self-check, and measured 3 "
                            "hypotheses about trained models on minilm, smollm2: 1 supported, 1 not supported, "
                            "1 inconclusive;")
     assert lead_sentence(RECORDS[4:6], ["minilm"]).startswith("This report measured 2 hypotheses")

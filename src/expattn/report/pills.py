@@ -23,6 +23,7 @@ SIMULATIONS = "simulations"
 HYPOTHESES = "hypotheses about trained models"
 SELF_CHECKS = "self-checks"
 KINDS = (IDENTITIES, SIMULATIONS, HYPOTHESES, SELF_CHECKS)
+SINGULAR = {IDENTITIES: "identity", SIMULATIONS: "simulation", SELF_CHECKS: "self-check"}
 # Verdicts in the order a count lists them: evidence first, then what did not run or broke.
 VERDICT_ORDER = ("pass", "supported", "not_supported", "inconclusive", "skipped", "fail", "error")
 
@@ -72,7 +73,8 @@ def lead_sentence(records: Sequence[Record], models: Sequence[str]) -> str:
     counts = kind_counts(records)
     if not counts:
         return "This report holds no records."
-    checked = [f"{sum(c.values())} {kind}" for kind, c in counts.items() if kind != HYPOTHESES]
+    checked = [f"{n} {kind if n != 1 else SINGULAR[kind]}" for kind, c in counts.items()
+               if kind != HYPOTHESES for n in (sum(c.values()),)]
     parts = [f"checked {_joined(checked)}"] if checked else []
     found = counts.get(HYPOTHESES)
     if found:
