@@ -15,6 +15,7 @@ import functools
 import pickle
 import platform
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -25,7 +26,8 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from expattn.commands.report_stages import ProbeModel, UnitResult, lost, probe_model, run_unit, steps, units
+from expattn.commands.report_stages import (ProbeModel, UnitResult, lost, probe_model, rerun, run_unit, steps,
+                                            units)
 from expattn.commands.workers import auto_jobs, side_by_side, usable
 from expattn.probes.models.loading import BUILTIN_MODELS
 from expattn.report.document import Stage, cpu, wall
@@ -117,6 +119,14 @@ class ReportResult:
         """True iff no record failed, no stage failed and no model was unknown."""
         return all(r.ok for r in self.records) and all(s.status != "fail" for s in self.stages)
 
+    @property
+    def failures(self) -> str:
+        """Why the run is not ``ok``, in one line: the failed stages with their reasons, then the count of records
+        that did not pass."""
+        stages = [f"stage {s.name} failed ({s.reason or 'no reason given'})" for s in self.stages if s.status == "fail"]
+        records = sum(not r.ok for r in self.records)
+        return "; ".join([*stages, *([f"{records} record(s) did not pass"] if records else [])]) or "nothing failed"
+
 
 def unknown_models(models: tuple[str, ...]) -> list[str]:
     """The entries of ``models`` that are neither a known name nor an existing folder."""
@@ -149,6 +159,7 @@ class _Display:
         self.task = progress.add_task("report", total=total)
         self.doing: dict[int, str] = {}
         self.finished: set[int] = set()
+        self.deaths: dict[int, str] = {}  # stage -> how its worker died before it ran again alone
 
     def describe(self, item: int, text: str) -> None:
         if item not in self.finished:  # a worker's last words may arrive after its result
@@ -162,6 +173,9 @@ class _Display:
         self.finished.add(item)
         self.doing.pop(item, None)
         self._show()
+
+    def died(self, item: int, how: str) -> None:
+        self.deaths[item] = how
 
     def _show(self) -> None:
         self.progress.update(self.task, description="\n".join(self.doing.values()) or "report")
@@ -197,6 +211,9 @@ class _Reordered:
     def finish(self, item: int) -> None:
         self.display.finish(self.order[item])
 
+    def died(self, item: int, how: str) -> None:
+        self.display.died(self.order[item], how)
+
 
 # Side by side, the stages start longest first (a probe of a model, then simulate, train, verify).
 _LONGEST_FIRST = ("probe", "simulate", "train", "verify")
@@ -225,6 +242,10 @@ def run_stages(config: ReportConfig, staging: Path, display: _Display, probe: Pr
     results: list[UnitResult] = [None] * len(todo)  # type: ignore[list-item]
     for k, i in enumerate(order):
         results[i] = got[k] if isinstance(got[k], UnitResult) else lost(todo[i], got[k])
+    for i, how in sorted(display.deaths.items()):
+        results[i] = rerun(results[i], how)
+        print(f"report: the worker of stage {todo[i].name} died ({how}); it re-ran alone: {results[i].stage.status}",
+              file=sys.__stderr__ or sys.stderr, flush=True)  # past the progress display, which holds sys.stderr
     return results
 
 

@@ -220,9 +220,10 @@ def run_unit(config: ReportConfig, staging: Path, probe: ProbeModel, unit: Unit,
 def lost(unit: Unit, error: BaseException) -> UnitResult:
     """The result of a stage that gave no result from its worker process: the process died under it
     (``BrokenProcessPool``), or its result or arguments could not cross between the processes."""
-    what = ("its worker process ended abruptly (killed, or out of memory?)" if isinstance(error, BrokenProcessPool)
-            else "it could not run in a worker process")
-    reason = f"{what}: {type(error).__name__}: {error}"
+    if isinstance(error, BrokenProcessPool):
+        reason = f"{error} again (killed, or out of memory?)"
+    else:
+        reason = f"it could not run in a worker process: {type(error).__name__}: {error}"
     records = _placeholder(unit.model, "error", reason) if unit.kind == "probe" else []
     return UnitResult(records, Stage(unit.name, "fail", None, len(records), reason, None))
 
@@ -240,3 +241,11 @@ def steps(config: ReportConfig) -> int:
     chosen = config.chosen
     return (sum(_count(command) for command in ("verify", "simulate") if command in chosen)
             + (len(set(config.models)) if "probe" in chosen else 0) + int("train" in chosen))
+
+
+def rerun(result: UnitResult, how: str) -> UnitResult:
+    """``result`` of a stage that ran again alone after its first worker died (``how``: ``signal 9``), its reason
+    saying so first."""
+    said = f"worker died ({how}); re-ran alone"
+    reason = f"{said}; {result.stage.reason}" if result.stage.reason else said
+    return dataclasses.replace(result, stage=dataclasses.replace(result.stage, reason=reason))
