@@ -38,7 +38,7 @@ class OneLineUsageErrors(TyperGroup):
         except NoArgsIsHelpError:
             raise
         except UsageError as err:  # a value of the wrong type, an unknown option or command: exit 2
-            error(err.format_message())
+            error(_without_guess(err))
 
     def invoke(self, ctx: Context) -> object:  # the sub-command's options are parsed here
         try:
@@ -46,7 +46,18 @@ class OneLineUsageErrors(TyperGroup):
         except NoArgsIsHelpError:
             raise
         except UsageError as err:  # a value of the wrong type, an unknown option or command: exit 2
-            error(err.format_message())
+            error(_without_guess(err))
+
+
+def _without_guess(err: UsageError) -> str:
+    """The parse error's message; for an unknown option, without click's guess at what was meant (it offers any
+    option that shares letters: ``--atoms`` for ``--jobs``), pointing to the command's help instead."""
+    message = err.format_message()
+    if (message.startswith("No such option") and "(Possible options" in message) or "Did you mean" in message:
+        message = message.split(" (Possible options")[0].split(" Did you mean")[0].rstrip(".")
+        command = " ".join(["expattn", *(err.ctx.command_path.split()[1:] if err.ctx is not None else [])])
+        message += f"; `{command} --help` lists the options"
+    return message
 
 
 app = typer.Typer(
@@ -319,13 +330,13 @@ def _checked_seeds(seeds: str) -> tuple[int, ...]:
     from expattn.seeds import check_seeds
 
     try:
-        return check_seeds([int(s) for s in seeds.split(",")])
+        return check_seeds([int(s) for s in seeds.split(",")], "--seeds")
     except ValueError as err:
         if "invalid literal" in str(err):
             fail(f"--seeds must be comma-separated integers such as 0,1,2, got {seeds!r}")
-        fail(f"--{err}")
+        fail(str(err))
     except TypeError as err:
-        fail(f"--{err}")
+        fail(str(err))
 
 
 @app.command()
@@ -351,13 +362,14 @@ def simulate(
     dim: Annotated[int | None, typer.Option(help="custom: dimension of a generated cloud [16].")] = None,
     overwrite: Overwrite = False,
 ) -> None:
-    """Run the dynamics presets (B2-B7, sphere clusters) or a custom run; writes results.json and PNGs."""
+    """Run the dynamics presets (claims of group B and sphere clusters: `expattn claims` lists them) or a custom run;
+    writes results.json and PNGs."""
     checked_seed(seed)
     from expattn.commands.simulate import CUSTOM, CustomRun, SimulateConfig, run_simulate
 
     names = [p.strip() for p in preset.split(",") if p.strip()]
     if not names:
-        fail("--preset must name a preset, a claim ID, 'all' or 'custom'")
+        fail("--only must name a preset, a claim ID, 'all' or 'custom'")
     options = {"steps": steps, "cloud": cloud, "carrier": carrier, "atoms": atoms, "bandwidth": bandwidth, "norm": norm,
                "beta": beta, "residual": residual, "tokens": tokens, "dim": dim}
     given = {k: v for k, v in options.items() if v is not None}

@@ -35,7 +35,9 @@ def check_seeds(seeds: object, name: str = "seeds") -> tuple[int, ...]:
         raise TypeError(f"{name} must be a list of integers such as [0, 1, 2], got {type(seeds).__name__}")
     chosen = tuple(check_seed(s, name) for s in seeds)
     if len(chosen) < 2:
-        raise ValueError(f"{name} must hold at least two seeds (one seed is seed's), got {list(chosen)}")
+        single = "--seed" if name.startswith("--") else "seed"
+        raise ValueError(f"{name} must hold at least two seeds (for one seed, give {single} instead), "
+                         f"got {list(chosen)}")
     if len(set(chosen)) != len(chosen):
         raise ValueError(f"{name} must not repeat a seed, got {list(chosen)}")
     return chosen

@@ -157,7 +157,7 @@ def test_ridge_path_gcv_and_heldout_r2_per_block_against_explicit_residuals(gen)
     for block, held in zip(blocks, path.r_squared(other, blocks), strict=True):
         gcvs = path.gcv(block)
         for k, relative in enumerate(relatives):
-            lam = path.lams[k]
+            lam = float(path.lams[k])
             assert lam == pytest.approx(relative * (xc**2).sum(0).mean(), rel=1e-12)
             inverse = np.linalg.inv(xc.T @ xc + lam * np.eye(dx))
             w_ref = inverse @ xc.T @ yc[:, block]
@@ -167,10 +167,10 @@ def test_ridge_path_gcv_and_heldout_r2_per_block_against_explicit_residuals(gen)
             np.testing.assert_allclose(b.numpy(), intercept, rtol=1e-9, atol=1e-12)
             rss = ((yc[:, block] - xc @ w_ref) ** 2).sum()
             df = 1 + np.trace(xc @ inverse @ xc.T)
-            assert gcvs[k] == pytest.approx(rss / n / (1 - df / n) ** 2, rel=1e-9)
+            assert float(gcvs[k]) == pytest.approx(rss / n / (1 - df / n) ** 2, rel=1e-9)
             resid = yo[:, block] - xo @ w_ref - intercept
             r2 = 1 - (resid**2).sum() / ((yo[:, block] - yo[:, block].mean(0)) ** 2).sum()
-            assert held[k] == pytest.approx(r2, rel=1e-9, abs=1e-12)
+            assert float(held[k]) == pytest.approx(r2, rel=1e-9, abs=1e-12)
 
 
 def test_bootstrap_means_match_direct_weighted_means(gen):
@@ -326,3 +326,16 @@ def test_plot_prefix_names_a_trained_run_by_its_folder(name, slug):
     ctx = ProbeContext.__new__(ProbeContext)
     object.__setattr__(ctx, "model_name", name)
     assert ctx.slug == slug
+
+
+def test_layer_batches_hold_as_many_layers_as_the_transient_allows():
+    from expattn.probes.statistics.batches import BATCH_BYTES, batches, per_batch
+
+    accelerator = torch.device("meta")
+    assert batches(7, BATCH_BYTES // 3, accelerator) == [range(0, 3), range(3, 6), range(6, 7)]
+    assert batches(2, 1, accelerator) == [range(0, 2)]  # never more than the layers
+    assert per_batch(5, 2 * BATCH_BYTES, accelerator) == 1  # one layer over the budget still runs, alone
+    assert batches(3, 1, torch.device("cpu")) == [range(0, 1), range(1, 2), range(2, 3)]  # a CPU: layer at a time
+    assert per_batch(3, 1) == 1  # no device: the memory estimates count the CPU's one layer
+    with pytest.raises(ValueError, match="count and each must be positive"):
+        per_batch(0, 10)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from expattn.core.top_eigen import top_eigen
+from expattn.core.top_eigen import DENSE_BELOW, top_eigen
 
 
 def _psd(gen: torch.Generator, batch: int, n: int) -> torch.Tensor:
@@ -49,10 +49,11 @@ def test_bad_k_is_refused(gen, k, match):
         top_eigen(torch.eye(10), k, gen)
 
 
-def test_auto_decomposes_whole_matrices_on_the_cpu_and_agrees_with_lobpcg(gen):
-    m = _psd(gen, 2, 200)
+def test_auto_decomposes_narrow_matrices_whole_on_the_cpu_and_agrees_with_lobpcg(gen):
+    m = _psd(gen, 2, DENSE_BELOW - 1)
     dense, lobpcg = top_eigen(m, 5, gen), top_eigen(m, 5, gen, method="lobpcg")
-    assert dense.iterations == 0 and lobpcg.iterations > 0  # "cpu" is in DENSE_DEVICES
+    assert dense.iterations == 0 and lobpcg.iterations > 0  # "cpu" is in DENSE_DEVICES, the side below the crossover
+    assert top_eigen(_psd(gen, 2, DENSE_BELOW), 5, gen).iterations > 0  # at the crossover: LOBPCG
     scale = torch.linalg.matrix_norm(m).unsqueeze(-1)
     assert float(((dense.values - lobpcg.values) / scale).abs().max()) < 1e-8  # residual^2 / gap, as above
     with pytest.raises(ValueError, match="method must be"):

@@ -19,11 +19,16 @@ projector on the top-$k$ span is accurate in the same sense when $\theta_k > \th
 tolerance. ``converged`` says which matrices met the rule, so a caller can record the others as an outcome.
 Computed in float64 whatever ``m``'s dtype (the residual rule then sees $m$'s own rounding, not the solver's).
 
-**Where LOBPCG runs.** On a CPU a batched ``eigh`` of these sizes is faster than LOBPCG's iterations (SmolLM2's
-E4/E9, 270 heads of width 576: about 0.6 min of eigh against about 5 CPU-minutes of LOBPCG, measured on the loaded
-2-core machine), so ``method="auto"`` decomposes whole matrices on devices in ``DENSE_DEVICES`` and runs LOBPCG on
-the others (CUDA, where ``eigh`` is slow and batched products fast). ``tests/unit/test_probe_cost.py`` empties
-``DENSE_DEVICES`` to check the accelerator path's cost on the CPU.
+**Where LOBPCG runs.** ``method="auto"`` decomposes whole matrices on devices in ``DENSE_DEVICES`` when their side
+is below ``DENSE_BELOW``, and runs LOBPCG otherwise: on other devices (CUDA, where ``eigh`` is slow and batched
+products fast) and on wide matrices everywhere. ``DENSE_BELOW`` is the crossover ``benchmarks/bench_top_eigen.py``
+measured on this project's CPU machine (one thread, batches of 4 covariances with a power-law spectrum): LOBPCG is
+faster from side 96 on for k = 1 and from 192 on for k = 5, and 4-12 times faster at sides 576-2048
+(benchmarks/RESULTS.md). A spectrum whose top gaps are tiny needs more iterations: callers with such matrices choose
+``method`` themselves (E4/E9's Fisher readings decompose whole on the CPU). ``tests/unit/test_probe_cost.py``
+empties ``DENSE_DEVICES`` to check the accelerator path's cost on the CPU; ``tests/unit/test_analysis_launches.py``
+counts its host reads on a stand-in device: one per iteration (the projection and the convergence flag read in
+one transfer) and one to start.
 """
 
 from __future__ import annotations
@@ -37,7 +42,8 @@ from torch import Tensor
 from expattn.arguments import finite_number, positive_int
 
 TOL = 1e-5
-DENSE_DEVICES = {"cpu"}  # device types where method="auto" decomposes whole matrices (see module docstring)
+DENSE_DEVICES = {"cpu"}  # device types where method="auto" decomposes matrices narrower than DENSE_BELOW whole
+DENSE_BELOW = 160  # the measured crossover on the CPU, between k = 1's (96) and k = 5's (192) (module docstring)
 MAX_ITER = 300
 
 
@@ -60,15 +66,24 @@ class TopEigen:
     iterations: int
 
 
-def _ritz(m: Tensor, basis: Tensor, width: int) -> tuple[Tensor, Tensor]:
-    """Rayleigh-Ritz on an orthonormal ``basis`` ``(*batch, n, s)``: the top ``width`` Ritz values (descending)
-    and vectors ``(*batch, n, width)``. The small ``(*batch, s, s)`` problems are solved on the host, in one batched
-    LAPACK call: CUDA's batched ``eigh`` decomposes one matrix at a time above side 32 (cuSOLVER's batched Jacobi
-    stops there; LOBPCG's ``s`` is ``3 block`` = 36 for k = 5), and each step already reads its residuals to the
-    host."""
-    small = basis.mT @ m @ basis
-    theta, y = torch.linalg.eigh(((small + small.mT) / 2).cpu())  # (*batch, s): ascending
-    theta, y = theta.to(m.device), y.to(m.device)
+def _host(small: Tensor, met: Tensor | None = None) -> tuple[Tensor, bool]:
+    """``small`` ``(*batch, s, s)`` symmetrised and, with it, the flag ``met`` (0-dim bool) read to the host in one
+    transfer: the iteration's only host read."""
+    small = (small + small.mT) / 2
+    if met is None:
+        return small.cpu(), False
+    host = torch.cat([small.flatten(), met.to(small.dtype).view(1)]).cpu()
+    return host[:-1].view(small.shape), bool(host[-1])
+
+
+def _ritz(small: Tensor, basis: Tensor, width: int) -> tuple[Tensor, Tensor]:
+    """Rayleigh-Ritz on an orthonormal ``basis`` ``(*batch, n, s)`` from its projection ``small`` $= B^\top M B$
+    ``(*batch, s, s)`` on the host: the top ``width`` Ritz values (descending) and vectors ``(*batch, n, width)`` on
+    ``basis``'s device. The small problems are solved on the host, in one batched LAPACK call: CUDA's batched
+    ``eigh`` decomposes one matrix at a time above side 32 (cuSOLVER's batched Jacobi stops there; LOBPCG's ``s`` is
+    ``3 block`` = 36 for k = 5), and each step reads its projection to the host with its convergence flag."""
+    theta, y = torch.linalg.eigh(small)  # (*batch, s): ascending
+    theta, y = theta.to(basis.device), y.to(basis.device)
     return theta.flip(-1)[..., :width], (basis @ y.flip(-1))[..., :width]
 
 
@@ -89,7 +104,8 @@ def top_eigen(m: Float[Tensor, "*batch n n"], k: int, gen: torch.Generator, tol:
     """The ``k`` largest eigenpairs of each symmetric ``m`` ``(*batch, n, n)`` (only ``sym(m)`` is read) by
     LOBPCG (see module docstring), on ``m``'s device; the start block is Gaussian, drawn on the CPU from ``gen``
     (the same draw on every device). ``method``: ``lobpcg``, ``dense`` (one whole ``eigh``) or ``auto`` (dense on
-    ``DENSE_DEVICES``). Raises ``ValueError`` unless ``1 <= k <= n`` and ``method`` is one of the three."""
+    ``DENSE_DEVICES`` below side ``DENSE_BELOW``). Raises ``ValueError`` unless ``1 <= k <= n`` and ``method`` is
+    one of the three."""
     k = positive_int("k", k)
     n = m.shape[-1]
     if m.ndim < 2 or m.shape[-2] != n:
@@ -102,13 +118,14 @@ def top_eigen(m: Float[Tensor, "*batch n n"], k: int, gen: torch.Generator, tol:
     m = (m + m.mT) / 2
     if method not in ("auto", "lobpcg", "dense"):
         raise ValueError(f"method must be auto, lobpcg or dense, got {method!r}")
-    dense = method == "dense" or (method == "auto" and m.device.type in DENSE_DEVICES)
+    dense = method == "dense" or (method == "auto" and m.device.type in DENSE_DEVICES and n < DENSE_BELOW)
     block = 2 * k + 2
-    if dense or 3 * block >= n:  # Rayleigh-Ritz as wide as the matrix, or a CPU: decompose it whole
+    if dense or 3 * block >= n:  # Rayleigh-Ritz as wide as the matrix, or a narrow one on a CPU: decompose it whole
         return top_pairs(m, *torch.linalg.eigh(m), k, tol)
     scale = torch.linalg.matrix_norm(m).clamp_min(torch.finfo(torch.float64).tiny).unsqueeze(-1)  # (*batch, 1)
     start = torch.randn(*m.shape[:-2], n, block, generator=gen, dtype=torch.float64).to(m.device)
-    theta, x = _ritz(m, torch.linalg.qr(start).Q, block)
+    basis = torch.linalg.qr(start).Q
+    theta, x = _ritz(_host(basis.mT @ m @ basis)[0], basis, block)
     p = None
     steps = 0
     while steps < max_iter:
@@ -116,13 +133,14 @@ def top_eigen(m: Float[Tensor, "*batch n n"], k: int, gen: torch.Generator, tol:
         mx = m @ x
         r = mx - x * theta.unsqueeze(-2)  # (*batch, n, block)
         residual = torch.linalg.vector_norm(r[..., :k], dim=-2) / scale
-        if bool((residual <= tol).all()):
-            break
         parts = [x, r / torch.linalg.vector_norm(r, dim=-2, keepdim=True).clamp_min(1e-300)]
         if p is not None:
             parts.append(p / torch.linalg.vector_norm(p, dim=-2, keepdim=True).clamp_min(1e-300))
         basis = torch.linalg.qr(torch.cat(parts, -1)).Q
-        theta_new, x_new = _ritz(m, basis, block)
+        small, met = _host(basis.mT @ m @ basis, (residual <= tol).all())  # the step's one host read
+        if met:  # converged at the current block: the new basis goes unused
+            break
+        theta_new, x_new = _ritz(small, basis, block)
         p = x_new - x @ (x.mT @ x_new)  # the update, without its part along the old block
         theta, x = theta_new, x_new
     mx = m @ x[..., :k]

@@ -18,6 +18,8 @@ so the same model, text and settings give the same numbers.
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -170,6 +172,8 @@ def probe(model: nn.Module | str, tokenizer: object | None = None, *, texts: str
     the same SDPA kernel and records the kernel's inputs): the results' estimators recompute attention
     through them when ``ProbeResults.save`` draws the plots.
     """
+    if out_dir is not None:
+        _check_out_dir(out_dir)
     if seeds is not None:
         if seed is not None:
             raise ValueError(f"give seed or seeds, not both (got seed {seed!r} and seeds {seeds!r})")
@@ -216,12 +220,28 @@ def probe(model: nn.Module | str, tokenizer: object | None = None, *, texts: str
         _check_vocabulary(input_ids, subject.model, subject.config)
     text = None
     if input_ids is None:
+        if not (texts is None or isinstance(texts, str)
+                or (isinstance(texts, list | tuple) and all(isinstance(t, str) for t in texts))):
+            got = type(texts).__name__ if not isinstance(texts, list | tuple) else (
+                f"a {type(texts).__name__} holding {type(next(t for t in texts if not isinstance(t, str))).__name__}")
+            raise TypeError(f"texts must be a string or a list of strings, got {got}")
         joined = texts if isinstance(texts, str) or texts is None else "\n".join(texts)
-        if joined is not None and not isinstance(joined, str):
-            raise TypeError("texts must be a string or a list of strings")
         text = load_text() if joined is None else _checked(joined.replace("\r\n", "\n"))
     out = None if out_dir is None else Path(out_dir)
     return ProbeResults(probe_subject(subject, config, out, progress, text=text, input_ids=input_ids))
+
+
+def _check_out_dir(out_dir: str | Path) -> None:
+    """``ValueError`` naming ``out_dir`` unless it is a folder or can be made one: checked before the run, by making
+    and removing a temporary folder in its nearest existing ancestor (the plots are written after the analyses)."""
+    path = Path(out_dir).expanduser()
+    ancestor = next(p for p in (path, *path.parents) if p.exists())
+    if not ancestor.is_dir():
+        raise ValueError(f"out_dir {str(out_dir)!r} cannot be a folder: {ancestor} is a file")
+    try:
+        shutil.rmtree(tempfile.mkdtemp(prefix=".expattn-check.", dir=ancestor))
+    except OSError as err:
+        raise ValueError(f"out_dir {str(out_dir)!r} cannot be written: {err.strerror or err} in {ancestor}") from err
 
 
 def _check_vocabulary(input_ids: torch.Tensor, model: nn.Module, config: dict) -> None:

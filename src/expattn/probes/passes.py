@@ -35,8 +35,8 @@ def budget_bytes(value: int | str | None) -> int | None:
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]i?b|b|)\s*", value, re.IGNORECASE) if isinstance(
         value, str) else None
     if match is None or float(match[1]) * UNITS[match[2].lower()] < 1:
-        raise ValueError(f"memory_budget must be a positive number of bytes or a size such as '40GiB' or '512MiB', "
-                         f"got {value!r}")
+        raise ValueError(f"memory_budget must be a whole number of bytes of at least 1, or a size written as "
+                         f"digits and a unit such as '40GiB', '512MiB' or '80GB' (no exponent), got {value!r}")
     return int(float(match[1]) * UNITS[match[2].lower()])
 
 

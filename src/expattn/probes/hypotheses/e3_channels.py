@@ -92,17 +92,23 @@ class ChannelKurtosis:
             mine.merge(moved)
         return self
 
-    def largest(self) -> tuple[list[float], list[float], list[float]]:
+    def largest(self) -> tuple[Float[Tensor, " depth"], Float[Tensor, " depth"], Float[Tensor, " depth"]]:
         """Per depth: $K$ from the streamed central moments, and the low and high ends of the 95% bootstrap
-        interval of the channel that attains it (module docstring; NaN where a depth saw no sequence)."""
-        est, low, high = [], [], []
-        for moments, boot in zip(self.moments_, self.boot_, strict=True):
-            seen = boot.n_ > 0 and moments.n_ > 1
-            kurt = moments.excess_kurtosis_().abs().nan_to_num(0.0) if seen else None
-            top = int(kurt.argmax()) if seen else 0
-            _, lo, hi = boot.interval(lambda m, c=top: channel_kurtosis(m)[..., c]) if seen else (None, math.nan,
-                                                                                                    math.nan)
-            est.append(float(kurt[top]) if seen else math.nan)
-            low.append(float(lo))
-            high.append(float(hi))
-        return est, low, high
+        interval of the channel that attains it (module docstring; NaN where a depth saw no sequence): three
+        ``(depth,)`` float64 tensors on the data's device, no host read (the depths' moments stacked; the bootstrap
+        sums' finiteness is left to the caller's other statistics of the same data, as ``stats.covariance_stack``)."""
+        seen = [d for d, (m, b) in enumerate(zip(self.moments_, self.boot_, strict=True)) if b.n_ > 0 and m.n_ > 1]
+        dev = self.moments_[seen[0]].mean_.device if seen else torch.device("cpu")
+        out = [[torch.tensor(math.nan, dtype=torch.float64, device=dev)] * len(self.moments_) for _ in range(3)]
+        if not seen:
+            return tuple(torch.stack(o) for o in out)
+        m2, m4 = (torch.stack([getattr(self.moments_[d], name) for d in seen]) for name in ("m2_", "m4_"))
+        n = torch.tensor([float(self.moments_[d].n_) for d in seen], dtype=torch.float64, device=dev).unsqueeze(-1)
+        kurt = (n * m4 / m2.where(m2 > 0, torch.nan) ** 2 - 3).abs().nan_to_num(0.0)  # (seen, D)
+        top = kurt.argmax(-1)  # (seen,)
+        largest = kurt.gather(-1, top.unsqueeze(-1)).squeeze(-1)
+        for j, d in enumerate(seen):
+            out[0][d] = largest[j]
+            _, out[1][d], out[2][d] = self.boot_[d].interval(lambda m, c=top[j]: channel_kurtosis(m)[..., c],
+                                                             check=False)
+        return tuple(torch.stack(o) for o in out)

@@ -66,9 +66,11 @@ from expattn.probes.hypotheses.e3_shape import (
     SPHERE_POWER,
     buffer_size,
     close_and_far,
+    cloud_bytes,
+    cloud_shapes,
     control_clouds,
     direction_moments,
-    principal_kurtosis,
+    isotropy,
     radius_ratio,
     spectrum,
     sphere_power,
@@ -76,10 +78,12 @@ from expattn.probes.hypotheses.e3_shape import (
 from expattn.probes.hypotheses.massive import MassiveActivations
 from expattn.probes.hypotheses.published import ethayarajh_2019, sun_2024
 from expattn.probes.sizes import Sizes, bootstrap_bytes
-from expattn.probes.statistics.stats import BootstrapMeans, Moments
+from expattn.probes.statistics.batches import batches, per_batch
+from expattn.probes.statistics.stats import BootstrapMeans, Moments, covariance_stack
 from expattn.results.record import Control
 
 DIRECTIONS = 32
+ISOTROPY_MATRICES = 10  # (D, D) float64 per depth in ``_isotropy``: 2 covariances, a scatter, the solver's copies
 
 
 def _token_mean(v: Tensor, w: Tensor | None) -> Tensor:
@@ -156,11 +160,12 @@ class E3Gaussianity(Estimator):
 
     @staticmethod
     def analysis_bytes(n: Sizes) -> int:
-        r"""Beside the statistics while ``measure`` runs, one depth at a time: the radius ratio's float64 cloud of
-        $n \le$ ``buffer_size(D)`` tokens (centred, whitened, its coordinates' powers) with its eigenvectors, or the
-        merged float64 scatter of all tokens with its covariance and eigenvalues."""
+        r"""Beside the statistics while ``measure`` runs, one batch of depths at a time (``statistics.batches``): the
+        radius ratio's float64 clouds of $n \le$ ``buffer_size(D)`` tokens (centred, whitened, their coordinates'
+        powers) with their eigenvectors (``cloud_bytes`` each), or the float64 covariances, merged scatters and
+        the top-eigenvalue solver's copies (``ISOTROPY_MATRICES`` $D^2$ float64 entries each)."""
         d, m = n.hidden, min(buffer_size(n.hidden), n.tokens)
-        return max(44 * m * d + 16 * d * d, 24 * d * d)
+        return max(each * per_batch(n.depths, each) for each in (cloud_bytes(m, d), 8 * ISOTROPY_MATRICES * d * d))
 
     def __init__(self, ctx: ProbeContext):
         self.ctx = ctx
@@ -227,8 +232,9 @@ class E3Gaussianity(Estimator):
             self._rows = []
 
     def _massive(self) -> list[int]:
-        """``massive_`` as Python ints (counts accumulate on the data's device during the pass)."""
-        self.massive_ = [int(m) for m in self.massive_]
+        """``massive_`` as Python ints (counts accumulate on the data's device during the pass: read in one go)."""
+        read = iter(torch.stack([m for m in self.massive_ if isinstance(m, Tensor)] or [torch.zeros(0)]).tolist())
+        self.massive_ = [int(next(read)) if isinstance(m, Tensor) else int(m) for m in self.massive_]
         return self.massive_
 
     def merge(self, other: E3Gaussianity) -> E3Gaussianity:
@@ -254,11 +260,20 @@ class E3Gaussianity(Estimator):
         skew = (c3 / var**1.5).abs().mean(-1)
         return torch.stack([kurt, skew, aniso], dim=-1)  # (..., depth, V, 3)
 
-    @staticmethod
-    def _isotropy(moments: Moments) -> tuple[float, float]:
-        eig = torch.linalg.eigvalsh(moments.covariance_).clamp_min(0)
-        pr = float(eig.sum() ** 2 / (eig.pow(2).sum() * eig.numel()))
-        return pr, float(eig[-1] / eig.sum())
+    def _isotropy(self) -> tuple[Tensor, Tensor]:
+        """Per variant (``excl``: the kept tokens, ``all``: with the set-aside ones merged in) and depth, the
+        participation ratio and top eigenvalue share (``e3_shape.isotropy``) ``(2, depth, 2)``, and the exact mean
+        |excess kurtosis| over all tokens ``(depth,)``: the covariances of a batch of depths in one call."""
+        gen = torch.Generator().manual_seed(self.ctx.seed + 3)
+        out, kurtosis = [], []
+        for depths in batches(self.depths, 8 * ISOTROPY_MATRICES * self.ctx.dim**2, self.context_.device):
+            merged = [Moments(self.ctx.dim, True, self.directions).merge(self.kept_[d]).merge(self.special_[d])
+                      for d in depths]
+            kurtosis += [m.excess_kurtosis_(check=False).abs().mean() for m in merged]
+            covariances = covariance_stack([self.kept_[d] for d in depths] + merged)
+            del merged
+            out.append(isotropy(covariances, gen).unflatten(0, (2, len(depths))))
+        return torch.cat(out, 1), torch.stack(kurtosis)
 
     def _cross_context_cosine(self) -> np.ndarray:
         """Per depth: mean cosine over pairs of kept tokens from different sequences."""
@@ -270,7 +285,7 @@ class E3Gaussianity(Estimator):
         controls = []
         for name, (kind, cloud) in control_clouds(n, self.ctx.dim, self.ctx.seed + 33).items():
             kurt, skew = direction_moments(cloud, self.directions)
-            rho = radius_ratio(spectrum(cloud))
+            rho = float(radius_ratio(spectrum(cloud)))
             close, far = close_and_far(*(torch.tensor([v]) for v in (kurt, skew, rho, kurt)))
             verdict = "supported" if close.all() else "not_supported" if far.all() else "inconclusive"
             controls.append(Control(f"{name}, {n} tokens", kind, verdict,
@@ -281,32 +296,24 @@ class E3Gaussianity(Estimator):
         self._massive()
         est, lo, hi = (t.cpu().numpy() for t in self.boot_.interval(self._shape_stats))
         reps = self.boot_.replicates(self._shape_stats).cpu().numpy()  # (R, depth, V, 3)
-        rho, principal, buffered, iso_all, kurtosis_all = [], [], [], [], []
-        for d in range(self.depths):  # one depth at a time: its float64 cloud and merged scatter freed before the next
-            b = torch.cat(self.buffer_[d]) if self.buffer_[d] else torch.zeros(0, self.ctx.dim)
-            cloud = spectrum(b) if len(b) > 2 else None  # one eigendecomposition per depth
-            rho.append(np.nan if cloud is None else radius_ratio(cloud))
-            principal.append(principal_kurtosis(cloud) if len(b) > 3 else np.nan)
-            buffered.append(len(b))
-            del b, cloud
-            merged = Moments(self.ctx.dim, True, self.directions).merge(self.kept_[d]).merge(self.special_[d])
-            iso_all.append(self._isotropy(merged))
-            kurtosis_all.append(merged.excess_kurtosis_().abs().mean())
-            del merged
-        rho = np.array(rho)
-        channel, channel_lo, channel_hi = self.channels_.largest()
+        clouds, buffered = cloud_shapes(self.buffer_, self.ctx.dim, self.context_.device)
+        iso_all, kurtosis_all = self._isotropy()
+        kurtosis_excl = torch.stack([m.excess_kurtosis_(check=False).abs().mean() for m in self.kept_])
+        (rho, principal), (pr, share), kurtosis, (channel, channel_lo, channel_hi) = (t.cpu().numpy() for t in (
+            clouds, iso_all.permute(2, 0, 1), torch.stack([kurtosis_excl, kurtosis_all]),
+            torch.stack(self.channels_.largest())))  # one read each
         top = int(np.nanargmax(channel))
         cross = self._cross_context_cosine()
         v = VARIANTS.index("excl")
-        iso = {"excl": [self._isotropy(m) for m in self.kept_], "all": iso_all}
+        iso = {variant: list(zip(pr[k], share[k], strict=True)) for k, variant in enumerate(("excl", "all"))}
         n = self.kept_[0].n_
         details: dict = {
             "tensors": "layers.i.input for i = 0..L-1 (depth 0 = embeddings) and layers.(L-1).output",
             "directions": DIRECTIONS,
             "massive_tokens_left_out": self.massive_,
             "massive_factor": MASSIVE_FACTOR,
-            "exact_mean_abs_kurtosis_excl": as_list([m.excess_kurtosis_().abs().mean() for m in self.kept_]),
-            "exact_mean_abs_kurtosis_all": as_list(kurtosis_all),
+            "exact_mean_abs_kurtosis_excl": as_list(kurtosis[0]),
+            "exact_mean_abs_kurtosis_all": as_list(kurtosis[1]),
             "null_mean_abs_kurtosis": float(np.sqrt(24 / n) * np.sqrt(2 / np.pi)),
             "null_participation_ratio_isotropic": float(1 / (1 + self.ctx.dim / n)),
             "radius_ratio_excl": as_list(rho),
@@ -324,16 +331,16 @@ class E3Gaussianity(Estimator):
                     "low": as_list(lo[:, vi, k]),
                     "high": as_list(hi[:, vi, k]),
                 }
-            details[f"participation_ratio_{variant}"] = [round(p, 6) for p, _ in iso[variant]]
-            details[f"top_eigen_share_{variant}"] = [round(t, 6) for _, t in iso[variant]]
+            details[f"participation_ratio_{variant}"] = [round(float(p), 6) for p, _ in iso[variant]]
+            details[f"top_eigen_share_{variant}"] = [round(float(t), 6) for _, t in iso[variant]]
         metrics = {
             "depths": self.depths,
             "median_abs_kurtosis_excl": float(np.median(est[:, v, 0])),
             "median_abs_kurtosis_all": float(np.median(est[:, 0, 0])),
-            "median_participation_ratio_excl": float(np.median([p for p, _ in iso["excl"]])),
+            "median_participation_ratio_excl": float(np.median(pr[0])),
             "median_radius_ratio_excl": float(np.nanmedian(rho)) if np.isfinite(rho).any() else float("nan"),
-            "max_abs_coordinate_kurtosis_excl": channel[top],
-            "max_abs_coordinate_kurtosis_excl_interval": [channel_lo[top], channel_hi[top]],
+            "max_abs_coordinate_kurtosis_excl": float(channel[top]),
+            "max_abs_coordinate_kurtosis_excl_interval": [float(channel_lo[top]), float(channel_hi[top])],
             "median_anisotropy_cross_context_excl": float(np.median(cross)),
             "median_within_sequence_cosine_excl": float(np.median(est[:, v, 2])),
             "tokens_excl": n,
@@ -341,7 +348,7 @@ class E3Gaussianity(Estimator):
         }
         details["published"] = [sun_2024(details["massive_activations"]), ethayarajh_2019(cross)]
         arrays = {"est": est, "lo": lo, "hi": hi, "reps": reps, "rho": rho, "cross": cross,
-                  "participation": {k: np.array([p for p, _ in val]) for k, val in iso.items()},
+                  "participation": {k: pr[i] for i, k in enumerate(("excl", "all"))},
                   "buffered": np.array(buffered)}
         return Measured(arrays, metrics, details)
 

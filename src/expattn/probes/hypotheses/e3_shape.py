@@ -28,6 +28,9 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
+from expattn.core.top_eigen import top_eigen
+from expattn.probes.statistics.batches import batches
+
 KURTOSIS_LIMIT, SKEW_LIMIT = 1.0, 0.5
 RADIUS_BAND = (0.75, 1.33)  # Gaussian clouds of n=1024, p=384-576: rho 1.02-1.06; a sphere 0.4-0.6, Student t5 45+
 # A sphere's rho is about p/n (8 draws each at p = 384, 576 and n/p = 1.3-2.7: 0.71-0.77 at p/n = 0.76, 0.53-0.59 at
@@ -47,27 +50,67 @@ class Spectrum(NamedTuple):
     vec: Float[Tensor, "dim dim"]
 
 
+def spectra(xs: list[Float[Tensor, "n dim"]]) -> list[Spectrum]:
+    """``Spectrum`` of each cloud ``(n_i, D)`` of ``xs`` (one width, any counts): the covariances decomposed in one
+    batched call."""
+    centred = [x.double() - x.double().mean(0) for x in xs]
+    eig, vec = torch.linalg.eigh(torch.stack([xc.T @ xc / xc.shape[0] for xc in centred]))
+    return [Spectrum(xc, e, v) for xc, e, v in zip(centred, eig, vec, strict=True)]
+
+
 def spectrum(x: Float[Tensor, "n dim"]) -> Spectrum:
     """``Spectrum`` of ``x`` ``(n, D)``: one eigendecomposition for all the shape statistics of a cloud."""
-    x = x.double()
-    xc = x - x.mean(0)
-    eig, vec = torch.linalg.eigh(xc.T @ xc / x.shape[0])
-    return Spectrum(xc, eig, vec)
+    return spectra([x])[0]
 
 
-def radius_ratio(cloud: Spectrum) -> float:
-    """$\\rho$ of a cloud (see module); NaN when $n < p + 3$ (too few tokens for the rank)."""
+def radius_ratio(cloud: Spectrum) -> Float[Tensor, ""]:
+    """$\\rho$ of a cloud (see module), a float64 scalar tensor on the cloud's device (no host read); NaN when
+    $n < p + 3$ (too few tokens for the rank). The directions outside the range get weight 0."""
     xc, eig, vec = cloud
     n = xc.shape[0]
     keep = eig > eig.max() * 1e-6
-    p = int(keep.sum())
-    if n < p + 3:
-        return math.nan
-    z = xc @ (vec[:, keep] / eig[keep].sqrt())
+    p = keep.sum().double()
+    z = xc @ (vec * torch.where(keep, eig.clamp_min(torch.finfo(eig.dtype).tiny).rsqrt(), 0.0))
     d = (z * z).sum(1)
     a, b = p / 2, (n - p - 1) / 2
     gaussian = (n - 1) ** 4 / n**2 * a * b / ((a + b) ** 2 * (a + b + 1))
-    return float(d.var(unbiased=False) / gaussian)
+    return torch.where(n >= p + 3, d.var(unbiased=False) / gaussian, torch.nan)
+
+
+def isotropy(covariances: Float[Tensor, "*batch dim dim"], gen: torch.Generator) -> Float[Tensor, "*batch 2"]:
+    r"""The participation ratio and the top eigenvalue's share of each covariance $\Sigma$, float64:
+
+    $$\text{PR} = \frac{(\operatorname{tr}\Sigma)^2}{D\,\lVert\Sigma\rVert_F^2},\qquad
+    \text{share} = \frac{\theta_1}{\operatorname{tr}\Sigma}$$
+
+    ($\lVert\Sigma\rVert_F^2 = \operatorname{tr}\Sigma^2$: no decomposition), $\theta_1$ from ``core.top_eigen``
+    (dense or iterative by the side and the device, its start block drawn from ``gen``; its eigenvalue errs by at most
+    the residual, $10^{-5}\lVert\Sigma\rVert_F$, and in practice by its square over the gap). All batched: one call
+    for every matrix of ``covariances`` ``(*batch, D, D)``."""
+    trace = torch.diagonal(covariances, dim1=-2, dim2=-1).sum(-1)
+    ratio = trace.pow(2) / (covariances.pow(2).sum((-2, -1)) * covariances.shape[-1])
+    return torch.stack([ratio, top_eigen(covariances, 1, gen).values[..., 0] / trace], -1)
+
+
+def cloud_bytes(tokens: int, dim: int) -> int:
+    """The transient of one depth's cloud in ``cloud_shapes``: ``(tokens, D)`` float64 copies and its spectrum."""
+    return 44 * tokens * dim + 16 * dim * dim
+
+
+def cloud_shapes(buffers: list[list[Float[Tensor, "n dim"]]], dim: int, device: torch.device
+                 ) -> tuple[Float[Tensor, "2 depth"], list[int]]:
+    """Per depth, from its buffered tokens (``buffers``: per depth, batches of ``(n_i, D)`` tokens on ``device``):
+    the radius ratio and the principal-direction kurtosis ``(2, depth)`` float64 on ``device`` (NaN where a depth
+    has 3 tokens or fewer), and the number of tokens buffered; the clouds of a batch of depths
+    (``statistics.batches``) decomposed in one call, each batch's float64 clouds freed before the next."""
+    clouds = [torch.cat(b) if b else torch.zeros(0, dim, device=device) for b in buffers]
+    sizes = [len(c) for c in clouds]
+    out = torch.full((2, len(clouds)), torch.nan, dtype=torch.float64, device=device)
+    for depths in batches(len(clouds), cloud_bytes(max(sizes), dim), device):
+        shaped = [d for d in depths if sizes[d] > 3]  # fewer tokens: no covariance of any use
+        for d, cloud in zip(shaped, spectra([clouds[d] for d in shaped]) if shaped else [], strict=True):
+            out[0, d], out[1, d] = radius_ratio(cloud), principal_kurtosis(cloud)
+    return out, sizes
 
 
 def sphere_power(n: int, p: int) -> bool:
@@ -87,10 +130,10 @@ def _excess_kurtosis(y: Tensor) -> Tensor:
     return (yc**4).mean(0) / (yc**2).mean(0).clamp_min(1e-300) ** 2 - 3
 
 
-def principal_kurtosis(cloud: Spectrum) -> float:
-    """The excess kurtosis of a cloud along its top principal direction."""
+def principal_kurtosis(cloud: Spectrum) -> Float[Tensor, ""]:
+    """The excess kurtosis of a cloud along its top principal direction (a scalar tensor on its device)."""
     xc, _, vec = cloud
-    return float(_excess_kurtosis(xc @ vec[:, -1]))
+    return _excess_kurtosis(xc @ vec[:, -1])
 
 
 def direction_moments(x: Float[Tensor, "n dim"], directions: Float[Tensor, "dim k"]) -> tuple[float, float]:

@@ -23,6 +23,14 @@ neither; a majority whose count's bootstrap interval reaches half the layers is 
 not resampled). The held-out $R^2$ of every ridge of the grid is reported beside the chosen one
 (``ridge_grid``), never chosen from. Negative control through the same fit and rule: the update replaced by noise
 of the skip's size per token ($\rho = 1$, nothing to fit), which must not be supported.
+
+**Precision.** The statistics are float64 (or float32, ``--statistics``); the fits' eigendecompositions of
+$S_{xx}$ and their $D^3$ products run in ``PRECISION``, float32 (the sums over ridges in float64), every layer of
+a batch (``statistics.batches``) in one batched call. Against float64 the held-out $R^2$ at the chosen ridges moved
+by at most 1.3e-5 (MiniLM) and 9.6e-5 (SmolLM2) at 2,048 tokens, within ``R2_TOLERANCE`` = 1e-4, the grid's by at
+most 6.4e-4 (its smallest ridge amplifies the rounding of the smallest eigenvalues), and no chosen ridge changed;
+the verdict compares $R^2$ with 0.9, from which those layers sit 0.027 and more
+(``tests/unit/test_probe_e6_folds.py`` holds the same bounds on a fixture).
 """
 
 from __future__ import annotations
@@ -54,6 +62,7 @@ from expattn.probes.hypotheses.base import (
 )
 from expattn.probes.hypotheses.regression import CrossMoments
 from expattn.probes.sizes import Sizes, bootstrap_bytes
+from expattn.probes.statistics.batches import batches, per_batch
 from expattn.probes.statistics.stats import BootstrapMeans
 from expattn.results.record import Control
 
@@ -61,6 +70,17 @@ RIDGE_GRID = (1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0)  # lambda / (tr S_xx / D); chos
 RHO_LIMIT, R2_LIMIT = 0.1, 0.9
 # Folds of the cross-validated R^2: each fit reads 80% of the tokens (two folds of 50% read 0.02-0.05 lower)
 FOLDS = 5
+PRECISION = torch.float32  # of the fits' eigendecompositions and products (module docstring)
+R2_TOLERANCE = 1e-4  # the float32 fits' stated error on the held-out R^2 at the chosen ridge (module docstring)
+# float64 (D, D) matrices per layer while its fits are read: per fold its statistics and its complement's ((D, 3D)
+# each), their float32 copies, the eigenvectors, G, the held-out fold's rotated scatter and G G^T in both dtypes
+# (12 per fold: tests/integration/test_probe_memory.py measures the peak within 10%)
+FIT_MATRICES = 12 * FOLDS
+
+
+def fit_bytes(dim: int) -> int:
+    """The transient of one layer's fits in ``_fits``: ``FIT_MATRICES`` float64 ``(D, D)`` matrices."""
+    return 8 * FIT_MATRICES * dim * dim
 
 
 def fold_rows(index: Int[Tensor, " batch"], fold: int) -> slice | Bool[Tensor, " batch"]:
@@ -100,17 +120,13 @@ class E6Mlp(Estimator):
 
     @staticmethod
     def analysis_bytes(n: Sizes) -> int:
-        """Beside the statistics while ``measure`` runs, one fit at a time: the fit's merged ``CrossMoments``
-        ($3 D^2$ entries of the statistics' dtype) and, in float64, its ridge path (the $(D, D)$ eigenvectors and the
-        $(D, 2D)$ rotated $S_{xy}$, the eigendecomposition's workspace) and the held-out fold's rotated scatter and
-        products (about $12 D^2$)."""
-        d = n.hidden
-        return 3 * n.big + 8 * 14 * d * d
+        """Beside the statistics while ``measure`` runs, one batch of layers at a time (``statistics.batches``):
+        ``fit_bytes`` per layer."""
+        return fit_bytes(n.hidden) * per_batch(n.layers, fit_bytes(n.hidden))
 
     def __init__(self, ctx: ProbeContext):
         self.ctx = ctx
         pair = (ctx.dim, 2 * ctx.dim, ctx.statistics)
-        self._pair = pair
         self.folds_ = [[CrossMoments(*pair) for _ in range(FOLDS)] for _ in range(ctx.layers)]
         self.stats_ = BootstrapMeans(ctx.layers * len(VARIANTS) * 2, ctx.replicates)
         self._rows: dict[int, list[Tensor]] = {}
@@ -155,41 +171,38 @@ class E6Mlp(Estimator):
         m = m.view(*m.shape[:-1], self.ctx.layers, len(VARIANTS), 2)
         return m[..., 0] / m[..., 1]  # (..., L, V)
 
-    def _fits(self, i: int) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """Layer ``i``'s ridge fits over ``RIDGE_GRID``, one per held-out fold on the other folds' statistics (one
-        eigendecomposition per fit), for the update and for its noise control: per one, the held-out R^2
-        ``(K,)`` at the ridge each fit's GCV chooses, those ridges ``(K,)``, and the held-out R^2 of every ridge of
-        the grid ``(grid, K)`` (reported, never chosen from). ``K`` is ``FOLDS``, or the number of sequences read
-        where that is fewer (each fold then one sequence)."""
-        folds = [f for f in self.folds_[i] if f.n_ > 0]
-        if len(folds) < 2 or any(f.n_ < 2 for f in folds):
-            raise ValueError(f"E6 needs at least two sequences for its folds of sequences (up to {FOLDS})")
+    def _fits(self, layers: range) -> tuple[Tensor, Tensor, Tensor]:
+        """The ridge fits of ``layers``, one per held-out fold on the other folds' statistics, all decomposed in one
+        batched call, for the update and for its noise control (``blocks``): the held-out R^2 at the ridge each
+        fit's GCV chooses ``(block, layer, K)``, those ridges relative to ``tr S_xx / D`` ``(block, layer, K)``, and
+        the held-out R^2 of every ridge of the grid ``(block, layer, grid, K)`` (reported, never chosen from), on
+        the statistics' device. ``K`` is ``FOLDS``, or the number of folds that hold sequences where that is fewer
+        (each fold then one sequence)."""
+        folds = self._folds()
+        stacked = CrossMoments.stack([[self.folds_[i][k] for k in folds] for i in layers])  # (layer, K, ...)
+        path = stacked.held_out().ridge_path(RIDGE_GRID, PRECISION)
         blocks = (slice(0, self.ctx.dim), slice(self.ctx.dim, 2 * self.ctx.dim))  # update, noise control
-        held, pick = [], []
-        for k, scored in enumerate(folds):
-            fit = CrossMoments(*self._pair)
-            for j, other in enumerate(folds):
-                if j != k:
-                    fit.merge(other)
-            path = fit.ridge_path(RIDGE_GRID)
-            held.append(path.r_squared(scored, blocks))  # per block, per ridge
-            pick.append([int(np.argmin(path.gcv(block))) for block in blocks])
-        out = []
-        for b in range(len(blocks)):
-            grid = np.array([h[b] for h in held]).T  # (grid, K)
-            chosen = [p[b] for p in pick]
-            out.append((grid[chosen, range(len(folds))], np.array(RIDGE_GRID)[chosen], grid))
-        return out
+        grid = path.r_squared(stacked, blocks)  # (layer, K, block, grid)
+        pick = torch.stack([path.gcv(block).argmin(-1) for block in blocks], -1)  # (layer, K, block)
+        chosen = grid.gather(-1, pick.unsqueeze(-1)).squeeze(-1)
+        ridges = torch.tensor(RIDGE_GRID, dtype=torch.float64, device=pick.device)[pick]
+        return chosen.permute(2, 0, 1), ridges.permute(2, 0, 1), grid.permute(2, 0, 3, 1)
+
+    def _folds(self) -> list[int]:
+        """The folds that hold tokens in every layer (two at least, each of two tokens or more), else ValueError."""
+        folds = [k for k in range(FOLDS) if all(layer[k].n_ > 0 for layer in self.folds_)]
+        if len(folds) < 2 or any(layer[k].n_ < 2 for layer in self.folds_ for k in folds):
+            raise ValueError(f"E6 needs at least two sequences for its folds of sequences (up to {FOLDS})")
+        return folds
 
     def measure(self) -> Measured:
         est, lo, hi = (t.cpu().numpy() for t in self.stats_.interval(self._rho))
         lo_rep, hi_rep = replicate_intervals(est, lo, hi, self.stats_.replicates(self._rho).cpu().numpy())
-        both = [self._fits(i) for i in range(self.ctx.layers)]
-        fits = [update for update, _ in both]
-        r2 = np.array([f[0] for f in fits])  # (L, K)
-        chosen = np.array([f[1] for f in fits])  # (L, K)
-        grid = np.array([f[2].mean(1) for f in fits])  # (L, grid)
-        r2_control = np.array([np.mean(control[0]) for _, control in both])
+        device = self.folds_[0][0].sxx_.device  # the statistics'
+        fits = [self._fits(layers) for layers in batches(self.ctx.layers, fit_bytes(self.ctx.dim), device)]
+        both, chosen, grid = (torch.cat(parts, 1).cpu().numpy() for parts in zip(*fits, strict=True))
+        r2, chosen, grid = both[0], chosen[0], grid[0].mean(-1)  # (L, K), (L, K), (L, grid)
+        r2_control = both[1].mean(-1)
         v = VARIANTS.index("excl")
         details = {
             "tensors": {"x": "layers.i.mlp.input", "update": "layers.i.mlp.output", "skip": "layers.i.mlp.skip"},

@@ -6,7 +6,6 @@ The same merging and precision rules as ``statistics.stats`` (Chan's update of c
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -83,13 +82,49 @@ class CrossMoments:
         w = torch.linalg.solve(sxx + lam * eye, self.sxy_.double())
         return w, self.mean_y_ - w.T @ self.mean_x_, lam
 
-    def ridge_path(self, relatives: tuple[float, ...]) -> RidgePath:
+    def ridge_path(self, relatives: tuple[float, ...], dtype: torch.dtype = torch.float64) -> RidgePath:
         """Ridge fits on these statistics for every ``relatives`` (as ``ridge``), from one eigendecomposition of
-        $S_{xx}$ (``RidgePath``)."""
-        sxx = self.sxx_.double()
-        e, q = torch.linalg.eigh(sxx)
-        scale = float(torch.diagonal(sxx).mean())
-        return RidgePath(self, q, e.clamp_min(0), q.T @ self.sxy_.double(), [r * scale for r in relatives])
+        $S_{xx}$ (``RidgePath``), computed in ``dtype``."""
+        return RidgePath.of(self, relatives, dtype)
+
+    @classmethod
+    def stack(cls, moments: list[list[CrossMoments]]) -> CrossMoments:
+        """Statistics of one shape stacked along two new leading axes (rows, columns of ``moments``: layers and
+        folds): ``n_`` ``(rows, columns)`` float64 and every accumulator ``(rows, columns, ...)``, float64, on the
+        first one's device (read by ``held_out`` and ``RidgePath``)."""
+        out = cls.__new__(cls)
+        flat = [m for row in moments for m in row]
+        dev, shape = flat[0].sxx_.device, (len(moments), len(moments[0]))
+        out.n_ = torch.tensor([float(m.n_) for m in flat], dtype=torch.float64, device=dev).view(shape)
+        for name in ("mean_x_", "mean_y_", "sxx_", "sxy_", "syy_"):
+            stacked = torch.stack([getattr(m, name).to(dev, torch.float64) for m in flat])
+            setattr(out, name, stacked.view(*shape, *stacked.shape[1:]))
+        return out
+
+    def held_out(self) -> CrossMoments:
+        r"""For stacked folds (``stack``, fold axis last of the batch: ``n_`` ``(..., K)``), the statistics of every
+        fold's complement, the other $K - 1$ folds merged (the same shapes): with $\bar x_{-k}$ their mean,
+
+        $$S_{xy,-k} = \sum_{j \ne k} S_{xy,j}
+        + \sum_{j\ne k} n_j (\bar x_j - \bar x_{-k})(\bar y_j - \bar y_{-k})^\top,$$
+
+        Chan's merge in one step: every term is central, as the sequential merges' are."""
+        n, total = self.n_, self.n_.sum(-1, keepdim=True)  # (..., K), (..., 1)
+        rest = total - n
+        others = n.unsqueeze(-2) * (1 - torch.eye(n.shape[-1], dtype=n.dtype, device=n.device))  # (..., k, j)
+        out = CrossMoments.__new__(CrossMoments)
+        out.n_ = rest
+        means = []
+        for name in ("mean_x_", "mean_y_"):
+            mean = getattr(self, name)  # (..., K, D)
+            rest_mean = (others @ mean) / rest.unsqueeze(-1)  # (..., K, D)
+            setattr(out, name, rest_mean)
+            means.append(mean.unsqueeze(-3) - rest_mean.unsqueeze(-2))  # (..., k, j, D): fold j from complement k
+        (dx, dy), w = means, others.unsqueeze(-1)
+        out.sxx_ = self.sxx_.sum(-3, keepdim=True) - self.sxx_ + (w * dx).mT @ dx
+        out.sxy_ = self.sxy_.sum(-3, keepdim=True) - self.sxy_ + (w * dx).mT @ dy
+        out.syy_ = self.syy_.sum(-2, keepdim=True) - self.syy_ + (w * dy * dy).sum(-2)
+        return out
 
     def r_squared(self, w: Float[Tensor, "dx block"], b: Float[Tensor, " block"], block: slice = slice(None)) -> float:
         """$1 - \\sum\\lVert y - W^\\top x - b\\rVert^2 / \\sum\\lVert y - \\bar y\\rVert^2$ on the data of
@@ -104,66 +139,85 @@ class CrossMoments:
 class RidgePath:
     r"""Ridge fits $W_\lambda = Q \operatorname{diag}(1/(e + \lambda)) G$, $b_\lambda = \bar y - W_\lambda^\top \bar x$
     over a grid of $\lambda$, kept as the eigendecomposition $S_{xx} = Q \operatorname{diag}(e) Q^\top$ of the fit's
-    statistics and $G = Q^\top S_{xy}$: nothing of size $D \times E$ is formed per $\lambda$.
+    statistics and $G = Q^\top S_{xy}$: nothing of size $D \times E$ is formed per $\lambda$. Every tensor may carry
+    leading batch axes (``CrossMoments.stack``: one fit per layer and fold, decomposed in one batched call).
 
-    Attributes: ``fit`` (the ``CrossMoments`` fitted), ``q`` ``(D, D)``, ``e`` ``(D,)`` (clipped at 0),
-    ``g`` ``(D, E)``, ``lams`` (the ridges $\lambda$, absolute).
+    Attributes: ``fit`` (the ``CrossMoments`` fitted), ``q`` ``(*batch, D, D)``, ``e`` ``(*batch, D)`` (clipped at 0),
+    ``g`` ``(*batch, D, E)`` (all in the path's dtype), ``lams`` ``(*batch, grid)`` (the ridges $\lambda$, absolute,
+    float64).
     """
 
     fit: CrossMoments
-    q: Float[Tensor, "dx dx"]
-    e: Float[Tensor, " dx"]
-    g: Float[Tensor, "dx dy"]
-    lams: list[float]
+    q: Float[Tensor, "*batch dx dx"]
+    e: Float[Tensor, "*batch dx"]
+    g: Float[Tensor, "*batch dx dy"]
+    lams: Float[Tensor, "*batch grid"]
 
-    def gcv(self, block: slice = slice(None)) -> list[float]:
+    @classmethod
+    def of(cls, fit: CrossMoments, relatives: tuple[float, ...], dtype: torch.dtype = torch.float64) -> RidgePath:
+        r"""The path of ``fit``'s statistics over ``relatives`` $\cdot \operatorname{tr} S_{xx} / D$; the
+        eigendecomposition and the products in ``dtype`` (float64, or float32: see ``e6_mlp``'s precision note)."""
+        sxx = fit.sxx_.to(dtype)
+        e, q = torch.linalg.eigh(sxx)
+        scale = torch.diagonal(fit.sxx_, dim1=-2, dim2=-1).double().mean(-1, keepdim=True)  # (*batch, 1)
+        lams = scale * torch.tensor(relatives, dtype=torch.float64, device=scale.device)
+        return cls(fit, q, e.clamp_min(0), q.mT @ fit.sxy_.to(dtype), lams)
+
+    def _inverse(self) -> tuple[Tensor, Tensor]:
+        r"""$e$ ``(*batch, 1, D)`` and $d = 1/(e + \lambda)$ ``(*batch, grid, D)``, float64."""
+        e = self.e.double().unsqueeze(-2)
+        return e, 1 / (e + self.lams.unsqueeze(-1))
+
+    def gcv(self, block: slice = slice(None)) -> Float[Tensor, "*batch grid"]:
         r"""Generalised cross-validation score of each ridge on the fit's own statistics (Golub, Heath and Wahba
-        1979), for the columns ``block`` of $y$:
+        1979), for the columns ``block`` of $y$, ``(*batch, grid)`` float64:
 
         $$\mathrm{GCV}(\lambda) = \frac{\mathrm{RSS}(\lambda)/n}{(1 - \mathrm{df}(\lambda)/n)^2},\qquad
         \mathrm{df}(\lambda) = 1 + \sum_i \frac{e_i}{e_i + \lambda}$$
 
-        (the 1: the intercept), with the residual read off the eigenbasis, $g_i^2 = \sum_c G_{ic}^2$:
-        $\mathrm{RSS}(\lambda) = \operatorname{tr} S_{yy} - \sum_i g_i^2 (2/(e_i + \lambda) - e_i/(e_i+\lambda)^2)$."""
-        e, n = self.e, self.fit.n_
-        g2 = self.g[:, block].pow(2).sum(1)
-        scores = []
-        for lam in self.lams:
-            rss = float(self.fit.syy_[block].sum() - (g2 * (2 / (e + lam) - e / (e + lam) ** 2)).sum())
-            room = 1 - (1 + float((e / (e + lam)).sum())) / n
-            scores.append(rss / n / room**2 if room > 0 else math.inf)
-        return scores
+        (the 1: the intercept; infinite where $\mathrm{df} \ge n$), with the residual read off the eigenbasis,
+        $g_i^2 = \sum_c G_{ic}^2$ and $d_i = 1/(e_i + \lambda)$:
+        $\mathrm{RSS}(\lambda) = \operatorname{tr} S_{yy} - \sum_i g_i^2 (2 d_i - e_i d_i^2)$."""
+        e, d = self._inverse()
+        n = torch.as_tensor(self.fit.n_, dtype=torch.float64, device=e.device).unsqueeze(-1)  # (*batch, 1)
+        g2 = self.g[..., block].double().pow(2).sum(-1).unsqueeze(-2)  # (*batch, 1, D)
+        rss = self.fit.syy_[..., block].sum(-1, keepdim=True) - (g2 * (2 * d - e * d * d)).sum(-1)
+        room = 1 - (1 + (e * d).sum(-1)) / n
+        return torch.where(room > 0, rss / n / room.clamp_min(1e-300) ** 2, torch.inf)
 
     def weights(self, k: int, block: slice = slice(None)) -> tuple[Float[Tensor, "dx block"], Float[Tensor, " block"]]:
-        """$(W, b)$ of the ``k``-th ridge for the columns ``block``, formed: ``(dx, block)`` and ``(block,)``."""
-        w = self.q @ (self.g[:, block] / (self.e + self.lams[k])[:, None])
+        """$(W, b)$ of the ``k``-th ridge for the columns ``block`` of an unbatched path, formed: ``(dx, block)``
+        and ``(block,)``, float64."""
+        w = self.q.double() @ (self.g[:, block].double() / (self.e.double() + self.lams[k])[:, None])
         return w, self.fit.mean_y_[block] - w.T @ self.fit.mean_x_
 
-    def r_squared(self, other: CrossMoments, blocks: tuple[slice, ...] = (slice(None),)) -> list[list[float]]:
+    def r_squared(self, other: CrossMoments, blocks: tuple[slice, ...] = (slice(None),)
+                  ) -> Float[Tensor, "*batch block grid"]:
         r"""Held-out $R^2$ of every ridge on ``other``'s statistics (as ``CrossMoments.r_squared`` of the formed fit),
-        per block of columns of $y$ (``blocks``), without forming $W$: with $d = 1/(e + \lambda)$,
-        $H = Q^\top S'_{xy}$, $M = Q^\top S'_{xx} Q$ (one for all blocks) and $C = G G^\top$ (primes: ``other``'s
-        statistics, a block's columns),
+        per block of columns of $y$ (``blocks``), ``(*batch, block, grid)`` float64, without forming $W$: with
+        $d = 1/(e + \lambda)$, $H = Q^\top S'_{xy}$, $M = Q^\top S'_{xx} Q$ (one for all blocks) and $C = G G^\top$
+        (primes: ``other``'s statistics, a block's columns),
 
         $$\operatorname{tr} W^\top S'_{xy} = \sum_i d_i (G \odot H)_{i\cdot}\mathbf 1,\qquad
         \operatorname{tr} W^\top S'_{xx} W = d^\top (M \odot C)\, d,$$
 
         and the offset of the means $\Delta\bar y - G^\top (d \odot Q^\top \Delta\bar x)$: $O(D^2)$ per ridge after
-        the $D^3$ products."""
-        m = self.q.T @ other.sxx_.double() @ self.q
-        u = self.q.T @ (other.mean_x_ - self.fit.mean_x_)
+        the $D^3$ products (in the path's dtype; the sums over ridges in float64)."""
+        q, dtype = self.q, self.q.dtype
+        m = (q.mT @ other.sxx_.to(dtype) @ q).double()  # (*batch, D, D)
+        u = (q.mT @ (other.mean_x_ - self.fit.mean_x_).to(dtype).unsqueeze(-1)).double()  # (*batch, D, 1)
+        _, d = self._inverse()  # (*batch, grid, D)
+        n = torch.as_tensor(other.n_, dtype=torch.float64, device=d.device).unsqueeze(-1)  # (*batch, 1)
         scores = []
         for block in blocks:
-            g = self.g[:, block]
-            h = (g * (self.q.T @ other.sxy_[:, block].double())).sum(1)
-            k = m * (g @ g.T)
-            dy = other.mean_y_[block] - self.fit.mean_y_[block]
-            syy = other.syy_[block].sum()
-            out = []
-            for lam in self.lams:
-                d = 1 / (self.e + lam)
-                offset = dy - g.T @ (d * u)
-                resid = syy - 2 * (d * h).sum() + d @ k @ d + other.n_ * offset.pow(2).sum()
-                out.append(float(1 - resid / syy))
-            scores.append(out)
-        return scores
+            g = self.g[..., block]
+            h = (g * (q.mT @ other.sxy_[..., block].to(dtype))).double().sum(-1).unsqueeze(-2)  # (*batch, 1, D)
+            k = m * (g @ g.mT).double()
+            g = g.double()
+            dy = (other.mean_y_[..., block] - self.fit.mean_y_[..., block]).unsqueeze(-2)  # (*batch, 1, block)
+            syy = other.syy_[..., block].sum(-1, keepdim=True)  # (*batch, 1)
+            offset = dy - (d * u.mT) @ g  # (*batch, grid, block)
+            quadratic = ((d @ k) * d).sum(-1)  # (*batch, grid)
+            resid = syy - 2 * (d * h).sum(-1) + quadratic + n * offset.pow(2).sum(-1)
+            scores.append(1 - resid / syy)
+        return torch.stack(scores, -2)

@@ -254,10 +254,26 @@ class Moments:
         self._finite()
         return self.n_**0.5 * self.proj_m3_ / self.proj_m2_**1.5
 
-    def excess_kurtosis_(self) -> Float[Tensor, " k"]:
-        """Sample excess kurtosis $n M_4 / M_2^2 - 3$ along each direction, ``(K,)``."""
-        self._finite()
+    def excess_kurtosis_(self, check: bool = True) -> Float[Tensor, " k"]:
+        """Sample excess kurtosis $n M_4 / M_2^2 - 3$ along each direction, ``(K,)``. ``check``: on an accelerator,
+        read whether the mean is finite (a host read; ``False`` where the caller checks other sums of the data)."""
+        if check:
+            self._finite()
         return self.n_ * self.proj_m4_ / self.proj_m2_**2 - 3.0
+
+
+def covariance_stack(moments: list[Moments]) -> Float[Tensor, "batch dim dim"]:
+    """The sample covariances $M_2 / (n - 1)$ of ``moments`` stacked, ``(batch, D, D)`` float64, without
+    ``covariance_``'s finiteness check (a host read per matrix on an accelerator): a caller reads another statistic
+    of the same data that carries any NaN or infinity (E3's bootstrap sums, checked by ``BootstrapMeans.interval``).
+
+    Raises:
+        ValueError: one of them without its scatter or with fewer than 2 vectors.
+    """
+    for m in moments:
+        if m.scatter_ is None or m.n_ < 2:
+            raise ValueError(f"covariance needs covariance=True and at least 2 vectors, got n={m.n_}")
+    return torch.stack([m.scatter_.double() / (m.n_ - 1) for m in moments])
 
 
 def poisson_weights(seed: int, index: Int[Tensor, " seq"], replicates: int) -> Float[Tensor, "seq replicate"]:
@@ -320,15 +336,17 @@ class BootstrapMeans:
         """The mean of the sequences' vectors, ``(F,)``."""
         return self.sum_ / self.n_
 
-    def interval(self, statistic: Callable[[Tensor], Tensor], level: float = 0.95) -> tuple[Tensor, Tensor, Tensor]:
+    def interval(self, statistic: Callable[[Tensor], Tensor], level: float = 0.95,
+                 check: bool = True) -> tuple[Tensor, Tensor, Tensor]:
         """``statistic(mean)`` and its percentile interval over the replicates.
 
         ``statistic`` maps a ``(..., F)`` batch of mean vectors to ``(..., *out)``.
-        Returns (estimate, low, high), each of the statistic's output shape.
+        Returns (estimate, low, high), each of the statistic's output shape. ``check``: on an accelerator, read
+        whether the sums are finite (a host read; ``False`` where the caller checks other sums of the same data).
         """
         if self.n_ == 0:
             raise ValueError("no sequences were added")
-        if self.sum_.device.type != "cpu" and not bool(torch.isfinite(self.sum_).all()):  # NaN/inf reach the sum
+        if check and self.sum_.device.type != "cpu" and not bool(torch.isfinite(self.sum_).all()):  # NaN/inf
             raise ValueError("values hold NaN or infinity")
         estimate = statistic(self.mean_().unsqueeze(0))[0]
         reps = self.replicates(statistic)
