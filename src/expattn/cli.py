@@ -45,6 +45,9 @@ class OneLineUsageErrors(TyperGroup):
             return super().invoke(ctx)
         except NoArgsIsHelpError:
             raise
+        except KeyboardInterrupt:  # Ctrl-C: one line; staging folders and temporary files are gone already
+            print("interrupted; nothing written", file=sys.stderr)
+            raise typer.Exit(code=130) from None
         except UsageError as err:  # a value of the wrong type, an unknown option or command: exit 2
             error(_without_guess(err))
 
@@ -170,6 +173,8 @@ def report(
         fail(str(err))
     console.print(summary_table(result))
     say(console, f"wrote {out / 'report.html'}, {out / 'report.md'}, {out / 'results.json'} and {out / 'results.csv'}")
+    if not result.ok:
+        print(f"report: exit 1: {result.failures}", file=sys.stderr)
     raise typer.Exit(code=0 if result.ok else 1)
 
 

@@ -26,8 +26,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from expattn.commands.report_stages import (ProbeModel, UnitResult, lost, probe_model, rerun, run_unit, steps,
-                                            units)
+from expattn.commands.report_stages import ProbeModel, UnitResult, lost, probe_model, rerun, run_unit, steps, units
 from expattn.commands.workers import auto_jobs, side_by_side, usable
 from expattn.probes.models.loading import BUILTIN_MODELS
 from expattn.report.document import Stage, cpu, wall
