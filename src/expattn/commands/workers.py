@@ -16,7 +16,8 @@ same threads, so the others finish with the same numbers (``display.died`` is to
 worker ended (``worker died (signal 9)``), in place of its result. Ctrl-C reaches only this
 process (workers ignore SIGINT); on any exception here, Ctrl-C and SIGTERM (``expattn.terminal``)
 included, the workers are terminated before it propagates, and a worker whose parent is gone exits
-by itself within a second.
+by itself within a second; the pools' semaphores are then removed by ``multiprocessing``'s resource tracker,
+quietly (``_quiet_tracker``).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import dataclass
+from multiprocessing import resource_tracker
 from typing import Protocol, TypeVar
 
 import torch
@@ -107,6 +109,23 @@ def _environment(**variables: str) -> Iterator[None]:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+def _quiet_tracker() -> None:
+    """Start ``multiprocessing``'s resource tracker, if it is not running yet, with its stderr on ``os.devnull``.
+
+    The tracker is the process that unlinks the pools' semaphores (their queues') when this process is killed
+    (kill -9): it still does, without the warning ``There appear to be 8 leaked semaphore objects`` that would
+    otherwise be the last line a user sees. Only the tracker's stderr is redirected: fd 2 is restored at once."""
+    saved = os.dup(2)
+    try:
+        quiet = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(quiet, 2)
+        os.close(quiet)
+        resource_tracker.ensure_running()
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def _start(messages: multiprocessing.Queue, threads: int, log_level: int, parent: int) -> None:
@@ -184,6 +203,7 @@ def _in_pool(work: Callable[[Item, Tell], Result], items: dict[int, Item], jobs:
     """``work`` of each item (by index) in one pool of ``jobs`` workers of ``threads`` threads; a broken pool's items
     give its exception."""
     context = multiprocessing.get_context("spawn")
+    _quiet_tracker()
     messages = context.Queue()
     before = set(multiprocessing.active_children())
     pool = ProcessPoolExecutor(
