@@ -254,9 +254,10 @@ def run_report(config: ReportConfig, console: Console, probe: ProbeModel = probe
         columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
         (staging / "plots").mkdir(exist_ok=True)
         with Progress(*columns, TimeElapsedColumn(), console=console) as progress:
-            display = _Display(progress, steps(config, work))
+            total = steps(config, work)
+            display = _Display(progress, total)
             results = run_stages(config, staging, display, work, jobs)
-            progress.update(display.task, description="writing report")
+            progress.update(display.task, description="writing report", completed=total)  # a failed stage's too
         records = [r for result in results for r in result.records]
         stages = [result.stage for result in results]
         timings = {result.stage.name: result.timings for result in results if result.timings is not None}
