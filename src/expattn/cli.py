@@ -24,6 +24,7 @@ except ImportError:  # pragma: no cover - typer before the vendoring
     from click.exceptions import NoArgsIsHelpError, UsageError
 
 from expattn import __version__
+from expattn.commands.report_config import DEFAULTS as REPORT
 from expattn.seeds import check_seed
 from expattn.terminal import error, interrupt_on_sigterm, plain, say
 
@@ -45,6 +46,9 @@ class OneLineUsageErrors(TyperGroup):
             return super().invoke(ctx)
         except NoArgsIsHelpError:
             raise
+        except KeyboardInterrupt:  # Ctrl-C: one line; staging folders and temporary files are gone already
+            print("interrupted; nothing written", file=sys.stderr)
+            raise typer.Exit(code=130) from None
         except UsageError as err:  # a value of the wrong type, an unknown option or command: exit 2
             error(_without_guess(err))
 
@@ -140,20 +144,20 @@ def verify(
 @app.command()
 def report(
     out: Annotated[Path, typer.Option(readable=False, help="Folder for results.json, report.html, report.md and plots "
-                                                           "(missing or empty, or --overwrite).")] = Path("report"),
+                                                           "(missing or empty, or --overwrite).")] = REPORT.out_dir,
     models: Annotated[str, typer.Option(help="Comma-separated models to probe: minilm, smollm2, gemma3 or model "
-                                             "folders.")] = "minilm,smollm2",
+                                             "folders.")] = ",".join(REPORT.models),
     quick: Annotated[bool, typer.Option("--quick", help="Small sizes everywhere (70 s wall, 127 CPU-seconds on a "
                                         "quiet 2-core machine, as measured in the README).")] = False,
-    seed: Annotated[int, typer.Option(help="Seed of every stage.")] = 0,
+    seed: Annotated[int, typer.Option(help="Seed of every stage.")] = REPORT.seed,
     stages: Annotated[str, typer.Option(help="Comma-separated stages to run: verify, simulate, probe, train.")] = (
-        "verify,simulate,probe,train"
+        ",".join(REPORT.stages)
     ),
     overwrite: Overwrite = False,
     verbose: Annotated[bool, typer.Option("--verbose", help="Show the model loaders' own reports.")] = False,
     jobs: Annotated[int | None, typer.Option(help="Worker processes running the stages side by side, each with its "
                                                   "share of torch's threads; 1: one after another in this process "
-                                                  "[one per torch thread, at most one per stage].")] = None,
+                                                  "[one per torch thread, at most one per stage].")] = REPORT.jobs,
 ) -> None:
     """Run verify, simulate, probe and train and write one shareable report; exit 0 iff nothing failed."""
     checked_seed(seed)
@@ -170,6 +174,8 @@ def report(
         fail(str(err))
     console.print(summary_table(result))
     say(console, f"wrote {out / 'report.html'}, {out / 'report.md'}, {out / 'results.json'} and {out / 'results.csv'}")
+    if not result.ok:
+        print(f"report: exit 1: {result.failures}", file=sys.stderr)
     raise typer.Exit(code=0 if result.ok else 1)
 
 

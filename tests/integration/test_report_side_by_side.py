@@ -46,20 +46,27 @@ def test_side_by_side_gives_the_bytes_of_one_after_another(tmp_path):
     assert beside.returncode == 0, beside.stderr[-2000:]
     assert (out / "results.json").read_bytes() == first
     doc = json.loads(first)
-    assert [s["name"] for s in doc["stages"]] == ["verify", "probe minilm"] and len(doc["records"]) > 9
+    assert [s["name"] for s in doc["stages"]] == ["verify", "probe minilm"] and len(doc["records"]) > len(PROBE_IDS)
 
 
-def test_a_stage_whose_worker_dies_fails_alone_and_one_that_died_beside_another_runs_again(tmp_path):
+def test_a_stage_whose_worker_dies_fails_alone_and_one_that_died_beside_another_runs_again(tmp_path, capfd):
     models = [tmp_path / name for name in ("dies", "dies-beside-another", "lives")]
     for folder in models:
         folder.mkdir()
     result = report(tmp_path / "out", probe=stand_in_probes.dies, models=tuple(map(str, models)),
                     stages=("probe",), jobs=2)
     status = {s.name.split("/")[-1]: (s.status, s.records) for s in result.stages}
-    assert status == {"dies": ("fail", 9), "dies-beside-another": ("ok", 1), "lives": ("ok", 1)}
+    assert status == {"dies": ("fail", len(PROBE_IDS)), "dies-beside-another": ("ok", 1), "lives": ("ok", 1)}
     dead = [r for r in result.records if r.details["model"] == str(models[0])]
     assert [r.id for r in dead] == list(PROBE_IDS) and {r.verdict for r in dead} == {"error"}
-    assert "worker process ended abruptly" in dead[0].notes and not result.ok
+    assert "worker died (exit code 3) again" in dead[0].notes and not result.ok
+    reasons = {s.name.split("/")[-1]: s.reason for s in result.stages}
+    assert reasons["dies-beside-another"] == "worker died (exit code 3); re-ran alone"  # said aloud, not just "ok"
+    assert reasons["dies"].startswith("worker died (exit code 3); re-ran alone; worker died (exit code 3) again")
+    assert reasons["lives"] in ("", "worker died (exit code 3); re-ran alone")  # in flight or not when one died
+    said = [line for line in capfd.readouterr().err.splitlines() if line.startswith("report: the worker of stage")]
+    assert len(said) >= 2 and all("died (exit code 3); it re-ran alone" in line for line in said)
+    assert "stage probe " + str(models[0]) + " failed (worker died" in result.failures
     pids = {r.details["model"]: r.details["pid"] for r in result.records if "pid" in r.details}
     assert os.getpid() not in pids.values()  # they ran in workers
     threads = {r.details["threads"] for r in result.records if "threads" in r.details}
@@ -180,7 +187,8 @@ def test_a_stage_without_a_result_says_why():
 
     from expattn.commands.report_stages import Unit, lost
 
-    died = lost(Unit("probe", "m", "probe-m"), BrokenProcessPool("A process in the process pool was terminated"))
-    assert died.stage.status == "fail" and "ended abruptly" in died.stage.reason and len(died.records) == 9
+    died = lost(Unit("probe", "m", "probe-m"), BrokenProcessPool("worker died (signal 9)"))
+    assert died.stage.status == "fail" and died.stage.reason.startswith("worker died (signal 9) again")
+    assert len(died.records) == len(PROBE_IDS)
     unsent = lost(Unit("simulate"), TypeError("cannot pickle '_thread.lock' object"))
     assert unsent.records == [] and unsent.stage.reason.startswith("it could not run in a worker process: TypeError")

@@ -10,7 +10,7 @@ import typer
 from typer.testing import CliRunner
 
 from expattn.cli import app
-from expattn.commands.report import STAGES
+from expattn.commands.report_config import STAGES
 from expattn.dynamics.clouds import CLOUD_KINDS
 from expattn.dynamics.operators import CARRIERS
 from expattn.nn.carriers import carrier_names

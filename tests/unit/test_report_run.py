@@ -17,7 +17,6 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 import expattn.commands.report as run_module
-import expattn.commands.report_stages as stages_module
 from expattn.catalogue.registry import Claim, RunContext
 from expattn.cli import app
 from expattn.commands.report import ReportConfig, run_report
@@ -47,17 +46,20 @@ def fake_claim(command: str, name: str, check) -> Claim:
 
 
 class StandIns(NamedTuple):
-    """The stand-in stages: the checks by command, what each stage saw, and the probe to give ``run_report``."""
+    """The stand-in stages, given to ``run_report``: the checks by command, what each stage saw, the probe, the
+    checks of a command and the training comparison."""
 
     registry: dict[str, list[Claim]]
     seen: dict[str, RunContext]
     probe: Callable[..., list[Record]]
+    claims: Callable[[str], list[Claim]]
+    train: Callable[..., list[Record]]
 
 
 @pytest.fixture
-def stages(monkeypatch, gen):
-    """verify: one pass, one crash; simulate: one preset with a plot; probe (given to ``run_report``): minilm ok,
-    smollm2 missing."""
+def stages(gen):
+    """verify: one pass, one crash; simulate: one preset with a plot; probe: minilm ok, smollm2 missing; train: no
+    records."""
     seen: dict[str, RunContext] = {}
 
     def passing(ctx):
@@ -76,7 +78,6 @@ def stages(monkeypatch, gen):
         "verify": [fake_claim("verify", "a1", passing), fake_claim("verify", "a3", crashing)],
         "simulate": [fake_claim("simulate", "b3-expansion", preset)],
     }
-    monkeypatch.setattr(stages_module, "claims", lambda command: registry[command])
 
     def probe(model, ctx, progress):
         seen[f"probe {model}"] = ctx
@@ -87,17 +88,18 @@ def stages(monkeypatch, gen):
         records = [Record(id="E1", kind="empirical", verdict="supported", plots=["e1.png"])]
         return types.SimpleNamespace(records=records, timings={"E1": {"update_seconds": 0.5, "result_seconds": 0.25}})
 
-    def train_stage(runner):
-        seen["train"] = runner.config
-        return [], "ok", ""
+    def train(config, plot_dir):
+        seen["train"] = config
+        return []
 
-    monkeypatch.setattr(stages_module._Runner, "train_stage", train_stage)
-    return StandIns(registry, seen, probe)
+    return StandIns(registry, seen, probe, lambda command: registry[command], train)
 
 
-def run(tmp_path: Path, stand_ins: StandIns, **options) -> run_module.ReportResult:
-    config = ReportConfig(out_dir=tmp_path / "out", **options)
-    return run_report(config, Console(file=io.StringIO(), width=120), probe=stand_ins.probe)
+def run(tmp_path: Path, stand_ins: StandIns, claims=None, **options) -> run_module.ReportResult:
+    """``run_report`` with the stand-ins (``claims`` in place of theirs when given), in this process by default."""
+    config = ReportConfig(out_dir=tmp_path / "out", **{"jobs": 1, **options})
+    return run_report(config, Console(file=io.StringIO(), width=120), probe=stand_ins.probe,
+                      claims=claims or stand_ins.claims, train=stand_ins.train)
 
 
 def test_all_stages_run_and_are_reported(tmp_path, stages):
@@ -109,7 +111,8 @@ def test_all_stages_run_and_are_reported(tmp_path, stages):
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.tmp-")]
     status = {s.name: (s.status, s.records) for s in result.stages}
     assert status == {
-        "verify": ("ok", 2), "simulate": ("ok", 1), "probe minilm": ("ok", 1), "probe smollm2": ("skipped", 9),
+        "verify": ("ok", 2), "simulate": ("ok", 1), "probe minilm": ("ok", 1),
+        "probe smollm2": ("skipped", len(PROBE_IDS)),
         "train": ("ok", 0),
     }
     assert seen["train"].quick and seen["train"].seed == 7
@@ -177,8 +180,11 @@ def test_cli_names_an_unknown_stage_in_one_line(tmp_path, stages):
     assert not out.exists() and list(tmp_path.iterdir()) == []
 
 
-def test_cli_runs_the_chosen_stages(tmp_path, stages):
+def test_cli_runs_the_chosen_stages(tmp_path, stages, monkeypatch):
     out = tmp_path / "out"
+    real = run_module.run_report
+    monkeypatch.setattr(run_module, "run_report", lambda config, console: real(
+        config, console, probe=stages.probe, claims=stages.claims, train=stages.train))
     result = CliRunner().invoke(app, ["report", "--out", str(out), "--stages", " Simulate ,verify", "--quick",
                                       "--jobs", "1"])  # the stand-in stages live in this process
     doc = json.loads((out / "results.json").read_text())
@@ -186,7 +192,7 @@ def test_cli_runs_the_chosen_stages(tmp_path, stages):
     assert result.exit_code == 1  # the fake A3 check crashes
 
 
-def test_a_broken_stage_does_not_stop_the_others(tmp_path, stages, monkeypatch):
+def test_a_broken_stage_does_not_stop_the_others(tmp_path, stages):
     registry = stages.registry
 
     def claims(command):
@@ -194,8 +200,7 @@ def test_a_broken_stage_does_not_stop_the_others(tmp_path, stages, monkeypatch):
             raise ImportError("cannot import name 'x' from 'expattn.presets.b_dynamics'")
         return registry[command]
 
-    monkeypatch.setattr(stages_module, "claims", claims)
-    result = run(tmp_path, stages, models=("minilm",))
+    result = run(tmp_path, stages, claims=claims, models=("minilm",))
     simulate = next(s for s in result.stages if s.name == "simulate")
     assert simulate.status == "fail" and "b_dynamics" in simulate.reason
     assert {s.name for s in result.stages if s.status == "ok"} == {"verify", "probe minilm", "train"}

@@ -15,7 +15,9 @@ import functools
 import pickle
 import platform
 import subprocess
+import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -25,7 +27,21 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from expattn.commands.report_stages import ProbeModel, UnitResult, lost, probe_model, run_unit, steps, units
+from expattn.catalogue.registry import Claim
+from expattn.commands.checks import claims as registered_claims
+from expattn.commands.report_config import ReportConfig
+from expattn.commands.report_stages import (
+    ProbeModel,
+    UnitResult,
+    Work,
+    lost,
+    probe_model,
+    rerun,
+    run_unit,
+    steps,
+    train_norms,
+    units,
+)
 from expattn.commands.workers import auto_jobs, side_by_side, usable
 from expattn.probes.models.loading import BUILTIN_MODELS
 from expattn.report.document import Stage, cpu, wall
@@ -35,73 +51,6 @@ from expattn.results.frame import records_frame
 from expattn.results.outputs import check_output_folder, output_folder
 from expattn.results.record import Record, results_document
 from expattn.results.timings import write_results
-from expattn.seeds import check_seed
-
-STAGES = ("verify", "simulate", "probe", "train")
-
-
-@dataclass(frozen=True)
-class ReportConfig:
-    """Options of one report run.
-
-    Attributes:
-        out_dir: folder that receives results.json, results.csv, report.html, report.md and plots/.
-        models: models to probe: built-in names (``minilm``, ``smollm2``, ``gemma3``) or paths of local HF model
-            folders, at least one; by default ``minilm`` and ``smollm2``.
-        quick: small sizes everywhere (smoke run, < 3 min).
-        seed: seed of every stage.
-        stages: the stages to run, a non-empty subset of ``STAGES``; they always run in the
-            order of ``STAGES``.
-        overwrite: write into a non-empty ``out_dir``, replacing a previous report (the one rule of
-            output folders, ``expattn.results.outputs``).
-        jobs: worker processes that run the stages side by side, each with its share of torch's threads
-            (``workers.threads_per_job``); None: one per torch thread, at most one per stage (``workers.auto_jobs``);
-            1 runs them one after another in this process, as does any value where worker processes cannot start
-            (``workers.usable``: no POSIX semaphores, as in some containers). The records are the
-            same either way at the same threads per stage. The workers are spawned, so a script that sets
-            ``jobs > 1`` needs Python's ``if __name__ == "__main__":`` guard (``multiprocessing``'s rule).
-    """
-
-    out_dir: Path = Path("report")
-    models: tuple[str, ...] = ("minilm", "smollm2")
-    quick: bool = False
-    seed: int = 0
-    stages: tuple[str, ...] = STAGES
-    overwrite: bool = False
-    jobs: int | None = 1
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.out_dir, Path):
-            raise TypeError(f"out_dir must be a pathlib.Path, got {type(self.out_dir).__name__}")
-        if not isinstance(self.models, tuple) or not all(isinstance(m, str) and m for m in self.models):
-            raise TypeError(f"models must be a tuple of non-empty strings, got {self.models!r}")
-        if not self.models:
-            raise ValueError("models must name at least one model (minilm, smollm2, gemma3 or a model folder), got "
-                             "none")
-        check_seed(self.seed)
-        if not isinstance(self.stages, tuple) or not all(isinstance(s, str) for s in self.stages):
-            raise TypeError(f"stages must be a tuple of stage names, got {self.stages!r}")
-        unknown = [s for s in self.stages if s not in STAGES]
-        if unknown or not self.stages:
-            got = ", ".join(repr(s) for s in unknown) or "none"
-            raise ValueError(f"stages must be a non-empty subset of {', '.join(STAGES)}, got {got}")
-        if self.jobs is not None and (not isinstance(self.jobs, int) or isinstance(self.jobs, bool)):
-            raise TypeError(f"jobs must be an int or None, got {type(self.jobs).__name__}")
-        if self.jobs is not None and self.jobs < 1:
-            raise ValueError(f"jobs must be >= 1 (worker processes), got {self.jobs}")
-
-    @property
-    def command(self) -> str:
-        """The command line that reproduces this run."""
-        quick = " --quick" if self.quick else ""
-        stages = "" if set(self.stages) == set(STAGES) else f" --stages {','.join(self.chosen)}"
-        return (f"expattn report --out {self.out_dir} --models {','.join(self.models)} --seed {self.seed}"
-                f"{stages}{quick}")
-
-    @property
-    def chosen(self) -> tuple[str, ...]:
-        """The selected stages in run order (each once)."""
-        return tuple(s for s in STAGES if s in self.stages)
 
 
 @dataclass
@@ -116,6 +65,14 @@ class ReportResult:
     def ok(self) -> bool:
         """True iff no record failed, no stage failed and no model was unknown."""
         return all(r.ok for r in self.records) and all(s.status != "fail" for s in self.stages)
+
+    @property
+    def failures(self) -> str:
+        """Why the run is not ``ok``, in one line: the failed stages with their reasons, then the count of records
+        that did not pass."""
+        stages = [f"stage {s.name} failed ({s.reason or 'no reason given'})" for s in self.stages if s.status == "fail"]
+        records = sum(not r.ok for r in self.records)
+        return "; ".join([*stages, *([f"{records} record(s) did not pass"] if records else [])]) or "nothing failed"
 
 
 def unknown_models(models: tuple[str, ...]) -> list[str]:
@@ -149,6 +106,7 @@ class _Display:
         self.task = progress.add_task("report", total=total)
         self.doing: dict[int, str] = {}
         self.finished: set[int] = set()
+        self.deaths: dict[int, str] = {}  # stage -> how its worker died before it ran again alone
 
     def describe(self, item: int, text: str) -> None:
         if item not in self.finished:  # a worker's last words may arrive after its result
@@ -162,6 +120,9 @@ class _Display:
         self.finished.add(item)
         self.doing.pop(item, None)
         self._show()
+
+    def died(self, item: int, how: str) -> None:
+        self.deaths[item] = how
 
     def _show(self) -> None:
         self.progress.update(self.task, description="\n".join(self.doing.values()) or "report")
@@ -197,6 +158,9 @@ class _Reordered:
     def finish(self, item: int) -> None:
         self.display.finish(self.order[item])
 
+    def died(self, item: int, how: str) -> None:
+        self.display.died(self.order[item], how)
+
 
 # Side by side, the stages start longest first (a probe of a model, then simulate, train, verify).
 _LONGEST_FIRST = ("probe", "simulate", "train", "verify")
@@ -209,22 +173,25 @@ def _jobs(config: ReportConfig) -> int:
     return jobs if jobs == 1 or usable() else 1
 
 
-def run_stages(config: ReportConfig, staging: Path, display: _Display, probe: ProbeModel,
-               jobs: int) -> list[UnitResult]:
+def run_stages(config: ReportConfig, staging: Path, display: _Display, work: Work, jobs: int) -> list[UnitResult]:
     """Every stage of ``config``, in report order; side by side in ``jobs`` workers (``_jobs``) when more than one."""
     todo = units(config)
     if jobs == 1:
         results = []
         for i, unit in enumerate(todo):
-            results.append(run_unit(config, staging, probe, unit, _Told(display, i)))
+            results.append(run_unit(config, staging, work, unit, _Told(display, i)))
             display.finish(i)
         return results
     order = sorted(range(len(todo)), key=lambda i: _LONGEST_FIRST.index(todo[i].kind))
-    got = side_by_side(functools.partial(run_unit, config, staging, probe), [todo[i] for i in order], jobs,
+    got = side_by_side(functools.partial(run_unit, config, staging, work), [todo[i] for i in order], jobs,
                        _Reordered(display, order))
     results: list[UnitResult] = [None] * len(todo)  # type: ignore[list-item]
     for k, i in enumerate(order):
         results[i] = got[k] if isinstance(got[k], UnitResult) else lost(todo[i], got[k])
+    for i, how in sorted(display.deaths.items()):
+        results[i] = rerun(results[i], how)
+        print(f"report: the worker of stage {todo[i].name} died ({how}); it re-ran alone: {results[i].stage.status}",
+              file=sys.__stderr__ or sys.stderr, flush=True)  # past the progress display, which holds sys.stderr
     return results
 
 
@@ -242,7 +209,20 @@ def summary_table(result: ReportResult) -> Table:
     return table
 
 
-def run_report(config: ReportConfig, console: Console, probe: ProbeModel = probe_model) -> ReportResult:
+def _check_sendable(work: Work) -> None:
+    """Raise ``TypeError`` naming the first of ``work``'s functions that cannot reach a worker process (a lambda,
+    a local function)."""
+    for name in ("probe", "claims", "train"):
+        try:
+            pickle.dumps(getattr(work, name))
+        except (pickle.PicklingError, AttributeError, TypeError) as err:
+            raise TypeError(f"{name} must be a module-level function when jobs > 1 (it runs in a worker process): "
+                            f"{err}") from err
+
+
+def run_report(config: ReportConfig, console: Console, probe: ProbeModel = probe_model, *,
+               claims: Callable[[str], list[Claim]] = registered_claims,
+               train: Callable[[ReportConfig, Path], list[Record]] = train_norms) -> ReportResult:
     """Run the chosen stages (verify, simulate, probe, train), then write results.json, results.csv,
     report.html, report.md and plots/.
 
@@ -251,6 +231,9 @@ def run_report(config: ReportConfig, console: Console, probe: ProbeModel = probe
         console: where the progress display and the closing summary go.
         probe: the probe stage's measurement of one model, ``(model, ctx, progress) -> records`` (``probe_model``:
             the probe at its preset size).
+        claims: the checks of ``verify`` and ``simulate``, ``command -> [Claim]`` (the registered ones).
+        train: the train stage's comparison, ``(config, plot_dir) -> records`` (``train_norms``).
+        Where ``jobs > 1`` these three run in worker processes: module-level functions.
 
     Returns:
         The ``ReportResult`` (records, per-stage timings, output folder). Raises ``ValueError``/``OSError``
@@ -261,12 +244,9 @@ def run_report(config: ReportConfig, console: Console, probe: ProbeModel = probe
     if unknown:
         raise ValueError(f"unknown model {unknown[0]!r}: expected one of {', '.join(BUILTIN_MODELS)} or a model folder")
     jobs = _jobs(config)
+    work = Work(probe, claims, train)
     if jobs > 1:
-        try:
-            pickle.dumps(probe)
-        except (pickle.PicklingError, AttributeError, TypeError) as err:
-            raise TypeError("probe must be a module-level function when jobs > 1 (it runs in a worker process): "
-                            f"{err}") from err
+        _check_sendable(work)
     check_output_folder(config.out_dir, config.overwrite)
     with output_folder(config.out_dir, overwrite=config.overwrite) as staging:
         started = datetime.now(timezone.utc)
@@ -274,9 +254,10 @@ def run_report(config: ReportConfig, console: Console, probe: ProbeModel = probe
         columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
         (staging / "plots").mkdir(exist_ok=True)
         with Progress(*columns, TimeElapsedColumn(), console=console) as progress:
-            display = _Display(progress, steps(config))
-            results = run_stages(config, staging, display, probe, jobs)
-            progress.update(display.task, description="writing report")
+            total = steps(config, work)
+            display = _Display(progress, total)
+            results = run_stages(config, staging, display, work, jobs)
+            progress.update(display.task, description="writing report", completed=total)  # a failed stage's too
         records = [r for result in results for r in result.records]
         stages = [result.stage for result in results]
         timings = {result.stage.name: result.timings for result in results if result.timings is not None}

@@ -2,9 +2,11 @@
 
 ``units(config)`` lists a run's stages in report order; ``run_unit`` runs one of them into the
 report's staging folder, in this process or a worker's, and returns its records, its row of the
-stage table and its timings. A stage that raises is ``fail`` with its reason; a model that cannot
-be probed here (unknown name, missing optional package, a folder the probe refuses with
-``ValueError``) gives ``skipped`` records E1-E9 that carry the reason.
+stage table and its timings. What each stage measures is ``Work``: the checks of a command
+(``claims``), one model's probe (``probe``) and the training comparison (``train``), which
+``run_report`` takes as arguments (a test gives stand-ins). A stage that raises is ``fail`` with its
+reason; a model that cannot be probed here (unknown name, missing optional package, a folder the
+probe refuses with ``ValueError``) gives ``skipped`` records, one per probe claim, that carry the reason.
 """
 
 from __future__ import annotations
@@ -23,15 +25,15 @@ from typing import TYPE_CHECKING
 from rich.markup import escape
 
 from expattn.catalogue import ENTRIES
-from expattn.catalogue.registry import RunContext
+from expattn.catalogue.registry import Claim, RunContext
 from expattn.commands.checks import claims, timed_claim
+from expattn.commands.report_config import ReportConfig
 from expattn.commands.workers import Tell
 from expattn.probes.progress import Stage as ProbeStage
 from expattn.report.document import Stage
 from expattn.results.record import Record, load_records
 
 if TYPE_CHECKING:
-    from expattn.commands.report import ReportConfig
     from expattn.probes.runner import ProbeOutcome
 
 PROBE_IDS = tuple(e.id for e in ENTRIES if e.probe)
@@ -67,6 +69,41 @@ def probe_model(model: str, ctx: RunContext, progress: ProbeProgress) -> ProbeOu
 
     config = ProbeConfig.preset(model, quick=ctx.quick, seed=ctx.seed, twin=not ctx.quick)  # quick: a smoke run
     return probe(config, ctx.out_dir, progress=progress)
+
+
+def train_norms(config: ReportConfig, plot_dir: Path) -> list[Record]:
+    """The short training comparison: one small LM per normalization at the same token budget, its sweep plot
+    written to ``plot_dir / "sweep_norms.png"``; its E1-E3 records (the probe on each trained model's exported
+    folder). Checkpoints stay in a temporary folder. The train stage's default ``Work.train``."""
+    from expattn.commands.sweep_probe import probe_dynamics
+    from expattn.sweeps.run import run_sweep
+    from expattn.train.recipes import recipe
+
+    with tempfile.TemporaryDirectory(prefix="expattn-sweep-") as tmp:
+        base = recipe("sweep-quick" if config.quick else "sweep", Path(tmp), seed=config.seed, device="cpu",
+                      progress=False)
+        base = dataclasses.replace(base, ckpt_every=base.iters)  # one checkpoint, at the end
+        run_sweep("norms", base, probe_dynamics)
+        shutil.copyfile(Path(tmp) / "sweep.png", plot_dir / "sweep_norms.png")
+        records = load_records(Path(tmp) / "sweep.json")
+    for record in records:
+        record.plots = ["sweep_norms.png"]
+    return records
+
+
+@dataclass(frozen=True)
+class Work:
+    """What the stages measure (module-level functions, so that they reach worker processes).
+
+    Attributes:
+        probe: one model's probe, ``(model, ctx, progress) -> ProbeOutcome`` (``probe_model``).
+        claims: the registered checks of ``verify`` or ``simulate``, ``command -> [Claim]`` (``checks.claims``).
+        train: the training comparison, ``(config, plot_dir) -> records`` (``train_norms``).
+    """
+
+    probe: ProbeModel = probe_model
+    claims: Callable[[str], list[Claim]] = claims
+    train: Callable[[ReportConfig, Path], list[Record]] = train_norms
 
 
 @dataclass(frozen=True)
@@ -125,8 +162,8 @@ class _Runner:
     """Runs one stage into the staging folder, telling the progress display what it does; ``probe`` measures one
     model."""
 
-    def __init__(self, config: ReportConfig, staging: Path, tell: Tell, probe: ProbeModel) -> None:
-        self.config, self.staging, self.tell, self.probe = config, staging, tell, probe
+    def __init__(self, config: ReportConfig, staging: Path, tell: Tell, work: Work) -> None:
+        self.config, self.staging, self.tell, self.work = config, staging, tell, work
         self.timings: dict[str, dict[str, float]] | None = None  # check or hypothesis -> wall seconds
 
     def run(self, unit: Unit) -> UnitResult:
@@ -145,7 +182,7 @@ class _Runner:
         return UnitResult(records, Stage(unit.name, status, wall, len(records), reason, cpu), self.timings)
 
     def claims_stage(self, command: str) -> tuple[list[Record], str, str]:
-        chosen = claims(command)
+        chosen = self.work.claims(command)
         if not chosen:
             return [], "skipped", f"no {command} checks are registered"
         plot_dir = _fresh(self.staging / "plots" / command)
@@ -173,7 +210,7 @@ class _Runner:
 
             try:
                 ctx = RunContext(seed=self.config.seed, out_dir=plot_dir, quick=self.config.quick)
-                outcome = self.probe(model, ctx, progress)
+                outcome = self.work.probe(model, ctx, progress)
             except (ImportError, ValueError) as err:
                 reason = f"cannot probe this model here: {err}"
                 return _placeholder(model, "skipped", reason), "skipped", reason
@@ -186,57 +223,49 @@ class _Runner:
             self.tell.advance()
 
     def train_stage(self) -> tuple[list[Record], str, str]:
-        """The short training comparison: one small LM per normalization at the same token budget.
-
-        Checkpoints stay in a temporary folder; the sweep's plot and its E1-E3 records (measured by
-        the probe on each trained model's exported folder) go into the report.
-        """
+        """The training comparison (``Work.train``) with its plot in ``plots/train``."""
         self.tell.describe("train: one small LM per normalization")
-        from expattn.commands.sweep_probe import probe_dynamics
-        from expattn.sweeps.run import run_sweep
-        from expattn.train.recipes import recipe
-
-        plot_dir = _fresh(self.staging / "plots" / "train")
         try:
-            with tempfile.TemporaryDirectory(prefix="expattn-sweep-") as tmp:
-                base = recipe("sweep-quick" if self.config.quick else "sweep", Path(tmp), seed=self.config.seed,
-                              device="cpu", progress=False)
-                base = dataclasses.replace(base, ckpt_every=base.iters)  # one checkpoint, at the end
-                run_sweep("norms", base, probe_dynamics)
-                shutil.copyfile(Path(tmp) / "sweep.png", plot_dir / "sweep_norms.png")
-                records = load_records(Path(tmp) / "sweep.json")
+            records = self.work.train(self.config, _fresh(self.staging / "plots" / "train"))
         finally:
             self.tell.advance()
-        for record in records:
-            record.plots = ["sweep_norms.png"]
         return [_tag(r, "train", "plots/train", name="train --sweep norms") for r in records], "ok", ""
 
 
-def run_unit(config: ReportConfig, staging: Path, probe: ProbeModel, unit: Unit, tell: Tell) -> UnitResult:
+def run_unit(config: ReportConfig, staging: Path, work: Work, unit: Unit, tell: Tell) -> UnitResult:
     """One stage of the run, in this process or a worker's (``workers.side_by_side``)."""
-    return _Runner(config, staging, tell, probe).run(unit)
+    return _Runner(config, staging, tell, work).run(unit)
 
 
 def lost(unit: Unit, error: BaseException) -> UnitResult:
     """The result of a stage that gave no result from its worker process: the process died under it
     (``BrokenProcessPool``), or its result or arguments could not cross between the processes."""
-    what = ("its worker process ended abruptly (killed, or out of memory?)" if isinstance(error, BrokenProcessPool)
-            else "it could not run in a worker process")
-    reason = f"{what}: {type(error).__name__}: {error}"
+    if isinstance(error, BrokenProcessPool):
+        reason = f"{error} again (killed, or out of memory?)"
+    else:
+        reason = f"it could not run in a worker process: {type(error).__name__}: {error}"
     records = _placeholder(unit.model, "error", reason) if unit.kind == "probe" else []
     return UnitResult(records, Stage(unit.name, "fail", None, len(records), reason, None))
 
 
-def _count(command: str) -> int:
+def _count(claims_of: Callable[[str], list[Claim]], command: str) -> int:
     """Number of registered checks of ``command``; 0 when they cannot be loaded (the stage then fails)."""
     try:
-        return len(claims(command))
+        return len(claims_of(command))
     except Exception:
         return 0
 
 
-def steps(config: ReportConfig) -> int:
+def steps(config: ReportConfig, work: Work) -> int:
     """The steps the progress bar counts: each check of verify and simulate, each model's probe, the training."""
     chosen = config.chosen
-    return (sum(_count(command) for command in ("verify", "simulate") if command in chosen)
+    return (sum(_count(work.claims, command) for command in ("verify", "simulate") if command in chosen)
             + (len(set(config.models)) if "probe" in chosen else 0) + int("train" in chosen))
+
+
+def rerun(result: UnitResult, how: str) -> UnitResult:
+    """``result`` of a stage that ran again alone after its first worker died (``how``: ``signal 9``), its reason
+    saying so first."""
+    said = f"worker died ({how}); re-ran alone"
+    reason = f"{said}; {result.stage.reason}" if result.stage.reason else said
+    return dataclasses.replace(result, stage=dataclasses.replace(result.stage, reason=reason))
