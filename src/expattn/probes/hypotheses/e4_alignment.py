@@ -68,6 +68,7 @@ from expattn.probes.hypotheses.e4_support import (
     CONTROLS,
     POSITIVE,
     applicable,
+    bilinear_form,
     mean_fractions,
     noisy_forms,
     own_over_best_other,
@@ -303,6 +304,7 @@ class E4Alignment(Estimator):
         details = {k: [as_list(lay[k]) if isinstance(lay[k], np.ndarray) else lay[k] for lay in layers]
                    for k in layers[0] if not k.startswith(("tolerance_", "spectral", "across", "own_", "trace_"))}
         details["support"] = self._support(layers, readings)
+        details["bilinear_form"] = bilinear_form(self.ctx.attention[0].bq, self.ctx.attention[0].bk)
         details["readings"] = {name: {k: v for k, v in r.items() if k != "margin"} for name, r in readings.items()}
         details["range_tolerance"] = tolerance
         details["resampling_unit"] = "layer"

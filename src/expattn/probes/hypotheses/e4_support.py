@@ -123,3 +123,15 @@ def specificity(margin: np.ndarray, count: str, name: str, rng: np.random.Genera
         return {}
     mean, low, high = mean_interval(margin, rng)
     return {count: int((margin > 0).sum()), name: mean, f"{name}_low": low, f"{name}_high": high}
+
+
+def bilinear_form(bq: Tensor | None, bk: Tensor | None) -> str:
+    r"""What E4 and E9 compare on a model with query/key biases ``bq``, ``bk`` (None: none). In homogeneous
+    coordinates the logit of query state $x$ and key state $y$ is $[x; 1]^\top M [y; 1]$ with
+    $M = \begin{pmatrix} W_q^\top W_k & W_q^\top b_k \\ b_q^\top W_k & b_q^\top b_k \end{pmatrix}$: the readings
+    compare its $x$-$y$ block $W_q^\top W_k$, the only part quadratic in the states (the seed's form)."""
+    if bq is None and bk is None:
+        return "no query/key biases: the logits' bilinear form is W_q^T W_k"
+    return ("query/key biases: logits = [x; 1]^T M [y; 1], M = [[W_q^T W_k, W_q^T b_k], [b_q^T W_k, b_q^T b_k]]; "
+            "the readings compare its x-y block W_q^T W_k; x^T W_q^T b_k and b_q^T b_k are constant over the keys "
+            "and cancel in the softmax; the per-key term b_q^T W_k y is not part of the compared form")
