@@ -21,13 +21,13 @@ from expattn.probes.hypotheses.e4_readings import (
     full_cos,
     haar,
     mean_interval,
-    own_over_best_other,
     random_q95,
     range_basis,
     regularised_inverse,
     sym_cos,
     top_form,
 )
+from expattn.probes.hypotheses.e4_support import applicable, own_over_best_other
 from expattn.probes.models.adapters import adapter_for
 from expattn.probes.models.attention import attention_probs
 from expattn.probes.statistics.stats import Moments
@@ -147,12 +147,13 @@ def test_sym_cos_with_a_diagonal_equals_the_full_matrix(gen):
 FULL = tuple(range(47))  # every direction of the range at width 48: the whole target
 
 
-def _planted(gen, reading: str, ranks: tuple[int, ...] = FULL):
+def _planted(gen, reading: str, ranks: tuple[int, ...] = FULL, dim: int = 48, power: float = 1.0, spread: float = 1.5):
     """A one-layer context whose heads all have W_q = W_k = the eigen-directions of the reading's target of the
-    given ``ranks`` (0: its top one; scaled by the square root of their eigenvalues; rows beyond them 0), fed
-    tokens on a hyperplane with a spread spectrum. Width 16 with 4 heads of 4 rows, or, for more than 4 ranks, width
-    48 with one head of 48 rows (``FULL``: the whole target)."""
-    dim, heads, tokens = (48, 1, 2048) if len(ranks) > 4 else (16, 4, 2048)
+    given ``ranks`` (0: its top one; scaled by the square root of their eigenvalues raised to ``power``; rows beyond
+    them 0), fed tokens on a hyperplane with a spread spectrum (standard deviations 1 .. 10^``spread``). Width 16
+    with 4 heads of 4 rows, or, for more than 4 ranks, width ``dim`` with one head of ``dim`` rows (``FULL``: the
+    whole target at width 48)."""
+    dim, heads, tokens = (dim, 1, 2048) if len(ranks) > 4 else (16, 4, 2048)
     model = build_tiny("llama", 0, vocab_size=50, hidden_size=dim, num_hidden_layers=1, intermediate_size=24,
                        max_position_embeddings=64, num_attention_heads=heads, num_key_value_heads=1)
     adapter = adapter_for("llama")
@@ -160,12 +161,12 @@ def _planted(gen, reading: str, ranks: tuple[int, ...] = FULL):
     q[:, -1] = 1 / dim**0.5  # last direction: the hyperplane's normal (no variance)
     q, _ = torch.linalg.qr(q.flip(1))
     q = q.flip(1)
-    scale = torch.logspace(0, 1.5, dim - 1, dtype=torch.float64)  # standard deviations 1 .. 31.6
+    scale = torch.logspace(0, spread, dim - 1, dtype=torch.float64)
     x = (torch.randn(tokens, dim - 1, generator=gen, dtype=torch.float64) * scale) @ q[:, : dim - 1].T
     target = scale.square() if reading == "sigma" else scale.square().reciprocal()
     top = target.argsort(descending=True)[list(ranks)]
     rows = torch.zeros(dim // heads, dim)  # sym(rows^T rows) = the target's part on the planted directions
-    rows[: len(ranks)] = (q[:, top] * target[top].sqrt()).T.float()
+    rows[: len(ranks)] = (q[:, top] * target[top].pow(power).sqrt()).T.float()
     attn = model.layers[0].self_attn
     with torch.no_grad():
         attn.q_proj.weight.copy_(rows.repeat(heads, 1))
@@ -187,12 +188,14 @@ def test_each_reading_is_supported_on_its_planted_heads_and_not_on_the_other(gen
         verdicts[cls.claim] = record.verdict
         assert record.details["sigma_rank"] == [47]  # the hyperplane's normal is dropped
         # the headline reading's controls (random heads; the target truncated to its top 1, 2, 5 directions) are
-        # not supported; the Fisher reading's random heads: the planted heads' logits reach 1e6, so their attention
-        # is one-hot and the Fisher float32 rounding (1e-4 against terms of 1e3): that control may land either side
-        # of 0, and the rule asks only that it is not supported
+        # not supported, its positive ones (the target, the target plus noise) supported; the Fisher reading's
+        # random heads: the planted heads' logits reach 1e6, so their attention is one-hot and the Fisher float32
+        # rounding (1e-4 against terms of 1e3): that control may land either side of 0, and the rule asks only that
+        # it is not supported
         assert [c.verdict for c in record.controls[:4]] == ["not_supported"] * 4
         assert "rank-one" in record.controls[1].name and "rank 5" in record.controls[3].name
-        assert all(c.verdict != "supported" for c in record.controls[4:])
+        assert [(c.kind, c.verdict) for c in record.controls[4:7]] == [("positive", "supported")] * 3
+        assert all(c.verdict != "supported" for c in record.controls[7:])
         # the cut of the range does not decide: the headline reading's verdict at every tolerance
         assert {t["verdict"] for t in record.details["range_tolerance"].values()} == {record.verdict}
     assert verdicts == ({"E4": "supported", "E9": "not_supported"} if planted == "sigma_inv"
@@ -206,7 +209,7 @@ def test_too_few_tokens_make_the_verdict_inconclusive(gen):
     est.detail_[0] = dict(enumerate(x[:256].view(8, 32, -1)))
     record = est.result(None)
     assert record.verdict == "inconclusive" and "fewer than 4 D" in record.notes
-    assert record.details["readings"]["sigma_inv"]["verdict"] == "supported"  # the rule itself, reported
+    assert "verdict" in record.details["readings"]["sigma_inv"]  # the rule itself, reported
 
 
 @pytest.mark.parametrize("reading", ["sigma_inv", "sigma"])
@@ -217,7 +220,7 @@ def test_heads_reading_only_the_top_direction_are_rejected_and_were_supported_by
     est.detail_[0] = dict(enumerate(x[:256].view(8, 32, -1)))
     record = est.result(None)
     judged = record.details["readings"][reading]
-    assert judged["old_rule"]["verdict"] == "supported" and judged["low"] > 0  # beats every undeflated rival
+    assert judged["old_rule"]["verdict"] == "supported"  # beats the rival, the identity and chance
     assert judged["deflated_1"]["high"] < 0  # nothing is left once the top direction is projected out
     assert record.verdict == "not_supported"
     assert record.metrics[f"max_cos2_{reading}"] == pytest.approx(record.metrics[f"median_cos2_{reading}"])
@@ -230,7 +233,7 @@ def test_heads_reading_a_few_directions_below_the_top_are_rejected_by_the_fifth_
     est.inputs_[0] = Moments.of(x)
     est.detail_[0] = dict(enumerate(x[:256].view(8, 32, -1)))
     record = est.result(None)
-    assert DEFLATIONS == (1, 2, 5)
+    assert applicable(DEFLATIONS, 16) == (1, 2, 5)
     # the k = 1 rule alone would have supported these rank-4 heads: a low-rank explanation the k = 5 margin rejects
     assert min(record.metrics[f"deflated_margin_{reading}_k{k}_low"] for k in (1, 2)) > 0
     assert record.metrics[f"deflated_margin_{reading}_k5_high"] < 0
@@ -245,9 +248,43 @@ def test_heads_reading_the_whole_target_are_supported(gen, reading):
     est.detail_[0] = dict(enumerate(x[:256].view(8, 32, -1)))
     record = est.result(None)
     assert record.verdict == "supported"
-    assert min(record.metrics[f"deflated_margin_{reading}_k{k}_low"] for k in DEFLATIONS) > 0
+    assert min(record.metrics[f"deflated_margin_{reading}_k{k}_low"] for k in applicable(DEFLATIONS, 48)) > 0
     assert record.details["resampling_unit"] == "layer"
     assert "aligned more than chance" in record.notes
+
+
+def _record(gen, reading: str, **planted):
+    ctx, x = _planted(gen, reading, **planted)
+    est = (E4Alignment if reading == "sigma_inv" else E9Covariance)(ctx)
+    est.inputs_[0] = Moments.of(x)
+    est.detail_[0] = dict(enumerate(x[:256].view(8, 32, -1)))
+    return est.result(None)
+
+
+@pytest.mark.parametrize("reading", ["sigma_inv", "sigma"])
+def test_heads_reading_the_targets_top_ten_directions_are_rejected_by_the_twentieth_deflation(gen, reading):
+    record = _record(gen, reading, ranks=tuple(range(10)), dim=96, spread=0.75)
+    assert record.metrics[f"deflated_margin_{reading}_k20_high"] < 0
+    assert record.verdict == "not_supported"
+
+
+@pytest.mark.parametrize("reading", ["sigma_inv", "sigma"])
+def test_at_width_96_the_whole_target_is_supported_and_its_truncations_to_10_and_20_directions_are_not(gen, reading):
+    record = _record(gen, reading, ranks=tuple(range(95)), dim=96, spread=0.75)
+    kinds = {c.name.split(" (")[0]: (c.kind, c.verdict) for c in record.controls[:9]}
+    assert kinds["top-PC form of rank 10"] == kinds["top-PC form of rank 20"] == ("negative", "not_supported")
+    assert [(c.kind, c.verdict) for c in record.controls[:9] if c.kind == "positive"] == [("positive", "supported")] * 3
+    assert record.verdict == "supported" and record.details["support"][f"k_{reading}"] == 20
+    fractions = record.details["support"]["trace_fraction_sigma"]
+    assert list(fractions) == ["top1", "top2", "top5", "top20"] and 0 < fractions["top1"] < fractions["top20"] < 1
+
+
+@pytest.mark.parametrize(("reading", "power"), [("sigma", 2.0), ("sigma", 0.5), ("sigma_inv", 2.0)])
+def test_heads_reading_a_power_of_the_target_are_rejected(gen, reading, power):
+    record = _record(gen, reading, power=power)
+    assert record.verdict == "not_supported"
+    judged = record.details["readings"][reading]
+    assert judged["old_rule"]["verdict"] == "supported"  # the identity, the rival and chance do not reject them
 
 
 def test_layer_bootstrap_is_wider_than_the_head_bootstrap_when_layers_differ():
@@ -277,10 +314,11 @@ def test_the_spectrum_rival_in_rotated_coordinates_is_the_dense_cosine(gen):
     q = haar(10, gen)
     torch.testing.assert_close(q.T @ q, torch.eye(10, dtype=torch.float64))
     got = deflated({"h": (u, v, u @ q, v @ q)}, {"sigma": lam, "sigma_inv": lam.reciprocal()}, READINGS["sigma"],
-                   2)["h"]
+                   2, q)["h"]
     kept = lam.clone()
     kept[lam.argsort(descending=True)[:2]] = 0
-    dense = (q * kept) @ q.T
+    p = (kept > 0).double()
+    dense = p[:, None] * ((q * kept) @ q.T) * p  # P Q D Q^T P: within the kept directions
     torch.testing.assert_close(got["haar_sigma"].double(), sym_cos(u, v, dense), rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(got["sigma"].double(), sym_cos(u, v, kept), rtol=1e-5, atol=1e-6)
 
@@ -302,7 +340,7 @@ def test_per_head_deflation_in_each_heads_eigen_coordinates_is_the_dense_cosine(
                                                                                        dtype=torch.float64)
     q = haar(r, gen)
     sets = {"h": (u @ vf, v @ vf, u @ vf @ q, v @ vf @ q)}
-    got = deflated(sets, {"fisher": f, "fisher_inv": inverse}, READINGS["fisher"], 2)["h"]
+    got = deflated(sets, {"fisher": f, "fisher_inv": inverse}, READINGS["fisher"], 2, q)["h"]
     p = vf[..., :-2] @ vf[..., :-2].mT  # projector off each head's top 2 directions (eigh: ascending)
     kept = p @ f_dense @ p
     torch.testing.assert_close(got["fisher"].double(), sym_cos(u, v, kept), rtol=1e-5, atol=1e-6)
@@ -311,7 +349,7 @@ def test_per_head_deflation_in_each_heads_eigen_coordinates_is_the_dense_cosine(
     torch.testing.assert_close(got["fisher_inv"].double(), sym_cos(u, v, rival), rtol=1e-5, atol=1e-6)
     spread = f.clone()
     spread[:, -2:] = 0
-    haar_dense = (vf @ q * spread.unsqueeze(-2)) @ (vf @ q).mT
+    haar_dense = p @ (vf @ q * spread.unsqueeze(-2)) @ (vf @ q).mT @ p
     torch.testing.assert_close(got["haar_fisher"].double(), sym_cos(u, v, haar_dense), rtol=1e-5, atol=1e-6)
     top = top_form(f, 2)  # (H, 2, r): each head's target truncated to its top 2 directions (eigh: ascending)
     assert top.shape == (heads, 2, r)

@@ -172,8 +172,7 @@ def probe_subject(subject: Subject, config: ProbeConfig, out_dir: Path | None,
     if config.twin:  # the same ids through the random-init twin; its records become controls
         alone = replace(config, twin=False)
         twins = probe_twin(subject, lambda twin, ids: probe_subject(twin, alone, None, input_ids=ids, speedups=speedups)
-                           .records, seed=config.seed, text=text, input_ids=input_ids, seq_len=config.seq_len,
-                           tokens=config.tokens, hypotheses=config.hypotheses)
+                           .records, seed=config.seed, fed=fed, hypotheses=config.hypotheses)
         run.records = attach_twin(run.records, twins, headlines(), config.seed) if run.rank == 0 else run.records
     return ProbeOutcome(
         run.records, fed.count * config.seq_len, fed.count, time.perf_counter() - start, run.forward,

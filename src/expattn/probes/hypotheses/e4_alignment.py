@@ -49,7 +49,6 @@ from expattn.probes.hypotheses.e4_criterion import MIN_TOKENS_PER_DIM, criterion
 from expattn.probes.hypotheses.e4_dense import dense_deflated
 from expattn.probes.hypotheses.e4_readings import (
     DEFLATIONS,
-    RANGE_TOL,
     RANKS,
     READINGS,
     TOLERANCES,
@@ -59,16 +58,24 @@ from expattn.probes.hypotheses.e4_readings import (
     full_cos,
     haar,
     judge_reading,
-    margin_verdict,
-    margins,
-    mean_interval,
-    own_over_best_other,
     random_q95,
     range_basis,
     regularised_inverse,
-    specificity,
     sym_cos,
     top_form,
+)
+from expattn.probes.hypotheses.e4_support import (
+    CONTROLS,
+    POSITIVE,
+    applicable,
+    bilinear_form,
+    mean_fractions,
+    noisy_forms,
+    own_over_best_other,
+    range_tolerances,
+    specificity,
+    support_k,
+    trace_fraction,
 )
 from expattn.probes.models.attention import attention_probs
 from expattn.probes.sizes import Sizes
@@ -76,10 +83,6 @@ from expattn.probes.statistics.stats import Moments, gram
 from expattn.results.record import Control
 
 TARGETS = ("sigma_inv", "sigma", "fisher_inv", "fisher", "identity")
-CONTROLS = {"random": "random heads sym(R_q^T R_k) of the same shape",
-            "top": "rank-one form u_1 u_1^T of the target's top eigen-direction",
-            "top2": "top-PC form of rank 2 (the target truncated to its top 2 eigen-directions)",
-            "top5": "top-PC form of rank 5 (the target truncated to its top 5 eigen-directions)"}
 
 
 class E4Alignment(Estimator):
@@ -161,7 +164,7 @@ class E4Alignment(Estimator):
         fisher = self.fisher(i, u)  # (H, r, r)
         start = torch.Generator().manual_seed(self.ctx.seed * 1009 + i)  # the eigensolver's start, off `gen`'s draws
         # (F_h+ + lambda_F I)^-1 with lambda_F = 1e-2 tr F_h / r beside F_h, and each target's top pairs
-        dense, tops, ridge, clipped = fisher_targets(fisher, max(DEFLATIONS), start)
+        dense, tops, ridge, clipped = fisher_targets(fisher, min(max(DEFLATIONS), lam.numel()), start)
         spectra = {"sigma": lam.float(), "sigma_inv": lam.reciprocal().float()}
         wq, wk = w.head_matrices()  # (H, dh, D) each: all heads at once
         aq, ak = wq @ u, wk @ u  # (H, dh, r): A_h in range coordinates is sym(aq^T ak)
@@ -182,22 +185,12 @@ class E4Alignment(Estimator):
         q = haar(lam.numel(), gen, u.device).to(torch.float32)
         sets = {"model": (aq, ak), "random": (rq, rk)}
         rotated = {h: (a, b, a @ q, b @ q) for h, (a, b) in sets.items()}
-        out["spectral"] = {}
-        for name, reading in READINGS.items():
-            if family(name) == "sigma":  # the target truncated to its top 1, 2, 5 directions: rows (rank, r)
-                forms = {f"top{rank if rank > 1 else ''}": top_form(spectra[reading.target], rank) for rank in RANKS}
-                cosines = {k: deflated(rotated | {h: (t, t, t @ q, t @ q) for h, t in forms.items()}, spectra,
-                                       reading, k) for k in (0, *DEFLATIONS)}
-            else:  # each head's own target: dense (H, r, r), its top eigenpairs from the iterative solver
-                top = tops[reading.target]
-                x = top.vectors.float()  # (H, r, K)
-                rows = (x * top.values.clamp_min(0).sqrt().float().unsqueeze(-2)).mT  # (H, K, r): sqrt(theta_i) x_i
-                forms = {f"top{rank if rank > 1 else ''}": rows[..., :rank, :] for rank in RANKS}
-                cosines = dense_deflated(rotated | {h: (t, t, t @ q, t @ q) for h, t in forms.items()}, dense,
-                                         reading.target, x, (0, *DEFLATIONS))
-            out["spectral"][name] = {k: {h: {t: c.double().cpu().numpy() for t, c in cos.items()}
-                                         for h, cos in cosines[k].items()} for k in (0, *DEFLATIONS)}
+        noise = torch.Generator().manual_seed(self.ctx.seed * 1013 + i)  # the positive controls' draws
+        out["spectral"] = {name: self._spectral(READINGS[name], spectra, rotated, q, (tops, dense), noise)
+                           for name in READINGS}
+        for name in READINGS:
             out[f"cos_{name}"] = out["spectral"][name][0]["model"][name]
+        out["trace_fraction"] = trace_fraction(lam, applicable(DEFLATIONS, self.ctx.dim))
         out["own_fisher"] = {name: c.double().cpu().numpy() for name, c in full_cos(aq, ak, dense).items()}
         out["sigma_full"] = {"sigma": sigma.float(), "sigma_inv": ((basis / lam) @ basis.T).float()}
         out["cos_sigma_inv_ridge"] = sym_cos(wq, wk, regularised_inverse(sigma)[0].float()).double().cpu().numpy()
@@ -212,6 +205,30 @@ class E4Alignment(Estimator):
                                             ("identity", None))},
             }
         return out
+
+    def _spectral(self, reading, spectra: dict[str, Tensor], rotated: dict, q: Tensor, fisher: tuple,
+                  noise: torch.Generator) -> dict:
+        r"""``reading``'s cosines (k -> heads -> key -> ``(H,)`` or ``(1,)``) at k = 0 and the ``applicable``
+        deflations for the model's heads, the random ones, the target's truncations (negative controls) and, for a
+        $\Sigma$ reading, the target itself and the target plus noise (positive controls, ``e4_support``)."""
+        ks = (0, *applicable(DEFLATIONS, self.ctx.dim))
+        ranks = applicable(RANKS, self.ctx.dim)
+        if family(reading.name) == "sigma":  # the target truncated to its top directions: rows (rank, r)
+            forms = {f"top{rank if rank > 1 else ''}": top_form(spectra[reading.target], rank) for rank in ranks}
+            pairs = {h: (t, t) for h, t in forms.items()}
+            pairs |= noisy_forms(spectra[reading.target], self.ctx.attention[0].head_dim, noise)
+            heads = rotated | {h: (a, b, a @ q, b @ q) for h, (a, b) in pairs.items()}
+            cosines = {k: deflated(heads, spectra, reading, k, q) for k in ks}
+        else:  # each head's own target: dense (H, r, r), its top eigenpairs from the iterative solver
+            tops, dense = fisher
+            top = tops[reading.target]
+            x = top.vectors.float()  # (H, r, K)
+            rows = (x * top.values.clamp_min(0).sqrt().float().unsqueeze(-2)).mT  # (H, K, r): sqrt(theta_i) x_i
+            forms = {f"top{rank if rank > 1 else ''}": rows[..., :rank, :] for rank in ranks}
+            cosines = dense_deflated(rotated | {h: (t, t, t @ q, t @ q) for h, t in forms.items()}, dense,
+                                     reading.target, x, ks)
+        return {k: {h: {t: c.double().cpu().numpy() for t, c in cos.items()} for h, cos in cosines[k].items()}
+                for k in ks}
 
     def _layers(self) -> list[dict]:
         """``_layer`` of every layer, shared with an E4/E9 sibling fed the same statistics (``ctx.analyses``): the
@@ -234,15 +251,15 @@ class E4Alignment(Estimator):
 
     @staticmethod
     def _heads(layers: list[dict], name: str) -> dict:
-        """The sets of heads of reading ``name`` for ``judge_reading`` (the model's, the random ones and the rank-one
-        forms of the target's top direction), each ``{"cos": key -> (L, H), "deflated": k -> {key -> (L, H)}}``."""
+        """The sets of heads of reading ``name`` for ``judge_reading`` (the model's, the random ones and the other
+        controls), each ``{"cos": key -> (L, H), "deflated": k -> {key -> (L, H)}}``."""
 
         def at(k: int, h: str) -> dict[str, np.ndarray]:
             return {t: np.stack([lay["spectral"][name][k][h][t] for lay in layers])
                     for t in layers[0]["spectral"][name][k][h]}
 
-        return {h: {"cos": at(0, h), "deflated": {k: at(k, h) for k in DEFLATIONS}}
-                for h in ("model", *CONTROLS)}
+        ks = [k for k in layers[0]["spectral"][name] if k]
+        return {h: {"cos": at(0, h), "deflated": {k: at(k, h) for k in ks}} for h in layers[0]["spectral"][name][0]}
 
     def measure(self) -> Measured:
         layers = self._layers()
@@ -255,23 +272,13 @@ class E4Alignment(Estimator):
             if family(name) == "fisher" and unconverged:
                 readings[name]["verdict"] = "inconclusive"
         headline = READINGS[self.readings[0]]
-        tolerance = {}
-        for tol in (RANGE_TOL, *TOLERANCES):
-            at = [lay[f"tolerance_{tol:g}"] for lay in layers] if tol != RANGE_TOL else [
-                {"rank": lay["sigma_rank"], "q95": lay["random_q95"], "cos": {k: lay[f"cos_{k}"] for k in
-                                                                            ("sigma_inv", "sigma", "identity")}}
-                for lay in layers]
-            m = margins({k: np.stack([a["cos"][k] for a in at]) for k in at[0]["cos"]},
-                        np.array([a["q95"] for a in at]), headline)
-            mean, low, high = mean_interval(m, rng)
-            tolerance[f"{tol:g}"] = {"sigma_rank_min": min(a["rank"] for a in at), "mean_margin": mean, "low": low,
-                                     "high": high, "verdict": margin_verdict(low, high)}
+        tolerance = range_tolerances(layers, headline, rng)
         tokens = min(lay["sigma_tokens"] for lay in layers)
         metrics: dict = {}
         for name, r in readings.items():
             metrics |= {f"heads_aligned_{name}": r["heads_aligned"], f"mean_margin_{name}": r["mean_margin"],
                         f"mean_margin_{name}_low": r["low"], f"mean_margin_{name}_high": r["high"]}
-            for k in DEFLATIONS:
+            for k in applicable(DEFLATIONS, self.ctx.dim):
                 d = r[f"deflated_{k}"]
                 key = f"deflated_margin_{name}_k{k}"
                 metrics |= {key: d["mean_margin"], f"{key}_low": d["low"], f"{key}_high": d["high"]}
@@ -295,7 +302,9 @@ class E4Alignment(Estimator):
             "fisher_sequences": len(self.detail_[0]),
         }
         details = {k: [as_list(lay[k]) if isinstance(lay[k], np.ndarray) else lay[k] for lay in layers]
-                   for k in layers[0] if not k.startswith(("tolerance_", "spectral", "across", "own_"))}
+                   for k in layers[0] if not k.startswith(("tolerance_", "spectral", "across", "own_", "trace_"))}
+        details["support"] = self._support(layers, readings)
+        details["bilinear_form"] = bilinear_form(self.ctx.attention[0].bq, self.ctx.attention[0].bk)
         details["readings"] = {name: {k: v for k, v in r.items() if k != "margin"} for name, r in readings.items()}
         details["range_tolerance"] = tolerance
         details["resampling_unit"] = "layer"
@@ -308,10 +317,18 @@ class E4Alignment(Estimator):
         arrays = {"layers": layers, "readings": readings, "enough_tokens": tokens >= MIN_TOKENS_PER_DIM * self.ctx.dim}
         return Measured(arrays, metrics, details)
 
+    def _support(self, layers: list[dict], readings: dict) -> dict:
+        r"""Where each reading's support lies: ``k`` (``e4_support.support_k``) and, for the $\Sigma$ readings, the
+        fraction of $\Sigma$'s trace in its top k directions (the layers' mean) at every applicable k."""
+        ks = applicable(DEFLATIONS, self.ctx.dim)
+        return {"trace_fraction_sigma": mean_fractions([lay["trace_fraction"] for lay in layers]),
+                **{f"k_{name}": support_k(r, ks) for name, r in readings.items()}}
+
     def judge(self, measured: Measured) -> Judgement:
         readings, enough = measured.arrays["readings"], measured.arrays["enough_tokens"]
         controls = [
-            Control(f"{CONTROLS[h]} ({READINGS[name].label} reading)", "negative", c["verdict"],
+            Control(f"{CONTROLS[h]} ({READINGS[name].label} reading)", "positive" if h in POSITIVE else "negative",
+                    c["verdict"],
                     {"mean_margin": c["mean_margin"], "low": c["low"], "high": c["high"],
                      **({"deflated_margin_k1": c["deflated_1"]["mean_margin"]} if "deflated_1" in c else {}),
                      "old_rule_mean_margin": c["old_rule"]["mean_margin"], "old_rule_low": c["old_rule"]["low"]})
@@ -325,7 +342,8 @@ class E4Alignment(Estimator):
                     if r["verdict"] == "supported" else r["verdict"].replace("_", " "))
             strength.append(f"{name}: {said} (cos^2 median {r['median_cos2']:.2g}, at most {r['max_cos2']:.2g})")
         name = self.readings[0]
-        deflation = ", ".join(f"k={k} {m[f'deflated_margin_{name}_k{k}']:+.3f}" for k in DEFLATIONS)
+        deflation = ", ".join(f"k={k} {m[f'deflated_margin_{name}_k{k}']:+.3f}"
+                              for k in applicable(DEFLATIONS, self.ctx.dim))
         specific = (f"; heads specific to their own layer's target (margin over the best other layer's > 0): "
                     f"{m[f'heads_specific_{name}']} of {m['heads']}, mean margin "
                     f"{m[f'specificity_margin_{name}']:+.3f} [{m[f'specificity_margin_{name}_low']:+.3f}, "

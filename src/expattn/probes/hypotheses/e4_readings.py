@@ -45,14 +45,17 @@ every deflated target ($m^{(1)} \le -q_{95} < 0$, the random form's percentile b
 has, nearly, a head that reads the top direction of the population while the sample's $u_1$ is off by a few degrees
 (deflating the form too would leave only that error, whose cosine with the deflated $\Sigma$ is large: it lies along
 $u_2$).
-A $\Sigma$ reading is supported when the 95% intervals of the means of $m_h$, $m_h^{(1)}$ and $m_h^{(5)}$ all lie
-above 0, not supported when any lies below 0 (``DECIDING``): $k = 1$ removes the trivial explanation, $k = 5$ every
-low-rank one, so a head reading only the target's top 5 directions or fewer is no reading of the target; the
-target truncated to its top 1, 2 and 5 directions (``top_form``; ``RANKS``) are negative controls through the same
-rule ($k = 2$ is reported). The Fisher readings have a target per head, $F_h$ and
-$\lambda_F(F_h + \lambda_F I)^{-1}$ (``fisher_targets``: on a CPU from one float64 eigendecomposition of $F_h$,
-elsewhere a float32 Cholesky inverse, ``regularised_inverse``; $F_h$'s negative eigenvalues are clipped): the same
-margins and rule with dense targets in range coordinates (``e4_dense``), each target's top-$k$ eigenvectors (on an
+A $\Sigma$ reading is supported when the 95% intervals of the means of $m_h$ and $m_h^{(k)}$, $k$ = 1, 5, 20, all lie
+above 0, not supported when any lies below 0 (``DECIDING``; fixed $k$, the same for every model, each where
+$3k \le D$, ``e4_support.applicable``): $k = 1$ removes the trivial explanation, $k = 5$ the low-rank ones, $k = 20$
+the principal subspace. The target truncated to its top 1, 2, 5, 10, 20 directions (``RANKS``) are negative controls
+($k = 2$ is reported). $T^2$ and $T^{1/2}$ (``POWERS``) are rivals: the seed's claim is about $\Sigma$ itself, not its
+eigenbasis. The target itself and the target plus a random form of
+0.3 and 1.0 times its norm are positive controls (``e4_support``), which must stay supported. The Fisher
+readings (no powers, no positive controls) have a target per head, $F_h$ and $\lambda_F(F_h + \lambda_F I)^{-1}$
+(``fisher_targets``: on a CPU from one float64 eigendecomposition of $F_h$, elsewhere a float32 Cholesky inverse,
+``regularised_inverse``; $F_h$'s negative eigenvalues are clipped): the same margins and rule with dense targets
+in range coordinates (``e4_dense``), each target's top-$k$ eigenvectors (on an
 accelerator from an iterative solver, ``core.top_eigen``, residual tolerance $10^{-5}\lVert M\rVert_F$; a head it
 leaves unconverged makes the Fisher readings inconclusive, ``fisher_unconverged``) deflated per head, its spectrum
 put on random eigenvectors as $Q F_h Q^\top$ (Haar-random as $Q$ is: no eigenvectors needed), and its
@@ -77,9 +80,10 @@ from expattn.core.top_eigen import TopEigen, top_eigen, top_pairs
 RANGE_TOL = 1e-6
 TOLERANCES = (1e-8, 1e-4)
 BOOTSTRAP = 2000
-DEFLATIONS = (1, 2, 5)
-DECIDING = (1, 5)  # the deflations the rule reads: no explanation by the target's top 5 directions or fewer
-RANKS = (1, 2, 5)  # the negative controls' truncations of the target: its top 1, 2, 5 directions
+DEFLATIONS = (1, 2, 5, 20)
+DECIDING = (1, 5, 20)  # the deflations the rule reads: no explanation by the target's top 20 directions or fewer
+RANKS = (1, 2, 5, 10, 20)  # the negative controls' truncations of the target: its top 1, 2, 5, 10, 20 directions
+POWERS = (2.0, 0.5)  # monotone functions of the target, rivals of the target itself: T^2 and T^(1/2)
 WEAK = 0.5  # cos^2 below which the target explains less than half of every head's squared norm
 RIDGE = 1e-2  # the reference inverse's ridge: (Sigma + 1e-2 tr(Sigma)/D I)^-1
 
@@ -188,26 +192,36 @@ def top_form(spectrum: Float[Tensor, "*batch r"], rank: int = 1) -> Float[Tensor
 
 
 def deflated(heads: dict[str, tuple[Tensor, Tensor, Tensor, Tensor]], spectra: dict[str, Tensor], reading: Reading,
-             k: int) -> dict[str, dict[str, Tensor]]:
-    r"""Cosines of each set of heads $\operatorname{sym}(u^\top v)$ with the targets of ``reading``, each with the
+             k: int, q: Float[Tensor, "r r"]) -> dict[str, dict[str, Tensor]]:
+    r"""Cosines of each set of heads $A = \operatorname{sym}(u^\top v)$ with the targets of ``reading``, each with the
     reading's target's top-``k`` eigen-directions projected out: $P T P$ with $P$ the projector on the other
-    directions. Everything is in the eigen-coordinates shared by the target and its rival, where both are diagonal:
+    directions, in the eigen-coordinates shared by the target and its rival, where both are diagonal:
     ``spectra[name]`` ``(..., r)`` (range coordinates for the $\Sigma$ readings, ``(r,)``; each head's $F_h$
-    eigenvectors for the Fisher readings, ``(H, r)``). ``heads[name] = (u, v, uQ, vQ)``: rows ``(..., rows, r)`` in
-    those coordinates, and the same rotated by a Haar-random orthogonal $Q$ (``haar``). Per name, keys: the target,
-    the rival, ``identity`` ($P$) and ``haar_<target>``, $Q\,P T P\,Q^\top$ (the deflated target's spectrum on
-    random eigenvectors: $\cos(\operatorname{sym}(u^\top v), Q D Q^\top) = \cos(\operatorname{sym}((uQ)^\top vQ),
-    D)$); each ``(...)``."""
+    eigenvectors, ``(H, r)``). ``heads[name] = (u, v, uQ, vQ)``: rows ``(..., rows, r)`` in those coordinates, and
+    the same rotated by the Haar-random orthogonal ``q`` $Q$ (``haar``). Per name, keys: the target, the rival,
+    ``identity`` ($P$), ``power<p>_<target>`` ($P T^p P$, ``POWERS``) and ``haar_<target>``, $P Q D Q^\top P$ with
+    $D = PTP$: the deflated target's spectrum on random directions within the kept ones, so that, like the target,
+    it does not see $A$'s part along the deflated directions ($\langle A, PQDQ^\top P\rangle =
+    \sum ((uP)Q) D \odot ((vP)Q)$, $\lVert PQDQ^\top P\rVert^2 = \lVert D\rVert^2 - 2\lVert Q_t D\rVert^2 +
+    \lVert Q_t D Q_t^\top\rVert^2$ with $Q_t$ the rows of $Q$ at the deflated directions); each ``(...)``."""
     order = spectra[reading.target].argsort(-1, descending=True)[..., :k]
     mask = torch.ones_like(spectra[reading.target]).scatter_(-1, order, 0.0)
     targets = {reading.target: spectra[reading.target] * mask, reading.rival: spectra[reading.rival] * mask,
                "identity": mask}
+    targets |= {f"power{p:g}_{reading.target}": spectra[reading.target].clamp_min(0) ** p * mask for p in POWERS}
     targets = {key: t.float() for key, t in targets.items()}
+    d, q = targets[reading.target], q.to(targets[reading.target].dtype)
+    qd = q[order] * d.unsqueeze(-2)  # (..., k, r): Q_t D
+    haar_norm = (d.square().sum(-1) - 2 * qd.square().sum((-1, -2)) + (qd @ q[order].mT).square().sum((-1, -2)))
     out = {}
     for name, (u, v, uq, vq) in heads.items():
         norm = sym_norm(u, v)  # the form is kept whole (and Q is orthogonal): one norm for every target
         out[name] = {key: sym_cos_diagonal(u, v, t, norm) for key, t in targets.items()}
-        out[name][f"haar_{reading.target}"] = sym_cos_diagonal(uq, vq, targets[reading.target], norm)
+        off = (1 - mask).unsqueeze(-2)  # (..., 1, r): the deflated directions
+        upq, vpq = uq - (u * off) @ q.to(u.dtype), vq - (v * off) @ q.to(v.dtype)  # (uP)Q, (vP)Q
+        inner = (upq * d.unsqueeze(-2) * vpq).sum((-1, -2))
+        scale = norm * haar_norm.clamp_min(0).sqrt()
+        out[name][f"haar_{reading.target}"] = torch.where(scale > 0, inner / scale.clamp_min(1e-30), 0.0)
     return out
 
 
@@ -237,9 +251,10 @@ def margin_verdict(low: float, high: float) -> str:
 
 def margins(cos: dict[str, np.ndarray], q95: np.ndarray, reading: Reading) -> np.ndarray:
     """$m_h$ of ``reading`` from per-head cosines ``cos[key]`` ``(L, H)`` (keys: the targets, ``identity`` and,
-    where present, ``haar_<target>``) and the per-layer random percentile ``q95`` ``(L,)``."""
+    where present, ``haar_<target>`` and the powers ``power<p>_<target>``) and the per-layer random percentile
+    ``q95`` ``(L,)``."""
     chance = np.broadcast_to(q95[:, None], cos["identity"].shape)
-    rivals = [cos[reading.rival], cos["identity"], chance]
+    rivals = [cos[reading.rival], cos["identity"], chance, *(c for key, c in cos.items() if key.startswith("power"))]
     if f"haar_{reading.target}" in cos:
         rivals.append(cos[f"haar_{reading.target}"])
     return cos[reading.target] - np.maximum.reduce(rivals)
@@ -259,23 +274,6 @@ def mean_interval(values: np.ndarray, rng: np.random.Generator, unit: str = "lay
         boot = values[layers, rng.integers(0, n_heads, (BOOTSTRAP, n_layers, n_heads))].mean((1, 2))
     low, high = np.quantile(boot, [0.025, 0.975])
     return float(values.mean()), float(low), float(high)
-
-
-def own_over_best_other(table: np.ndarray) -> np.ndarray:
-    """``table`` ``(..., N', N)``: the cosine of unit ``n`` with target ``n'`` (its own at ``n' = n``). Returns its
-    own cosine minus its best other one, ``(..., N)`` (``-inf`` with a single target)."""
-    n = table.shape[-1]
-    own = table[..., np.arange(n), np.arange(n)]
-    return own - np.where(np.eye(n, dtype=bool), -np.inf, table).max(-2)
-
-
-def specificity(margin: np.ndarray, count: str, name: str, rng: np.random.Generator) -> dict[str, float]:
-    """``{count: heads whose own target wins, name: mean margin, name_low, name_high}`` for per-head margins
-    ``(L, H)`` of ``own_over_best_other`` (intervals by ``mean_interval``); ``{}`` when there is no other target."""
-    if not np.isfinite(margin).all():
-        return {}
-    mean, low, high = mean_interval(margin, rng)
-    return {count: int((margin > 0).sum()), name: mean, f"{name}_low": low, f"{name}_high": high}
 
 
 def rule(headline: tuple[float, float], deflations: list[tuple[float, float]]) -> str:
@@ -300,8 +298,8 @@ def judge_margins(cos: dict[str, np.ndarray], deflations: dict[int, dict[str, np
         mk = margins(at, q95, reading)
         out[f"deflated_{k}"] = dict(zip(("mean_margin", "low", "high"), mean_interval(mk, rng), strict=True))
     out["verdict"] = rule((low, high), [(out[f"deflated_{k}"]["low"], out[f"deflated_{k}"]["high"])
-                                        for k in DECIDING])
-    old = {key: c for key, c in cos.items() if not key.startswith("haar_")}
+                                        for k in DECIDING if k in deflations])
+    old = {key: c for key, c in cos.items() if not key.startswith(("haar_", "power"))}
     o_mean, o_low, o_high = mean_interval(margins(old, q95, reading), rng, "head")
     out["old_rule"] = {"verdict": margin_verdict(o_low, o_high), "mean_margin": o_mean, "low": o_low, "high": o_high}
     return out

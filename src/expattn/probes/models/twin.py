@@ -5,24 +5,22 @@ of a copy of its config, built under ``torch.manual_seed(seed)`` in the model's 
 twin of expattn's own LM is ``LM(cfg)`` under the same seed, which is exactly the LM at step 0 of
 ``expattn train --seed seed``. The global random state is left as it was (``torch.random.fork_rng``).
 
-``sample_ids`` gives the token ids the probe fed the trained model, ``(sequences, seq_len)``, so the twin is probed
-on exactly those (``probe_subject(..., input_ids=...)``); a vision model's synthetic images depend only on the
-probe's seed and need nothing.
+``probe_twin`` feeds the twin the token ids the probe fed the trained model, ``(sequences, seq_len)``
+(``probe_subject(..., input_ids=...)``), not a second tokenisation; a vision model's synthetic images depend only
+on the probe's seed and need nothing.
 """
 
 from __future__ import annotations
 
 import copy
-import math
 import warnings
 from collections.abc import Callable
 
 import torch
-from jaxtyping import Int
 from torch import nn
 
 from expattn.nn.lm import LM
-from expattn.probes.models.corpus import TokenSample, sequence
+from expattn.probes.models.corpus import Sequences
 from expattn.probes.models.lm_adapter import ProbedLM
 from expattn.probes.models.subject import Subject, subject_from_model
 from expattn.results.record import Record, error_record
@@ -59,26 +57,14 @@ def twin_subject(subject: Subject, seed: int = 0) -> Subject:
     return twin
 
 
-def sample_ids(subject: Subject, text: str, seq_len: int, tokens: int, seed: int
-               ) -> Int[torch.Tensor, "sequences seq_len"]:
-    """The ids of the probe's sample of ``text`` for ``subject``: ``ceil(tokens / seq_len)`` sequences, row ``i`` the
-    probe's sequence ``i`` (``corpus.sequence`` with ``TokenSample(seq_len, seed)``)."""
-    sample = TokenSample(seq_len, seed)
-    n_seq = math.ceil(tokens / seq_len)
-    return torch.stack([sequence(text, subject.tokenizer, subject.adapter.family, sample, i) for i in range(n_seq)])
-
-
 def probe_twin(subject: Subject, run: Callable[[Subject, torch.Tensor | None], list[Record]], *, seed: int,
-               text: str | None, input_ids: Int[torch.Tensor, "sequence seq_len"] | None, seq_len: int, tokens: int,
-               hypotheses: tuple[str, ...]) -> list[Record]:
-    """The twin's records: ``run(twin_subject(subject, seed), ids)`` on the ids the trained model was fed
-    (``input_ids``, else ``sample_ids`` of ``text``; None for a vision model, whose images depend on the seed only).
-    A twin that cannot be built or probed gives one ``error`` record per hypothesis (the exception in its notes):
-    the trained model's records stand, and their twin control says ``error``."""
+               fed: Sequences, hypotheses: tuple[str, ...]) -> list[Record]:
+    """The twin's records: ``run(twin_subject(subject, seed), ids)`` on the token ids the trained model was fed, the
+    items of ``fed`` stacked ``(sequences, seq_len)`` (None for a vision model, whose images depend on the seed
+    only). A twin that cannot be built or probed gives one ``error`` record per hypothesis (the exception in its
+    notes): the trained model's records stand, and their twin control says ``error``."""
     try:
-        ids = input_ids
-        if ids is None and text is not None and subject.image is None:
-            ids = sample_ids(subject, text, seq_len, tokens, seed)
+        ids = None if subject.image is not None else torch.stack([fed.item(i) for i in range(fed.count)])
         return run(twin_subject(subject, seed), ids)
     except Exception as err:  # the trained records are measured: the twin's failure is recorded beside them
         return [error_record(h, "empirical", "twin", err) for h in hypotheses]
