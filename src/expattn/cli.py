@@ -132,8 +132,8 @@ def report(
                                                            "(missing or empty, or --overwrite).")] = Path("report"),
     models: Annotated[str, typer.Option(help="Comma-separated models to probe: minilm, smollm2, gemma3 or model "
                                              "folders.")] = "minilm,smollm2",
-    quick: Annotated[bool, typer.Option("--quick", help="Small sizes everywhere (70 s wall, 127 CPU-seconds on a "
-                                        "quiet 2-core machine, as measured in the README).")] = False,
+    quick: Annotated[bool, typer.Option("--quick", help="Small sizes everywhere: every stage at its quick "
+                                                        "sizes.")] = False,
     seed: Annotated[int, typer.Option(help="Seed of every stage.")] = 0,
     stages: Annotated[str, typer.Option(help="Comma-separated stages to run: verify, simulate, probe, train.")] = (
         "verify,simulate,probe,train"
