@@ -44,7 +44,7 @@ def plain_forward(config) -> tuple[float, float]:
     path = resolve_model_dir(config.model)
     hf = read_config(path)
     family = adapter_for(hf["model_type"]).family
-    model, tokenizer = load_pretrained(path, hf["model_type"], dtype=getattr(torch, config.dtype or "float32"))
+    model, tokenizer = load_pretrained(path, hf, dtype=getattr(torch, config.dtype or "float32"))
     text = load_text(config.corpus, config.text)
     sample = TokenSample(config.seq_len, config.seed)
     n_seq = math.ceil(config.tokens / config.seq_len)

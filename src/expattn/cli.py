@@ -145,10 +145,11 @@ def verify(
 def report(
     out: Annotated[Path, typer.Option(readable=False, help="Folder for results.json, report.html, report.md and plots "
                                                            "(missing or empty, or --overwrite).")] = REPORT.out_dir,
-    models: Annotated[str, typer.Option(help="Comma-separated models to probe: minilm, smollm2, gemma3 or model "
+    models: Annotated[str, typer.Option(help="Comma-separated models to probe: minilm, smollm2, gemma3, qwen2.5-0.5b, "
+                                             "qwen2.5-1.5b or model "
                                              "folders.")] = ",".join(REPORT.models),
-    quick: Annotated[bool, typer.Option("--quick", help="Small sizes everywhere (70 s wall, 127 CPU-seconds on a "
-                                        "quiet 2-core machine, as measured in the README).")] = False,
+    quick: Annotated[bool, typer.Option("--quick", help="Small sizes everywhere: every stage at its quick "
+                                                        "sizes.")] = False,
     seed: Annotated[int, typer.Option(help="Seed of every stage.")] = REPORT.seed,
     stages: Annotated[str, typer.Option(help="Comma-separated stages to run: verify, simulate, probe, train.")] = (
         ",".join(REPORT.stages)

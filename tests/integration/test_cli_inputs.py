@@ -83,3 +83,14 @@ def test_ids_outside_the_vocabulary_are_refused_before_the_forward_pass():
         with pytest.raises(ValueError, match=rf"input_ids must lie in \[0, {vocabulary}\) .* got ids in "
                                              rf"\[{low}, {high}\]"):
             expattn.probe(model, input_ids=wrong, hypotheses=("E5",), replicates=2, detail_sequences=2)
+
+
+def test_texts_that_are_not_strings_are_refused_by_name():
+    model, _ = _tiny_and_ids()
+    tokenizer = object()  # never reached: the texts are checked before a sequence is cut
+    for texts, found in (([1, 2], "a list holding int"), (["a", None], "a list holding NoneType"), (5, "int")):
+        with pytest.raises(TypeError, match=f"texts must be a string or a list of strings, got {found}$"):
+            expattn.probe(model, tokenizer, texts=texts, hypotheses=("E5",))
+    for empty in ("", [" ", "\n"]):
+        with pytest.raises(ValueError, match="texts are empty"):
+            expattn.probe(model, tokenizer, texts=empty, hypotheses=("E5",))

@@ -63,10 +63,26 @@ def _functions(path: Path):
     return [n for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
 
 
+def _long_functions(folder: Path) -> list[str]:
+    return [f"{p.relative_to(folder.parent)}:{f.name} ({f.end_lineno - f.lineno + 1} lines)"
+            for p in sorted(folder.rglob("*.py")) for f in _functions(p) if f.end_lineno - f.lineno + 1 > MAX_LINES]
+
+
 def test_no_preset_function_is_over_60_lines():
-    long = [f"{p.name}:{f.name} ({f.end_lineno - f.lineno + 1} lines)" for p in sorted(PRESETS.glob("*.py"))
-            for f in _functions(p) if f.end_lineno - f.lineno + 1 > MAX_LINES]
+    assert not _long_functions(PRESETS), _long_functions(PRESETS)
+
+
+@pytest.mark.parametrize("folder", ["probes", "commands"])
+def test_no_probe_or_command_function_is_over_60_lines(folder):
+    long = _long_functions(PRESETS.parent / folder)
     assert not long, long
+
+
+def test_the_line_rule_finds_a_long_function(tmp_path):
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_LINES))
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "long.py").write_text(f"def long():\n{body}\n", encoding="utf-8")
+    assert _long_functions(tmp_path / "pkg") == [f"pkg/long.py:long ({MAX_LINES + 1} lines)"]
 
 
 def _reads_quick(tree: ast.AST) -> list[int]:

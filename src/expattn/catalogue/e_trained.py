@@ -1,4 +1,4 @@
-"""Claims E1-E9: hypotheses measured on trained transformers by ``expattn probe``."""
+"""The probe's claims (E1 onwards): hypotheses measured on trained transformers by ``expattn probe``."""
 
 from __future__ import annotations
 

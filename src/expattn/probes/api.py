@@ -14,6 +14,11 @@ runs.to_frame()         # one row per hypothesis: its headline's median, min and
 
 The sample of sequences, the estimators and the records are the CLI's (``expattn.probes.runner``),
 so the same model, text and settings give the same numbers.
+
+A model in memory is moved to ``device`` and ``dtype`` in place when they are given. A model read from its
+module tree keeps the probe's taps (its attention implementation becomes ``"expattn"``, which runs
+the same SDPA kernel and records the kernel's inputs): the results' estimators recompute attention
+through them when ``ProbeResults.save`` draws the plots.
 """
 
 from __future__ import annotations
@@ -30,8 +35,8 @@ from torch import nn
 
 from expattn.catalogue import headlines
 from expattn.probes.config import DEFAULTS
-from expattn.probes.models.corpus import load_text
-from expattn.probes.models.subject import context_length, subject_from_model
+from expattn.probes.models.corpus import given_ids, given_text
+from expattn.probes.models.subject import subject_in_memory
 from expattn.probes.runner import ProbeConfig, ProbeOutcome, probe_subject
 from expattn.probes.runner import probe as probe_config
 from expattn.results.files import write_json_atomic
@@ -143,92 +148,54 @@ def probe(model: nn.Module | str, tokenizer: object | None = None, *, texts: str
         input_ids: ``(sequences, seq_len)`` token ids to use as they are instead (``tokens``, ``seq_len`` follow).
         hypotheses: IDs as ``ProbeConfig`` takes them, or one string: an ID (``"E1"``) or IDs separated by
             commas (``"E1,E3"``); None: every one the probe has.
-        tokens, seq_len, seed, batch_size, replicates, detail_sequences: as ``ProbeConfig``, whose defaults these
-            are (``probes.config.DEFAULTS``; ``tokens``: the model's default, ``budgets.default_tokens``, 20,000
-            for a model in memory; ``seed`` 0 unless given).
+        tokens, seq_len, seed, batch_size, replicates, detail_sequences, statistics, memory_budget, twin: as
+            ``ProbeConfig``, whose defaults these are (``probes.config.DEFAULTS``; ``tokens``: the model's default,
+            ``budgets.default_tokens``, 20,000 for a model in memory; ``seed`` 0 unless given). ``memory_budget``
+            None: the device's free memory; ``twin``: each record carries a random-init twin's verdict on the same
+            ids as a control (``expattn.results.twin``).
         seeds: at least two distinct seeds instead of ``seed``: the probe runs once per seed (plots under
             ``out_dir/seed-N``) and the result gives each headline's median and range over them.
         device, dtype: where and in which dtype the model runs (``cpu``, ``cuda:N``; ``float32``, ``bfloat16``,
             ``float16``); None keeps the model where and as it is.
         out_dir: folder for the plots while probing (None: no plots; ``ProbeResults.save`` draws them later).
-        statistics: ``float64`` or ``float32``, the dtype of the ``(D, D)`` accumulators (float32: half their
-            memory; ``expattn.probes.footprint.statistics_bytes`` gives the bytes for a model's shape).
         progress: ``progress(tokens_done, tokens_total)`` after each batch, or, with a parameter named ``stage``,
-            ``progress(done, total, stage=Stage(...))`` at every stage: loading (a model given by name), feeding,
-            each hypothesis's analysis (``expattn.probes.progress``).
-        memory_budget: bytes the probe may take on the device beside the model's weights (an int, or a size such as
-            ``"40GiB"``); None: the device's free memory. Hypotheses that do not fit together are fed in passes over
-            the same tokens, said on stderr and in ``outcome.passes`` (the same records as one pass).
-        twin: also probe a random-init twin (same class and config, initialised under ``torch.manual_seed(seed)``)
-            on the same token ids; each record then carries the twin's verdict as a control and its ``training``
-            (``learned``, ``architectural``, ``undecided``: ``expattn.results.twin``).
+            ``progress(done, total, stage=Stage(...))`` at every stage (``expattn.probes.progress``).
 
-    Raises:
-        ValueError / TypeError: bad settings or inputs (naming the argument), or an architecture whose
-            recomputed attention does not match its own.
-
-    The model is moved to ``device`` and ``dtype`` in place when they are given. A model read from its
-    module tree keeps the probe's taps (its attention implementation becomes ``"expattn"``, which runs
-    the same SDPA kernel and records the kernel's inputs): the results' estimators recompute attention
-    through them when ``ProbeResults.save`` draws the plots.
+    Raises ValueError / TypeError on bad settings or inputs (naming the argument), or an architecture whose
+    recomputed attention does not match its own.
     """
     if out_dir is not None:
         _check_out_dir(out_dir)
     if seeds is not None:
-        if seed is not None:
-            raise ValueError(f"give seed or seeds, not both (got seed {seed!r} and seeds {seeds!r})")
-        arguments = {k: v for k, v in locals().items() if k not in ("seed", "seeds", "out_dir")}
-        return SeedResults({s: probe(seed=s, out_dir=None if out_dir is None else Path(out_dir) / f"seed-{s}",
-                                     **arguments) for s in check_seeds(seeds)})
-    seed = 0 if seed is None else seed
-    if progress is not None and not callable(progress):
-        raise TypeError(f"progress must be callable (a function of tokens done and in all) or None, got "
-                        f"{type(progress).__name__}")
+        return _per_seed(seed, seeds, out_dir,
+                         {k: v for k, v in locals().items() if k not in ("seed", "seeds", "out_dir")})
+    _check_progress(progress)
     if input_ids is not None:
-        if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.is_floating_point():
-            raise TypeError("input_ids must be an integer tensor (sequences, seq_len)")
+        seq_len, tokens = given_ids(input_ids).shape[1], input_ids.numel()
         if texts is not None:
             raise ValueError("give texts or input_ids, not both")
-        if input_ids.numel() == 0:
-            raise ValueError(f"input_ids must hold at least one sequence of at least one token, got shape "
-                             f"{tuple(input_ids.shape)}")
-        seq_len, tokens = int(input_ids.shape[1]), int(input_ids.numel())
-    if isinstance(hypotheses, str):  # one ID, or IDs separated by commas as ``--only`` takes them
-        hypotheses = tuple(h.strip() for h in hypotheses.split(","))
-    elif hypotheses is not None and not isinstance(hypotheses, Iterable):
-        raise TypeError(f"hypotheses must be an ID such as 'E1', IDs separated by commas, or a sequence of IDs, "
-                        f"got {type(hypotheses).__name__}")
-    config = ProbeConfig(model=model if isinstance(model, str) else type(model).__name__, tokens=tokens,
-                         seq_len=seq_len, seed=seed, batch_size=batch_size, replicates=replicates,
-                         detail_sequences=detail_sequences,
-                         hypotheses=None if hypotheses is None else tuple(hypotheses),
-                         device=None if device is None else str(device),
-                         dtype=dtype if dtype is None or isinstance(dtype, str) else str(dtype).removeprefix("torch."),
-                         statistics=statistics, memory_budget=memory_budget, twin=twin)
+    config = _config(model, hypotheses, device, dtype, tokens=tokens, seq_len=seq_len, seed=0 if seed is None else seed,
+                     batch_size=batch_size, replicates=replicates, detail_sequences=detail_sequences,
+                     statistics=statistics, memory_budget=memory_budget, twin=twin)
+    out = None if out_dir is None else Path(out_dir)
     if isinstance(model, str):  # the runner's ``load`` checks the settings against the machine and the folder
         if texts is not None or input_ids is not None or tokenizer is not None:
             raise ValueError("a model given by name reads its own tokenizer and the corpus; load it to pass texts")
-        return ProbeResults(probe_config(config, None if out_dir is None else Path(out_dir), progress))
+        return ProbeResults(probe_config(config, out, progress))
     config.require_memory()
     if input_ids is None and tokenizer is None:
         raise ValueError("tokenizer is needed to cut sequences from texts (or pass input_ids)")
-    subject = subject_from_model(model, tokenizer, device=device, dtype=dtype)
-    context = context_length(subject.config)
-    if context is not None and seq_len > context:
-        raise ValueError(f"seq_len {seq_len} exceeds the context length {context} of the model")
-    if input_ids is not None:
-        _check_vocabulary(input_ids, subject.model, subject.config)
-    text = None
-    if input_ids is None:
-        if not (texts is None or isinstance(texts, str)
-                or (isinstance(texts, list | tuple) and all(isinstance(t, str) for t in texts))):
-            got = type(texts).__name__ if not isinstance(texts, list | tuple) else (
-                f"a {type(texts).__name__} holding {type(next(t for t in texts if not isinstance(t, str))).__name__}")
-            raise TypeError(f"texts must be a string or a list of strings, got {got}")
-        joined = texts if isinstance(texts, str) or texts is None else "\n".join(texts)
-        text = load_text() if joined is None else _checked(joined.replace("\r\n", "\n"))
-    out = None if out_dir is None else Path(out_dir)
+    subject = subject_in_memory(model, tokenizer, config.seq_len, device=device, dtype=dtype)
+    text = None if input_ids is not None else given_text(texts)
     return ProbeResults(probe_subject(subject, config, out, progress, text=text, input_ids=input_ids))
+
+
+def _per_seed(seed: int | None, seeds: list[int], out_dir: str | Path | None, arguments: dict) -> SeedResults:
+    """``probe`` once per seed of ``seeds`` with the other ``arguments``, plots under ``out_dir/seed-N``."""
+    if seed is not None:
+        raise ValueError(f"give seed or seeds, not both (got seed {seed!r} and seeds {seeds!r})")
+    return SeedResults({s: probe(seed=s, out_dir=None if out_dir is None else Path(out_dir) / f"seed-{s}",
+                                 **arguments) for s in check_seeds(seeds)})
 
 
 def _check_out_dir(out_dir: str | Path) -> None:
@@ -244,22 +211,29 @@ def _check_out_dir(out_dir: str | Path) -> None:
         raise ValueError(f"out_dir {str(out_dir)!r} cannot be written: {err.strerror or err} in {ancestor}") from err
 
 
-def _check_vocabulary(input_ids: torch.Tensor, model: nn.Module, config: dict) -> None:
-    """``ValueError`` naming ``input_ids`` unless every id lies in ``[0, vocabulary)``: one read of the ids'
-    range before the forward pass (whose embedding lookup would raise an ``IndexError``, or a device assert)."""
-    try:
-        vocabulary = model.get_input_embeddings().num_embeddings
-    except (AttributeError, NotImplementedError):
-        vocabulary = config.get("vocab_size")
-    if not isinstance(vocabulary, int):
-        return
-    low, high = (int(v) for v in torch.aminmax(input_ids))
-    if low < 0 or high >= vocabulary:
-        raise ValueError(f"input_ids must lie in [0, {vocabulary}) (the model's vocabulary size), got ids in "
-                         f"[{low}, {high}]")
+def _check_progress(progress: object) -> None:
+    if progress is not None and not callable(progress):
+        raise TypeError(f"progress must be callable (a function of tokens done and in all) or None, got "
+                        f"{type(progress).__name__}")
 
 
-def _checked(text: str) -> str:
-    if not text.strip():
-        raise ValueError("texts are empty")
-    return text
+def _config(model: nn.Module | str, hypotheses: object, device: object, dtype: object, **settings) -> ProbeConfig:
+    """The ``ProbeConfig`` of ``probe``'s keywords: the model's name (its class for one in memory), the IDs
+    (``_ids``), the device and dtype as strings."""
+    return ProbeConfig(model=model if isinstance(model, str) else type(model).__name__, hypotheses=_ids(hypotheses),
+                       device=None if device is None else str(device),
+                       dtype=dtype if dtype is None or isinstance(dtype, str) else str(dtype).removeprefix("torch."),
+                       **settings)
+
+
+def _ids(hypotheses: str | Iterable[str] | None) -> tuple[str, ...] | None:
+    """``hypotheses`` as ``ProbeConfig`` takes them: one ID, or IDs separated by commas as ``--only`` takes them,
+    or a sequence of IDs; None: every one."""
+    if hypotheses is None:
+        return None
+    if isinstance(hypotheses, str):
+        return tuple(h.strip() for h in hypotheses.split(","))
+    if not isinstance(hypotheses, Iterable):
+        raise TypeError(f"hypotheses must be an ID such as 'E1', IDs separated by commas, or a sequence of IDs, "
+                        f"got {type(hypotheses).__name__}")
+    return tuple(hypotheses)

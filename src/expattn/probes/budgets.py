@@ -6,8 +6,7 @@ to tell a sphere from a Gaussian (``e3_shape.buffer_size``).
 
 from __future__ import annotations
 
-# Gemma 3 (width 640, 18 layers) at SmolLM2's budget: 72 s on the quiet 2-core machine, its model loaded
-# Qwen2.5 0.5B and 1.5B: the same 8,192, the most a report stage of either can afford on the CPU
+# Gemma 3 (width 640, 18 layers) at SmolLM2's budget (its timing: benchmarks/README.md); Qwen2.5 0.5B and 1.5B too
 DEFAULT_TOKENS = {"minilm": 20_000, "smollm2": 8_192, "gemma3": 8_192, "qwen2.5-0.5b": 8_192, "qwen2.5-1.5b": 8_192}
 # quick: SmolLM2 (width 576) needs 1,024 kept tokens per depth for E3's radius ratio to tell a sphere from a
 # Gaussian (``e3_shape.SPHERE_POWER``); at 768 tokens (762 kept) its sphere control passed or failed by the seed.

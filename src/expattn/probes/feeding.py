@@ -66,15 +66,7 @@ def feed(subject: Subject, ctx: ProbeContext, estimators: list, batches: list[li
             w = own(subject.model, i) if cast else ctx.attention[i]
             fed.checked = max(fed.checked, check_heads(i, tensors, w, subject.dtype))
         batch.shared.clear()  # statistics shared between estimators live for one block
-        for est in estimators:
-            if est.claim in fed.failed:
-                continue
-            t0 = time.perf_counter()
-            try:
-                est.update(i, tensors, batch)
-            except Exception as err:  # a bug or crash of one estimator: its record reads error, the others go on
-                fed.failed[est.claim] = error_record(est.claim, "empirical", "update", err)
-            fed.per_estimator[est.claim] += time.perf_counter() - t0
+        _update(estimators, i, tensors, batch, fed)
 
     def on_block(i: int, tensors: dict[str, torch.Tensor]) -> None:
         if worker is not None:  # the batch and the check flag as they are now, not when the job runs
@@ -90,10 +82,7 @@ def feed(subject: Subject, ctx: ProbeContext, estimators: list, batches: list[li
             rows = torch.stack([inputs(i) for i in indices]).to(subject.device)
             state["batch"] = _batch(indices, config.seed, config.replicates)
             t0, c0 = time.perf_counter(), time.process_time()
-            if subject.image is not None:
-                subject.model(pixel_values=rows.to(subject.dtype))
-            else:
-                subject.model(input_ids=rows, attention_mask=torch.ones_like(rows), **subject.kwargs)
+            _forward(subject, rows)
             fed.forward += time.perf_counter() - t0
             fed.forward_cpu += time.process_time() - c0
             state["check"] = False
@@ -109,6 +98,29 @@ def feed(subject: Subject, ctx: ProbeContext, estimators: list, batches: list[li
     if worker is not None:
         fed.stats_cpu = worker.cpu_seconds
     return fed
+
+
+def _update(estimators: list, i: int, tensors: dict[str, torch.Tensor], batch: Batch, fed: Feeding) -> None:
+    """Every estimator not yet failed takes block ``i``'s tensors, timed into ``fed.per_estimator``; one that raises
+    gets an error record in ``fed.failed`` (a bug or crash of one estimator: the others go on)."""
+    for est in estimators:
+        if est.claim in fed.failed:
+            continue
+        t0 = time.perf_counter()
+        try:
+            est.update(i, tensors, batch)
+        except Exception as err:
+            fed.failed[est.claim] = error_record(est.claim, "empirical", "update", err)
+        fed.per_estimator[est.claim] += time.perf_counter() - t0
+
+
+def _forward(subject: Subject, rows: torch.Tensor) -> None:
+    """One forward pass of ``rows``: ``(batch, channels, height, width)`` images for a vision encoder, else
+    ``(batch, seq_len)`` token ids with a full attention mask."""
+    if subject.image is not None:
+        subject.model(pixel_values=rows.to(subject.dtype))
+    else:
+        subject.model(input_ids=rows, attention_mask=torch.ones_like(rows), **subject.kwargs)
 
 
 def recomputable(subject: Subject) -> bool:

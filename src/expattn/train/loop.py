@@ -9,7 +9,7 @@ DistributedDataParallel. Files in ``cfg.out`` (written by the main process only)
   ``ckpt_every`` steps and at the end;
 - ``config.json``: the model and training configs;
 - ``model/``: a loadable copy of the weights and vocabulary (``expattn.nn.export``), replaced
-  with every checkpoint: ``expattn probe --model OUT/model`` measures E1-E9 on it;
+  with every checkpoint: ``expattn probe --model OUT/model`` measures the probe's claims on it;
 - ``steps/<step>/``: the same copy at each step of ``snapshots`` (0: the initialisation, before the first
   update), for hypotheses along training (``expattn.sweeps``).
 

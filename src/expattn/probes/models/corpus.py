@@ -143,7 +143,8 @@ def sequences(subject: Subject, seq_len: int, tokens: int, seed: int, *, text: s
     (``synthetic_image``; ``seq_len`` must be its patches and [CLS]); else the rows of ``input_ids`` as they are, or
     ``ceil(tokens / seq_len)`` sequences cut from ``text`` (``TokenSample``, ``sequence``).
 
-    Raises ValueError when ``seq_len`` is not a vision encoder's number of tokens.
+    Raises ValueError when ``seq_len`` is not a vision encoder's number of tokens, or ``input_ids`` lie outside the
+    vocabulary (``check_vocabulary``).
     """
     family, tokenizer = subject.adapter.family, subject.tokenizer
     excluded = excluded_positions(seq_len, family, tokenizer)
@@ -153,6 +154,7 @@ def sequences(subject: Subject, seq_len: int, tokens: int, seed: int, *, text: s
         shape = subject.image
         return Sequences(math.ceil(tokens / seq_len), lambda i: synthetic_image(shape, seed, i), excluded)
     if input_ids is not None:
+        check_vocabulary(input_ids, subject)
         count, item = len(input_ids), input_ids.__getitem__
     else:
         sample = TokenSample(seq_len, seed)
@@ -168,3 +170,46 @@ def sequences(subject: Subject, seq_len: int, tokens: int, seed: int, *, text: s
         return tokenizer.decode([int(item(i)[position])])
 
     return Sequences(count, item, excluded, token_text)
+
+
+def given_ids(input_ids: object) -> Int[torch.Tensor, "sequence seq_len"]:
+    """``input_ids`` as a caller hands them in, checked: TypeError unless an integer tensor ``(sequences, seq_len)``,
+    ValueError when it holds no token."""
+    if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.is_floating_point():
+        raise TypeError("input_ids must be an integer tensor (sequences, seq_len)")
+    if input_ids.numel() == 0:
+        raise ValueError(f"input_ids must hold at least one sequence of at least one token, got shape "
+                         f"{tuple(input_ids.shape)}")
+    return input_ids
+
+
+def given_text(texts: object) -> str:
+    """``texts`` as a caller hands them in (a string, or strings joined by newlines; None: the Shakespeare corpus),
+    with Windows line ends made ``\\n``. TypeError naming ``texts`` unless a string or a list of strings,
+    ValueError when it holds nothing but white space."""
+    if texts is None:
+        return load_text()
+    if not isinstance(texts, str):
+        if not isinstance(texts, (list, tuple)) or not all(isinstance(t, str) for t in texts):
+            found = type(texts).__name__ if not isinstance(texts, (list, tuple)) else \
+                f"a list holding {type(next(t for t in texts if not isinstance(t, str))).__name__}"
+            raise TypeError(f"texts must be a string or a list of strings, got {found}")
+        texts = "\n".join(texts)
+    if not texts.strip():
+        raise ValueError("texts are empty")
+    return texts.replace("\r\n", "\n")
+
+
+def check_vocabulary(input_ids: Int[torch.Tensor, "sequence seq_len"], subject: Subject) -> None:
+    """``ValueError`` naming ``input_ids`` unless every id lies in ``[0, vocabulary)``: one read of the ids'
+    range before the forward pass (whose embedding lookup would raise an ``IndexError``, or a device assert)."""
+    try:
+        vocabulary = subject.model.get_input_embeddings().num_embeddings
+    except (AttributeError, NotImplementedError):
+        vocabulary = subject.config.get("vocab_size")
+    if not isinstance(vocabulary, int):
+        return
+    low, high = (int(v) for v in torch.aminmax(input_ids))
+    if low < 0 or high >= vocabulary:
+        raise ValueError(f"input_ids must lie in [0, {vocabulary}) (the model's vocabulary size), got ids in "
+                         f"[{low}, {high}]")

@@ -202,9 +202,10 @@ def model_class(config: dict) -> type:
     return transformers.AutoModel
 
 
-def load_pretrained(path: Path, model_type: str, dtype: torch.dtype | None = None, device_map: str | None = None,
+def load_pretrained(path: Path, config: dict, dtype: torch.dtype | None = None, device_map: str | None = None,
                     tokenizer_dir: Path | None = None) -> tuple[nn.Module, object]:
-    """Load weights (``dtype``, default float32; eval mode; PyTorch SDPA attention where the architecture has
+    """Load the weights of the folder ``path``, whose ``config.json`` the caller has read into ``config``
+    (``read_config``), in ``dtype`` (default float32; eval mode; PyTorch SDPA attention where the architecture has
     it, else its own: the estimators read the tensors around the attention kernel) and the tokenizer from
     ``tokenizer_dir`` or ``path``; ``device_map="auto"`` spreads the layers over the devices (accelerate).
 
@@ -216,12 +217,11 @@ def load_pretrained(path: Path, model_type: str, dtype: torch.dtype | None = Non
     """
     from expattn.probes.models.lm_adapter import MODEL_TYPE, load_lm
 
-    if model_type == MODEL_TYPE:
-        return load_lm(path, read_config(path))
+    if config["model_type"] == MODEL_TYPE:
+        return load_lm(path, config)
     from transformers import AutoTokenizer
     from transformers.utils import logging as hf_logging
 
-    config = read_config(path)
     vision = "image_size" in config and "vocab_size" not in config  # fed images, no tokenizer
     tokenizer_dir = Path(path if tokenizer_dir is None else tokenizer_dir)
     if not vision:
@@ -244,7 +244,7 @@ def load_pretrained(path: Path, model_type: str, dtype: torch.dtype | None = Non
             tokenizer = None if vision else AutoTokenizer.from_pretrained(str(tokenizer_dir), trust_remote_code=False)
     except Exception as err:  # any loader failure (bad safetensors header, missing files...) is a user error here
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ValueError(f"cannot load a {model_type} model from {path}: {first}") from err
+        raise ValueError(f"cannot load a {config['model_type']} model from {path}: {first}") from err
     if getattr(model.config, "is_encoder_decoder", False) and hasattr(model, "get_encoder"):
         model = model.get_encoder()
     model.eval()

@@ -165,6 +165,26 @@ def context_length(config: dict) -> int | None:
     return None
 
 
+def check_context(config: dict, seq_len: int, name: str) -> None:
+    """ValueError naming ``seq_len`` when it exceeds the context length of the model ``name`` (``context_length``)."""
+    longest = context_length(config)
+    if longest is not None and seq_len > longest:
+        raise ValueError(f"seq_len {seq_len} exceeds the context length {longest} of {name}")
+
+
+def subject_in_memory(model: nn.Module, tokenizer: object | None, seq_len: int, *, device: str | None = None,
+                      dtype: str | torch.dtype | None = None) -> Subject:
+    """``subject_from_model`` for a model handed in by the caller, checked for sequences of ``seq_len`` tokens.
+
+    Raises:
+        TypeError: ``model`` is not a HuggingFace model; ValueError: a bad device or dtype, or ``seq_len`` beyond
+            the model's context length.
+    """
+    subject = subject_from_model(model, tokenizer, device=device, dtype=dtype)
+    check_context(subject.config, seq_len, "the model")
+    return subject
+
+
 def open_subject(model: str, seq_len: int, *, device: str | None = None, dtype: str | None = None,
                  device_map: str | None = None, tokenizer: str | None = None) -> Subject:
     """The model named ``model`` (as ``expattn probe --model`` takes it: a built-in name, a folder, a cached model
@@ -183,10 +203,8 @@ def open_subject(model: str, seq_len: int, *, device: str | None = None, dtype: 
         raise ValueError(f"tokenizer {tokenizer!r} is not a folder")
     path = resolve_model_dir(model)
     config = read_config(path)
-    longest = context_length(config)
-    if longest is not None and seq_len > longest:
-        raise ValueError(f"seq_len {seq_len} exceeds the context length {longest} of {model}")
-    loaded, tokenizer_object = load_pretrained(path, config["model_type"], cast_to, device_map, tokenizer_dir)
+    check_context(config, seq_len, model)
+    loaded, tokenizer_object = load_pretrained(path, config, cast_to, device_map, tokenizer_dir)
     if device_map is None:
         loaded = place(loaded, place_on, None)
     subject = subject_from_model(loaded, tokenizer_object, name=model)
