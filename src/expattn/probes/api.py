@@ -164,8 +164,6 @@ def probe(model: nn.Module | str, tokenizer: object | None = None, *, texts: str
     Raises ValueError / TypeError on bad settings or inputs (naming the argument), or an architecture whose
     recomputed attention does not match its own.
     """
-    if out_dir is not None:
-        _check_out_dir(out_dir)
     if seeds is not None:
         return _per_seed(seed, seeds, out_dir,
                          {k: v for k, v in locals().items() if k not in ("seed", "seeds", "out_dir")})
@@ -177,7 +175,7 @@ def probe(model: nn.Module | str, tokenizer: object | None = None, *, texts: str
     config = _config(model, hypotheses, device, dtype, tokens=tokens, seq_len=seq_len, seed=0 if seed is None else seed,
                      batch_size=batch_size, replicates=replicates, detail_sequences=detail_sequences,
                      statistics=statistics, memory_budget=memory_budget, twin=twin)
-    out = None if out_dir is None else Path(out_dir)
+    out = _out_folder(out_dir)
     if isinstance(model, str):  # the runner's ``load`` checks the settings against the machine and the folder
         if texts is not None or input_ids is not None or tokenizer is not None:
             raise ValueError("a model given by name reads its own tokenizer and the corpus; load it to pass texts")
@@ -198,9 +196,12 @@ def _per_seed(seed: int | None, seeds: list[int], out_dir: str | Path | None, ar
                                  **arguments) for s in check_seeds(seeds)})
 
 
-def _check_out_dir(out_dir: str | Path) -> None:
-    """``ValueError`` naming ``out_dir`` unless it is a folder or can be made one: checked before the run, by making
-    and removing a temporary folder in its nearest existing ancestor (the plots are written after the analyses)."""
+def _out_folder(out_dir: str | Path | None) -> Path | None:
+    """``out_dir`` as a path, after a ``ValueError`` naming it unless it is a folder or can be made one: checked before
+    the run, by making and removing a temporary folder in its nearest existing ancestor (the plots are written after
+    the analyses)."""
+    if out_dir is None:
+        return None
     path = Path(out_dir).expanduser()
     ancestor = next(p for p in (path, *path.parents) if p.exists())
     if not ancestor.is_dir():
@@ -209,6 +210,7 @@ def _check_out_dir(out_dir: str | Path) -> None:
         shutil.rmtree(tempfile.mkdtemp(prefix=".expattn-check.", dir=ancestor))
     except OSError as err:
         raise ValueError(f"out_dir {str(out_dir)!r} cannot be written: {err.strerror or err} in {ancestor}") from err
+    return Path(out_dir)
 
 
 def _check_progress(progress: object) -> None:
