@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 import expattn
-from expattn.probes.models.loading import gemma3_dir, read_config
+from expattn.probes.models.loading import read_config, resolve_model_dir
 
 
 @pytest.mark.slow
 def test_gemma3_loads_and_every_hypothesis_is_measured_or_skipped_with_a_reason():
-    config = read_config(gemma3_dir())
+    config = read_config(resolve_model_dir("gemma3"))
     assert (config["model_type"], config["num_attention_heads"], config["num_key_value_heads"]) == ("gemma3_text", 4, 1)
     res = expattn.probe("gemma3", tokens=1024, seq_len=128, replicates=50, detail_sequences=4)
     assert sorted(res.verdicts) == [f"E{i}" for i in range(1, 10)]
