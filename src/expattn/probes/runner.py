@@ -258,11 +258,16 @@ def _model_info(subject: Subject, ctx: ProbeContext, checked: float) -> dict:
     }
 
 
+SAY_PEAK_FROM = 2 * memory.GIB
+
+
 def _say_estimate(need: Footprint, device: torch.device) -> None:
-    """One line on stderr before feeding: the peak the run will reach, what the process holds now (the model and
-    the interpreter) plus the footprint's peak beside it, read against the measured peak in benchmarks/README.md."""
+    """One line on stderr before feeding, once the run is planned: the peak it will reach, what the process holds now
+    (the model and the interpreter) plus the footprint's peak beside it (measured peaks: benchmarks/RESULTS.md).
+    Only from ``SAY_PEAK_FROM`` on: a smaller run is no risk to any machine the probe runs on, and its one-line
+    messages stay one line."""
     held = memory.held_bytes(device)
-    if held is None or int(os.environ.get("RANK", "0")) != 0:
+    if held is None or held + need.peak() < SAY_PEAK_FROM or int(os.environ.get("RANK", "0")) != 0:
         return
     print(f"memory: estimated peak {memory.readable(held + need.peak())} on {device.type} ({memory.readable(held)} "
           f"held now, model included, + {memory.readable(need.peak())} for the probe; largest: "
@@ -275,9 +280,9 @@ def passes(subject: Subject, ctx: ProbeContext, chosen: list[str], config: Probe
     if ctx.layers == 0 or not chosen:
         return [tuple(chosen)] if chosen else []
     need = run_footprint(ctx, chosen, config, subject.dtype)
-    _say_estimate(need, subject.device)
     groups = plan(need, subject.device, config.tokens, config.memory_budget,
                   f"probing {ctx.layers} layers of width {ctx.dim} for {', '.join(chosen)}")
+    _say_estimate(need, subject.device)
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         _distributed()
         every: list = [None] * torch.distributed.get_world_size()
