@@ -95,7 +95,7 @@ def test_the_probes_quick_and_full_sizes_give_e3_the_power_to_reject_a_sphere():
     from expattn.probes.budgets import DEFAULT_TOKENS, QUICK_TOKENS
     from expattn.probes.hypotheses.e3_shape import buffer_size
 
-    width = {"minilm": 384, "smollm2": 576, "gemma3": 640}
+    width = {"minilm": 384, "smollm2": 576, "gemma3": 640, "qwen2.5-0.5b": 896, "qwen2.5-1.5b": 1536}
     assert set(DEFAULT_TOKENS) == set(QUICK_TOKENS) == set(width)
     for table in (QUICK_TOKENS, DEFAULT_TOKENS):
         for model, tokens in table.items():

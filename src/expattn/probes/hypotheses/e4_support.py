@@ -125,7 +125,7 @@ def specificity(margin: np.ndarray, count: str, name: str, rng: np.random.Genera
     return {count: int((margin > 0).sum()), name: mean, f"{name}_low": low, f"{name}_high": high}
 
 
-def bilinear_form(bq: Tensor | None, bk: Tensor | None) -> str:
+def bilinear_form(bq: Float[Tensor, " inner"] | None, bk: Float[Tensor, " inner"] | None) -> str:
     r"""What E4 and E9 compare on a model with query/key biases ``bq``, ``bk`` (None: none). In homogeneous
     coordinates the logit of query state $x$ and key state $y$ is $[x; 1]^\top M [y; 1]$ with
     $M = \begin{pmatrix} W_q^\top W_k & W_q^\top b_k \\ b_q^\top W_k & b_q^\top b_k \end{pmatrix}$: the readings
