@@ -156,8 +156,8 @@ def test_bad_input_one_line_exit_2_no_output(model_dir, tmp_path):
         ("--model", str(model_dir), "--seq-len", "32", "--text", str(tmp_path / "missing.txt")): "not readable",
         ("--model", str(model_dir), "--seq-len", "32", "--tokens", "0"): "tokens must be an integer >= 1",
         ("--model", str(model_dir), "--seq-len", "65"): "exceeds the context length 64",
-        ("--model", str(model_dir), "--seq-len", "32", "--memory-budget", "lots"): "memory_budget must be a whole number of bytes",
-        ("--model", str(model_dir), "--seq-len", "32", "--memory-budget", "0GiB"): "memory_budget must be a whole number of bytes",
+        ("--model", str(model_dir), "--seq-len", "32", "--memory-budget", "lots"): "memory_budget must be a whole",
+        ("--model", str(model_dir), "--seq-len", "32", "--memory-budget", "0GiB"): "memory_budget must be a whole",
         ("--model", str(model_dir), "--seq-len", "32", "--memory-budget", "4KiB"): "needs at least",
     }
     for args, message in cases.items():
