@@ -147,3 +147,21 @@ def test_progress_that_cannot_be_called_is_refused_up_front():
 def test_empty_input_ids_are_named():
     with pytest.raises(ValueError, match=r"input_ids must hold at least one sequence .* got shape \(0, 32\)"):
         expattn.probe(_llama(32), input_ids=_ids(0), hypotheses="E1")
+
+
+def test_the_memory_line_follows_the_model_and_settings_not_the_process(capsys, monkeypatch):
+    """The estimate's line appears from ``SAY_PEAK_FROM`` of weights plus footprint on, whatever the process held
+    before (a long test session holds gigabytes; a tiny model's run stays silent there too); the control: with the
+    threshold at zero the same run prints it."""
+    from expattn import memory
+    from expattn.probes import runner
+
+    model = _llama(32)
+    kw = {"input_ids": _ids(2), "hypotheses": ("E1",), "replicates": 2, "batch_size": 2, "detail_sequences": 1}
+    monkeypatch.setattr(memory, "held_bytes", lambda device: 64 * memory.GIB)
+    capsys.readouterr()
+    expattn.probe(model, **kw)
+    assert "memory:" not in capsys.readouterr().err
+    monkeypatch.setattr(runner, "SAY_PEAK_FROM", 0)
+    expattn.probe(model, **kw)
+    assert "memory: estimated peak 64.0 GiB on cpu (64.0 GiB held now" in capsys.readouterr().err

@@ -261,17 +261,19 @@ def _model_info(subject: Subject, ctx: ProbeContext, checked: float) -> dict:
 SAY_PEAK_FROM = 2 * memory.GIB
 
 
-def _say_estimate(need: Footprint, device: torch.device) -> None:
+def _say_estimate(need: Footprint, subject: Subject) -> None:
     """One line on stderr before feeding, once the run is planned: the peak it will reach, what the process holds now
     (the model and the interpreter) plus the footprint's peak beside it (measured peaks: benchmarks/RESULTS.md).
-    Only from ``SAY_PEAK_FROM`` on: a smaller run is no risk to any machine the probe runs on, and its one-line
-    messages stay one line."""
-    held = memory.held_bytes(device)
-    if held is None or held + need.peak() < SAY_PEAK_FROM or int(os.environ.get("RANK", "0")) != 0:
+    Only where the model's weights and the probe's footprint together reach ``SAY_PEAK_FROM``: a smaller run is no
+    risk to any machine the probe runs on, its one-line messages stay one line, and whether the line appears depends
+    on the model and the settings, not on what else the process has held before (a notebook, a test session)."""
+    held = memory.held_bytes(subject.device)
+    weights = sum(t.numel() * t.element_size() for t in (*subject.model.parameters(), *subject.model.buffers()))
+    if held is None or weights + need.peak() < SAY_PEAK_FROM or int(os.environ.get("RANK", "0")) != 0:
         return
-    print(f"memory: estimated peak {memory.readable(held + need.peak())} on {device.type} ({memory.readable(held)} "
-          f"held now, model included, + {memory.readable(need.peak())} for the probe; largest: "
-          f"{', '.join(need.largest())})", file=sys.stderr)
+    print(f"memory: estimated peak {memory.readable(held + need.peak())} on {subject.device.type} "
+          f"({memory.readable(held)} held now, model included, + {memory.readable(need.peak())} for the probe; "
+          f"largest: {', '.join(need.largest())})", file=sys.stderr)
 
 
 def passes(subject: Subject, ctx: ProbeContext, chosen: list[str], config: ProbeConfig) -> list[tuple[str, ...]]:
@@ -282,7 +284,7 @@ def passes(subject: Subject, ctx: ProbeContext, chosen: list[str], config: Probe
     need = run_footprint(ctx, chosen, config, subject.dtype)
     groups = plan(need, subject.device, config.tokens, config.memory_budget,
                   f"probing {ctx.layers} layers of width {ctx.dim} for {', '.join(chosen)}")
-    _say_estimate(need, subject.device)
+    _say_estimate(need, subject)
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         _distributed()
         every: list = [None] * torch.distributed.get_world_size()
