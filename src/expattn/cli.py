@@ -288,8 +288,10 @@ def probe(
                                                         "float32 (half the memory; docs/MEMORY.md) [float64].")] = None,
     memory_budget: Annotated[str | None, typer.Option(help="Device memory beside the weights, e.g. 40GiB; hypotheses "
                              "that do not fit together run in passes over the same tokens [free memory].")] = None,
-    twin: Annotated[bool, typer.Option("--twin", help="Also probe a random-init twin (same architecture and token "
-                    "ids): each record gets its verdict and a class, learned or architectural.")] = False,
+    twin: Annotated[bool, typer.Option("--twin", help="Also probe random-init twins (same architecture and token "
+                    "ids): each record gets their verdicts and a class, learned or architectural.")] = False,
+    twin_inits: Annotated[int | None, typer.Option(help="With --twin: twins, one per initialisation seed (seed, "
+                                                        "seed + 1, ...) [3].")] = None,
     overwrite: Overwrite = False,
 ) -> None:
     """Measure the probe's hypotheses (see `expattn claims`) on a trained transformer; writes results.json and plots."""
@@ -306,6 +308,7 @@ def probe(
                  "seq_len": seq_len, "detail_sequences": detail_sequences, "device": device, "dtype": dtype,
                  "device_map": device_map, "tokenizer": None if tokenizer is None else str(tokenizer),
                  "statistics": statistics, "memory_budget": memory_budget, "twin": twin or None,
+                 "twin_inits": twin_inits,
                  "hypotheses": None if hypotheses is None else tuple(h.strip().upper() for h in hypotheses.split(","))}
         given = {key: value for key, value in given.items() if value is not None}  # the others: ProbeConfig's
         configs = [ProbeConfig(**given, **({} if s is None else {"seed": s})) for s in chosen]

@@ -121,7 +121,7 @@ def test_the_probe_helps_brackets_are_probeconfigs_defaults():
     expected = {"model": DEFAULTS.model, "corpus": DEFAULTS.corpus, "seq_len": str(DEFAULTS.seq_len),
                 "seed": str(DEFAULTS.seed), "statistics": DEFAULTS.statistics,
                 "detail_sequences": f"{DEFAULTS.detail_sequences} or all", "hypotheses": "every one the probe has",
-                "memory_budget": "free memory",
+                "memory_budget": "free memory", "twin_inits": str(DEFAULTS.twin_inits),
                 "tokens": (f"the model's: minilm {default_tokens('minilm'):,}, smollm2 and gemma3 "
                            f"{default_tokens('smollm2'):,}, others {default_tokens('some/folder'):,}")}
     assert shown == expected
@@ -134,6 +134,6 @@ def test_the_probe_helps_brackets_are_probeconfigs_defaults():
 def test_the_python_api_takes_probeconfigs_defaults():
     defaults = {name: p.default for name, p in inspect.signature(api_probe).parameters.items()}
     for name in ("seq_len", "batch_size", "replicates", "detail_sequences", "statistics", "hypotheses",
-                 "memory_budget", "twin"):
+                 "memory_budget", "twin", "twin_inits"):
         assert defaults[name] == getattr(DEFAULTS, name), name
     assert ProbeConfig().batch_size == DEFAULTS.batch_size and ProbeConfig().tokens == default_tokens(DEFAULTS.model)

@@ -15,6 +15,7 @@ from tiny_models import build_tiny, minilm_tokenizer_dir, save_tiny, tiny_lm
 
 import expattn
 from expattn.cli import app
+from expattn.probes.config import DEFAULTS
 from expattn.probes.models.lm_adapter import ProbedLM
 from expattn.probes.models.twin import twin_model
 from expattn.results.record import TRAINING, load_records
@@ -70,15 +71,16 @@ def _fed(monkeypatch, cls) -> dict[int, list[torch.Tensor]]:
 def test_every_record_carries_its_twin_fed_the_same_ids(monkeypatch):
     model = build_tiny("bert", seed=5)
     fed = _fed(monkeypatch, type(model))
-    res = expattn.probe(model, _tokenizer(), twin=True, **SIZES)
+    res = expattn.probe(model, _tokenizer(), twin=True, seed=2, **SIZES)
     trained = torch.cat(fed.pop(id(model)))
-    (twin,) = (torch.cat(ids) for ids in fed.values())  # one other instance: the twin
+    twins = [torch.cat(ids) for ids in fed.values()]  # the other instances: one twin per initialisation
     assert trained.shape == (SIZES["tokens"] // SIZES["seq_len"], SIZES["seq_len"])  # each sequence once
-    assert torch.equal(twin, trained)
+    assert len(twins) == DEFAULTS.twin_inits == 3 and all(torch.equal(twin, trained) for twin in twins)
     for record in res.records:
-        twins = [c for c in record.controls if c.kind == "twin"]
-        assert len(twins) == 1 and twins[0].name == "random-init twin", record.id
-        assert record.training in TRAINING and "random-init twin, seed 0" in record.notes
+        controls = [c for c in record.controls if c.kind == "twin"]
+        assert [c.name for c in controls] == [f"random-init twin, seed {s}" for s in (2, 3, 4)], record.id
+        assert record.details["twins"]["seeds"] == [2, 3, 4]
+        assert record.training in TRAINING and "random-init twins by seed: 2: " in record.notes
 
 
 @pytest.mark.slow
@@ -86,11 +88,11 @@ def test_cli_twin_writes_the_classification(tmp_path):
     folder = save_tiny("gpt2", tmp_path / "gpt2")
     out = tmp_path / "out"
     result = CliRunner().invoke(app, ["probe", "--model", str(folder), "--out", str(out), "--only", "E1,E5",
-                                      "--tokens", "128", "--seq-len", "32", "--twin"])
+                                      "--tokens", "128", "--seq-len", "32", "--twin", "--twin-inits", "2"])
     assert result.exit_code == 0, result.output
     records = load_records(out / "results.json")
     assert [r.id for r in records] == ["E1", "E5"]
-    assert all(r.training in TRAINING and r.controls[-1].kind == "twin" for r in records)
+    assert all(r.training in TRAINING and [c.kind for c in r.controls[-2:]] == ["twin"] * 2 for r in records)
     plain = tmp_path / "plain"
     result = CliRunner().invoke(app, ["probe", "--model", str(folder), "--out", str(plain), "--only", "E1",
                                       "--tokens", "128", "--seq-len", "32"])
@@ -113,6 +115,8 @@ def test_a_twin_that_fails_is_an_error_and_the_command_exits_1(tmp_path, monkeyp
     assert "no initialiser for this architecture" in record.notes
 
 
-def test_twin_must_be_a_boolean():
+def test_twin_must_be_a_boolean_and_twin_inits_a_count():
     with pytest.raises(TypeError, match="twin must be True or False"):
         expattn.probe(build_tiny("bert"), _tokenizer(), twin="yes", **SIZES)
+    with pytest.raises(ValueError, match="twin_inits must be an integer >= 1, got 0"):
+        expattn.probe(build_tiny("bert"), _tokenizer(), twin=True, twin_inits=0, **SIZES)

@@ -136,6 +136,7 @@ def probe(model: nn.Module | str, tokenizer: object | None = None, *, texts: str
           dtype: str | torch.dtype | None = None, out_dir: str | Path | None = None,
           statistics: str = DEFAULTS.statistics, progress: Callable[..., None] | None = None,
           memory_budget: int | str | None = DEFAULTS.memory_budget, twin: bool = DEFAULTS.twin,
+          twin_inits: int = DEFAULTS.twin_inits,
           ) -> ProbeResults | SeedResults:
     """Measure the probe's hypotheses on ``model`` and return the records (see module docstring); with ``seeds``, once
     per seed, returning a ``SeedResults``.
@@ -148,11 +149,12 @@ def probe(model: nn.Module | str, tokenizer: object | None = None, *, texts: str
         input_ids: ``(sequences, seq_len)`` token ids to use as they are instead (``tokens``, ``seq_len`` follow).
         hypotheses: IDs as ``ProbeConfig`` takes them, or one string: an ID (``"E1"``) or IDs separated by
             commas (``"E1,E3"``); None: every one the probe has.
-        tokens, seq_len, seed, batch_size, replicates, detail_sequences, statistics, memory_budget, twin: as
+        tokens, seq_len, seed, batch_size, replicates, detail_sequences, statistics, memory_budget, twin,
+            twin_inits: as
             ``ProbeConfig``, whose defaults these are (``probes.config.DEFAULTS``; ``tokens``: the model's default,
             ``budgets.default_tokens``, 20,000 for a model in memory; ``seed`` 0 unless given). ``memory_budget``
-            None: the device's free memory; ``twin``: each record carries a random-init twin's verdict on the same
-            ids as a control (``expattn.results.twin``).
+            None: the device's free memory; ``twin``: each record carries the verdicts of ``twin_inits`` random-init
+            twins (one per initialisation seed) on the same ids as controls (``expattn.results.twin``).
         seeds: at least two distinct seeds instead of ``seed``: the probe runs once per seed (plots under
             ``out_dir/seed-N``) and the result gives each headline's median and range over them.
         device, dtype: where and in which dtype the model runs (``cpu``, ``cuda:N``; ``float32``, ``bfloat16``,
@@ -174,7 +176,8 @@ def probe(model: nn.Module | str, tokenizer: object | None = None, *, texts: str
             raise ValueError("give texts or input_ids, not both")
     config = _config(model, hypotheses, device, dtype, tokens=tokens, seq_len=seq_len, seed=0 if seed is None else seed,
                      batch_size=batch_size, replicates=replicates, detail_sequences=detail_sequences,
-                     statistics=statistics, memory_budget=memory_budget, twin=twin)
+                     statistics=statistics, memory_budget=memory_budget, twin=twin,
+                     twin_inits=twin_inits)
     out = _out_folder(out_dir)
     if isinstance(model, str):  # the runner's ``load`` checks the settings against the machine and the folder
         if texts is not None or input_ids is not None or tokenizer is not None:

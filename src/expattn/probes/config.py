@@ -45,8 +45,10 @@ class ProbeConfig:
         memory_budget: bytes the probe may take beside the model's weights (an int, or a size such as ``"40GiB"``;
             stored as bytes); None: the device's free memory. Hypotheses that do not fit together are fed in
             several passes over the same tokens (``expattn.probes.passes``).
-        twin: also probe the model's random-init twin on the same ids (``probes.models.twin``), each record
-            carrying its verdict as a control and a ``training`` classification (``results.twin``).
+        twin: also probe the model's random-init twins on the same ids (``probes.models.twin``), each record
+            carrying their verdicts as controls and a ``training`` classification (``results.twin``).
+        twin_inits: how many twins, one per initialisation seed (``seed``, ``seed + 1``, ...), when ``twin`` is
+            set: a class that holds for one initialisation only is ``undecided``, so at least 3 are the default.
     """
 
     model: str = "minilm"
@@ -66,6 +68,7 @@ class ProbeConfig:
     statistics: str = "float64"
     memory_budget: int | str | None = None
     twin: bool = False
+    twin_inits: int = 3
 
     @classmethod
     def preset(cls, model: str, quick: bool = False, seed: int = 0, twin: bool = False) -> ProbeConfig:
@@ -82,7 +85,8 @@ class ProbeConfig:
         """ValueError naming the first bad field; ``tokens`` None becomes the model's default."""
         if self.tokens is None:
             object.__setattr__(self, "tokens", default_tokens(self.model))
-        for name, low in (("tokens", 1), ("seq_len", 4), ("batch_size", 1), ("replicates", 2), ("detail_sequences", 1)):
+        for name, low in (("tokens", 1), ("seq_len", 4), ("batch_size", 1), ("replicates", 2), ("detail_sequences", 1),
+                          ("twin_inits", 1)):
             integer(name, getattr(self, name), at_least=low)
         check_seed(self.seed)
         if not isinstance(self.twin, bool):

@@ -169,11 +169,13 @@ def probe_subject(subject: Subject, config: ProbeConfig, out_dir: Path | None,
     built = [cls for cls in ESTIMATORS if cls.claim in config.hypotheses and cls.claim not in skipped]
     groups = passes(subject, ctx, [cls.claim for cls in built], config) if built else [[]]  # [[]]: skipped ones
     run = _feed(subject, ctx, built, groups, skipped, fed, config, out_dir, progress, speedups)
-    if config.twin:  # the same ids through the random-init twin; its records become controls
+    if config.twin:  # the same ids through each random-init twin; their records become controls
         alone = replace(config, twin=False)
-        twins = probe_twin(subject, lambda twin, ids: probe_subject(twin, alone, None, input_ids=ids, speedups=speedups)
-                           .records, seed=config.seed, fed=fed, hypotheses=config.hypotheses)
-        run.records = attach_twin(run.records, twins, headlines(), config.seed) if run.rank == 0 else run.records
+        seeds = [config.seed + i for i in range(config.twin_inits)]
+        twins = [probe_twin(subject, lambda twin, ids: probe_subject(twin, alone, None, input_ids=ids,
+                                                                   speedups=speedups).records,
+                            seed=seed, fed=fed, hypotheses=config.hypotheses) for seed in seeds]
+        run.records = attach_twin(run.records, twins, headlines(), seeds) if run.rank == 0 else run.records
     return ProbeOutcome(
         run.records, fed.count * config.seq_len, fed.count, time.perf_counter() - start, run.forward,
         run.stats_seconds, run.forward_cpu, run.stats_cpu, _model_info(subject, ctx, run.checked), asdict(config),

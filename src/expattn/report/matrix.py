@@ -40,9 +40,9 @@ SWEEP_KEYS = {
 PER_MODEL = "per model"
 ARCHITECTURAL_MARK = "\u2020"  # a dagger beside the verdict
 MARK_LEGEND = (
-    f"{ARCHITECTURAL_MARK} architectural: a random-init twin of the model (same architecture, seeded initialisation, "
-    "the same token ids) earns the same verdict, so it is a property of the architecture, not a finding about "
-    "training"
+    f"{ARCHITECTURAL_MARK} architectural: every random-init twin of the model (same architecture, one per "
+    "initialisation seed, the same token ids) earns the same verdict, so it is a property of the architecture, not a "
+    "finding about training"
 )
 # Row titles in words where the catalogue's title is a formula; the formula stays on hover.
 PLAIN_TITLES = {
@@ -168,12 +168,12 @@ def model_cells(card: Card) -> list[tuple[Column, Cell]]:
 
 
 def twin_mark(record: Record) -> tuple[str, str]:
-    """A probe record's tooltip and mark from its random-init twin: ``("training: architectural (twin supported)",
-    ARCHITECTURAL_MARK)``; ``("", "")`` without a twin."""
+    """A probe record's tooltip and mark from its random-init twins: ``("training: architectural (random-init
+    twins: supported, supported, supported)", ARCHITECTURAL_MARK)``; ``("", "")`` without a twin."""
     if record.training is None:
         return "", ""
     twins = [c.verdict for c in record.controls if c.kind == "twin"]
-    note = f"training: {record.training}" + (f" (random-init twin: {twins[0]})" if twins else "")
+    note = f"training: {record.training}" + (f" (random-init twins: {', '.join(twins)})" if twins else "")
     return note, ARCHITECTURAL_MARK if record.training == "architectural" else ""
 
 

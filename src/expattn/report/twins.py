@@ -1,8 +1,8 @@
 """Learned or architectural: the probed models' verdicts beside their random-init twins' (``results.twin``).
 
-One table per report: every probe record measured beside a twin, grouped by what training did to its verdict
+One table per report: every probe record measured beside its twins, grouped by what training did to its verdict
 (``learned`` first, then ``architectural``, then ``undecided``), with the trained model's verdict and headline
-number beside the twin's. A report without twins has no such table.
+number beside each twin's, in the order of their initialisation seeds. A report without twins has no such table.
 """
 
 from __future__ import annotations
@@ -16,27 +16,24 @@ from expattn.results.twin import TRAINING_RULE
 
 TRAINING_MEANING = {
     "learned": "training changed the verdict: the trained model's and its twin's are both decisive and differ",
-    "architectural": "the random-init twin earns the same verdict: a property of the architecture and its "
+    "architectural": "every random-init twin earns the same verdict: a property of the architecture and its "
                      "initialisation",
-    "undecided": "the trained model's or the twin's verdict is not decisive (inconclusive, skipped, error)",
+    "undecided": "a verdict is not decisive (inconclusive, skipped, error), or the twins disagree among themselves",
 }
 
 
 def twin_rows(records: Sequence[Record]) -> list[tuple[str, str, str, str, str, str]]:
-    """Per probe record with a twin: (training, model, claim ID, trained verdict and headline, twin's verdict and
-    headline, headline metric), ordered by training class (``TRAINING``), model, then claim."""
+    """Per probe record with twins: (training, model, claim ID, trained verdict and headline, the twins' verdicts
+    and headlines by seed, headline metric), ordered by training class (``TRAINING``), model, then claim."""
     keys = headlines()
     rows = []
     for r in records:
         if r.training is None:
             continue
         key = keys.get(r.id, ("", ""))[0]
-        twins = [c for c in r.controls if c.kind == "twin"]
-        twin = twins[0] if twins else None
-        ours = r.metrics.get(key)
-        theirs = None if twin is None else twin.metrics.get(key)
-        rows.append((r.training, str(r.details.get("model", "")), r.id, _said(r.verdict, ours),
-                     _said("none" if twin is None else twin.verdict, theirs), key))
+        twins = "; ".join(_said(c.verdict, c.metrics.get(key)) for c in r.controls if c.kind == "twin")
+        rows.append((r.training, str(r.details.get("model", "")), r.id, _said(r.verdict, r.metrics.get(key)),
+                     twins or "none", key))
     order = {name: i for i, name in enumerate(TRAINING)}
     return sorted(rows, key=lambda row: (order[row[0]], row[1], claim_key(row[2])))
 
@@ -54,8 +51,8 @@ def twin_section(records: Sequence[Record], md) -> list[str]:
     meaning = "; ".join(f"**{name}**: {md(text)}" for name, text in TRAINING_MEANING.items())
     counts = ", ".join(f"{sum(r[0] == name for r in rows)} {name}" for name in TRAINING)
     lines = ["## Learned or architectural", "",
-             f"Each probed model beside its random-init twin ({counts}). {md(TRAINING_RULE)}. {meaning}.", "",
-             "| training | model | ID | trained: verdict (headline) | twin: verdict (headline) | headline |",
+             f"Each probed model beside its random-init twins ({counts}). {md(TRAINING_RULE)}. {meaning}.", "",
+             "| training | model | ID | trained: verdict (headline) | twins by seed: verdict (headline) | headline |",
              "|---|---|---|---|---|---|"]
     lines += ["| " + " | ".join(md(cell) for cell in row) + " |" for row in rows]
     return [*lines, ""]
