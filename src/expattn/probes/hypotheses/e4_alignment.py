@@ -218,7 +218,7 @@ class E4Alignment(Estimator):
             pairs = {h: (t, t) for h, t in forms.items()}
             pairs |= noisy_forms(spectra[reading.target], self.ctx.attention[0].head_dim, noise)
             heads = rotated | {h: (a, b, a @ q, b @ q) for h, (a, b) in pairs.items()}
-            cosines = {k: deflated(heads, spectra, reading, k, q) for k in ks}
+            cosines = deflated(heads, spectra, reading, ks, q)
         else:  # each head's own target: dense (H, r, r), its top eigenpairs from the iterative solver
             tops, dense = fisher
             top = tops[reading.target]
