@@ -76,6 +76,7 @@ from torch import Tensor
 
 from expattn.core import top_eigen as eigensolver
 from expattn.core.top_eigen import TopEigen, top_eigen, top_pairs
+from expattn.probes.statistics.stats import gram
 
 RANGE_TOL = 1e-6
 TOLERANCES = (1e-8, 1e-4)
@@ -122,9 +123,13 @@ def range_basis(
 
 
 def sym_norm(u: Float[Tensor, "*batch r dim"], v: Float[Tensor, "*batch r dim"]) -> Float[Tensor, "*batch"]:
-    """$\\lVert\\operatorname{sym}(u^\\top v)\\rVert_F$ for ``u, v`` of shape ``(..., r, D)``, without forming the
-    ``(D, D)`` product: $\\lVert\\operatorname{sym}(u^\\top v)\\rVert^2 =
-    \\tfrac12(\\langle uu^\\top, vv^\\top\\rangle + \\langle vu^\\top, uv^\\top\\rangle)$."""
+    """$\\lVert\\operatorname{sym}(u^\\top v)\\rVert_F$ for ``u, v`` of shape ``(..., r, D)``; with fewer rows than
+    columns without forming the ``(D, D)`` product: $\\lVert\\operatorname{sym}(u^\\top v)\\rVert^2 =
+    \\tfrac12(\\langle uu^\\top, vv^\\top\\rangle + \\langle vu^\\top, uv^\\top\\rangle)$ ($3r^2D$ multiply-adds);
+    with at least as many rows as columns ($r \\ge D$: the positive controls' rows) from the product itself ($rD^2$)."""
+    if u.shape[-2] >= u.shape[-1]:
+        a = u.mT @ v
+        return torch.linalg.matrix_norm((a + a.mT) / 2)
     vu = v @ u.mT
     return ((((u @ u.mT) * (v @ v.mT)).sum((-1, -2)) + (vu * vu.mT).sum((-1, -2))) / 2).sqrt()
 
@@ -357,11 +362,11 @@ def ridge_of(m: Float[Tensor, "*batch dim dim"]) -> Float[Tensor, " *batch"]:
 def spectral_inverse(
     values: Float[Tensor, "*batch dim"], vectors: Float[Tensor, "*batch dim dim"], lam: Float[Tensor, " *batch"]
 ) -> tuple[Float[Tensor, "*batch dim dim"], Float[Tensor, "*batch dim"]]:
-    r"""$(M_+ + \lambda I)^{-1} = V\operatorname{diag}(1/(\max(\theta, 0) + \lambda))V^\top$ from $M$'s
+    r"""$(M_+ + \lambda I)^{-1} = WW^\top$, $W = V\operatorname{diag}(1/(\max(\theta, 0) + \lambda))^{1/2}$ from $M$'s
     decomposition ``values`` $\theta$ (ascending) and ``vectors`` $V$, float64: the inverse and its eigenvalues in
     ascending order (with $V$'s columns reversed, its eigenvectors)."""
     inv_values = (values.double().clamp_min(0) + lam.double().unsqueeze(-1)).reciprocal()  # descending
-    return (vectors.double() * inv_values.unsqueeze(-2)) @ vectors.double().mT, inv_values.flip(-1)
+    return gram((vectors.double() * inv_values.sqrt().unsqueeze(-2)).mT), inv_values.flip(-1)
 
 
 def regularised_inverse(m: Float[Tensor, "*batch dim dim"]) -> tuple[Float[Tensor, "*batch dim dim"], float, int]:
@@ -404,6 +409,6 @@ def fisher_targets(fisher: Float[Tensor, "heads r r"], k: int, start: torch.Gene
     f = fisher.double()
     e, v = torch.linalg.eigh((f + f.mT) / 2)
     inverse, inv_values = spectral_inverse(e, v, lam)
-    tops = {"fisher": top_pairs(f, e, v, k), "fisher_inv": top_pairs(inverse, inv_values, v.flip(-1), k)}
+    tops = {"fisher": top_pairs(f, e, v, k), "fisher_inv": top_pairs(inverse, inv_values, v[..., :k].flip(-1), k)}
     clipped = int((e[..., 0] < -lam.double()).sum())
     return {"fisher": fisher, "fisher_inv": inverse.to(fisher.dtype)}, tops, float(lam.mean()), clipped
