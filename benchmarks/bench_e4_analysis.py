@@ -44,8 +44,7 @@ def old(fisher: torch.Tensor, rows: dict, q: torch.Tensor) -> None:
     rotated = {h: (a, b, a @ q, b @ q) for h, (a, b) in sets.items()}
     for name in ("fisher_inv", "fisher"):
         top = top_form(spectra[name])
-        for k in (0, *DEFLATIONS):
-            deflated(rotated | {"top": (top, top, top @ q, top @ q)}, spectra, READINGS[name], k)
+        deflated(rotated | {"top": (top, top, top @ q, top @ q)}, spectra, READINGS[name], (0, *DEFLATIONS), q)
 
 
 def new(fisher: torch.Tensor, rows: dict, q: torch.Tensor, gen: torch.Generator) -> None:

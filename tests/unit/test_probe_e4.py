@@ -314,7 +314,7 @@ def test_the_spectrum_rival_in_rotated_coordinates_is_the_dense_cosine(gen):
     q = haar(10, gen)
     torch.testing.assert_close(q.T @ q, torch.eye(10, dtype=torch.float64))
     got = deflated({"h": (u, v, u @ q, v @ q)}, {"sigma": lam, "sigma_inv": lam.reciprocal()}, READINGS["sigma"],
-                   2, q)["h"]
+                   (2,), q)[2]["h"]
     kept = lam.clone()
     kept[lam.argsort(descending=True)[:2]] = 0
     p = (kept > 0).double()
@@ -340,7 +340,7 @@ def test_per_head_deflation_in_each_heads_eigen_coordinates_is_the_dense_cosine(
                                                                                        dtype=torch.float64)
     q = haar(r, gen)
     sets = {"h": (u @ vf, v @ vf, u @ vf @ q, v @ vf @ q)}
-    got = deflated(sets, {"fisher": f, "fisher_inv": inverse}, READINGS["fisher"], 2, q)["h"]
+    got = deflated(sets, {"fisher": f, "fisher_inv": inverse}, READINGS["fisher"], (2,), q)[2]["h"]
     p = vf[..., :-2] @ vf[..., :-2].mT  # projector off each head's top 2 directions (eigh: ascending)
     kept = p @ f_dense @ p
     torch.testing.assert_close(got["fisher"].double(), sym_cos(u, v, kept), rtol=1e-5, atol=1e-6)

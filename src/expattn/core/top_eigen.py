@@ -93,7 +93,7 @@ def top_pairs(m: Float[Tensor, "*batch n n"], values: Float[Tensor, "*batch n"],
     ``torch.linalg.eigh`` returns them) and ``vectors`` (columns), with the residuals of ``top_eigen``'s rule read
     on ``m`` itself (float64): a decomposition of another matrix than ``m`` shows as unconverged."""
     m = m.to(torch.float64)
-    theta, x = values.flip(-1)[..., :k].to(torch.float64), vectors.flip(-1)[..., :k].to(torch.float64)
+    theta, x = values[..., -k:].flip(-1).to(torch.float64), vectors[..., -k:].flip(-1).to(torch.float64)
     scale = torch.linalg.matrix_norm(m).clamp_min(torch.finfo(torch.float64).tiny).unsqueeze(-1)  # (*batch, 1)
     residual = torch.linalg.vector_norm(m @ x - x * theta.unsqueeze(-2), dim=-2) / scale
     return TopEigen(theta, x, residual, (residual <= tol).all(-1), 0)

@@ -85,6 +85,16 @@ from expattn.results.record import Control
 TARGETS = ("sigma_inv", "sigma", "fisher_inv", "fisher", "identity")
 
 
+def _rotated(pairs: dict[str, tuple[Tensor, Tensor]], q: Float[Tensor, "r r"]) -> dict[str, tuple]:
+    """Each pair of rows ``(u, v)`` ``(..., rows, r)`` as ``(u, v, uQ, vQ)`` for the deflations (a form given as
+    ``u = v`` rotated once)."""
+    out = {}
+    for name, (u, v) in pairs.items():
+        uq = u @ q
+        out[name] = (u, v, uq, uq if v is u else v @ q)
+    return out
+
+
 class E4Alignment(Estimator):
     """Streaming estimator of E4 (headline reading ``sigma_inv``, second reading ``fisher_inv``).
 
@@ -184,7 +194,7 @@ class E4Alignment(Estimator):
         }
         q = haar(lam.numel(), gen, u.device).to(torch.float32)
         sets = {"model": (aq, ak), "random": (rq, rk)}
-        rotated = {h: (a, b, a @ q, b @ q) for h, (a, b) in sets.items()}
+        rotated = _rotated(sets, q)
         noise = torch.Generator().manual_seed(self.ctx.seed * 1013 + i)  # the positive controls' draws
         out["spectral"] = {name: self._spectral(READINGS[name], spectra, rotated, q, (tops, dense), noise)
                            for name in READINGS}
@@ -217,15 +227,15 @@ class E4Alignment(Estimator):
             forms = {f"top{rank if rank > 1 else ''}": top_form(spectra[reading.target], rank) for rank in ranks}
             pairs = {h: (t, t) for h, t in forms.items()}
             pairs |= noisy_forms(spectra[reading.target], self.ctx.attention[0].head_dim, noise)
-            heads = rotated | {h: (a, b, a @ q, b @ q) for h, (a, b) in pairs.items()}
-            cosines = {k: deflated(heads, spectra, reading, k, q) for k in ks}
+            heads = rotated | _rotated(pairs, q)
+            cosines = deflated(heads, spectra, reading, ks, q)
         else:  # each head's own target: dense (H, r, r), its top eigenpairs from the iterative solver
             tops, dense = fisher
             top = tops[reading.target]
             x = top.vectors.float()  # (H, r, K)
             rows = (x * top.values.clamp_min(0).sqrt().float().unsqueeze(-2)).mT  # (H, K, r): sqrt(theta_i) x_i
             forms = {f"top{rank if rank > 1 else ''}": rows[..., :rank, :] for rank in ranks}
-            cosines = dense_deflated(rotated | {h: (t, t, t @ q, t @ q) for h, t in forms.items()}, dense,
+            cosines = dense_deflated(rotated | _rotated({h: (t, t) for h, t in forms.items()}, q), dense,
                                      reading.target, x, ks)
         return {k: {h: {t: c.double().cpu().numpy() for t, c in cos.items()} for h, cos in cosines[k].items()}
                 for k in ks}

@@ -6,7 +6,7 @@ identity and the target's spectrum on Haar-random eigenvectors, each also with t
 $X_k$ ``(H, r, k)`` projected out, $P = I - X_kX_k^\top$. None of it needs a full eigendecomposition:
 
 $$\langle u^\top v, PMP\rangle = \textstyle\sum (uM)\odot v - \sum (uX)\odot(vMX) - \sum (uMX)\odot(vX)
-+ \sum (uXC)\odot(vX),\qquad C = X^\top M X,$$
++ \sum C\odot (uX)^\top(vX),\qquad C = X^\top M X,$$
 
 $$\lVert PMP\rVert_F^2 = \lVert M\rVert_F^2 - 2\lVert MX\rVert_F^2 + \lVert C\rVert_F^2,\qquad
 \langle u^\top v, P\rangle = \textstyle\sum u\odot v - \sum (uX)\odot(vX),\qquad \lVert P\rVert_F^2 = r - k,$$
@@ -15,7 +15,9 @@ exact for any orthonormal $X$ (the top-$k$ eigenvectors of ``core.top_eigen``, t
 spectrum rival is $\cos(A, Q\,PMP\,Q^\top) = \cos(\operatorname{sym}((uQ)^\top vQ), PMP)$ for a Haar-random $Q$:
 $QV_h$ is Haar-random as $V_hQ$ is, so this is the target's spectrum on random eigenvectors without its
 eigenvectors (the trace identity of ``benchmarks/RESULTS.md``). Cost: one $(H, \text{rows}, r) \times (H, r, r)$
-product per set of rows and matrix, then $O(H\,\text{rows}\,r\,k)$ per deflation.
+product per set of rows and matrix, then $O(H\,\text{rows}\,r\,K)$ for every deflation $k \le K$ together: each
+sum over the first $k$ columns of $X$ is a prefix sum of per-column terms (over the leading $k \times k$ block
+for $C$).
 """
 
 from __future__ import annotations
@@ -27,11 +29,23 @@ from torch import Tensor
 from expattn.probes.hypotheses.e4_readings import sym_norm
 
 
-def _inner(u: Tensor, v: Tensor, um: Tensor, mx: Tensor, c: Tensor, x: Tensor) -> Tensor:
-    """$\\langle u^\\top v, PMP\\rangle$ per head from ``um = u @ M``, ``mx = M @ X``, ``c = X^T M X``."""
-    ux, vx = u @ x, v @ x  # (H, rows, k)
-    return ((um * v).sum((-1, -2)) - (ux * (v @ mx)).sum((-1, -2)) - ((u @ mx) * vx).sum((-1, -2))
-            + ((ux @ c) * vx).sum((-1, -2)))
+def _upto(a: Tensor, ks: Tensor) -> Tensor:
+    """Per $k$ in ``ks``, the sum of the first $k$ entries of ``a`` ``(..., K)``: ``(..., len(ks))``."""
+    return torch.nn.functional.pad(a.cumsum(-1), (1, 0))[..., ks]
+
+
+def _upto_block(a: Tensor, ks: Tensor) -> Tensor:
+    r"""Per $k$ in ``ks``, the sum of the leading $k \times k$ block of ``a`` ``(..., K, K)``: ``(..., len(ks))``."""
+    return torch.nn.functional.pad(a.cumsum(-1).cumsum(-2), (1, 0, 1, 0))[..., ks, ks]
+
+
+def _inner(u: Tensor, v: Tensor, um: Tensor, mx: Tensor, c: Tensor, x: Tensor, ks: Tensor) -> Tensor:
+    r"""$\langle u^\top v, P_kMP_k\rangle$ per head and $k$ in ``ks`` ``(H, len(ks))`` from ``um = u @ M``,
+    ``mx = M @ X``, ``c = X^T M X`` with all ``K`` columns of ``x``: the module docstring's sums over the first $k$
+    columns, each a prefix sum of per-column terms."""
+    ux, vx = u @ x, v @ x  # (H, rows, K)
+    return ((um * v).sum((-1, -2)).unsqueeze(-1) - _upto((ux * (v @ mx)).sum(-2), ks)
+            - _upto(((u @ mx) * vx).sum(-2), ks) + _upto_block(c * (ux.mT @ vx), ks))
 
 
 def _cos(inner: Tensor, norm: Tensor) -> Tensor:
@@ -50,27 +64,25 @@ def dense_deflated(
     with each of ``matrices`` (the target ``target`` and its rival, symmetric ``(H, r, r)``), ``identity`` and
     ``haar_<target>`` (the target with the rows rotated by $Q$), each with the first $k$ columns of ``x``
     ``(H, r, K)`` (the target's top eigenvectors, orthonormal) projected out of every target (module docstring).
-    ``heads[name] = (u, v, uQ, vQ)``, rows ``(H, rows, r)`` (``rows`` may broadcast over heads)."""
-    x = x.to(matrices[target].dtype)
-    r = x.shape[-2]
+    ``heads[name] = (u, v, uQ, vQ)``, rows ``(H, rows, r)`` (``rows`` may broadcast over heads). Every $k$ comes
+    from the same products with the first ``max(ks)`` columns: one set of products per set of heads."""
+    x = x[..., :max(ks)].to(matrices[target].dtype)
+    r, at = x.shape[-2], torch.tensor(ks, device=x.device)
     mx = {key: m @ x for key, m in matrices.items()}  # (H, r, K)
     full = {key: x.mT @ v for key, v in mx.items()}  # (H, K, K): X^T M X
-    sq = {key: torch.linalg.matrix_norm(m).square() for key, m in matrices.items()}
+    t_norm = {key: (torch.linalg.matrix_norm(m).square().unsqueeze(-1) - 2 * _upto(mx[key].square().sum(-2), at)
+                    + _upto_block(full[key].square(), at)).clamp_min(0).sqrt()
+              for key, m in matrices.items()}  # (H, len(ks)): |P_k M P_k|_F
+    identity = (r - at.to(x.dtype)).sqrt()
     out: dict[int, dict[str, dict[str, Tensor]]] = {k: {} for k in ks}
     for name, (u, v, uq, vq) in heads.items():
-        norm = sym_norm(u, v)  # the form is kept whole: one norm for every target (Q is orthogonal)
-        um = {key: u @ m for key, m in matrices.items()}
-        uqm = uq @ matrices[target]
-        for k in ks:
-            xk = x[..., :k]
-            cos = {}
-            for key in matrices:
-                mxk, ck = mx[key][..., :k], full[key][..., :k, :k]
-                t_norm = (sq[key] - 2 * mxk.square().sum((-1, -2)) + ck.square().sum((-1, -2))).clamp_min(0).sqrt()
-                cos[key] = _cos(_inner(u, v, um[key], mxk, ck, xk), norm * t_norm)
-                if key == target:
-                    cos[f"haar_{target}"] = _cos(_inner(uq, vq, uqm, mxk, ck, xk), norm * t_norm)
-            eye = (u * v).sum((-1, -2)) - ((u @ xk) * (v @ xk)).sum((-1, -2))
-            cos["identity"] = _cos(eye, norm * (r - k) ** 0.5)
-            out[k][name] = cos
+        norm = sym_norm(u, v).unsqueeze(-1)  # the form is kept whole: one norm for every target (Q is orthogonal)
+        cos = {key: _cos(_inner(u, v, u @ m, mx[key], full[key], x, at), norm * t_norm[key])
+               for key, m in matrices.items()}
+        cos[f"haar_{target}"] = _cos(_inner(uq, vq, uq @ matrices[target], mx[target], full[target], x, at),
+                                     norm * t_norm[target])
+        cos["identity"] = _cos((u * v).sum((-1, -2)).unsqueeze(-1) - _upto(((u @ x) * (v @ x)).sum(-2), at),
+                               norm * identity)
+        for j, k in enumerate(ks):
+            out[k][name] = {key: c[..., j] for key, c in cos.items()}
     return out

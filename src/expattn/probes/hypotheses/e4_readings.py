@@ -71,11 +71,12 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from jaxtyping import Float
+from jaxtyping import Float, Int
 from torch import Tensor
 
 from expattn.core import top_eigen as eigensolver
 from expattn.core.top_eigen import TopEigen, top_eigen, top_pairs
+from expattn.probes.statistics.stats import gram
 
 RANGE_TOL = 1e-6
 TOLERANCES = (1e-8, 1e-4)
@@ -122,9 +123,13 @@ def range_basis(
 
 
 def sym_norm(u: Float[Tensor, "*batch r dim"], v: Float[Tensor, "*batch r dim"]) -> Float[Tensor, "*batch"]:
-    """$\\lVert\\operatorname{sym}(u^\\top v)\\rVert_F$ for ``u, v`` of shape ``(..., r, D)``, without forming the
-    ``(D, D)`` product: $\\lVert\\operatorname{sym}(u^\\top v)\\rVert^2 =
-    \\tfrac12(\\langle uu^\\top, vv^\\top\\rangle + \\langle vu^\\top, uv^\\top\\rangle)$."""
+    """$\\lVert\\operatorname{sym}(u^\\top v)\\rVert_F$ for ``u, v`` of shape ``(..., r, D)``; with fewer rows than
+    columns without forming the ``(D, D)`` product: $\\lVert\\operatorname{sym}(u^\\top v)\\rVert^2 =
+    \\tfrac12(\\langle uu^\\top, vv^\\top\\rangle + \\langle vu^\\top, uv^\\top\\rangle)$ ($3r^2D$ multiply-adds);
+    with at least as many rows as columns ($r \\ge D$: the positive controls' rows) from the product itself ($rD^2$)."""
+    if u.shape[-2] >= u.shape[-1]:
+        a = u.mT @ v
+        return (a + a.mT).square().sum((-1, -2)).sqrt() / 2  # torch's sum: float32's matrix_norm is off by ~1e-4
     vu = v @ u.mT
     return ((((u @ u.mT) * (v @ v.mT)).sum((-1, -2)) + (vu * vu.mT).sum((-1, -2))) / 2).sqrt()
 
@@ -156,11 +161,19 @@ def sym_cos_diagonal(
     norm: Float[Tensor, "*batch"] | None = None,
 ) -> Float[Tensor, "*batch"]:
     r"""$\cos(\operatorname{sym}(u^\top v), \operatorname{diag}(d))$ for ``u, v`` ``(..., rows, r)`` and diagonals
-    ``d`` ``(..., r)``, both batched over (broadcast) leading dims: $\sum_{ab} u_{ab} d_b v_{ab}$ over
-    $\lVert\operatorname{sym}(u^\top v)\rVert_F \lVert d\rVert_2$ (``norm``: ``sym_norm(u, v)`` when the caller
-    has it). The zero form or the zero diagonal has cosine 0."""
-    inner = (u * d.unsqueeze(-2) * v).sum((-1, -2))
-    norm = (sym_norm(u, v) if norm is None else norm) * torch.linalg.vector_norm(d, dim=-1)
+    ``d`` ``(..., r)``, both batched over (broadcast) leading dims (``norm``: ``sym_norm(u, v)`` when the caller has
+    it), through ``diagonal_cos`` of the rows' products $s_b = \sum_a u_{ab} v_{ab}$."""
+    return diagonal_cos((u * v).sum(-2), d, sym_norm(u, v) if norm is None else norm)
+
+
+def diagonal_cos(s: Float[Tensor, "*batch r"], d: Float[Tensor, "*batch r"], norm: Float[Tensor, "*batch"]
+                 ) -> Float[Tensor, "*batch"]:
+    r"""$\cos(\operatorname{sym}(u^\top v), \operatorname{diag}(d)) = \sum_b s_b d_b \,/\,
+    (\lVert\operatorname{sym}(u^\top v)\rVert_F \lVert d\rVert_2)$ from the rows' products
+    $s_b = \sum_a u_{ab} v_{ab}$ ``(..., r)`` and ``norm`` $= \lVert\operatorname{sym}(u^\top v)\rVert_F$: a
+    form's $s$ serves every diagonal target. The zero form or the zero diagonal has cosine 0."""
+    inner = (s * d).sum(-1)
+    norm = norm * torch.linalg.vector_norm(d, dim=-1)
     return torch.where(norm > 0, inner / norm.clamp_min(torch.finfo(norm.dtype).tiny), 0.0)
 
 
@@ -191,37 +204,49 @@ def top_form(spectrum: Float[Tensor, "*batch r"], rank: int = 1) -> Float[Tensor
     return torch.zeros(*lead, rank, flat.shape[-1], device=spectrum.device).scatter_(-1, top, weight.float())
 
 
+def _columns(u: Float[Tensor, "*batch rows r"], order: Int[Tensor, "*batch k"]) -> Float[Tensor, "*batch rows k"]:
+    """The columns ``order`` of the rows ``u`` (``order``'s leading dims broadcast against ``u``'s)."""
+    at = order.unsqueeze(-2)
+    return torch.take_along_dim(u, at.view((1,) * (u.ndim - at.ndim) + tuple(at.shape)), -1)
+
+
 def deflated(heads: dict[str, tuple[Tensor, Tensor, Tensor, Tensor]], spectra: dict[str, Tensor], reading: Reading,
-             k: int, q: Float[Tensor, "r r"]) -> dict[str, dict[str, Tensor]]:
-    r"""Cosines of each set of heads $A = \operatorname{sym}(u^\top v)$ with the targets of ``reading``, each with the
-    reading's target's top-``k`` eigen-directions projected out: $P T P$ with $P$ the projector on the other
-    directions, in the eigen-coordinates shared by the target and its rival, where both are diagonal:
-    ``spectra[name]`` ``(..., r)`` (range coordinates for the $\Sigma$ readings, ``(r,)``; each head's $F_h$
-    eigenvectors, ``(H, r)``). ``heads[name] = (u, v, uQ, vQ)``: rows ``(..., rows, r)`` in those coordinates, and
-    the same rotated by the Haar-random orthogonal ``q`` $Q$ (``haar``). Per name, keys: the target, the rival,
+             ks: tuple[int, ...], q: Float[Tensor, "r r"]) -> dict[int, dict[str, dict[str, Tensor]]]:
+    r"""Per $k$ in ``ks`` (0: none), cosines of each set of heads $A = \operatorname{sym}(u^\top v)$ with the targets
+    of ``reading``, each with the reading's target's top-$k$ eigen-directions projected out: $P T P$ with $P$ the
+    projector on the other directions, in the eigen-coordinates shared by the target and its rival, where both are
+    diagonal: ``spectra[name]`` ``(..., r)`` (range coordinates for the $\Sigma$ readings, ``(r,)``; each head's
+    $F_h$ eigenvectors, ``(H, r)``). ``heads[name] = (u, v, uQ, vQ)``: rows ``(..., rows, r)`` in those coordinates,
+    and the same rotated by the Haar-random orthogonal ``q`` $Q$ (``haar``). Per name, keys: the target, the rival,
     ``identity`` ($P$), ``power<p>_<target>`` ($P T^p P$, ``POWERS``) and ``haar_<target>``, $P Q D Q^\top P$ with
     $D = PTP$: the deflated target's spectrum on random directions within the kept ones, so that, like the target,
     it does not see $A$'s part along the deflated directions ($\langle A, PQDQ^\top P\rangle =
-    \sum ((uP)Q) D \odot ((vP)Q)$, $\lVert PQDQ^\top P\rVert^2 = \lVert D\rVert^2 - 2\lVert Q_t D\rVert^2 +
-    \lVert Q_t D Q_t^\top\rVert^2$ with $Q_t$ the rows of $Q$ at the deflated directions); each ``(...)``."""
-    order = spectra[reading.target].argsort(-1, descending=True)[..., :k]
-    mask = torch.ones_like(spectra[reading.target]).scatter_(-1, order, 0.0)
-    targets = {reading.target: spectra[reading.target] * mask, reading.rival: spectra[reading.rival] * mask,
-               "identity": mask}
-    targets |= {f"power{p:g}_{reading.target}": spectra[reading.target].clamp_min(0) ** p * mask for p in POWERS}
-    targets = {key: t.float() for key, t in targets.items()}
-    d, q = targets[reading.target], q.to(targets[reading.target].dtype)
-    qd = q[order] * d.unsqueeze(-2)  # (..., k, r): Q_t D
-    haar_norm = (d.square().sum(-1) - 2 * qd.square().sum((-1, -2)) + (qd @ q[order].mT).square().sum((-1, -2)))
-    out = {}
-    for name, (u, v, uq, vq) in heads.items():
-        norm = sym_norm(u, v)  # the form is kept whole (and Q is orthogonal): one norm for every target
-        out[name] = {key: sym_cos_diagonal(u, v, t, norm) for key, t in targets.items()}
-        off = (1 - mask).unsqueeze(-2)  # (..., 1, r): the deflated directions
-        upq, vpq = uq - (u * off) @ q.to(u.dtype), vq - (v * off) @ q.to(v.dtype)  # (uP)Q, (vP)Q
-        inner = (upq * d.unsqueeze(-2) * vpq).sum((-1, -2))
-        scale = norm * haar_norm.clamp_min(0).sqrt()
-        out[name][f"haar_{reading.target}"] = torch.where(scale > 0, inner / scale.clamp_min(1e-30), 0.0)
+    \sum ((uP)Q) D \odot ((vP)Q)$, $(uP)Q = uQ - u_t Q_t$, $\lVert PQDQ^\top P\rVert^2 = \lVert D\rVert^2 -
+    2\lVert Q_t D\rVert^2 + \lVert Q_t D Q_t^\top\rVert^2$ with $Q_t$ the rows of $Q$ and $u_t$ the columns of $u$
+    at the deflated directions); each ``(...)``. A set's norm and rows' products (``diagonal_cos``) are formed once
+    for every $k$ and target: each $k$ costs $O(\text{rows}\,r\,k)$."""
+    top = spectra[reading.target].argsort(-1, descending=True)
+    sets = {name: (u, v, uq, vq, sym_norm(u, v), (u * v).sum(-2)) for name, (u, v, uq, vq) in heads.items()}
+    q = q.float()  # the targets' dtype
+    out: dict[int, dict[str, dict[str, Tensor]]] = {}
+    for k in ks:
+        order = top[..., :k]
+        mask = torch.ones_like(spectra[reading.target]).scatter_(-1, order, 0.0)
+        targets = {reading.target: spectra[reading.target] * mask, reading.rival: spectra[reading.rival] * mask,
+                   "identity": mask}
+        targets |= {f"power{p:g}_{reading.target}": spectra[reading.target].clamp_min(0) ** p * mask for p in POWERS}
+        targets = {key: t.float() for key, t in targets.items()}
+        d, qt = targets[reading.target], q[order]  # Q_t: (..., k, r)
+        qd = qt * d.unsqueeze(-2)  # (..., k, r): Q_t D
+        haar_norm = (d.square().sum(-1) - 2 * qd.square().sum((-1, -2)) + (qd @ qt.mT).square().sum((-1, -2)))
+        out[k] = {}
+        for name, (u, v, uq, vq, norm, s) in sets.items():  # the form is kept whole: one norm for every target
+            out[k][name] = {key: diagonal_cos(s, t, norm) for key, t in targets.items()}
+            upq = uq - _columns(u, order) @ qt.to(u.dtype) if k else uq  # (uP)Q
+            vpq = vq - _columns(v, order) @ qt.to(v.dtype) if k else vq
+            inner = ((upq * vpq).sum(-2) * d).sum(-1)
+            scale = norm * haar_norm.clamp_min(0).sqrt()
+            out[k][name][f"haar_{reading.target}"] = torch.where(scale > 0, inner / scale.clamp_min(1e-30), 0.0)
     return out
 
 
@@ -337,11 +362,11 @@ def ridge_of(m: Float[Tensor, "*batch dim dim"]) -> Float[Tensor, " *batch"]:
 def spectral_inverse(
     values: Float[Tensor, "*batch dim"], vectors: Float[Tensor, "*batch dim dim"], lam: Float[Tensor, " *batch"]
 ) -> tuple[Float[Tensor, "*batch dim dim"], Float[Tensor, "*batch dim"]]:
-    r"""$(M_+ + \lambda I)^{-1} = V\operatorname{diag}(1/(\max(\theta, 0) + \lambda))V^\top$ from $M$'s
+    r"""$(M_+ + \lambda I)^{-1} = WW^\top$, $W = V\operatorname{diag}(1/(\max(\theta, 0) + \lambda))^{1/2}$ from $M$'s
     decomposition ``values`` $\theta$ (ascending) and ``vectors`` $V$, float64: the inverse and its eigenvalues in
     ascending order (with $V$'s columns reversed, its eigenvectors)."""
     inv_values = (values.double().clamp_min(0) + lam.double().unsqueeze(-1)).reciprocal()  # descending
-    return (vectors.double() * inv_values.unsqueeze(-2)) @ vectors.double().mT, inv_values.flip(-1)
+    return gram((vectors.double() * inv_values.sqrt().unsqueeze(-2)).mT), inv_values.flip(-1)
 
 
 def regularised_inverse(m: Float[Tensor, "*batch dim dim"]) -> tuple[Float[Tensor, "*batch dim dim"], float, int]:
@@ -384,6 +409,6 @@ def fisher_targets(fisher: Float[Tensor, "heads r r"], k: int, start: torch.Gene
     f = fisher.double()
     e, v = torch.linalg.eigh((f + f.mT) / 2)
     inverse, inv_values = spectral_inverse(e, v, lam)
-    tops = {"fisher": top_pairs(f, e, v, k), "fisher_inv": top_pairs(inverse, inv_values, v.flip(-1), k)}
+    tops = {"fisher": top_pairs(f, e, v, k), "fisher_inv": top_pairs(inverse, inv_values, v[..., :k].flip(-1), k)}
     clipped = int((e[..., 0] < -lam.double()).sum())
     return {"fisher": fisher, "fisher_inv": inverse.to(fisher.dtype)}, tops, float(lam.mean()), clipped
