@@ -52,3 +52,13 @@ def waits(model: str, ctx, progress):
     (Path(model) / "pid").write_text(str(os.getpid()))
     time.sleep(600)
     return probe(model, ctx, progress)
+
+
+def twin(model: str, ctx, progress, seed: int):
+    """A twin's E1 record: ``not_supported`` (against the stand-in probe's ``supported``) with its seed as the
+    headline number, naming its process; the process ends at once for an odd seed in a folder named ``twin-dies``."""
+    if seed % 2 == 1 and Path(model).name == "twin-dies":
+        os._exit(3)
+    progress(1, 2, stage=Stage("feeding", 1, 2, ("E1",)))
+    return [Record(id="E1", kind="empirical", verdict="not_supported", metrics={"median_raw_ratio_excl": float(seed)},
+                   details={"pid": os.getpid()})]

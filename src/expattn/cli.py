@@ -159,6 +159,9 @@ def report(
     jobs: Annotated[int | None, typer.Option(help="Worker processes running the stages side by side, each with its "
                                                   "share of torch's threads; 1: one after another in this process "
                                                   "[one per torch thread, at most one per stage].")] = REPORT.jobs,
+    twin_inits: Annotated[int, typer.Option(help="Random-init twins per probed model, one per initialisation seed, "
+                                                 "each a stage of its own; 0: none (--quick: none).")
+                          ] = REPORT.twin_inits,
 ) -> None:
     """Run verify, simulate, probe and train and write one shareable report; exit 0 iff nothing failed."""
     checked_seed(seed)
@@ -168,7 +171,7 @@ def report(
     chosen = tuple(s.strip().lower() for s in stages.split(",") if s.strip())
     try:
         config = ReportConfig(out_dir=out, models=names, quick=quick, seed=seed, stages=chosen, overwrite=overwrite,
-                              jobs=jobs)
+                              jobs=jobs, twin_inits=twin_inits)
         verbose_loading(verbose)
         result = run_report(config, console)
     except (ValueError, TypeError, OSError) as err:

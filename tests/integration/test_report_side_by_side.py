@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -21,16 +22,21 @@ from typer.testing import CliRunner
 
 from expattn.cli import app
 from expattn.commands.report import ReportConfig, run_report
+from expattn.commands.report_config import DEFAULTS
 from expattn.commands.report_stages import PROBE_IDS, units
 from expattn.commands.workers import THREAD_VARIABLES, auto_jobs, threads_per_job
 
 TESTS = Path(__file__).resolve().parents[1]
 
 
-def report(out: Path, probe=None, **options):
-    config = ReportConfig(out_dir=out, overwrite=True, **options)
+def report(out: Path, probe=None, twin=None, **options):
+    """``run_report`` into ``out``; with a stand-in ``probe`` and no stand-in ``twin``, no twin stages (they would
+    probe a real twin)."""
+    quiet = {"twin_inits": 0} if probe is not None and twin is None else {}
+    config = ReportConfig(out_dir=out, overwrite=True, **{**quiet, **options})
     console = Console(file=io.StringIO(), width=120)
-    return run_report(config, console) if probe is None else run_report(config, console, probe=probe)
+    stand_ins = {name: f for name, f in (("probe", probe), ("twin", twin)) if f is not None}
+    return run_report(config, console, **stand_ins)
 
 
 @pytest.mark.slow
@@ -80,15 +86,40 @@ def test_the_longest_stages_start_first_and_the_report_keeps_its_order(tmp_path)
     for folder in models:
         folder.mkdir()
     config = ReportConfig(out_dir=tmp_path / "out", models=(str(models[0]), str(models[0]), str(models[1])))
-    assert [u.name for u in units(config)] == ["verify", "simulate", f"probe {models[0]}", f"probe {models[1]}",
+    twin_stages = [f"twin seed {seed}" for seed in range(DEFAULTS.twin_inits)]
+    assert [u.name for u in units(config)] == ["verify", "simulate", *(f"probe {m}{s}" for m in models[:2]
+                                                                     for s in ("", *(f", {t}" for t in twin_stages))),
                                                "train"]
-    twins = ReportConfig(models=(str(models[0]), str(tmp_path / "x" / "a")))
-    assert [u.slug for u in units(twins) if u.kind == "probe"] == ["probe-a", "probe-a-2"]
+    assert [u.name for u in units(replace(config, quick=True))] == ["verify", "simulate", f"probe {models[0]}",
+                                                                   f"probe {models[1]}", "train"]
+    same_name = ReportConfig(models=(str(models[0]), str(tmp_path / "x" / "a")))
+    assert [u.slug for u in units(same_name) if u.kind == "probe" and u.twin_seed is None] == ["probe-a", "probe-a-2"]
     result = report(tmp_path / "out", probe=stand_in_probes.probe, models=tuple(map(str, models)),
                     stages=("probe",), jobs=2)
     assert result.ok and [r.details["model"] for r in result.records] == list(map(str, models))
     plots = tmp_path / "out" / "plots"
     assert sorted(p.name for p in plots.iterdir()) == ["probe-a", "probe-b"]
+
+
+def test_twins_are_stages_of_their_own_and_their_verdicts_classify_the_models_records(tmp_path):
+    """Each model's three twins run as stages beside it, in other workers too; their verdicts become the model's
+    controls. A twin whose worker dies (seed 5 of ``twin-dies``, also when re-run alone) fails its own stage only,
+    and its model's class is then ``undecided``: the rule needs every twin."""
+    models = [tmp_path / name for name in ("a", "twin-dies")]
+    for folder in models:
+        folder.mkdir()
+    result = report(tmp_path / "out", probe=stand_in_probes.probe, twin=stand_in_probes.twin,
+                    models=tuple(map(str, models)), stages=("probe",), jobs=2, seed=4)
+    status = {s.name.split("/")[-1]: (s.status, s.records) for s in result.stages}
+    assert status == {"a": ("ok", 1), **{f"a, twin seed {s}": ("ok", 0) for s in (4, 5, 6)},
+                      "twin-dies": ("ok", 1), "twin-dies, twin seed 4": ("ok", 0),
+                      "twin-dies, twin seed 5": ("fail", 0), "twin-dies, twin seed 6": ("ok", 0)}, status
+    a, dies = result.records
+    assert a.training == "learned" and dies.training == "undecided"
+    assert [c.name for c in a.controls] == [f"random-init twin, seed {s}" for s in (4, 5, 6)]
+    assert a.details["twins"]["values"] == [4.0, 5.0, 6.0]
+    assert [c.verdict for c in dies.controls] == ["not_supported", "skipped", "not_supported"]
+    assert "worker died" in next(s.reason for s in result.stages if s.name.endswith("twin-dies, twin seed 5"))
 
 
 def test_jobs_share_the_threads_and_default_to_one_per_thread():
@@ -133,7 +164,7 @@ def test_sigterm_ends_the_workers_and_leaves_no_files(tmp_path):
         from expattn.terminal import interrupt_on_sigterm
         interrupt_on_sigterm()
         config = ReportConfig(out_dir=Path({str(tmp_path / "out")!r}), models={tuple(map(str, models))!r},
-                              stages=("probe",), jobs=2)
+                              stages=("probe",), jobs=2, twin_inits=0)
         run_report(config, Console(file=io.StringIO()), probe=stand_in_probes.waits)
     """)
     proc = subprocess.Popen([sys.executable, "-c", script], stderr=subprocess.PIPE)

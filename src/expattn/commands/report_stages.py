@@ -3,8 +3,10 @@
 ``units(config)`` lists a run's stages in report order; ``run_unit`` runs one of them into the
 report's staging folder, in this process or a worker's, and returns its records, its row of the
 stage table and its timings. What each stage measures is ``Work``: the checks of a command
-(``claims``), one model's probe (``probe``) and the training comparison (``train``), which
-``run_report`` takes as arguments (a test gives stand-ins). A stage that raises is ``fail`` with its
+(``claims``), one model's probe (``probe``), one of its random-init twins (``twin``: a stage of its
+own, so that the workers share a model's twins; ``attach_twins`` then gives each of the model's
+records their verdicts as controls) and the training comparison (``train``), which ``run_report``
+takes as arguments (a test gives stand-ins). A stage that raises is ``fail`` with its
 reason; a model that cannot be probed here (unknown name, missing optional package, a folder the
 probe refuses with ``ValueError``) gives ``skipped`` records, one per probe claim, that carry the reason.
 """
@@ -16,7 +18,7 @@ import re
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from rich.markup import escape
 
-from expattn.catalogue import ENTRIES
+from expattn.catalogue import ENTRIES, headlines
 from expattn.catalogue.registry import Claim, RunContext
 from expattn.commands.checks import claims, timed_claim
 from expattn.commands.report_config import ReportConfig
@@ -32,6 +34,7 @@ from expattn.commands.workers import Tell
 from expattn.probes.progress import Stage as ProbeStage
 from expattn.report.document import Stage
 from expattn.results.record import Record, load_records
+from expattn.results.twin import attach_twin
 
 if TYPE_CHECKING:
     from expattn.probes.runner import ProbeOutcome
@@ -61,14 +64,23 @@ ProbeProgress = Callable[[int, int, ProbeStage], None]
 ProbeModel = Callable[[str, RunContext, ProbeProgress], "ProbeOutcome"]
 
 
+ProbeTwin = Callable[[str, RunContext, ProbeProgress, int], list[Record]]
+
+
 def probe_model(model: str, ctx: RunContext, progress: ProbeProgress) -> ProbeOutcome:
-    """The probe of ``model`` at its preset size (``ProbeConfig.preset``) for ``ctx``'s seed and quickness, beside
-    its random-init twin in full mode (``results.twin``: each record's twin control and ``training``), plots written
-    into ``ctx.out_dir``: its records and per-hypothesis timings. The probe stage's default ``ProbeModel``."""
+    """The probe of ``model`` at its preset size (``ProbeConfig.preset``) for ``ctx``'s seed and quickness, plots
+    written into ``ctx.out_dir``: its records and per-hypothesis timings. The probe stage's default ``ProbeModel``."""
     from expattn.probes.runner import ProbeConfig, probe
 
-    config = ProbeConfig.preset(model, quick=ctx.quick, seed=ctx.seed, twin=not ctx.quick)  # quick: a smoke run
-    return probe(config, ctx.out_dir, progress=progress)
+    return probe(ProbeConfig.preset(model, quick=ctx.quick, seed=ctx.seed), ctx.out_dir, progress=progress)
+
+
+def probe_model_twin(model: str, ctx: RunContext, progress: ProbeProgress, seed: int) -> list[Record]:
+    """The records of ``model``'s random-init twin of initialisation ``seed`` on the token ids ``probe_model`` feeds
+    the model at the same ``ctx`` (``runner.probe_twin_of``). The twin stages' default ``ProbeTwin``."""
+    from expattn.probes.runner import ProbeConfig, probe_twin_of
+
+    return probe_twin_of(ProbeConfig.preset(model, quick=ctx.quick, seed=ctx.seed), seed, progress)
 
 
 def train_norms(config: ReportConfig, plot_dir: Path) -> list[Record]:
@@ -99,31 +111,39 @@ class Work:
         probe: one model's probe, ``(model, ctx, progress) -> ProbeOutcome`` (``probe_model``).
         claims: the registered checks of ``verify`` or ``simulate``, ``command -> [Claim]`` (``checks.claims``).
         train: the training comparison, ``(config, plot_dir) -> records`` (``train_norms``).
+        twin: one of a model's random-init twins, ``(model, ctx, progress, seed) -> records``
+            (``probe_model_twin``).
     """
 
     probe: ProbeModel = probe_model
     claims: Callable[[str], list[Claim]] = claims
     train: Callable[[ReportConfig, Path], list[Record]] = train_norms
+    twin: ProbeTwin = probe_model_twin
 
 
 @dataclass(frozen=True)
 class Unit:
     """One stage of a run: ``kind`` is one of ``report.STAGES``; a probe names its ``model`` and its plot folder
-    ``slug``."""
+    ``slug``, and a twin's stage (of kind ``probe``) its initialisation ``twin_seed``."""
 
     kind: str
     model: str = ""
     slug: str = ""
+    twin_seed: int | None = None
 
     @property
     def name(self) -> str:
-        """The stage's name in the results: ``verify``, ``simulate``, ``probe <model>`` or ``train``."""
-        return f"probe {self.model}" if self.kind == "probe" else self.kind
+        """The stage's name in the results: ``verify``, ``simulate``, ``probe <model>``, ``probe <model>, twin
+        seed <n>`` or ``train``."""
+        if self.kind != "probe":
+            return self.kind
+        return f"probe {self.model}" + ("" if self.twin_seed is None else f", twin seed {self.twin_seed}")
 
 
 def units(config: ReportConfig) -> tuple[Unit, ...]:
     """The run's stages in report order: verify, simulate, one probe per model (each model once, in the given order,
-    its plots in ``plots/probe-<folder name>``, numbered when two share a name), train."""
+    its plots in ``plots/probe-<folder name>``, numbered when two share a name) followed by its twins'
+    (``ReportConfig.twin_seeds``), train."""
     out = [Unit(command) for command in ("verify", "simulate") if command in config.chosen]
     if "probe" in config.chosen:
         taken: set[str] = set()
@@ -134,7 +154,7 @@ def units(config: ReportConfig) -> tuple[Unit, ...]:
                 n += 1
                 slug = f"{base}-{n}"
             taken.add(slug)
-            out.append(Unit("probe", model, slug))
+            out += [Unit("probe", model, slug), *(Unit("probe", model, slug, seed) for seed in config.twin_seeds)]
     if "train" in config.chosen:
         out.append(Unit("train"))
     return tuple(out)
@@ -142,11 +162,13 @@ def units(config: ReportConfig) -> tuple[Unit, ...]:
 
 @dataclass
 class UnitResult:
-    """What one stage gave: its records, its row of the stage table and its checks' or hypotheses' wall seconds."""
+    """What one stage gave: its records, its row of the stage table and its checks' or hypotheses' wall seconds; a
+    twin's stage gives no records of its own but the twin's (``twins``), which become controls of its model's."""
 
     records: list[Record]
     stage: Stage
     timings: dict[str, dict[str, float]] | None = None
+    twins: list[Record] | None = None
 
 
 def _fresh(folder: Path) -> Path:
@@ -169,8 +191,12 @@ class _Runner:
     def run(self, unit: Unit) -> UnitResult:
         """Time the stage (its body returns records, status, reason); an exception fails the stage only."""
         start, cpu_start = time.perf_counter(), time.process_time()
+        twins = None
         try:
-            if unit.kind == "probe":
+            if unit.kind == "probe" and unit.twin_seed is not None:
+                twins, status, reason = self.twin_stage(unit)
+                records = []
+            elif unit.kind == "probe":
                 records, status, reason = self.probe_stage(unit)
             elif unit.kind == "train":
                 records, status, reason = self.train_stage()
@@ -179,7 +205,7 @@ class _Runner:
         except Exception as err:
             records, status, reason = [], "fail", f"{type(err).__name__}: {err}"
         wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
-        return UnitResult(records, Stage(unit.name, status, wall, len(records), reason, cpu), self.timings)
+        return UnitResult(records, Stage(unit.name, status, wall, len(records), reason, cpu), self.timings, twins)
 
     def claims_stage(self, command: str) -> tuple[list[Record], str, str]:
         chosen = self.work.claims(command)
@@ -222,6 +248,26 @@ class _Runner:
         finally:
             self.tell.advance()
 
+    def twin_stage(self, unit: Unit) -> tuple[list[Record], str, str]:
+        """One random-init twin of ``unit.model``: its records (``Work.twin``), ``ok`` when every one was measured;
+        ``skipped`` with the reason where the model cannot be probed here, as its own stage is."""
+        model = unit.model
+        self.tell.describe(f"probe {escape(model)}, twin seed {unit.twin_seed}: loading")
+        try:
+            ctx = RunContext(seed=self.config.seed, out_dir=None, quick=self.config.quick)
+
+            def progress(done: int, total: int, stage: ProbeStage) -> None:
+                self.tell.describe(f"probe {escape(model)}, twin seed {unit.twin_seed}: {escape(str(stage))}")
+
+            try:
+                twins = self.work.twin(model, ctx, progress, unit.twin_seed)
+            except (ImportError, ValueError) as err:
+                return [], "skipped", f"cannot probe this model here: {err}"
+        finally:
+            self.tell.advance()
+        errors = [r for r in twins if r.verdict == "error"]
+        return twins, "fail" if errors else "ok", errors[0].notes if errors else ""
+
     def train_stage(self) -> tuple[list[Record], str, str]:
         """The training comparison (``Work.train``) with its plot in ``plots/train``."""
         self.tell.describe("train: one small LM per normalization")
@@ -244,8 +290,21 @@ def lost(unit: Unit, error: BaseException) -> UnitResult:
         reason = f"{error} again (killed, or out of memory?)"
     else:
         reason = f"it could not run in a worker process: {type(error).__name__}: {error}"
-    records = _placeholder(unit.model, "error", reason) if unit.kind == "probe" else []
+    records = _placeholder(unit.model, "error", reason) if unit.kind == "probe" and unit.twin_seed is None else []
     return UnitResult(records, Stage(unit.name, "fail", None, len(records), reason, None))
+
+
+def attach_twins(todo: Sequence[Unit], results: Sequence[UnitResult]) -> None:
+    """Each probed model's records (``results`` in the order of ``todo``) with its twins' verdicts as controls and
+    its ``training`` classes (``results.twin.attach_twin``); a twin whose stage gave nothing counts as ``skipped``,
+    so its model's classes are ``undecided``. A model whose own stage failed keeps its placeholder records."""
+    for unit, result in zip(todo, results, strict=True):
+        if unit.kind != "probe" or unit.twin_seed is not None or result.stage.status != "ok":
+            continue
+        theirs = [(u.twin_seed, r.twins or []) for u, r in zip(todo, results, strict=True)
+                  if u.kind == "probe" and u.slug == unit.slug and u.twin_seed is not None]
+        if theirs:
+            attach_twin(result.records, [t for _, t in theirs], headlines(), [seed for seed, _ in theirs])
 
 
 def _count(claims_of: Callable[[str], list[Claim]], command: str) -> int:
@@ -257,10 +316,12 @@ def _count(claims_of: Callable[[str], list[Claim]], command: str) -> int:
 
 
 def steps(config: ReportConfig, work: Work) -> int:
-    """The steps the progress bar counts: each check of verify and simulate, each model's probe, the training."""
+    """The steps the progress bar counts: each check of verify and simulate, each model's probe and each of its
+    twins, the training."""
     chosen = config.chosen
     return (sum(_count(work.claims, command) for command in ("verify", "simulate") if command in chosen)
-            + (len(set(config.models)) if "probe" in chosen else 0) + int("train" in chosen))
+            + (len(set(config.models)) * (1 + len(config.twin_seeds)) if "probe" in chosen else 0)
+            + int("train" in chosen))
 
 
 def rerun(result: UnitResult, how: str) -> UnitResult:

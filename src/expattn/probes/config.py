@@ -15,6 +15,7 @@ from expattn.probes.budgets import default_tokens
 from expattn.probes.footprint import STATISTICS
 from expattn.probes.hypotheses import hypotheses
 from expattn.probes.passes import budget_bytes
+from expattn.results.twin import TWIN_INITS
 from expattn.seeds import check_seed
 
 
@@ -68,7 +69,7 @@ class ProbeConfig:
     statistics: str = "float64"
     memory_budget: int | str | None = None
     twin: bool = False
-    twin_inits: int = 3
+    twin_inits: int = TWIN_INITS
 
     @classmethod
     def preset(cls, model: str, quick: bool = False, seed: int = 0, twin: bool = False) -> ProbeConfig:

@@ -170,17 +170,38 @@ def probe_subject(subject: Subject, config: ProbeConfig, out_dir: Path | None,
     groups = passes(subject, ctx, [cls.claim for cls in built], config) if built else [[]]  # [[]]: skipped ones
     run = _feed(subject, ctx, built, groups, skipped, fed, config, out_dir, progress, speedups)
     if config.twin:  # the same ids through each random-init twin; their records become controls
-        alone = replace(config, twin=False)
         seeds = [config.seed + i for i in range(config.twin_inits)]
-        twins = [probe_twin(subject, lambda twin, ids: probe_subject(twin, alone, None, input_ids=ids,
-                                                                   speedups=speedups).records,
-                            seed=seed, fed=fed, hypotheses=config.hypotheses) for seed in seeds]
+        twins = [twin_records(subject, config, fed, seed, speedups) for seed in seeds]
         run.records = attach_twin(run.records, twins, headlines(), seeds) if run.rank == 0 else run.records
     return ProbeOutcome(
         run.records, fed.count * config.seq_len, fed.count, time.perf_counter() - start, run.forward,
         run.stats_seconds, run.forward_cpu, run.stats_cpu, _model_info(subject, ctx, run.checked), asdict(config),
         run.timings, run.drawn, [list(group) for group in groups],
     )
+
+
+def twin_records(subject: Subject, config: ProbeConfig, fed: Sequences, seed: int, speedups: bool | None = None,
+                 progress: Callable[..., None] | None = None) -> list[Record]:
+    """The records of ``subject``'s random-init twin of initialisation ``seed`` (``models.twin.probe_twin``) on the
+    token ids ``fed`` gave the model, measured as ``config`` says, without plots (``progress`` as ``probe`` takes
+    it)."""
+    alone = replace(config, twin=False)
+    return probe_twin(subject, lambda twin, ids: probe_subject(twin, alone, None, progress, input_ids=ids,
+                                                               speedups=speedups).records,
+                      seed=seed, fed=fed, hypotheses=config.hypotheses)
+
+
+def probe_twin_of(config: ProbeConfig, seed: int, progress: Callable[..., None] | None = None) -> list[Record]:
+    """The records of ``config.model``'s random-init twin of initialisation ``seed`` alone, on the token ids
+    ``probe(config)`` feeds the model (the same text, sample and seed): the twin as a stage of its own, which a
+    report runs beside the model's."""
+    text = load_text(config.corpus, config.text)
+    if int(os.environ.get("RANK", "0")) == 0:
+        reporter(progress)(Stage("loading", 0, 1))
+    subject = load(config)
+    torch.manual_seed(config.seed)
+    fed = sequences(subject, config.seq_len, config.tokens, config.seed, text=text)
+    return twin_records(subject, config, fed, seed, progress=progress)
 
 
 @dataclass

@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from expattn.results.record import FAILING, PASSING, Control, Record
 
 TWIN_CONTROL = "random-init twin"
+TWIN_INITS = 3  # twins per model by default: with fewer, one initialisation that reads the other way goes unseen
 TRAINING_RULE = (
     "training: learned when the trained model's verdict and every random-init twin's (same class and config, one "
     "twin per initialisation seed, same token ids) are decisive (pass/supported or fail/not_supported) and every "
