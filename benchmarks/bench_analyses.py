@@ -29,7 +29,7 @@ def once(model: str, tokens: int, only: list[str], repeat: int) -> dict:
     import torch
 
     from expattn.probes.hypotheses import estimator
-    from expattn.probes.runner import ProbeConfig, probe
+    from expattn.probes.runner import ProbeConfig, run_probe
 
     torch.set_num_threads(1)
     seconds: dict[str, list[float]] = {}
@@ -48,7 +48,7 @@ def once(model: str, tokens: int, only: list[str], repeat: int) -> dict:
 
     for claim in only:
         estimator(claim).measure = timed(claim)
-    outcome = probe(ProbeConfig(model=model, tokens=tokens, hypotheses=tuple(only)), None, speedups=False)
+    outcome = run_probe(ProbeConfig(model=model, tokens=tokens, hypotheses=tuple(only)), None, speedups=False)
     return {"analyses": {c: statistics.median(s) for c, s in seconds.items()},
             "wall": {c: statistics.median(s) for c, s in wall.items()},
             "forward_seconds": outcome.forward_seconds, "forward_cpu_seconds": outcome.forward_cpu_seconds}

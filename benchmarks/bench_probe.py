@@ -7,7 +7,7 @@
 
 ``time`` runs, in one process, plain forward passes (no hooks) over exactly the batches the probe
 reads, then the full probe (``--overlap both``: with the speed machinery off, i.e. synchronous and without heap
-trimming, then on, the estimators' updates in a worker thread; ``probe(..., speedups=...)``), then the plain
+trimming, then on, the estimators' updates in a worker thread; ``run_probe(..., speedups=...)``), then the plain
 passes again (A/A control), and prints ratios to the first plain run
 of wall and CPU time. For the overlapped probe it also prints the CPU time of the main thread alone
 (model, hooks, records): its wall time when the worker has a core of its own, readable on a loaded
@@ -70,9 +70,9 @@ def bench_time(model: str, token_counts: list[int], repeat: int, hypotheses: tup
     also the marginal ratio $(\text{probe}_L - \text{probe}_S) / (\text{plain}_L - \text{plain}_S)$:
     what each further token costs, free of the per-run work (loading, E4/E5/E7 on the detail
     sequences, eigendecompositions, ridge solves) that the total ratio at S includes."""
-    from expattn.probes.runner import ProbeConfig, probe
+    from expattn.probes.runner import ProbeConfig, run_probe
 
-    probe(ProbeConfig(model=model, tokens=ProbeConfig().batch_size * ProbeConfig().seq_len, dtype=dtype,
+    run_probe(ProbeConfig(model=model, tokens=ProbeConfig().batch_size * ProbeConfig().seq_len, dtype=dtype,
                       hypotheses=("E1",)), None)  # warm-up
     variants = {"off": ("synchronous",), "on": ("overlapped",), "both": ("synchronous", "overlapped")}[overlap]
     chosen = ",".join(hypotheses)
@@ -89,7 +89,7 @@ def bench_time(model: str, token_counts: list[int], repeat: int, hypotheses: tup
                     row[name] = plain_forward(config)
                     continue
                 t0, c0, m0 = time.perf_counter(), time.process_time(), time.thread_time()
-                outcome = probe(config, None, speedups=name == "overlapped")
+                outcome = run_probe(config, None, speedups=name == "overlapped")
                 row[name] = (time.perf_counter() - t0, time.process_time() - c0)
                 if name == "overlapped":  # the critical path: this thread's CPU, what wall time is given a free core
                     row["overlapped, main thread"] = (math.nan, time.thread_time() - m0)
@@ -127,8 +127,8 @@ def bench_memory(model: str, token_counts: list[int]) -> None:
     peaks = []
     for tokens in token_counts:
         code = (
-            "import resource, sys; from expattn.probes.runner import ProbeConfig, probe; "
-            f"probe(ProbeConfig(model={model!r}, tokens={tokens}), None); "
+            "import resource, sys; from expattn.probes.runner import ProbeConfig, run_probe; "
+            f"run_probe(ProbeConfig(model={model!r}, tokens={tokens}), None); "
             "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
         )
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -255,8 +255,8 @@ def train(
         fail(str(err))
 
 
-@app.command()
-def probe(
+@app.command("probe")
+def probe_command(
     out: Annotated[Path, typer.Option(readable=False, help="Output folder for results.json and plots (missing or "
                                                            "empty, or --overwrite).")],
     model: Annotated[str | None, typer.Option(help="minilm, smollm2, gemma3, a local HuggingFace model directory, a "

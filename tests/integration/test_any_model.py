@@ -23,7 +23,7 @@ from tiny_models import ARCHITECTURES, VISION, build_tiny, copy_tokenizer, probe
 from expattn.probes.hypotheses import hypotheses
 from expattn.probes.models.acceptance import AttentionMismatch, check_heads, head_errors
 from expattn.probes.models.adapters import Capture
-from expattn.probes.runner import ProbeConfig, probe
+from expattn.probes.runner import ProbeConfig, run_probe
 
 SEQ_LEN = 64
 TOL = SEQ_LEN * torch.finfo(torch.float32).eps  # float32 rounding of a length-T weighted sum
@@ -61,7 +61,7 @@ def _config(path: Path, **kw) -> ProbeConfig:
 @pytest.mark.parametrize("model_type", sorted(ARCHITECTURES))
 def test_recomputed_attention_equals_the_models_own(root, model_type):
     path = save_tiny(model_type, root / model_type)
-    outcome = probe(_config(path, hypotheses=hypotheses()), None)
+    outcome = run_probe(_config(path, hypotheses=hypotheses()), None)
     skipped = {r.id: r.notes for r in outcome.records if r.verdict == "skipped"}
     assert sorted(skipped) == sorted(SKIPPED.get(model_type, {}))
     assert all(SKIPPED[model_type][h] in why for h, why in skipped.items()), skipped
@@ -159,11 +159,11 @@ def test_a_misread_head_is_an_error_naming_layer_and_head():
 @pytest.mark.slow
 def test_device_map_and_dtype_on_cpu(root):
     path = save_tiny("llama", root / "llama-cpu")
-    plain = probe(_config(path), None)
-    mapped = probe(_config(path, device_map="auto"), None)
+    plain = run_probe(_config(path), None)
+    mapped = run_probe(_config(path, device_map="auto"), None)
     assert [(r.id, r.verdict, r.metrics["max_error"] if r.id == "E5" else None) for r in plain.records] == [
         (r.id, r.verdict, r.metrics["max_error"] if r.id == "E5" else None) for r in mapped.records]
-    half = probe(_config(path, dtype="bfloat16", hypotheses=("E1", "E5", "E8")), None)
+    half = run_probe(_config(path, dtype="bfloat16", hypotheses=("E1", "E5", "E8")), None)
     assert half.model["dtype"] == "bfloat16"
     verdicts = {r.id: r for r in half.records}
     assert verdicts["E5"].verdict == "pass", verdicts["E5"].notes  # to bfloat16's rounding bound
@@ -227,7 +227,8 @@ def test_device_and_dtype_arguments(monkeypatch):
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_on_cuda(root, dtype):
     path = save_tiny("qwen2", root / f"qwen2-cuda-{dtype}")
-    outcome = probe(_config(path, device="cuda", dtype=dtype, hypotheses=("E1", "E5", "E8"), text=probe_text()), None)
+    config = _config(path, device="cuda", dtype=dtype, hypotheses=("E1", "E5", "E8"), text=probe_text())
+    outcome = run_probe(config, None)
     assert outcome.model["device"].startswith("cuda")
     assert outcome.model["attention_check_max_error"] <= SEQ_LEN * torch.finfo(getattr(torch, dtype)).eps
     verdicts = {r.id: r.verdict for r in outcome.records}
@@ -242,7 +243,7 @@ def test_generic_reading_never_overlaps_its_updates(root):
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
-        single = probe(_config(path, hypotheses=("E4", "E5", "E7")), None)
+        single = run_probe(_config(path, hypotheses=("E4", "E5", "E7")), None)
     finally:
         torch.set_num_threads(threads)
     assert all(r.verdict != "fail" for r in single.records), [r.notes for r in single.records]

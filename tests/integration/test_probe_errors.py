@@ -33,11 +33,11 @@ def model_dir(tmp_path_factory) -> Path:
 
 
 def _probe(model_dir: Path, overlap: bool | None) -> dict[str, Record]:
-    from expattn.probes.runner import ProbeConfig, probe
+    from expattn.probes.runner import ProbeConfig, run_probe
 
     config = ProbeConfig(model=str(model_dir), tokens=256, seq_len=32, batch_size=4, replicates=20,
                          detail_sequences=2)
-    return {r.id: r for r in probe(config, None, speedups=overlap).records}
+    return {r.id: r for r in run_probe(config, None, speedups=overlap).records}
 
 
 @pytest.mark.parametrize("overlap", [False, True], ids=["synchronous", "worker-thread"])

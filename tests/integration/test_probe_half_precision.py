@@ -23,7 +23,7 @@ from tiny_models import build_tiny, probe_text, save_tiny
 from expattn.probes.models.acceptance import AttentionMismatch, check_heads
 from expattn.probes.models.adapters import Capture
 from expattn.probes.models.rounding import unit_roundoff
-from expattn.probes.runner import ProbeConfig, probe
+from expattn.probes.runner import ProbeConfig, run_probe
 
 SEQ_LEN = 32
 HALVES = (torch.bfloat16, torch.float16)
@@ -83,7 +83,7 @@ def test_corrupted_tap_fails_in_half_precision(model_type, dtype):
 @pytest.mark.parametrize("model_type", FAMILIES)
 def test_e5_and_e7_in_half_precision(tmp_path, model_type, dtype):
     path = save_tiny(model_type, tmp_path / model_type)
-    outcome = probe(ProbeConfig(model=str(path), dtype=dtype, tokens=4 * SEQ_LEN, seq_len=SEQ_LEN, batch_size=2,
+    outcome = run_probe(ProbeConfig(model=str(path), dtype=dtype, tokens=4 * SEQ_LEN, seq_len=SEQ_LEN, batch_size=2,
                                 replicates=2, detail_sequences=2, hypotheses=("E5", "E7"), text=probe_text()), None)
     records = {r.id: r for r in outcome.records}
     e5, e7 = records["E5"], records["E7"]

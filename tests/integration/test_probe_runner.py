@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from expattn.probes.runner import ProbeConfig, probe
+from expattn.probes.runner import ProbeConfig, run_probe
 
 
 def tiny_bert_dir(root: Path, max_positions: int = 64) -> Path:
@@ -70,7 +70,7 @@ def test_progress_names_each_stage_in_order(model_dir, overlap):
         heard.append(stage)
 
     config = replace(tiny_config(model_dir), hypotheses=("E1", "E5", "E8"))
-    probe(config, None, progress, speedups=overlap)
+    run_probe(config, None, progress, speedups=overlap)
     names = [s.name for s in heard]
     assert names[0] == "loading" and names == sorted(names, key=["loading", "feeding", "analyses"].index)
     feeding = [s for s in heard if s.name == "feeding"]
@@ -84,9 +84,9 @@ def test_progress_names_each_stage_in_order(model_dir, overlap):
 
 @pytest.mark.slow
 def test_same_seed_same_numbers_other_seed_other_numbers(model_dir, tmp_path):
-    first = probe(tiny_config(model_dir), tmp_path / "a")
-    again = probe(tiny_config(model_dir), None)
-    other = probe(tiny_config(model_dir, seed=1), None)
+    first = run_probe(tiny_config(model_dir), tmp_path / "a")
+    again = run_probe(tiny_config(model_dir), None)
+    other = run_probe(tiny_config(model_dir, seed=1), None)
     assert [r.id for r in first.records] == [f"E{i}" for i in range(1, 10)]
     for a, b in zip(first.records, again.records, strict=True):
         assert a.metrics == b.metrics
@@ -181,7 +181,7 @@ def fitted_run(config: ProbeConfig) -> tuple[dict[str, torch.Tensor], list[dict]
     analyse = runner.records
     runner.records = lambda estimators, *a, **k: (fitted.append(estimators), analyse(estimators, *a, **k))[1]
     try:
-        outcome = probe(config, None)
+        outcome = run_probe(config, None)
     finally:
         runner.records = analyse
     if not fitted:

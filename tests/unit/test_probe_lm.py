@@ -21,7 +21,7 @@ from expattn.probes.models.adapters import Capture, adapter_for
 from expattn.probes.models.corpus import TokenSample, load_text, sequence
 from expattn.probes.models.lm_adapter import CharTokenizer, load_lm
 from expattn.probes.models.loading import read_config
-from expattn.probes.runner import ProbeConfig, probe
+from expattn.probes.runner import ProbeConfig, run_probe
 
 VOCAB = "\n abcdefgh"
 
@@ -49,7 +49,7 @@ def test_e1_e2_match_float64_trace(gen, text, tmp_path):
     seq_len, n_seq = 16, 24
     config = ProbeConfig(model=str(folder), text=str(text), tokens=seq_len * n_seq, seq_len=seq_len, batch_size=8,
                          replicates=20, hypotheses=("E1", "E2"))
-    records = {r.id: r for r in probe(config, None).records}
+    records = {r.id: r for r in run_probe(config, None).records}
     assert set(records) == {"E1", "E2"}
     tokenizer = CharTokenizer(VOCAB)
     ids = torch.stack([sequence(load_text(None, text), tokenizer, "expattn", TokenSample(seq_len, 0), i)
@@ -81,7 +81,7 @@ def test_e7_paths_match_the_lm_modules_in_float64(gen, text, tmp_path, norm):
     seq_len, detail = 16, 3
     config = ProbeConfig(model=str(folder), text=str(text), tokens=seq_len * 8, seq_len=seq_len, batch_size=4,
                          replicates=20, detail_sequences=detail, hypotheses=("E7",))
-    (record,) = probe(config, None).records
+    (record,) = run_probe(config, None).records
     assert record.verdict != "skipped", record.notes
     ids = torch.stack([sequence(load_text(None, text), CharTokenizer(VOCAB), "expattn", TokenSample(seq_len, 0), i)
                        for i in range(detail)])
@@ -112,7 +112,7 @@ def test_e7_is_skipped_for_implicit_and_non_softmax_lms(gen, text, tmp_path):
         folder = export_model(_model(gen, **kw), VOCAB, tmp_path / next(iter(kw)))
         config = ProbeConfig(model=str(folder), text=str(text), tokens=64, seq_len=16, batch_size=4,
                              replicates=20, hypotheses=("E7",))
-        (record,) = probe(config, None).records
+        (record,) = run_probe(config, None).records
         assert record.verdict == "skipped" and fragment in record.notes
 
 

@@ -13,7 +13,7 @@ import torch
 from expattn.nn.export import export_model
 from expattn.nn.lm import LM, LMConfig
 from expattn.probes.overlap import UpdateWorker, measure_in_parallel
-from expattn.probes.runner import ProbeConfig, probe
+from expattn.probes.runner import ProbeConfig, run_probe
 
 VOCAB = "\n abcdefgh"
 
@@ -122,7 +122,7 @@ def test_overlapped_probe_is_bitwise_the_synchronous_one(gen, tmp_path, monkeypa
     records = runner.records
     monkeypatch.setattr(runner, "records", lambda estimators, *a, **k: (fitted.append(estimators), records(
         estimators, *a, **k))[1])  # the estimators as they reach their analysis (the results keep host numbers)
-    sync, overlapped = probe(config, None, speedups=False), probe(config, None, speedups=True)
+    sync, overlapped = run_probe(config, None, speedups=False), run_probe(config, None, speedups=True)
     assert [e.claim for e in fitted[0]] == [e.claim for e in fitted[1]] and fitted[0]
     for a, b in zip(*fitted, strict=True):
         fitted = {k: v for k, v in vars(a).items() if k.endswith("_")}

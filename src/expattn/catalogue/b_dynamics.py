@@ -14,7 +14,7 @@ GROUP = Group(
 )
 
 SIMULATE_TEST = "tests/integration/test_simulate_cli.py"
-CONTROLS_TEST = "tests/unit/test_controls.py"  # every simulate preset's rule and controls
+CONTROLS_TEST = "tests/integration/test_simulate_controls.py"  # every simulate preset's rule and controls
 
 ENTRIES = (
     Entry(
@@ -132,7 +132,7 @@ ENTRIES = (
             "src/expattn/presets/d7_implicit.py",
             "src/expattn/presets/d7_tied_weights.py",
         ),
-        tests=("tests/unit/test_implicit.py", "tests/unit/test_d7_presets.py", CONTROLS_TEST, SIMULATE_TEST),
+        tests=("tests/unit/test_implicit.py", "tests/integration/test_d7_presets.py", CONTROLS_TEST, SIMULATE_TEST),
         presets=("b7-tied-block", "b7-implicit"),
     ),
     Entry(

@@ -39,7 +39,7 @@ ENTRIES = (
         modules=("src/expattn/nn/hopfield.py", "src/expattn/presets/d2_retrieval.py",
                  "src/expattn/presets/d2_fixed_vs_changing.py", "src/expattn/presets/d2_hopfield.py",
                  "src/expattn/presets/d2_theorem3.py"),
-        tests=("tests/unit/test_d2_presets.py", "tests/unit/test_hopfield.py", "tests/unit/test_d_controls.py"),
+        tests=("tests/unit/test_d2_presets.py", "tests/unit/test_hopfield.py", "tests/integration/test_d_controls.py"),
         presets=("d2-one-step-error", "d2-capacity", "d2-metastable", "d2-fixed-vs-changing"),
     ),
     Entry(
@@ -113,8 +113,8 @@ ENTRIES = (
             "src/expattn/presets/d7_implicit.py",
             "src/expattn/presets/d7_anderson.py",
         ),
-        tests=("tests/unit/test_implicit.py", "tests/unit/test_solvers.py", "tests/unit/test_d7_presets.py",
-               "tests/unit/test_d_controls.py"),
+        tests=("tests/unit/test_implicit.py", "tests/unit/test_solvers.py", "tests/integration/test_d7_presets.py",
+               "tests/integration/test_d_controls.py"),
         presets=("d7-attention", "d7-hopfield", "d7-anderson"),
     ),
 )

@@ -13,7 +13,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from expattn.catalogue import headlines
 from expattn.probes.progress import Stage
-from expattn.probes.runner import ProbeConfig, ProbeOutcome, probe
+from expattn.probes.runner import ProbeConfig, ProbeOutcome, run_probe
 from expattn.results.files import write_json_atomic
 from expattn.results.outputs import check_output_folder, output_folder
 from expattn.results.seed_spread import seed_spread, spread_document
@@ -66,13 +66,13 @@ def probe_to_dir(
     """
     check_output_folder(out, overwrite)
     if int(os.environ.get("RANK", "0")) != 0:
-        return {c.seed: probe(c, None, progress) for c in configs}
+        return {c.seed: run_probe(c, None, progress) for c in configs}
     outcomes = {}
     with output_folder(out, overwrite=overwrite) as tmp:
         for config in configs:
             folder = tmp if len(configs) == 1 else tmp / f"seed-{config.seed}"
             folder.mkdir(exist_ok=True)
-            outcomes[config.seed] = outcome = probe(config, folder, progress)
+            outcomes[config.seed] = outcome = run_probe(config, folder, progress)
             write_results(folder, outcome.document())
         if len(configs) > 1:
             spreads = seed_spread({s: o.records for s, o in outcomes.items()}, headlines())

@@ -227,24 +227,22 @@ def run_report(config: ReportConfig, console: Console, probe: ProbeModel = probe
                claims: Callable[[str], list[Claim]] = registered_claims,
                train: Callable[[ReportConfig, Path], list[Record]] = train_norms,
                twin: ProbeTwin = probe_model_twin) -> ReportResult:
-    """Run the chosen stages (verify, simulate, probe, train), then write results.json, results.csv,
+    """Run the chosen stages (verify, simulate, probe and its twins, train), then write results.json, results.csv,
     report.html, report.md and plots/.
 
     Args:
         config: the run's options (``ReportConfig``).
         console: where the progress display and the closing summary go.
-        probe: the probe stage's measurement of one model, ``(model, ctx, progress) -> records`` (``probe_model``:
-            the probe at its preset size).
+        probe: one model's probe stage, ``(model, ctx, progress) -> records`` (``probe_model``, at its preset size).
         claims: the checks of ``verify`` and ``simulate``, ``command -> [Claim]`` (the registered ones).
         train: the train stage's comparison, ``(config, plot_dir) -> records`` (``train_norms``).
-        twin: a twin stage's measurement of one random-init twin, ``(model, ctx, progress, seed) -> records``
-            (``probe_model_twin``), one stage per model and initialisation seed (``ReportConfig.twin_seeds``).
+        twin: one random-init twin's stage, ``(model, ctx, progress, seed) -> records`` (``probe_model_twin``).
         Where ``jobs > 1`` these four run in worker processes: module-level functions.
 
     Returns:
-        The ``ReportResult`` (records, per-stage timings, output folder). Raises ``ValueError``/``OSError``
-        before any work if a model to probe is neither a known name nor a folder, if ``--out`` cannot
-        be written, or the one rule of output folders refuses it (``expattn.results.outputs``).
+        The ``ReportResult`` (records, per-stage timings, output folder). Raises ``ValueError``/``OSError`` before
+        any work if a model to probe is neither a known name nor a folder, if ``--out`` cannot be written, or the
+        one rule of output folders refuses it (``expattn.results.outputs``).
     """
     unknown = unknown_models(config.models) if "probe" in config.chosen else []
     if unknown:
@@ -255,8 +253,7 @@ def run_report(config: ReportConfig, console: Console, probe: ProbeModel = probe
         _check_sendable(work)
     check_output_folder(config.out_dir, config.overwrite)
     with output_folder(config.out_dir, overwrite=config.overwrite) as staging:
-        started = datetime.now(timezone.utc)
-        start = time.perf_counter()
+        started, start = datetime.now(timezone.utc), time.perf_counter()
         columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
         (staging / "plots").mkdir(exist_ok=True)
         with Progress(*columns, TimeElapsedColumn(), console=console) as progress:

@@ -70,9 +70,9 @@ ProbeTwin = Callable[[str, RunContext, ProbeProgress, int], list[Record]]
 def probe_model(model: str, ctx: RunContext, progress: ProbeProgress) -> ProbeOutcome:
     """The probe of ``model`` at its preset size (``ProbeConfig.preset``) for ``ctx``'s seed and quickness, plots
     written into ``ctx.out_dir``: its records and per-hypothesis timings. The probe stage's default ``ProbeModel``."""
-    from expattn.probes.runner import ProbeConfig, probe
+    from expattn.probes.runner import ProbeConfig, run_probe
 
-    return probe(ProbeConfig.preset(model, quick=ctx.quick, seed=ctx.seed), ctx.out_dir, progress=progress)
+    return run_probe(ProbeConfig.preset(model, quick=ctx.quick, seed=ctx.seed), ctx.out_dir, progress=progress)
 
 
 def probe_model_twin(model: str, ctx: RunContext, progress: ProbeProgress, seed: int) -> list[Record]:

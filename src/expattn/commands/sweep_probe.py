@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from expattn.probes.runner import ProbeConfig, probe
+from expattn.probes.runner import ProbeConfig, run_probe
 from expattn.sweeps.layer_dynamics import PROBE_SEQUENCES, SWEEP_HYPOTHESES, LayerDynamics, layer_dynamics
 from expattn.train.data import SHAKESPEARE
 
@@ -28,8 +28,8 @@ def probe_dynamics(model_dir: Path, corpus: str, context: int, seed: int = 0) ->
         seed: seed of the token sample and the bootstrap.
 
     Raises:
-        ValueError: as ``expattn.probes.runner.probe`` (e.g. non-finite states of a diverged model), or
+        ValueError: as ``expattn.probes.runner.run_probe`` (e.g. non-finite states of a diverged model), or
             the probe skipped one of E1-E3.
     """
-    outcome = probe(probe_config(model_dir, corpus, context, seed), None)
+    outcome = run_probe(probe_config(model_dir, corpus, context, seed), None)
     return layer_dynamics(outcome.records, outcome.model["layers"], outcome.tokens, outcome.seconds)

@@ -37,8 +37,7 @@ from expattn.catalogue import headlines
 from expattn.probes.config import DEFAULTS
 from expattn.probes.models.corpus import given_ids, given_text
 from expattn.probes.models.subject import subject_in_memory
-from expattn.probes.runner import ProbeConfig, ProbeOutcome, probe_subject
-from expattn.probes.runner import probe as probe_config
+from expattn.probes.runner import ProbeConfig, ProbeOutcome, probe_subject, run_probe
 from expattn.results.files import write_json_atomic
 from expattn.results.outputs import output_folder
 from expattn.results.record import Record
@@ -136,8 +135,7 @@ def probe(model: nn.Module | str, tokenizer: object | None = None, *, texts: str
           dtype: str | torch.dtype | None = None, out_dir: str | Path | None = None,
           statistics: str = DEFAULTS.statistics, progress: Callable[..., None] | None = None,
           memory_budget: int | str | None = DEFAULTS.memory_budget, twin: bool = DEFAULTS.twin,
-          twin_inits: int = DEFAULTS.twin_inits,
-          ) -> ProbeResults | SeedResults:
+          twin_inits: int = DEFAULTS.twin_inits) -> ProbeResults | SeedResults:
     """Measure the probe's hypotheses on ``model`` and return the records (see module docstring); with ``seeds``, once
     per seed, returning a ``SeedResults``.
 
@@ -150,11 +148,10 @@ def probe(model: nn.Module | str, tokenizer: object | None = None, *, texts: str
         hypotheses: IDs as ``ProbeConfig`` takes them, or one string: an ID (``"E1"``) or IDs separated by
             commas (``"E1,E3"``); None: every one the probe has.
         tokens, seq_len, seed, batch_size, replicates, detail_sequences, statistics, memory_budget, twin,
-            twin_inits: as
-            ``ProbeConfig``, whose defaults these are (``probes.config.DEFAULTS``; ``tokens``: the model's default,
-            ``budgets.default_tokens``, 20,000 for a model in memory; ``seed`` 0 unless given). ``memory_budget``
-            None: the device's free memory; ``twin``: each record carries the verdicts of ``twin_inits`` random-init
-            twins (one per initialisation seed) on the same ids as controls (``expattn.results.twin``).
+            twin_inits: as ``ProbeConfig``, whose defaults these are (``probes.config.DEFAULTS``; ``tokens``: the
+            model's default, ``budgets.default_tokens``, 20,000 for a model in memory; ``seed`` 0 unless given);
+            ``memory_budget`` None: the device's free memory; ``twin``: each record carries the verdicts of
+            ``twin_inits`` random-init twins on the same ids as controls (``expattn.results.twin``).
         seeds: at least two distinct seeds instead of ``seed``: the probe runs once per seed (plots under
             ``out_dir/seed-N``) and the result gives each headline's median and range over them.
         device, dtype: where and in which dtype the model runs (``cpu``, ``cuda:N``; ``float32``, ``bfloat16``,
@@ -182,7 +179,7 @@ def probe(model: nn.Module | str, tokenizer: object | None = None, *, texts: str
     if isinstance(model, str):  # the runner's ``load`` checks the settings against the machine and the folder
         if texts is not None or input_ids is not None or tokenizer is not None:
             raise ValueError("a model given by name reads its own tokenizer and the corpus; load it to pass texts")
-        return ProbeResults(probe_config(config, out, progress))
+        return ProbeResults(run_probe(config, out, progress))
     config.require_memory()
     if input_ids is None and tokenizer is None:
         raise ValueError("tokenizer is needed to cut sequences from texts (or pass input_ids)")

@@ -1,6 +1,6 @@
 """A probe run's progress by stage: loading the model, feeding it the sample, analysing each hypothesis.
 
-``expattn.probes.runner.probe`` and ``expattn.probe`` take a ``progress`` callback of either kind:
+``expattn.probes.runner.run_probe`` and ``expattn.probe`` take a ``progress`` callback of either kind:
 
 - ``progress(done, total)``: tokens fed so far and in all, after each batch (the feeding stage only);
 - ``progress(done, total, stage)`` with a parameter named ``stage``: every stage in order, ``stage`` a

@@ -127,7 +127,7 @@ def context(subject: Subject, config: ProbeConfig, sequences: Sequences) -> Prob
     )
 
 
-def probe(
+def run_probe(
     config: ProbeConfig, out_dir: Path | None, progress: Callable[..., None] | None = None,
     speedups: bool | None = None,
 ) -> ProbeOutcome:
@@ -193,7 +193,7 @@ def twin_records(subject: Subject, config: ProbeConfig, fed: Sequences, seed: in
 
 def probe_twin_of(config: ProbeConfig, seed: int, progress: Callable[..., None] | None = None) -> list[Record]:
     """The records of ``config.model``'s random-init twin of initialisation ``seed`` alone, on the token ids
-    ``probe(config)`` feeds the model (the same text, sample and seed): the twin as a stage of its own, which a
+    ``run_probe(config)`` feeds the model (the same text, sample and seed): the twin as a stage of its own, which a
     report runs beside the model's."""
     text = load_text(config.corpus, config.text)
     if int(os.environ.get("RANK", "0")) == 0:

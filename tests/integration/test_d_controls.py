@@ -28,7 +28,7 @@ PRESETS = ["d2-one-step-error", "d2-capacity", "d2-metastable", "d2-fixed-vs-cha
 @pytest.mark.slow
 @pytest.mark.parametrize("name", PRESETS)
 def test_preset_states_its_rule_and_its_negative_controls_reject_the_claim(quick_record, name):
-    record = quick_record(name)  # the quick run test_controls and test_d7_presets judge too
+    record = quick_record(name)  # the quick run test_simulate_controls and test_d7_presets judge too
     accepted = "supported" if name == "d7-anderson" else "pass"
     assert record.verdict == accepted, record.notes
     assert record.criterion.startswith("supported iff" if name == "d7-anderson" else "pass iff")

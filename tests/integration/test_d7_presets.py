@@ -16,7 +16,7 @@ from expattn.presets.d7_anderson import tune_gain
 @pytest.mark.parametrize("name", ["d7-hopfield", "d7-attention", "b7-implicit"])
 @pytest.mark.parametrize("seed", [0, 1])
 def test_quick_presets_pass_and_draw(quick_record, name, seed):
-    record = quick_record(name, seed)  # the run test_controls and test_d_controls judge too
+    record = quick_record(name, seed)  # the run test_simulate_controls and test_d_controls judge too
     folder = quick_record.out / f"{name}-{seed}"
     assert record.verdict == "pass", record.notes
     assert record.plots and all((folder / p).stat().st_size > 0 for p in record.plots)
@@ -24,7 +24,7 @@ def test_quick_presets_pass_and_draw(quick_record, name, seed):
 
 @pytest.mark.slow
 def test_anderson_preset_verdict_follows_its_stated_rule(quick_record):
-    record = quick_record("d7-anderson")  # the run test_controls and test_d_controls judge too
+    record = quick_record("d7-anderson")  # the run test_simulate_controls and test_d_controls judge too
     tmp_path = quick_record.out / "d7-anderson-0"
     assert record.verdict in ("supported", "not_supported"), record.notes  # a hypothesis, never an error
     m = record.metrics
