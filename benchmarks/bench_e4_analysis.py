@@ -19,7 +19,8 @@ from functools import partial
 import torch
 
 from expattn.probes.hypotheses.e4_dense import dense_deflated
-from expattn.probes.hypotheses.e4_readings import DEFLATIONS, READINGS, deflated, fisher_targets, haar, top_form
+from expattn.probes.hypotheses.e4_fisher import fisher_targets
+from expattn.probes.hypotheses.e4_readings import DEFLATIONS, READINGS, deflated, haar, top_form
 
 
 def _fisher(heads: int, dim: int, gen: torch.Generator) -> torch.Tensor:

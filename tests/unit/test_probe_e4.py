@@ -13,17 +13,16 @@ from expattn.core.top_eigen import top_eigen
 from expattn.probes.hypotheses.base import ProbeContext
 from expattn.probes.hypotheses.e4_alignment import E4Alignment, E9Covariance
 from expattn.probes.hypotheses.e4_dense import dense_deflated
+from expattn.probes.hypotheses.e4_fisher import fisher_targets, regularised_inverse
 from expattn.probes.hypotheses.e4_readings import (
     DEFLATIONS,
     READINGS,
     deflated,
-    fisher_targets,
     full_cos,
     haar,
     mean_interval,
     random_q95,
     range_basis,
-    regularised_inverse,
     sym_cos,
     top_form,
 )

@@ -47,6 +47,7 @@ from expattn.probes.hypotheses.base import (
 from expattn.probes.hypotheses.e3_gaussianity import kept_moments
 from expattn.probes.hypotheses.e4_criterion import MIN_TOKENS_PER_DIM, criterion, family, method
 from expattn.probes.hypotheses.e4_dense import dense_deflated
+from expattn.probes.hypotheses.e4_fisher import fisher_targets, regularised_inverse
 from expattn.probes.hypotheses.e4_readings import (
     DEFLATIONS,
     RANKS,
@@ -54,15 +55,14 @@ from expattn.probes.hypotheses.e4_readings import (
     TOLERANCES,
     WEAK,
     deflated,
-    fisher_targets,
     full_cos,
     haar,
     judge_reading,
     random_q95,
     range_basis,
-    regularised_inverse,
     sym_cos,
     top_form,
+    with_rotations,
 )
 from expattn.probes.hypotheses.e4_support import (
     CONTROLS,
@@ -83,16 +83,6 @@ from expattn.probes.statistics.stats import Moments, gram
 from expattn.results.record import Control
 
 TARGETS = ("sigma_inv", "sigma", "fisher_inv", "fisher", "identity")
-
-
-def _rotated(pairs: dict[str, tuple[Tensor, Tensor]], q: Float[Tensor, "r r"]) -> dict[str, tuple]:
-    """Each pair of rows ``(u, v)`` ``(..., rows, r)`` as ``(u, v, uQ, vQ)`` for the deflations (a form given as
-    ``u = v`` rotated once)."""
-    out = {}
-    for name, (u, v) in pairs.items():
-        uq = u @ q
-        out[name] = (u, v, uq, uq if v is u else v @ q)
-    return out
 
 
 class E4Alignment(Estimator):
@@ -194,7 +184,7 @@ class E4Alignment(Estimator):
         }
         q = haar(lam.numel(), gen, u.device).to(torch.float32)
         sets = {"model": (aq, ak), "random": (rq, rk)}
-        rotated = _rotated(sets, q)
+        rotated = with_rotations(sets, q)
         noise = torch.Generator().manual_seed(self.ctx.seed * 1013 + i)  # the positive controls' draws
         out["spectral"] = {name: self._spectral(READINGS[name], spectra, rotated, q, (tops, dense), noise)
                            for name in READINGS}
@@ -227,7 +217,7 @@ class E4Alignment(Estimator):
             forms = {f"top{rank if rank > 1 else ''}": top_form(spectra[reading.target], rank) for rank in ranks}
             pairs = {h: (t, t) for h, t in forms.items()}
             pairs |= noisy_forms(spectra[reading.target], self.ctx.attention[0].head_dim, noise)
-            heads = rotated | _rotated(pairs, q)
+            heads = rotated | with_rotations(pairs, q)
             cosines = deflated(heads, spectra, reading, ks, q)
         else:  # each head's own target: dense (H, r, r), its top eigenpairs from the iterative solver
             tops, dense = fisher
@@ -235,7 +225,7 @@ class E4Alignment(Estimator):
             x = top.vectors.float()  # (H, r, K)
             rows = (x * top.values.clamp_min(0).sqrt().float().unsqueeze(-2)).mT  # (H, K, r): sqrt(theta_i) x_i
             forms = {f"top{rank if rank > 1 else ''}": rows[..., :rank, :] for rank in ranks}
-            cosines = dense_deflated(rotated | _rotated({h: (t, t) for h, t in forms.items()}, q), dense,
+            cosines = dense_deflated(rotated | with_rotations({h: (t, t) for h, t in forms.items()}, q), dense,
                                      reading.target, x, ks)
         return {k: {h: {t: c.double().cpu().numpy() for t, c in cos.items()} for h, cos in cosines[k].items()}
                 for k in ks}

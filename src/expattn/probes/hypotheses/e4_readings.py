@@ -53,7 +53,7 @@ the principal subspace. The target truncated to its top 1, 2, 5, 10, 20 directio
 eigenbasis. The target itself and the target plus a random form of
 0.3 and 1.0 times its norm are positive controls (``e4_support``), which must stay supported. The Fisher
 readings (no powers, no positive controls) have a target per head, $F_h$ and $\lambda_F(F_h + \lambda_F I)^{-1}$
-(``fisher_targets``: on a CPU from one float64 eigendecomposition of $F_h$, elsewhere a float32 Cholesky inverse,
+(``e4_fisher``: on a CPU from one float64 eigendecomposition of $F_h$, elsewhere a float32 Cholesky inverse,
 ``regularised_inverse``; $F_h$'s negative eigenvalues are clipped): the same margins and rule with dense targets
 in range coordinates (``e4_dense``), each target's top-$k$ eigenvectors (on an
 accelerator from an iterative solver, ``core.top_eigen``, residual tolerance $10^{-5}\lVert M\rVert_F$; a head it
@@ -74,10 +74,6 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from expattn.core import top_eigen as eigensolver
-from expattn.core.top_eigen import TopEigen, top_eigen, top_pairs
-from expattn.probes.statistics.stats import gram
-
 RANGE_TOL = 1e-6
 TOLERANCES = (1e-8, 1e-4)
 BOOTSTRAP = 2000
@@ -86,7 +82,6 @@ DECIDING = (1, 5, 20)  # the deflations the rule reads: no explanation by the ta
 RANKS = (1, 2, 5, 10, 20)  # the negative controls' truncations of the target: its top 1, 2, 5, 10, 20 directions
 POWERS = (2.0, 0.5)  # monotone functions of the target, rivals of the target itself: T^2 and T^(1/2)
 WEAK = 0.5  # cos^2 below which the target explains less than half of every head's squared norm
-RIDGE = 1e-2  # the reference inverse's ridge: (Sigma + 1e-2 tr(Sigma)/D I)^-1
 
 
 @dataclass(frozen=True)
@@ -354,61 +349,11 @@ def judge_reading(reading: Reading, heads: dict[str, dict], q95: np.ndarray, rng
     }
 
 
-def ridge_of(m: Float[Tensor, "*batch dim dim"]) -> Float[Tensor, " *batch"]:
-    r"""The reference inverse's ridge $\lambda = 10^{-2}\operatorname{tr}M/D$ per matrix."""
-    return RIDGE * torch.diagonal(m, dim1=-2, dim2=-1).mean(-1)
-
-
-def spectral_inverse(
-    values: Float[Tensor, "*batch dim"], vectors: Float[Tensor, "*batch dim dim"], lam: Float[Tensor, " *batch"]
-) -> tuple[Float[Tensor, "*batch dim dim"], Float[Tensor, "*batch dim"]]:
-    r"""$(M_+ + \lambda I)^{-1} = WW^\top$, $W = V\operatorname{diag}(1/(\max(\theta, 0) + \lambda))^{1/2}$ from $M$'s
-    decomposition ``values`` $\theta$ (ascending) and ``vectors`` $V$, float64: the inverse and its eigenvalues in
-    ascending order (with $V$'s columns reversed, its eigenvectors)."""
-    inv_values = (values.double().clamp_min(0) + lam.double().unsqueeze(-1)).reciprocal()  # descending
-    return gram((vectors.double() * inv_values.sqrt().unsqueeze(-2)).mT), inv_values.flip(-1)
-
-
-def regularised_inverse(m: Float[Tensor, "*batch dim dim"]) -> tuple[Float[Tensor, "*batch dim dim"], float, int]:
-    r"""$(M_+ + \lambda I)^{-1}$ with $\lambda = 10^{-2}\operatorname{tr}M/D$ (batched over leading dims), where
-    $M_+$ is $M$ with negative eigenvalues clipped to 0; returns it, $\lambda$ (mean over the batch)
-    and how many matrices needed the clipping.
-
-    Only the lower triangle of ``M`` is read (it is symmetric up to rounding). Through a float32
-    Cholesky factor: the ridge bounds the condition number by $100 D + 1$, so
-    float32 leaves cosines accurate to ~1e-4. A matrix that float32 rounding (or its estimate)
-    leaves indefinite falls back to a float64 eigendecomposition with the clipping (``spectral_inverse``).
-    """
-    lam = ridge_of(m)
-    reg = m.to(torch.float32, copy=True)
-    reg.diagonal(dim1=-2, dim2=-1).add_(lam.to(torch.float32).unsqueeze(-1))
-    chol, info = torch.linalg.cholesky_ex(reg)  # reads the lower triangle only: no symmetrising copy
-    inv = torch.cholesky_inverse(chol).to(m.dtype)
-    bad = info != 0
-    if bad.any():
-        e, v = torch.linalg.eigh(m[bad].double())
-        inv[bad] = spectral_inverse(e, v, lam.expand(info.shape)[bad])[0].to(m.dtype)
-    return inv, float(lam.mean()), int(bad.sum())
-
-
-def fisher_targets(fisher: Float[Tensor, "heads r r"], k: int, start: torch.Generator
-                   ) -> tuple[dict[str, Tensor], dict[str, TopEigen], float, int]:
-    r"""The Fisher readings' dense targets ``{"fisher": F_h, "fisher_inv": (F_h+ + lambda_F I)^-1}`` ``(H, r, r)``,
-    each one's top ``k`` eigenpairs (``TopEigen``), $\lambda_F$ (mean over heads) and the heads clipped.
-
-    On ``DENSE_DEVICES`` (a CPU) one float64 ``eigh`` of $F_h$ gives all of it: the inverse shares $F_h$'s
-    eigenvectors (``spectral_inverse``), exact to float64, and its top pairs are $F_h$'s bottom ones; the heads
-    clipped are those with an eigenvalue below $-\lambda_F$ (the ones a float32 Cholesky of $F_h + \lambda_F I$
-    refuses). Elsewhere (CUDA, where ``eigh`` is slow) ``regularised_inverse`` and ``top_eigen``'s iterative solver
-    for each target, its start drawn from ``start``."""
-    if fisher.device.type not in eigensolver.DENSE_DEVICES:  # read at the call: a test can empty it
-        inverse, ridge, clipped = regularised_inverse(fisher)
-        dense = {"fisher": fisher, "fisher_inv": inverse}
-        return dense, {name: top_eigen(m, k, start) for name, m in dense.items()}, ridge, clipped
-    lam = ridge_of(fisher)
-    f = fisher.double()
-    e, v = torch.linalg.eigh((f + f.mT) / 2)
-    inverse, inv_values = spectral_inverse(e, v, lam)
-    tops = {"fisher": top_pairs(f, e, v, k), "fisher_inv": top_pairs(inverse, inv_values, v[..., :k].flip(-1), k)}
-    clipped = int((e[..., 0] < -lam.double()).sum())
-    return {"fisher": fisher, "fisher_inv": inverse.to(fisher.dtype)}, tops, float(lam.mean()), clipped
+def with_rotations(pairs: dict[str, tuple[Tensor, Tensor]], q: Float[Tensor, "r r"]) -> dict[str, tuple]:
+    """Each pair of rows ``(u, v)`` ``(..., rows, r)`` as ``(u, v, uQ, vQ)`` for the deflations (a form given as
+    ``u = v`` rotated once)."""
+    out = {}
+    for name, (u, v) in pairs.items():
+        uq = u @ q
+        out[name] = (u, v, uq, uq if v is u else v @ q)
+    return out
