@@ -14,55 +14,13 @@ from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
-from typer.core import TyperGroup
-
-try:  # recent typer vendors click: its parse errors are these classes, not the click package's
-    from typer._click import Context
-    from typer._click.exceptions import NoArgsIsHelpError, UsageError
-except ImportError:  # pragma: no cover - typer before the vendoring
-    from click import Context
-    from click.exceptions import NoArgsIsHelpError, UsageError
 
 from expattn import __version__
 from expattn.commands.report_config import DEFAULTS as REPORT
+from expattn.probes.budgets import DEFAULT_TOKENS, budgets_text
 from expattn.seeds import check_seed
 from expattn.terminal import error, interrupt_on_sigterm, plain, say
-
-
-class OneLineUsageErrors(TyperGroup):
-    """The command group whose parse errors are one ``error:`` line like every other user error, not click's
-    usage box; asking for help without arguments (``NoArgsIsHelpError``) still shows the help."""
-
-    def make_context(self, info_name, args, parent=None, **extra) -> Context:
-        try:
-            return super().make_context(info_name, args, parent, **extra)
-        except NoArgsIsHelpError:
-            raise
-        except UsageError as err:  # a value of the wrong type, an unknown option or command: exit 2
-            error(_without_guess(err))
-
-    def invoke(self, ctx: Context) -> object:  # the sub-command's options are parsed here
-        try:
-            return super().invoke(ctx)
-        except NoArgsIsHelpError:
-            raise
-        except KeyboardInterrupt:  # Ctrl-C: one line; staging folders and temporary files are gone already
-            print("interrupted; nothing written", file=sys.stderr)
-            raise typer.Exit(code=130) from None
-        except UsageError as err:  # a value of the wrong type, an unknown option or command: exit 2
-            error(_without_guess(err))
-
-
-def _without_guess(err: UsageError) -> str:
-    """The parse error's message; for an unknown option, without click's guess at what was meant (it offers any
-    option that shares letters: ``--atoms`` for ``--jobs``), pointing to the command's help instead."""
-    message = err.format_message()
-    if (message.startswith("No such option") and "(Possible options" in message) or "Did you mean" in message:
-        message = message.split(" (Possible options")[0].split(" Did you mean")[0].rstrip(".")
-        command = " ".join(["expattn", *(err.ctx.command_path.split()[1:] if err.ctx is not None else [])])
-        message += f"; `{command} --help` lists the options"
-    return message
-
+from expattn.usage_errors import OneLineUsageErrors
 
 app = typer.Typer(
     cls=OneLineUsageErrors,
@@ -145,9 +103,8 @@ def verify(
 def report(
     out: Annotated[Path, typer.Option(readable=False, help="Folder for results.json, report.html, report.md and plots "
                                                            "(missing or empty, or --overwrite).")] = REPORT.out_dir,
-    models: Annotated[str, typer.Option(help="Comma-separated models to probe: minilm, smollm2, gemma3, qwen2.5-0.5b, "
-                                             "qwen2.5-1.5b or model "
-                                             "folders.")] = ",".join(REPORT.models),
+    models: Annotated[str, typer.Option(help=f"Comma-separated models to probe: {', '.join(DEFAULT_TOKENS)} or "
+                                             "model folders.")] = ",".join(REPORT.models),
     quick: Annotated[bool, typer.Option("--quick", help="Small sizes everywhere: every stage at its quick "
                                                         "sizes.")] = False,
     seed: Annotated[int, typer.Option(help="Seed of every stage.")] = REPORT.seed,
@@ -259,14 +216,14 @@ def train(
 def probe_command(
     out: Annotated[Path, typer.Option(readable=False, help="Output folder for results.json and plots (missing or "
                                                            "empty, or --overwrite).")],
-    model: Annotated[str | None, typer.Option(help="minilm, smollm2, gemma3, a local HuggingFace model directory, a "
-                                                  "model ID in the local HuggingFace cache, or the model/ folder of "
-                                                  "an `expattn train` run [minilm].")] = None,
+    model: Annotated[str | None, typer.Option(help=f"{', '.join(DEFAULT_TOKENS)}, a local HuggingFace model "
+                                                  "directory, a model ID in the local HuggingFace cache, or the "
+                                                  "model/ folder of an `expattn train` run [minilm].")] = None,
     corpus: Annotated[str | None, typer.Option(help="Built-in corpus (shakespeare) [shakespeare].")] = None,
     text: Annotated[Path | None, typer.Option(readable=False,
                                               help="UTF-8 text file to read instead of the corpus.")] = None,
-    tokens: Annotated[int | None, typer.Option(help="Number of tokens to read [the model's: minilm 20,000, smollm2 "
-                                                    "and gemma3 8,192, others 20,000].")] = None,
+    tokens: Annotated[int | None, typer.Option(help=f"Number of tokens to read [the model's: {budgets_text()}]."
+                                               )] = None,
     seq_len: Annotated[int | None, typer.Option(help="Tokens per sequence, special tokens included [128].")] = None,
     seed: Annotated[int | None, typer.Option(help="Seed of the sample, bootstrap and baselines [0].")] = None,
     seeds: Annotated[str | None, typer.Option(help="Comma-separated seeds instead of --seed, e.g. 0,1,2: one probe "

@@ -26,6 +26,7 @@ from expattn.commands.probe import probe_to_dir
 from expattn.probes.api import probe as api_probe
 from expattn.probes.budgets import default_tokens
 from expattn.probes.config import DEFAULTS, ProbeConfig
+from expattn.probes.models.loading import BUILTIN_MODELS
 
 SRC = str(Path(__file__).resolve().parents[2] / "src" / "expattn") + "/"
 # merged file visits on main before the probe's entry was folded into ``load`` (see the module docstring): 14
@@ -121,13 +122,17 @@ def test_the_probe_helps_brackets_are_probeconfigs_defaults():
     expected = {"model": DEFAULTS.model, "corpus": DEFAULTS.corpus, "seq_len": str(DEFAULTS.seq_len),
                 "seed": str(DEFAULTS.seed), "statistics": DEFAULTS.statistics,
                 "detail_sequences": f"{DEFAULTS.detail_sequences} or all", "hypotheses": "every one the probe has",
-                "memory_budget": "free memory", "twin_inits": str(DEFAULTS.twin_inits),
-                "tokens": (f"the model's: minilm {default_tokens('minilm'):,}, smollm2 and gemma3 "
-                           f"{default_tokens('smollm2'):,}, others {default_tokens('some/folder'):,}")}
+                "memory_budget": "free memory", "twin_inits": str(DEFAULTS.twin_inits)}
+    budgets = shown.pop("tokens")
     assert shown == expected
+    for model in BUILTIN_MODELS:  # each built-in model, then the other names of its group, then its budget
+        group = rf"(?<![\w.-]){re.escape(model)}(?:, [\w.-]+| and [\w.-]+)* {default_tokens(model):,}\b"
+        assert re.search(group, budgets), (model, budgets)
+        assert model in params["model"].help, model
+    assert budgets.startswith("the model's: ") and budgets.endswith(f", others {default_tokens('some/folder'):,}")
     assert default_tokens("gemma3") == default_tokens("smollm2")
     assert DEFAULTS.hypotheses is None and DEFAULTS.memory_budget is None  # None: every one; the free memory
-    for name in expected:
+    for name in [*expected, "tokens"]:
         assert params[name].default is None, name  # left out: left to ProbeConfig
 
 

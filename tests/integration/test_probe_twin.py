@@ -71,7 +71,11 @@ def _fed(monkeypatch, cls) -> dict[int, list[torch.Tensor]]:
 def test_every_record_carries_its_twin_fed_the_same_ids(monkeypatch):
     model = build_tiny("bert", seed=5)
     fed = _fed(monkeypatch, type(model))
-    res = expattn.probe(model, _tokenizer(), twin=True, seed=2, **SIZES)
+    tokenizer = _tokenizer()
+    calls, encode = [], type(tokenizer).__call__
+    monkeypatch.setattr(type(tokenizer), "__call__", lambda self, *a, **k: calls.append(1) or encode(self, *a, **k))
+    res = expattn.probe(model, tokenizer, twin=True, seed=2, **SIZES)
+    assert len(calls) == SIZES["tokens"] // SIZES["seq_len"]  # each sequence tokenised once, the twins included
     trained = torch.cat(fed.pop(id(model)))
     twins = [torch.cat(ids) for ids in fed.values()]  # the other instances: one twin per initialisation
     assert trained.shape == (SIZES["tokens"] // SIZES["seq_len"], SIZES["seq_len"])  # each sequence once

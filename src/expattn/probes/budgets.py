@@ -19,3 +19,15 @@ def default_tokens(model: str, quick: bool = False) -> int:
     """The tokens a probe of ``model`` reads unless told: its entry in ``DEFAULT_TOKENS`` (``QUICK_TOKENS``), or
     20,000 (4,096) for any other model. The one source of that default for the CLI, the API and the report."""
     return (QUICK_TOKENS if quick else DEFAULT_TOKENS).get(model, 4_096 if quick else 20_000)
+
+
+def budgets_text() -> str:
+    """``DEFAULT_TOKENS`` as the CLI's help says it: the models of one budget together, then the others', e.g.
+    ``minilm 20,000, smollm2 and gemma3 8,192, others 20,000``."""
+    by_budget: dict[int, list[str]] = {}
+    for model, tokens in DEFAULT_TOKENS.items():
+        by_budget.setdefault(tokens, []).append(model)
+    groups = [f"{', '.join(models[:-1])} and {models[-1]}" if len(models) > 1 else models[0]
+              for models in by_budget.values()]
+    return ", ".join(f"{group} {tokens:,}" for group, tokens in zip(groups, by_budget, strict=True)) + \
+        f", others {default_tokens(''):,}"

@@ -10,6 +10,7 @@ several processes sharding the sequence indices read the same tokens.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import math
 from collections.abc import Callable
@@ -126,7 +127,8 @@ class Sequences:
 
     Attributes:
         count: the number of items.
-        item: ``index ->`` token ids ``(seq_len,)``, or an image ``(channels, height, width)`` for a vision encoder.
+        item: ``index ->`` token ids ``(seq_len,)``, or an image ``(channels, height, width)`` for a vision encoder;
+            ids cut from a text are tokenised on the first call and kept.
         excluded: ``(seq_len,)`` True at the first token and at special tokens (``excluded_positions``).
         token_text: ``(index, position) ->`` the decoded text of that token (None: no tokenizer, or images).
     """
@@ -160,6 +162,7 @@ def sequences(subject: Subject, seq_len: int, tokens: int, seed: int, *, text: s
         sample = TokenSample(seq_len, seed)
         count = math.ceil(tokens / seq_len)
 
+        @functools.cache  # each sequence is tokenised once: the twins and the token texts read the ids drawn
         def item(i: int) -> torch.Tensor:
             return sequence(text, tokenizer, family, sample, i)
 

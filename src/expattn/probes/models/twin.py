@@ -6,8 +6,8 @@ twin of expattn's own LM is ``LM(cfg)`` under the same seed, which is exactly th
 ``expattn train --seed seed``. The global random state is left as it was (``torch.random.fork_rng``).
 
 ``probe_twin`` feeds the twin the token ids the probe fed the trained model, ``(sequences, seq_len)``
-(``probe_subject(..., input_ids=...)``), not a second tokenisation; a vision model's synthetic images depend only
-on the probe's seed and need nothing.
+(``probe_subject(..., input_ids=...)``): the ids ``Sequences.item`` kept, not a second tokenisation; a vision
+model's synthetic images depend only on the probe's seed and need nothing.
 """
 
 from __future__ import annotations
