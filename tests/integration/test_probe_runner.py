@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from expattn.probes.hypotheses import hypotheses
 from expattn.probes.runner import ProbeConfig, run_probe
 
 
@@ -87,7 +88,7 @@ def test_same_seed_same_numbers_other_seed_other_numbers(model_dir, tmp_path):
     first = run_probe(tiny_config(model_dir), tmp_path / "a")
     again = run_probe(tiny_config(model_dir), None)
     other = run_probe(tiny_config(model_dir, seed=1), None)
-    assert [r.id for r in first.records] == [f"E{i}" for i in range(1, 10)]
+    assert [r.id for r in first.records] == list(hypotheses())
     for a, b in zip(first.records, again.records, strict=True):
         assert a.metrics == b.metrics
         assert a.verdict == b.verdict
@@ -110,7 +111,7 @@ def test_same_seed_same_results_file_the_wall_clock_beside_it(model_dir, tmp_pat
     for name in ("a", "b"):
         doc = json.loads((tmp_path / name / "results.json").read_text())
         clock = json.loads((tmp_path / name / "timings.json").read_text())
-        assert [r["id"] for r in doc["records"]] == list(clock["timings"]) == [f"E{i}" for i in range(1, 10)]
+        assert [r["id"] for r in doc["records"]] == list(clock["timings"]) == list(hypotheses())
         assert all(set(t) == {"update_seconds", "result_seconds"} and min(t.values()) >= 0
                    for t in clock["timings"].values())
         assert not [k for r in doc["records"] for k in r["metrics"] if "seconds" in k]
