@@ -247,3 +247,12 @@ def test_generic_reading_never_overlaps_its_updates(root):
     finally:
         torch.set_num_threads(threads)
     assert all(r.verdict != "fail" for r in single.records), [r.notes for r in single.records]
+
+
+@pytest.mark.parametrize("model_type", ["bert", "llama", "t5"])
+def test_the_parameter_count_read_from_the_config_is_the_loaded_models(root, model_type):
+    from expattn.probes.models.loading import load_pretrained, parameter_count, read_config
+
+    path = save_tiny(model_type, root / f"count-{model_type}")
+    model, _ = load_pretrained(path, read_config(path))  # the weights as the probe loads them (T5: its encoder)
+    assert parameter_count(path) == sum(p.numel() for p in model.parameters()) > 0

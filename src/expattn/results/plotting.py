@@ -22,8 +22,10 @@ def plain_label(text: object) -> str:
 
 
 def save_figure(fig, out_dir: Path, name: str) -> list[str]:
-    """Write ``fig`` to ``out_dir / name`` (110 dpi), close it, and return ``[name]`` for ``Record.plots``."""
-    fig.tight_layout()
+    """Write ``fig`` to ``out_dir / name`` (110 dpi), close it, and return ``[name]`` for ``Record.plots``; a figure
+    without a layout engine of its own is laid out tight."""
+    if fig.get_layout_engine() is None:
+        fig.tight_layout()
     fig.savefig(Path(out_dir) / name, dpi=110)
     pyplot().close(fig)
     return [name]

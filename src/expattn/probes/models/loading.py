@@ -245,7 +245,26 @@ def load_pretrained(path: Path, config: dict, dtype: torch.dtype | None = None, 
     except Exception as err:  # any loader failure (bad safetensors header, missing files...) is a user error here
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise ValueError(f"cannot load a {config['model_type']} model from {path}: {first}") from err
-    if getattr(model.config, "is_encoder_decoder", False) and hasattr(model, "get_encoder"):
-        model = model.get_encoder()
+    model = _probed_part(model)
     model.eval()
     return model, tokenizer
+
+
+def _probed_part(model: nn.Module) -> nn.Module:
+    """What the probe reads of a loaded model: an encoder-decoder's encoder, any other model whole."""
+    if getattr(model.config, "is_encoder_decoder", False) and hasattr(model, "get_encoder"):
+        return model.get_encoder()
+    return model
+
+
+def parameter_count(path: Path) -> int:
+    """The parameters of the model the probe loads from the HuggingFace folder ``path`` (``model_class``: the
+    backbone, whose embeddings a tied output layer shares; an encoder-decoder's encoder), counted on the ``meta``
+    device from its ``config.json`` alone: no weight is read."""
+    from transformers import AutoConfig
+
+    config = read_config(path)
+    with torch.device("meta"), warnings.catch_warnings(), quiet_loading():
+        warnings.simplefilter("ignore")
+        model = model_class(config).from_config(AutoConfig.from_pretrained(str(path), trust_remote_code=False))
+    return sum(p.numel() for p in _probed_part(model).parameters())
