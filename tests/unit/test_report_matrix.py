@@ -167,3 +167,14 @@ def test_markdown_matrix_and_trained_runs_agree_and_link():
         ["**E3**", "b", "[supported](#rec-4)", "1"],
     ]
     assert '<a id="trained-runs"></a>' in text and "<script" not in text.lower()
+
+
+def test_the_rivals_of_e4_and_e9_are_in_the_legend_where_either_has_a_row():
+    from expattn.report.matrix import RIVALS_LEGEND
+
+    with_e4 = results_document(records(), "test")  # E4 has a row (skipped on one model)
+    without = results_document([r for r in records() if r.id != "E4"], "test")
+    legend = html.escape(RIVALS_LEGEND)
+    assert legend in render_html(with_e4, None) and legend not in render_html(without, None)
+    assert RIVALS_LEGEND in render_markdown(with_e4) and RIVALS_LEGEND not in render_markdown(without)
+    assert "top 1, 5 and 20 directions" in RIVALS_LEGEND and "Sigma^2, Sigma^(1/2)" in RIVALS_LEGEND

@@ -13,7 +13,7 @@ number. The legend says what each verdict's colour means and what the architectu
 from __future__ import annotations
 
 from expattn.report.html_text import badge, esc
-from expattn.report.matrix import MARK_LEGEND, RUNS_ANCHOR, Matrix
+from expattn.report.matrix import MARK_LEGEND, RIVALS_LEGEND, RUNS_ANCHOR, Matrix
 
 CSS = """
 .first { display: grid; grid-template-columns: fit-content(66%) minmax(0, 1fr); gap: 18px; align-items: start; }
@@ -90,7 +90,8 @@ def legend(matrix: Matrix) -> str:
     """The legend beside the matrix: what each verdict's colour means, and the mark where a cell carries it."""
     items = "".join(f"<li>{badge(v)} {esc(meaning)}</li>" for v, meaning in VERDICT_MEANINGS)
     mark = f'<li class="mark-legend">{esc(MARK_LEGEND)}</li>' if matrix.marked else ""
-    return f'<ul class="legend" id="legend" aria-label="legend">{items}{mark}</ul>'
+    rivals = f'<li class="mark-legend">{esc(RIVALS_LEGEND)}</li>' if matrix.rivalled else ""
+    return f'<ul class="legend" id="legend" aria-label="legend">{items}{mark}{rivals}</ul>'
 
 
 def _headlines(matrix: Matrix) -> str:

@@ -28,7 +28,7 @@ from expattn.report.document import (
     source_label,
     wall,
 )
-from expattn.report.matrix import MARK_LEGEND, PER_MODEL, RUNS_ANCHOR, check_verdict
+from expattn.report.matrix import MARK_LEGEND, PER_MODEL, RIVALS_LEGEND, RUNS_ANCHOR, check_verdict
 from expattn.report.twins import twin_section
 
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
@@ -83,6 +83,8 @@ def _matrix(view: ReportView) -> list[str]:
         )
     if matrix.marked:
         intro += f" {md(MARK_LEGEND)}."
+    if matrix.rivalled:
+        intro += f" {md(RIVALS_LEGEND)}."
     intro += (
         " The figures (headline measures against relative depth, per-layer curves, per-head maps, the "
         "massive-activation profile) are in report.html."

@@ -44,6 +44,13 @@ MARK_LEGEND = (
     "initialisation seed, the same token ids) earns the same verdict, so it is a property of the architecture, not a "
     "finding about training"
 )
+# Under the matrix where E4 or E9 has a row: the rivals their verdicts are decided against.
+RIVALS_LEGEND = (
+    "E4 and E9 read a head as aligned with its target (Sigma^+ or Sigma) only when it stays aligned once the target's "
+    "top 1, 5 and 20 directions are projected out and beats the target's powers (Sigma^2, Sigma^(1/2)): a head that "
+    "reads only Sigma's leading directions is not supported"
+)
+RIVALLED = ("E4", "E9")
 # Row titles in words where the catalogue's title is a formula; the formula stays on hover.
 PLAIN_TITLES = {
     "E4": "query-key form aligned with the inverse covariance",
@@ -113,6 +120,11 @@ class Matrix:
     def marked(self) -> bool:
         """True when a cell carries ``ARCHITECTURAL_MARK`` (the legend is then shown)."""
         return any(cell.mark for row in self.rows for cells in row.cells for cell in cells)
+
+    @property
+    def rivalled(self) -> bool:
+        """True when E4 or E9 has a row (``RIVALS_LEGEND`` is then shown)."""
+        return any(row.claim_id in RIVALLED for row in self.rows)
 
 
 def _sweep_value(card: Card, run: str) -> str:
