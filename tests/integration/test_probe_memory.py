@@ -164,4 +164,10 @@ def test_the_memory_line_follows_the_model_and_settings_not_the_process(capsys, 
     assert "memory:" not in capsys.readouterr().err
     monkeypatch.setattr(runner, "SAY_PEAK_FROM", 0)
     expattn.probe(model, **kw)
-    assert "memory: estimated peak 64.0 GiB on cpu (64.0 GiB held now" in capsys.readouterr().err
+    said = capsys.readouterr().err
+    assert "memory: estimated peak 64.0 GiB on cpu (64.0 GiB held now" in said and "twin" not in said
+    expattn.probe(model, twin=True, twin_inits=1, **kw)  # the model's line counts a twin's weights; the twin's not
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("memory:")]
+    weights = sum(p.numel() * p.element_size() for p in (*model.parameters(), *model.buffers()))
+    assert len(said) == 2 and f", + {memory.readable(weights)} for a random-init twin;" in said[0], said
+    assert "twin" not in said[1]

@@ -74,8 +74,11 @@ def test_every_record_carries_its_twin_fed_the_same_ids(monkeypatch):
     tokenizer = _tokenizer()
     calls, encode = [], type(tokenizer).__call__
     monkeypatch.setattr(type(tokenizer), "__call__", lambda self, *a, **k: calls.append(1) or encode(self, *a, **k))
+    released = []
+    monkeypatch.setattr("expattn.probes.runner.release_heap", lambda: released.append(1))
     res = expattn.probe(model, tokenizer, twin=True, seed=2, **SIZES)
     assert len(calls) == SIZES["tokens"] // SIZES["seq_len"]  # each sequence tokenised once, the twins included
+    assert len(released) == DEFAULTS.twin_inits  # the heap given back before each twin is built
     trained = torch.cat(fed.pop(id(model)))
     twins = [torch.cat(ids) for ids in fed.values()]  # the other instances: one twin per initialisation
     assert trained.shape == (SIZES["tokens"] // SIZES["seq_len"], SIZES["seq_len"])  # each sequence once

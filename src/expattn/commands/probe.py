@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from expattn.catalogue import headlines
+from expattn.probes.overlap import release_heap
 from expattn.probes.progress import Stage
 from expattn.probes.runner import ProbeConfig, ProbeOutcome, run_probe
 from expattn.results.files import write_json_atomic
@@ -72,6 +73,7 @@ def probe_to_dir(
         for config in configs:
             folder = tmp if len(configs) == 1 else tmp / f"seed-{config.seed}"
             folder.mkdir(exist_ok=True)
+            release_heap()  # the last seed's model and statistics go back before the next seed's load
             outcomes[config.seed] = outcome = run_probe(config, folder, progress)
             write_results(folder, outcome.document())
         if len(configs) > 1:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import gc
 import os
 import queue
 import threading
@@ -59,11 +60,26 @@ def speedups(enabled: bool | None, device: torch.device | str, thread_safe: bool
     return Speedups(UpdateWorker() if threaded else None, heap_trimmer())
 
 
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim`` (None without glibc)."""
+    name = ctypes.util.find_library("c")
+    return getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
+
+
+def release_heap() -> None:
+    """Between two runs in one process (a model's probe, then each random-init twin's): collect the freed
+    statistics and give the heap pages glibc keeps back to the system (``malloc_trim(0)``), so the next run's
+    peak does not sit on top of the last one's."""
+    gc.collect()
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
 def heap_trimmer() -> Callable[[], None] | None:
     """After each batch: glibc's ``malloc_trim(0)`` when the resident size has grown more than ``TRIM_SLACK`` over
     its size after the first batch (None where there is no glibc or /proc; see the module docstring)."""
-    name = ctypes.util.find_library("c")
-    trim = getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
+    trim = _malloc_trim()
     if trim is None or not Path("/proc/self/statm").exists():
         return None
     page = os.sysconf("SC_PAGE_SIZE")

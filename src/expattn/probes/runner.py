@@ -39,6 +39,7 @@ from expattn.probes.hypotheses.base import ProbeContext
 from expattn.probes.models.corpus import Sequences, load_text, sequences
 from expattn.probes.models.subject import Subject, open_subject
 from expattn.probes.models.twin import probe_twin
+from expattn.probes.overlap import release_heap
 from expattn.probes.passes import plan, run_footprint
 from expattn.probes.progress import Stage, reporter
 from expattn.results.record import Record, results_document
@@ -171,7 +172,10 @@ def probe_subject(subject: Subject, config: ProbeConfig, out_dir: Path | None,
     run = _feed(subject, ctx, built, groups, skipped, fed, config, out_dir, progress, speedups)
     if config.twin:  # the same ids through each random-init twin; their records become controls
         seeds = [config.seed + i for i in range(config.twin_inits)]
-        twins = [twin_records(subject, config, fed, seed, speedups) for seed in seeds]
+        twins = []
+        for seed in seeds:  # one twin at a time, on the heap the last run gave back
+            release_heap()
+            twins.append(twin_records(subject, config, fed, seed, speedups))
         run.records = attach_twin(run.records, twins, headlines(), seeds) if run.rank == 0 else run.records
     return ProbeOutcome(
         run.records, fed.count * config.seq_len, fed.count, time.perf_counter() - start, run.forward,
@@ -284,9 +288,11 @@ def _model_info(subject: Subject, ctx: ProbeContext, checked: float) -> dict:
 SAY_PEAK_FROM = 2 * memory.GIB
 
 
-def _say_estimate(need: Footprint, subject: Subject) -> None:
+def _say_estimate(need: Footprint, subject: Subject, twin: bool = False) -> None:
     """One line on stderr before feeding, once the run is planned: the peak it will reach, what the process holds now
-    (the model and the interpreter) plus the footprint's peak beside it (measured peaks: benchmarks/RESULTS.md).
+    (the model and the interpreter) plus the footprint's peak beside it (measured peaks: benchmarks/RESULTS.md), plus,
+    with ``twin``, one random-init twin's weights (a twin is built and probed while the model is held, one at a
+    time, with the heap released between runs: ``release_heap``).
     Only where the model's weights and the probe's footprint together reach ``SAY_PEAK_FROM``: a smaller run is no
     risk to any machine the probe runs on, its one-line messages stay one line, and whether the line appears depends
     on the model and the settings, not on what else the process has held before (a notebook, a test session)."""
@@ -294,9 +300,11 @@ def _say_estimate(need: Footprint, subject: Subject) -> None:
     weights = sum(t.numel() * t.element_size() for t in (*subject.model.parameters(), *subject.model.buffers()))
     if held is None or weights + need.peak() < SAY_PEAK_FROM or int(os.environ.get("RANK", "0")) != 0:
         return
-    print(f"memory: estimated peak {memory.readable(held + need.peak())} on {subject.device.type} "
-          f"({memory.readable(held)} held now, model included, + {memory.readable(need.peak())} for the probe; "
-          f"largest: {', '.join(need.largest())})", file=sys.stderr)
+    twins = weights if twin else 0
+    print(f"memory: estimated peak {memory.readable(held + twins + need.peak())} on {subject.device.type} "
+          f"({memory.readable(held)} held now, model included, + {memory.readable(need.peak())} for the probe"
+          + (f", + {memory.readable(twins)} for a random-init twin" if twin else "")
+          + f"; largest: {', '.join(need.largest())})", file=sys.stderr)
 
 
 def passes(subject: Subject, ctx: ProbeContext, chosen: list[str], config: ProbeConfig) -> list[tuple[str, ...]]:
@@ -307,7 +315,7 @@ def passes(subject: Subject, ctx: ProbeContext, chosen: list[str], config: Probe
     need = run_footprint(ctx, chosen, config, subject.dtype)
     groups = plan(need, subject.device, config.tokens, config.memory_budget,
                   f"probing {ctx.layers} layers of width {ctx.dim} for {', '.join(chosen)}")
-    _say_estimate(need, subject)
+    _say_estimate(need, subject, config.twin)
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         _distributed()
         every: list = [None] * torch.distributed.get_world_size()
