@@ -31,7 +31,7 @@ def test_the_committed_results_are_a_full_report_of_every_claim():
 
 def test_the_spread_over_seeds_is_each_models_probe_at_three_seeds():
     spreads = read_spreads(DOCS / "seeds")
-    assert [d["model"] for d in spreads] == ["gemma3", "minilm", "smollm2"]
+    assert [d["model"] for d in spreads] == ["gemma3", "minilm", "qwen2.5-0.5b", "smollm2"]
     for doc in spreads:
         assert doc["seeds"] == [0, 1, 2] and {h["id"] for h in doc["hypotheses"]} == set(hypotheses())
 
