@@ -230,9 +230,9 @@ def probe_command(
                                                    "per seed into OUT/seed-N, and each headline's median and range "
                                                    "over them in OUT/seeds.json.")] = None,
     detail_sequences: Annotated[int | None, typer.Option(help="Sequences of the per-sequence analyses (E4's and "
-                                                              "E9's Fisher, E5, E7: their intervals' units); a fixed "
-                                                              "cost, about 9 CPU-s for MiniLM at 32; at most the "
-                                                              "number of sequences [32 or all].")] = None,
+                                                              "E9's Fisher, E5, E7: their intervals' units), a cost "
+                                                              "that does not grow with --tokens; at most the number "
+                                                              "of sequences [32 or all].")] = None,
     hypotheses: Annotated[str | None, typer.Option("--only", "--hypotheses",
                                                    help="Comma-separated hypotheses to measure, e.g. E1,E2,E3 "
                                                         "[every one the probe has].")] = None,

@@ -1,7 +1,7 @@
 """How many tokens a probe reads unless told: per built-in model, for the full and the quick report.
 
-Each budget keeps the full report near 3 minutes on 2 CPU cores and gives E3's radius ratio the tokens it needs
-to tell a sphere from a Gaussian (``e3_shape.buffer_size``).
+Each budget keeps the full report within the main job's time (measured in benchmarks/README.md) and gives E3's
+radius ratio the tokens it needs to tell a sphere from a Gaussian (``e3_shape.buffer_size``).
 """
 
 from __future__ import annotations

@@ -73,7 +73,7 @@ class ProbeConfig:
 
     @classmethod
     def preset(cls, model: str, quick: bool = False, seed: int = 0, twin: bool = False) -> ProbeConfig:
-        """The default size for ``model`` (about 3 min on 2 CPU cores; ``quick``: under 40 s)."""
+        """The default size for ``model``: its token budget (``budgets.DEFAULT_TOKENS``; ``quick``: the quick one)."""
         return cls(
             model=model, twin=twin,
             tokens=default_tokens(model, quick),
