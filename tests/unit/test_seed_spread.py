@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from expattn.report.markdown import spread_section
 from expattn.results.record import Record
 from expattn.results.seed_spread import seed_spread, spread_document, spread_frame
 from expattn.seeds import check_seeds
@@ -35,6 +36,26 @@ def test_median_and_range_over_seeds():
     assert doc["seeds"] == [0, 1, 2] and doc["hypotheses"][0]["max"] == 1.30
     frame = spread_frame([e1, e5])
     assert list(frame["verdict 1"]) == ["inconclusive", "pass"] and frame["seed 2"].iloc[0] == 1.05
+
+
+def test_the_twins_class_at_each_seed_is_kept_and_shown():
+    runs = {s: [Record(id="E1", kind="empirical", verdict="supported", metrics={"ratio": 1.1}, training=t)]
+            for s, t in ((0, "learned"), (1, "undecided"), (2, "learned"))}
+    (e1,) = seed_spread(runs, HEADLINES)
+    assert e1.training == ("learned", "undecided", "learned")
+    doc = spread_document([e1], "qwen")
+    assert doc["hypotheses"][0]["training"] == ["learned", "undecided", "learned"]
+    assert list(spread_frame([e1])["training 1"]) == ["undecided"]
+    row = next(line for line in spread_section([doc]) if line.startswith("| E1"))
+    assert "supported; twins: learned, undecided, learned" in row
+    # the same class at every seed is said once; without twins nothing is said and seeds.json has no key
+    runs = {s: [Record(id="E1", kind="empirical", verdict="supported", metrics={"ratio": 1.1},
+                       training="architectural")] for s in (0, 1)}
+    doc = spread_document(seed_spread(runs, HEADLINES), "qwen")
+    assert "supported; twins: architectural |" in next(x for x in spread_section([doc]) if x.startswith("| E1"))
+    (plain,) = seed_spread({s: [_record("E1", "supported", ratio=1.0)] for s in (0, 1)}, HEADLINES)
+    plain_row = next(x for x in spread_section([spread_document([plain], "m")]) if x.startswith("| E1"))
+    assert "training" not in plain.as_dict() and "twins" not in plain_row
 
 
 def test_a_skipped_record_has_no_number():

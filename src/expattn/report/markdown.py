@@ -241,14 +241,19 @@ FINDINGS_PREFACE = (
 SPREAD_PREFACE = (
     "Each probed model's headline numbers at seeds {seeds} (`expattn probe --model MODEL --seeds {seed_list}` at "
     "its default budget, in [`seeds/`](seeds/)): the median over seeds, its range in brackets, and the verdict "
-    "(one per seed, in order, where they differ). The seed draws the text sample, the bootstrap and the baselines; "
-    "a number quoted from one seed can sit anywhere in its range."
+    "(one per seed, in order, where they differ); for a model probed with `--twin`, after \"twins:\", what its "
+    "random-init twins made of the verdict at each seed (learned, architectural or undecided). The seed draws the "
+    "text sample, the bootstrap and the baselines; a number quoted from one seed can sit anywhere in its range."
 )
 
 
 def _spread_cell(entry: dict[str, Any]) -> str:
     verdicts = entry["verdicts"]
     said = md(verdicts[0]) if len(set(verdicts)) == 1 else "**" + ", ".join(md(v) for v in verdicts) + "**"
+    training = entry.get("training")
+    if training:
+        said += "; twins: " + (md(str(training[0])) if len(set(training)) == 1
+                               else ", ".join(md(str(t)) for t in training))
     if entry["median"] is None:
         return said
     return f"{format_value(entry['median'])} [{format_value(entry['min'])}, {format_value(entry['max'])}] {said}"

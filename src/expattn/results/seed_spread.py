@@ -30,7 +30,8 @@ class SeedSpread:
     Attributes:
         id: the hypothesis; metric, description: its headline's key and what it is.
         seeds: the seeds, in the order run; values: the headline at each (None where the record has no
-            finite number, e.g. skipped); verdicts: the verdict at each.
+            finite number, e.g. skipped); verdicts: the verdict at each; training: at each, what the random-init
+            twins made of the verdict (``learned``, ``architectural``, ``undecided``; None without twins).
     """
 
     id: str
@@ -39,6 +40,7 @@ class SeedSpread:
     seeds: tuple[int, ...]
     values: tuple[float | None, ...]
     verdicts: tuple[str, ...]
+    training: tuple[str | None, ...] = ()
 
     @property
     def _finite(self) -> list[float]:
@@ -63,10 +65,13 @@ class SeedSpread:
         return len(set(self.verdicts)) == 1
 
     def as_dict(self) -> dict:
-        """The JSON form (``seeds.json``'s ``hypotheses`` entries)."""
-        return {"id": self.id, "metric": self.metric, "description": self.description, "seeds": list(self.seeds),
-                "values": list(self.values), "verdicts": list(self.verdicts), "median": self.median, "min": self.low,
-                "max": self.high, "verdicts_agree": self.verdicts_agree}
+        """The JSON form (``seeds.json``'s ``hypotheses`` entries); ``training`` only when a seed had twins."""
+        out = {"id": self.id, "metric": self.metric, "description": self.description, "seeds": list(self.seeds),
+               "values": list(self.values), "verdicts": list(self.verdicts), "median": self.median, "min": self.low,
+               "max": self.high, "verdicts_agree": self.verdicts_agree}
+        if any(t is not None for t in self.training):
+            out["training"] = list(self.training)
+        return out
 
 
 def _number(value: object) -> float | None:
@@ -94,7 +99,7 @@ def seed_spread(runs: Mapping[int, Sequence[Record]], headlines: Mapping[str, tu
         metric, description = headlines.get(i, ("", ""))
         records = [by_seed[s][i] for s in seeds]
         out.append(SeedSpread(i, metric, description, seeds, tuple(_number(r.metrics.get(metric)) for r in records),
-                              tuple(r.verdict for r in records)))
+                              tuple(r.verdict for r in records), tuple(r.training for r in records)))
     return out
 
 
@@ -106,7 +111,8 @@ def spread_document(spreads: Sequence[SeedSpread], model: str) -> dict:
 
 def spread_frame(spreads: Sequence[SeedSpread]) -> pd.DataFrame:
     """A pandas DataFrame, one row per hypothesis: ``id``, ``metric``, ``median``, ``min``, ``max``,
-    ``verdicts_agree``, then ``seed N`` (the value) and ``verdict N`` for each seed."""
+    ``verdicts_agree``, then ``seed N`` (the value) and ``verdict N`` for each seed, and ``training N`` where
+    twins were probed."""
     import pandas as pd
 
     rows = []
@@ -115,5 +121,7 @@ def spread_frame(spreads: Sequence[SeedSpread]) -> pd.DataFrame:
                "verdicts_agree": s.verdicts_agree}
         row.update({f"seed {seed}": v for seed, v in zip(s.seeds, s.values, strict=True)})
         row.update({f"verdict {seed}": v for seed, v in zip(s.seeds, s.verdicts, strict=True)})
+        if any(t is not None for t in s.training):
+            row.update({f"training {seed}": t for seed, t in zip(s.seeds, s.training, strict=True)})
         rows.append(row)
     return pd.DataFrame(rows)
