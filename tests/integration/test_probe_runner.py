@@ -37,7 +37,8 @@ def tiny_config(path: Path, seed: int = 0) -> ProbeConfig:
 
 def statistics(estimators: list) -> dict[str, torch.Tensor]:
     """The merged streaming statistics of a run, by name (float64)."""
-    e1, e2, e3, e4, _, e6, _, e8, e9 = estimators
+    by_claim = {est.claim: est for est in estimators}
+    e1, e2, e3, e4, e6, e8, e9 = (by_claim[c] for c in ("E1", "E2", "E3", "E4", "E6", "E8", "E9"))
     out = {
         "e1_sum": e1.stats_.sum_,
         "e1_rep": e1.stats_.rep_sum_,

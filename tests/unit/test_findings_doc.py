@@ -30,10 +30,22 @@ def test_the_committed_results_are_a_full_report_of_every_claim():
 
 
 def test_the_spread_over_seeds_is_each_models_probe_at_three_seeds():
+    """Each model's seeds.json holds seeds 0-2 of hypotheses the probe has; one added after a model's seeds were
+    run is not there yet, and the findings' table says *pending* in its cell (the test below)."""
     spreads = read_spreads(DOCS / "seeds")
     assert [d["model"] for d in spreads] == ["gemma3", "minilm", "qwen2.5-0.5b", "smollm2"]
     for doc in spreads:
-        assert doc["seeds"] == [0, 1, 2] and {h["id"] for h in doc["hypotheses"]} == set(hypotheses())
+        assert doc["seeds"] == [0, 1, 2] and {h["id"] for h in doc["hypotheses"]} <= set(hypotheses())
+
+
+def test_a_hypothesis_newer_than_a_models_seeds_is_pending():
+    entry = {"id": "E1", "description": "ratio", "seeds": [0, 1], "values": [1.0, 2.0], "median": 1.5, "min": 1.0,
+             "max": 2.0, "verdicts": ["pass", "pass"], "verdicts_agree": True}
+    newer = {**entry, "id": "E10", "description": "growth"}
+    lines = spread_section([{"model": "old", "seeds": [0, 1], "hypotheses": [entry]},
+                            {"model": "new", "seeds": [0, 1], "hypotheses": [entry, newer]}])
+    assert "| E10 | growth | *pending* | 1.5 [1, 2] pass |" in lines
+    assert "| E1 | ratio | 1.5 [1, 2] pass | 1.5 [1, 2] pass |" in lines
 
 
 def test_a_headline_whose_verdicts_differ_is_marked():

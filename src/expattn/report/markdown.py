@@ -243,8 +243,12 @@ SPREAD_PREFACE = (
     "its default budget, in [`seeds/`](seeds/)): the median over seeds, its range in brackets, and the verdict "
     "(one per seed, in order, where they differ); for a model probed with `--twin`, after \"twins:\", what its "
     "random-init twins made of the verdict at each seed (learned, architectural or undecided). The seed draws the "
-    "text sample, the bootstrap and the baselines; a number quoted from one seed can sit anywhere in its range."
+    "text sample, the bootstrap and the baselines; a number quoted from one seed can sit anywhere in its range. "
+    "*pending*: a hypothesis added after that model's seeds were run (run them again to fill it in)."
 )
+
+
+PENDING = "*pending*"  # the cell of a hypothesis that a model's seeds.json, older than it, does not hold
 
 
 def _spread_cell(entry: dict[str, Any]) -> str:
@@ -274,7 +278,7 @@ def spread_section(spreads: list[dict[str, Any]]) -> list[str]:
     for doc in spreads:
         cells = {e["id"]: _spread_cell(e) for e in doc["hypotheses"]}
         for i in order:
-            rows[i].append(cells.get(i, "-"))
+            rows[i].append(cells.get(i, PENDING))
     preface = SPREAD_PREFACE.format(seeds=", ".join(map(str, seeds)), seed_list=",".join(map(str, seeds)))
     return ["## Headlines over seeds", "", preface, "",
             *_table(["ID", "headline", *(md(d["model"]) for d in spreads)], [rows[i] for i in order])]
