@@ -14,8 +14,9 @@ so). Parts, in this order (``--only`` picks some):
    ``expattn probe --device cuda``); plain forward passes over the same batches time the reference. Prints the
    ratios (goal: the probe <= 2x the forward passes) and every verdict with its note.
 2. ``8b``: the Llama-3-8B shape in bfloat16 with float32 statistics at 16,384 and 262,144 tokens
-   (``benchmarks/gpu_check_8b.py``; ``--8b-rows`` picks the sizes in sequences of 256): ratios, peak against the
-   footprint, every verdict. It runs in this process, so the budget is checked before each size instead: a size that
+   (``benchmarks/gpu_check_8b.py``; ``--8b-rows`` picks the sizes in sequences of 256), the probe under
+   ``--8b-memory-budget`` (57 GiB beside the 15 GiB of weights: an 80 GiB card's plan, 72 GiB in all; ``free``: the
+   device's free memory): ratios, peak against the footprint, the passes planned, every verdict. It runs in this process, so the budget is checked before each size instead: a size that
    the smaller one's time says cannot finish is not started (on an H200 the two sizes do not fit in one 600 s call:
    ``--only 8b --8b-rows 1024 --budget 560`` runs the large one alone).
 3. ``profile``: where the time goes (``torch.profiler``): the probe over a quarter of the tokens, and 10 calls of
@@ -206,7 +207,8 @@ def part_8b(log: Log, args) -> dict:
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from gpu_check_8b import run
 
-    return run(log, args.smoke, torch.device(args.device), args.probe_device, tuple(args.rows_8b), _left)
+    return run(log, args.smoke, torch.device(args.device), args.probe_device, tuple(args.rows_8b), _left,
+               None if args.memory_8b == "free" else args.memory_8b)
 
 
 def _profile_table(prof, device: torch.device, rows: int = 30) -> str:
@@ -329,6 +331,8 @@ def part_train(log: Log, args) -> dict:
 
 
 def main() -> int:
+    from gpu_check_8b import MEMORY_BUDGET
+
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("outdir", nargs="?")
     p.add_argument("--carry", action="store_true", help="copy MiniLM's tokenizer and two plays into .gpu_carry/, stop")
@@ -338,6 +342,9 @@ def main() -> int:
     p.add_argument("--8b-rows", dest="rows_8b", type=int, nargs="+", default=[64, 1024],
                    help="the 8b part's sizes in sequences of 256 [64 1024]; a size that cannot finish in the budget "
                         "is not started")
+    p.add_argument("--8b-memory-budget", dest="memory_8b", default=MEMORY_BUDGET,
+                   help=f"the 8b part's probe memory budget beside the weights, or 'free' [{MEMORY_BUDGET}: an 80 GiB "
+                        "card's plan]")
     args = p.parse_args()
     if args.carry:
         print(f"MiniLM's tokenizer and two plays copied into {carry()}; name .gpu_carry in the device run's carry")

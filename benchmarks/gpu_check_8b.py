@@ -64,6 +64,7 @@ def _estimate(sizes: dict, ids: torch.Tensor, batch: int, weights: int) -> float
 
 
 ROWS = (64, 1024)  # sequences of 256 per size: 16,384 and 262,144 tokens
+MEMORY_BUDGET = "57GiB"  # an 80 GiB card's plan: 72 GiB in all, less the 15 GiB of bfloat16 weights
 PASSES_AT_MOST = 3  # the memory plan's passes at 262,144 tokens on an H200 (2026-11-28): each feeds every token
 
 
@@ -75,18 +76,19 @@ def needed_seconds(row: dict, rows: int, done_rows: int) -> float:
 
 
 def run(log, smoke: bool, device: torch.device, probe_device: str, rows_wanted: tuple[int, ...] = ROWS,
-        left: Callable[[], float] = lambda: float("inf")) -> dict:
-    """The sizes in ``rows_wanted`` (sequences of 256); ``{"ok", "sizes": {tokens: numbers}, "not_started":
-    [tokens]}``. ok: no hypothesis crashed and none was skipped. A size that a smaller one's time says cannot finish
-    in ``left()`` seconds is not started (logged): the part runs in the check's own process, so the budget could not
-    stop it once begun."""
+        left: Callable[[], float] = lambda: float("inf"), memory_budget: str | None = MEMORY_BUDGET) -> dict:
+    """The sizes in ``rows_wanted`` (sequences of 256), each probed under ``memory_budget`` (the probe's
+    ``memory_budget``: beside the weights; None: the device's free memory); ``{"ok", "sizes": {tokens: numbers},
+    "not_started": [tokens]}``. ok: no hypothesis crashed and none was skipped. A size that a smaller one's time
+    says cannot finish in ``left()`` seconds is not started (logged): the part runs in the check's own process, so
+    the budget could not stop it once begun."""
     import expattn
 
     sizes, seq_len, batch = (LLAMA_TINY, 32, 4) if smoke else (LLAMA_8B, 256, 8)
     model = _model(sizes, device)
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     log(f"8b: Llama {sum(p.numel() for p in model.parameters()) / 1e9:.2f}B parameters in bfloat16 "
-        f"({weights / GIB:.1f} GiB) on {device}")
+        f"({weights / GIB:.1f} GiB) on {device}, memory budget beside them {memory_budget or 'the free memory'}")
     out, ok, last, not_started = {}, True, None, []
     for rows in ((8, 16) if smoke else rows_wanted):
         if last is not None and needed_seconds(out[last[0]], rows, last[1]) > left():
@@ -105,7 +107,8 @@ def run(log, smoke: bool, device: torch.device, probe_device: str, rows_wanted: 
         with warnings.catch_warnings(record=True) as syncs:
             warnings.simplefilter("always")
             res = expattn.probe(model, None, input_ids=ids, batch_size=batch, device=probe_device,
-                                statistics="float32", **({"replicates": 20, "detail_sequences": 4} if smoke else {}))
+                                statistics="float32", memory_budget=memory_budget,
+                                **({"replicates": 20, "detail_sequences": 4} if smoke else {}))
         total = time.perf_counter() - start
         if device.type == "cuda":
             torch.cuda.set_sync_debug_mode("default")

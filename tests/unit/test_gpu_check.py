@@ -47,3 +47,21 @@ def test_an_8b_size_that_cannot_finish_in_the_budget_is_not_started():
     assert any("not started" in line for line in lines)
     spare = run(lambda *a: None, True, torch.device("cpu"), "cpu")
     assert list(spare["sizes"]) == [8 * 32, 16 * 32] and spare["not_started"] == []
+
+
+def test_the_8b_part_probes_under_its_memory_budget():
+    """The 8b part passes its memory budget to the probe and logs it: under a budget far below what the tiny model's
+    statistics take, the probe plans several passes; with the free memory (None), one."""
+    import torch
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from gpu_check_8b import MEMORY_BUDGET, run
+
+    assert MEMORY_BUDGET == "57GiB"  # 72 GiB in all (the goal's peak) less the 8B shape's 15 GiB of weights
+    lines: list[str] = []
+    tight = run(lambda *a: lines.append(" ".join(map(str, a))), True, torch.device("cpu"), "cpu",
+                memory_budget="3MiB")
+    assert "memory budget beside them 3MiB" in lines[0]
+    free = run(lambda *a: None, True, torch.device("cpu"), "cpu", memory_budget=None)
+    assert all(len(row["passes"]) > 1 for row in tight["sizes"].values()), tight
+    assert all(len(row["passes"]) == 1 for row in free["sizes"].values()), free
