@@ -16,8 +16,9 @@ so). Parts, in this order (``--only`` picks some):
 2. ``8b``: the Llama-3-8B shape in bfloat16 with float32 statistics at 16,384 and 262,144 tokens
    (``benchmarks/gpu_check_8b.py``; ``--8b-rows`` picks the sizes in sequences of 256), the probe under
    ``--8b-memory-budget`` (57 GiB beside the 15 GiB of weights: an 80 GiB card's plan, 72 GiB in all; ``free``: the
-   device's free memory): ratios, peak against the footprint, the passes planned, every verdict. It runs in this process, so the budget is checked before each size instead: a size that
-   the smaller one's time says cannot finish is not started (on an H200 the two sizes do not fit in one 600 s call:
+   device's free memory): ratios, peak against the footprint, the passes planned, every verdict. It runs in this
+   process, so the budget is checked before each size instead: a size that the smaller one's time says cannot
+   finish is not started (on an H200 the two sizes do not fit in one 600 s call:
    ``--only 8b --8b-rows 1024 --budget 560`` runs the large one alone).
 3. ``profile``: where the time goes (``torch.profiler``): the probe over a quarter of the tokens, and 10 calls of
    ``Empirical.mean`` forward + backward at the small benchmark shape; the busiest operations by host and by device
