@@ -60,6 +60,11 @@ class SeedSpread:
         return max(self._finite) if self._finite else None
 
     @property
+    def twinned(self) -> bool:
+        """True iff some seed was probed beside random-init twins (a ``training`` class is known)."""
+        return any(t is not None for t in self.training)
+
+    @property
     def verdicts_agree(self) -> bool:
         """True iff every seed gave the same verdict."""
         return len(set(self.verdicts)) == 1
@@ -69,7 +74,7 @@ class SeedSpread:
         out = {"id": self.id, "metric": self.metric, "description": self.description, "seeds": list(self.seeds),
                "values": list(self.values), "verdicts": list(self.verdicts), "median": self.median, "min": self.low,
                "max": self.high, "verdicts_agree": self.verdicts_agree}
-        if any(t is not None for t in self.training):
+        if self.twinned:
             out["training"] = list(self.training)
         return out
 
@@ -121,7 +126,7 @@ def spread_frame(spreads: Sequence[SeedSpread]) -> pd.DataFrame:
                "verdicts_agree": s.verdicts_agree}
         row.update({f"seed {seed}": v for seed, v in zip(s.seeds, s.values, strict=True)})
         row.update({f"verdict {seed}": v for seed, v in zip(s.seeds, s.verdicts, strict=True)})
-        if any(t is not None for t in s.training):
+        if s.twinned:
             row.update({f"training {seed}": t for seed, t in zip(s.seeds, s.training, strict=True)})
         rows.append(row)
     return pd.DataFrame(rows)
