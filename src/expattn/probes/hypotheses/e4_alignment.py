@@ -138,16 +138,21 @@ class E4Alignment(Estimator):
         """Per head $U^\\top F_h U = E_i \\operatorname{Cov}_{p_h(j|i)}[U^\\top x_j]$ over the detail sequences, for a
         ``basis`` $U$ ``(D, r)``: ``(H, r, r)`` float32.
 
-        $\\sum_i \\operatorname{Cov}_{p_i}[y] = \\sum_j w_j y_j y_j^\\top - \\sum_i m_i m_i^\\top$ with
-        $w_j = \\sum_i p_{ij}$ (the attention key $j$ receives) and $m_i = \\sum_j p_{ij} y_j$: two Gram
-        matrices per head, of $\\sqrt{w_j}\\,y_j$ and of $m_i$, formed head-major so that no copy is needed."""
+        Per sequence, $\\sum_i \\operatorname{Cov}_{p_i}[y] = \\sum_j w_j y_j y_j^\\top - \\sum_i m_i m_i^\\top
+        = Y^\\top K Y$ with $w_j = \\sum_i p_{ij}$ (the attention key $j$ receives), $m_i = \\sum_j p_{ij} y_j$ and
+        $K = \\operatorname{diag}(w) - P^\\top P$ ``(T, T)``: the cancellation between the two sums happens in $K$,
+        formed in float64 (a $T^3$ product per head and sequence), and the ``(r, r)`` result takes one product of
+        $Y^\\top$ with $KY$ per head ($T r^2$ per sequence, half of two Gram matrices)."""
         xs = torch.stack([self.detail_[i][k] for k in sorted(self.detail_[i])])  # (B, T, D)
-        p = attention_probs(xs, self.ctx.attention[i]).transpose(0, 1)  # (H, B, T, T)
+        p = attention_probs(xs, self.ctx.attention[i]).transpose(0, 1).double()  # (H, B, T, T)
+        k = torch.diag_embed(p.sum(-2)) - p.mT @ p  # (H, B, T, T): K, symmetric positive semi-definite
+        del p
         # the covariance is shift invariant; centring keeps float32 accurate. Coordinates y = U^T x_c: (B, T, r)
         y = (xs - xs.mean(1, keepdim=True)) @ basis
-        rooted = p.sum(-2).sqrt_().unsqueeze(-1) * y  # (H, B, T, r)
-        means = p @ y  # (H, B, T, r): E_p(j|i) y_j per query
-        return (gram(rooted.flatten(1, 2)) - gram(means.flatten(1, 2))) / (xs.shape[0] * xs.shape[1])
+        ky = k.to(y.dtype) @ y  # (H, B, T, r)
+        del k
+        f = y.flatten(0, 1).mT @ ky.flatten(1, 2)  # (H, r, r): sum over sequences of Y^T K Y
+        return (f + f.mT) / (2 * xs.shape[0] * xs.shape[1])
 
     def _layer(self, i: int, gen: torch.Generator) -> dict:
         r"""Per head cosines of layer ``i`` with every target, for the model's heads (``cos_<target>``: ``(H,)``);

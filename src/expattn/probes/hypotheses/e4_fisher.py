@@ -23,10 +23,10 @@ def spectral_inverse(
     values: Float[Tensor, "*batch dim"], vectors: Float[Tensor, "*batch dim dim"], lam: Float[Tensor, " *batch"]
 ) -> tuple[Float[Tensor, "*batch dim dim"], Float[Tensor, "*batch dim"]]:
     r"""$(M_+ + \lambda I)^{-1} = WW^\top$, $W = V\operatorname{diag}(1/(\max(\theta, 0) + \lambda))^{1/2}$ from $M$'s
-    decomposition ``values`` $\theta$ (ascending) and ``vectors`` $V$, float64: the inverse and its eigenvalues in
-    ascending order (with $V$'s columns reversed, its eigenvectors)."""
-    inv_values = (values.double().clamp_min(0) + lam.double().unsqueeze(-1)).reciprocal()  # descending
-    return gram((vectors.double() * inv_values.sqrt().unsqueeze(-2)).mT), inv_values.flip(-1)
+    decomposition ``values`` $\theta$ (ascending) and ``vectors`` $V$, in ``vectors``' dtype: the inverse and its
+    eigenvalues in ascending order (with $V$'s columns reversed, its eigenvectors)."""
+    inv_values = (values.to(vectors.dtype).clamp_min(0) + lam.to(vectors.dtype).unsqueeze(-1)).reciprocal()
+    return gram((vectors * inv_values.sqrt().unsqueeze(-2)).mT), inv_values.flip(-1)  # values descending, flipped
 
 
 def regularised_inverse(m: Float[Tensor, "*batch dim dim"]) -> tuple[Float[Tensor, "*batch dim dim"], float, int]:
@@ -56,19 +56,22 @@ def fisher_targets(fisher: Float[Tensor, "heads r r"], k: int, start: torch.Gene
     r"""The Fisher readings' dense targets ``{"fisher": F_h, "fisher_inv": (F_h+ + lambda_F I)^-1}`` ``(H, r, r)``,
     each one's top ``k`` eigenpairs (``TopEigen``), $\lambda_F$ (mean over heads) and the heads clipped.
 
-    On ``DENSE_DEVICES`` (a CPU) one float64 ``eigh`` of $F_h$ gives all of it: the inverse shares $F_h$'s
-    eigenvectors (``spectral_inverse``), exact to float64, and its top pairs are $F_h$'s bottom ones; the heads
-    clipped are those with an eigenvalue below $-\lambda_F$ (the ones a float32 Cholesky of $F_h + \lambda_F I$
-    refuses). Elsewhere (CUDA, where ``eigh`` is slow) ``regularised_inverse`` and ``top_eigen``'s iterative solver
-    for each target, its start drawn from ``start``."""
+    On ``DENSE_DEVICES`` (a CPU) one ``eigh`` of $F_h$ in its own dtype gives all of it: the inverse shares $F_h$'s
+    eigenvectors (``spectral_inverse``), and its top pairs are $F_h$'s bottom ones; the heads clipped are those with
+    an eigenvalue below $-\lambda_F$ (the ones a float32 Cholesky of $F_h + \lambda_F I$ refuses). $F_h$ is formed
+    in float32 (``E4Alignment.fisher``), so its entries already carry float32 rounding: a float32 ``eigh`` (2.8 times
+    faster than float64 at $r = 896$, benchmarks/RESULTS.md) is backward stable to the same order, and each
+    target's top pairs are checked against the target itself (``top_pairs``' residuals, float64). Elsewhere (CUDA, where
+    ``eigh`` is slow) ``regularised_inverse`` and ``top_eigen``'s iterative solver for each target, its start drawn
+    from ``start``."""
     if fisher.device.type not in eigensolver.DENSE_DEVICES:  # read at the call: a test can empty it
         inverse, ridge, clipped = regularised_inverse(fisher)
         dense = {"fisher": fisher, "fisher_inv": inverse}
         return dense, {name: top_eigen(m, k, start) for name, m in dense.items()}, ridge, clipped
     lam = ridge_of(fisher)
-    f = fisher.double()
-    e, v = torch.linalg.eigh((f + f.mT) / 2)
+    e, v = torch.linalg.eigh((fisher + fisher.mT) / 2)
     inverse, inv_values = spectral_inverse(e, v, lam)
-    tops = {"fisher": top_pairs(f, e, v, k), "fisher_inv": top_pairs(inverse, inv_values, v[..., :k].flip(-1), k)}
-    clipped = int((e[..., 0] < -lam.double()).sum())
+    tops = {"fisher": top_pairs(fisher, e, v, k),
+            "fisher_inv": top_pairs(inverse, inv_values, v[..., :k].flip(-1), k)}
+    clipped = int((e[..., 0] < -lam).sum())
     return {"fisher": fisher, "fisher_inv": inverse.to(fisher.dtype)}, tops, float(lam.mean()), clipped

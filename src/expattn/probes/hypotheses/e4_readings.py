@@ -251,17 +251,20 @@ def full_cos(
     targets: dict[str, Float[Tensor, "layers dim dim"]],
 ) -> dict[str, Float[Tensor, "layers heads"]]:
     r"""$\cos(\operatorname{sym}(W_{q,h}^\top W_{k,h}), T_l)$ ``(L, H)`` for the heads' ``wq, wk`` ``(H, dh, D)``
-    and each stack of symmetric ``targets[name]`` ``(L, D, D)``: each head's ``(D, D)`` form once (one at a time),
-    then one product with all targets ($H L D^2$ multiply-adds instead of ``sym_cos``'s $H L\,d_h D^2$)."""
+    and each stack of symmetric ``targets[name]`` ``(L, D, D)``. A symmetric $T$ sees only the symmetric part,
+    $\langle T, \operatorname{sym}(A)\rangle = \langle T, A\rangle$, so the heads' products $A_h = W_{q,h}^\top
+    W_{k,h}$ are taken as they are, ``L`` at a time (no more memory than one stack), with one product of each stack
+    with them ($H L D^2$ multiply-adds instead of ``sym_cos``'s $H L\,d_h D^2$, each stack read once per ``L``
+    heads), and the norms from ``sym_norm``."""
     flat = {name: (t.flatten(1), torch.linalg.matrix_norm(t)) for name, t in targets.items()}
+    norm = sym_norm(wq, wk)  # (H,)
     out: dict[str, list[Tensor]] = {name: [] for name in targets}
-    for q, k in zip(wq, wk, strict=True):
-        a = q.T @ k
-        a = (a + a.T) / 2
-        norm = torch.linalg.matrix_norm(a)
+    step = max(1, next(iter(targets.values())).shape[0])
+    for start in range(0, wq.shape[0], step):
+        a = (wq[start:start + step].mT @ wk[start:start + step]).flatten(1)  # (c, D^2)
         for name, (t, t_norm) in flat.items():
-            out[name].append(t @ a.flatten() / (norm * t_norm))
-    return {name: torch.stack(c, 1) for name, c in out.items()}
+            out[name].append((t @ a.T) / (t_norm.unsqueeze(-1) * norm[start:start + step]))  # (L, c)
+    return {name: torch.cat(c, 1) for name, c in out.items()}
 
 
 def margin_verdict(low: float, high: float) -> str:
