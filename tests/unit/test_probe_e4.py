@@ -4,6 +4,7 @@ the whole rule on heads planted with each reading, so that each record can be se
 
 from __future__ import annotations
 
+import dataclasses
 import numpy as np
 import pytest
 import torch
@@ -124,6 +125,42 @@ def test_fisher_is_the_mean_covariance_under_the_attention_weights(gen):
     # float32 attention weights and products: 1e-5 relative to the matrix scale
     assert got.dtype == torch.float32
     torch.testing.assert_close(got.double(), ref, rtol=1e-4, atol=1e-5 * ref.abs().max().item())
+
+
+def test_fisher_of_nearly_one_hot_attention_is_accurate_at_its_own_scale():
+    # logits 3e4 times the tiny model's: every query's weights nearly one-hot (mean entropy 0.03 nats), so the two
+    # sums of the Fisher (sum_j w_j y_j y_j^T and sum_i m_i m_i^T) nearly cancel. Formed as two float32 Gram
+    # matrices (the first implementation), the result erred by 2.2e-3 of its own largest entry on this draw (2.1
+    # times it on another); formed through K in float64 it keeps float32 rounding of its own size, up to the float32
+    # attention weights' rounding (1.1e-5 of the largest entry here, at most 4e-5 over six draws: 1e-4 allowed),
+    # and no head falls below -lambda_F. A fixed draw, not the test's name: how close to one-hot the most peaked
+    # head comes varies from draw to draw
+    gen = torch.Generator().manual_seed(0)
+    model = build_tiny("llama", 3, vocab_size=50, hidden_size=16, num_hidden_layers=1, intermediate_size=24,
+                       max_position_embeddings=32)
+    adapter = adapter_for("llama")
+    w = adapter.attention(model, 0)
+    w = dataclasses.replace(w, scale=w.scale * 3e4)
+    ctx = ProbeContext(model, adapter, (w,), 1, 16, torch.zeros(9, dtype=torch.bool), 0, 10, 2, "tiny")
+    est = E4Alignment(ctx)
+    xs = torch.randn(2, 9, 16, generator=gen)
+    est.detail_[0] = {0: xs[0], 1: xs[1]}
+    got = est.fisher(0, torch.eye(16)).double()
+    p = attention_probs(xs.double(), w.to(torch.float64))  # (B, H, T, T), float64 throughout
+    entropy = -(p * p.clamp_min(1e-300).log()).sum(-1).mean().item()
+    assert 0 < entropy < 0.1
+    x = xs.double()
+    ref = torch.zeros(4, 16, 16, dtype=torch.float64)
+    for b in range(2):
+        for h in range(4):
+            for i in range(9):
+                centred = x[b] - p[b, h, i] @ x[b]
+                ref[h] += (p[b, h, i, :, None] * centred).T @ centred
+    ref /= 2 * 9
+    scale = ref.abs().amax((-1, -2), keepdim=True)
+    assert 0 <= ((got - ref).abs() / scale).max().item() < 1e-4
+    lam = 1e-2 * got.diagonal(dim1=-2, dim2=-1).mean(-1)
+    assert bool((torch.linalg.eigvalsh(got)[:, 0] > -lam).all())
 
 
 def test_range_basis_drops_the_direction_a_hyperplane_never_varies_along(gen):

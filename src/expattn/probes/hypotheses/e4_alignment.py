@@ -140,12 +140,16 @@ class E4Alignment(Estimator):
 
         Per sequence, $\\sum_i \\operatorname{Cov}_{p_i}[y] = \\sum_j w_j y_j y_j^\\top - \\sum_i m_i m_i^\\top
         = Y^\\top K Y$ with $w_j = \\sum_i p_{ij}$ (the attention key $j$ receives), $m_i = \\sum_j p_{ij} y_j$ and
-        $K = \\operatorname{diag}(w) - P^\\top P$ ``(T, T)``: the cancellation between the two sums happens in $K$,
-        formed in float64 (a $T^3$ product per head and sequence), and the ``(r, r)`` result takes one product of
-        $Y^\\top$ with $KY$ per head ($T r^2$ per sequence, half of two Gram matrices)."""
+        $K = \\operatorname{diag}(w) - P^\\top P$ ``(T, T)``, positive semi-definite when $P$'s rows sum to 1. The
+        two sums nearly cancel for a head whose attention is nearly one-hot (its covariances are small), so the
+        cancellation happens in $K$, formed in float64 from $P$'s rows renormalised in float64 (a $T^3$ product per
+        head and sequence), not between two float32 ``(r, r)`` Gram matrices, whose rounding is relative to the
+        sums' size rather than the result's; the ``(r, r)`` result then takes one product of $Y^\\top$ with $KY$ per
+        head ($T r^2$ per sequence, half of two Gram matrices)."""
         xs = torch.stack([self.detail_[i][k] for k in sorted(self.detail_[i])])  # (B, T, D)
         p = attention_probs(xs, self.ctx.attention[i]).transpose(0, 1).double()  # (H, B, T, T)
-        k = torch.diag_embed(p.sum(-2)) - p.mT @ p  # (H, B, T, T): K, symmetric positive semi-definite
+        p /= p.sum(-1, keepdim=True)
+        k = torch.diag_embed(p.sum(-2)) - p.mT @ p  # (H, B, T, T): K
         del p
         # the covariance is shift invariant; centring keeps float32 accurate. Coordinates y = U^T x_c: (B, T, r)
         y = (xs - xs.mean(1, keepdim=True)) @ basis
