@@ -1,7 +1,7 @@
 """E4/E9's Fisher readings per layer: the full per-head eigendecomposition against the top-k solver, in one process.
 
 Old path: ``torch.linalg.eigh`` of every head's ``(D, D)`` Fisher (float32, batched over heads), the inverse from
-its eigenvalues, the cosines in each head's eigen-coordinates. New path: ``fisher_targets`` (on a CPU one float64
+its eigenvalues, the cosines in each head's eigen-coordinates. New path: ``fisher_targets`` (on a CPU one float32
 ``eigh`` per head gives the inverse and both targets' top-5 pairs; on another device a Cholesky inverse and
 ``core.top_eigen``'s iterative solver for each), the cosines by ``e4_dense``. Matrices:
 Wishart-like ``F_h`` with a decaying spectrum (as a real attention Fisher: a few directions dominate, a bulk

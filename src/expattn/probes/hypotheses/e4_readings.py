@@ -53,7 +53,7 @@ the principal subspace. The target truncated to its top 1, 2, 5, 10, 20 directio
 eigenbasis. The target itself and the target plus a random form of
 0.3 and 1.0 times its norm are positive controls (``e4_support``), which must stay supported. The Fisher
 readings (no powers, no positive controls) have a target per head, $F_h$ and $\lambda_F(F_h + \lambda_F I)^{-1}$
-(``e4_fisher``: on a CPU from one float64 eigendecomposition of $F_h$, elsewhere a float32 Cholesky inverse,
+(``e4_fisher``: on a CPU from one float32 eigendecomposition of $F_h$, elsewhere a float32 Cholesky inverse,
 ``regularised_inverse``; $F_h$'s negative eigenvalues are clipped): the same margins and rule with dense targets
 in range coordinates (``e4_dense``), each target's top-$k$ eigenvectors (on an
 accelerator from an iterative solver, ``core.top_eigen``, residual tolerance $10^{-5}\lVert M\rVert_F$; a head it
