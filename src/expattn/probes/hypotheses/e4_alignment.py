@@ -109,9 +109,11 @@ class E4Alignment(Estimator):
         r"""Beside the statistics while ``measure`` runs: every layer's float32 $\Sigma$ and $\Sigma^+$ targets and
         their ``(L, D, D)`` stacks (one name stacked at a time), and one layer's float64 eigendecomposition of
         $\Sigma$, its inverses and the ``(H, r, r)`` Fisher matrices of rank $r \le \min(D, \text{tokens})$ with
-        their eigenvectors, inverses and the detail sequences' attention."""
-        d, r, seqs = n.hidden, min(n.hidden, n.tokens), n.detail * n.seq_len
-        return 12 * n.layers * d * d + 64 * d * d + 20 * n.heads * r * r + 4 * n.heads * seqs * (n.seq_len + 2 * r)
+        their eigenvectors, inverses and the detail sequences' attention: $P$ and $K$ in float64 ``(H, S, T, T)``, then
+        $K$ in float32 beside $KY$ ``(H, S, T, r)``."""
+        d, r, seqs, t = n.hidden, min(n.hidden, n.tokens), n.detail * n.seq_len, n.seq_len
+        return (12 * n.layers * d * d + 64 * d * d + 20 * n.heads * r * r
+                + 4 * n.heads * seqs * max(4 * t, 3 * t + r))
 
     def __init__(self, ctx: ProbeContext):
         self.ctx = ctx
@@ -149,7 +151,8 @@ class E4Alignment(Estimator):
         xs = torch.stack([self.detail_[i][k] for k in sorted(self.detail_[i])])  # (B, T, D)
         p = attention_probs(xs, self.ctx.attention[i]).transpose(0, 1).double()  # (H, B, T, T)
         p /= p.sum(-1, keepdim=True)
-        k = torch.diag_embed(p.sum(-2)) - p.mT @ p  # (H, B, T, T): K
+        k = (p.mT @ p).neg_()  # (H, B, T, T): K, in place
+        k.diagonal(dim1=-2, dim2=-1).add_(p.sum(-2))
         del p
         # the covariance is shift invariant; centring keeps float32 accurate. Coordinates y = U^T x_c: (B, T, r)
         y = (xs - xs.mean(1, keepdim=True)) @ basis
