@@ -5,6 +5,7 @@ the whole rule on heads planted with each reading, so that each record can be se
 from __future__ import annotations
 
 import dataclasses
+
 import numpy as np
 import pytest
 import torch

@@ -47,7 +47,7 @@ from expattn.probes.hypotheses.base import (
 from expattn.probes.hypotheses.e3_gaussianity import kept_moments
 from expattn.probes.hypotheses.e4_criterion import MIN_TOKENS_PER_DIM, criterion, family, method
 from expattn.probes.hypotheses.e4_dense import dense_deflated
-from expattn.probes.hypotheses.e4_fisher import fisher_targets, regularised_inverse
+from expattn.probes.hypotheses.e4_fisher import attention_fisher, fisher_targets, regularised_inverse
 from expattn.probes.hypotheses.e4_readings import (
     DEFLATIONS,
     RANKS,
@@ -77,9 +77,8 @@ from expattn.probes.hypotheses.e4_support import (
     support_k,
     trace_fraction,
 )
-from expattn.probes.models.attention import attention_probs
 from expattn.probes.sizes import Sizes
-from expattn.probes.statistics.stats import Moments, gram
+from expattn.probes.statistics.stats import Moments
 from expattn.results.record import Control
 
 TARGETS = ("sigma_inv", "sigma", "fisher_inv", "fisher", "identity")
@@ -137,29 +136,9 @@ class E4Alignment(Estimator):
         return self
 
     def fisher(self, i: int, basis: Float[Tensor, "dim r"]) -> Float[Tensor, "heads r r"]:
-        """Per head $U^\\top F_h U = E_i \\operatorname{Cov}_{p_h(j|i)}[U^\\top x_j]$ over the detail sequences, for a
-        ``basis`` $U$ ``(D, r)``: ``(H, r, r)`` float32.
-
-        Per sequence, $\\sum_i \\operatorname{Cov}_{p_i}[y] = \\sum_j w_j y_j y_j^\\top - \\sum_i m_i m_i^\\top
-        = Y^\\top K Y$ with $w_j = \\sum_i p_{ij}$ (the attention key $j$ receives), $m_i = \\sum_j p_{ij} y_j$ and
-        $K = \\operatorname{diag}(w) - P^\\top P$ ``(T, T)``, positive semi-definite when $P$'s rows sum to 1. The
-        two sums nearly cancel for a head whose attention is nearly one-hot (its covariances are small), so the
-        cancellation happens in $K$, formed in float64 from $P$'s rows renormalised in float64 (a $T^3$ product per
-        head and sequence), not between two float32 ``(r, r)`` Gram matrices, whose rounding is relative to the
-        sums' size rather than the result's; the ``(r, r)`` result then takes one product of $Y^\\top$ with $KY$ per
-        head ($T r^2$ per sequence, half of two Gram matrices)."""
+        """Per head $U^\\top F_h U$ over layer ``i``'s detail sequences (``e4_fisher.attention_fisher``)."""
         xs = torch.stack([self.detail_[i][k] for k in sorted(self.detail_[i])])  # (B, T, D)
-        p = attention_probs(xs, self.ctx.attention[i]).transpose(0, 1).double()  # (H, B, T, T)
-        p /= p.sum(-1, keepdim=True)
-        k = (p.mT @ p).neg_()  # (H, B, T, T): K, in place
-        k.diagonal(dim1=-2, dim2=-1).add_(p.sum(-2))
-        del p
-        # the covariance is shift invariant; centring keeps float32 accurate. Coordinates y = U^T x_c: (B, T, r)
-        y = (xs - xs.mean(1, keepdim=True)) @ basis
-        ky = k.to(y.dtype) @ y  # (H, B, T, r)
-        del k
-        f = y.flatten(0, 1).mT @ ky.flatten(1, 2)  # (H, r, r): sum over sequences of Y^T K Y
-        return (f + f.mT) / (2 * xs.shape[0] * xs.shape[1])
+        return attention_fisher(xs, self.ctx.attention[i], basis)
 
     def _layer(self, i: int, gen: torch.Generator) -> dict:
         r"""Per head cosines of layer ``i`` with every target, for the model's heads (``cos_<target>``: ``(H,)``);

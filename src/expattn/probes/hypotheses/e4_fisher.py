@@ -1,4 +1,4 @@
-r"""The inverse attention Fisher's regularised inverse and the Fisher readings' dense targets (E4, E9;
+r"""The attention Fisher of a head, its regularised inverse and the Fisher readings' dense targets (E4, E9;
 ``e4_readings`` states the readings): $(M_+ + \lambda I)^{-1}$ with $\lambda = 10^{-2}\operatorname{tr}M/D$."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from torch import Tensor
 
 from expattn.core import top_eigen as eigensolver
 from expattn.core.top_eigen import TopEigen, top_eigen, top_pairs
+from expattn.probes.models.attention import AttnWeights, attention_probs
 from expattn.probes.statistics.stats import gram
 
 RIDGE = 1e-2  # the reference inverse's ridge: (Sigma + 1e-2 tr(Sigma)/D I)^-1
@@ -49,6 +50,32 @@ def regularised_inverse(m: Float[Tensor, "*batch dim dim"]) -> tuple[Float[Tenso
         e, v = torch.linalg.eigh(m[bad].double())
         inv[bad] = spectral_inverse(e, v, lam.expand(info.shape)[bad])[0].to(m.dtype)
     return inv, float(lam.mean()), int(bad.sum())
+
+
+def attention_fisher(xs: Float[Tensor, "batch token dim"], w: AttnWeights, basis: Float[Tensor, "dim r"]
+                     ) -> Float[Tensor, "heads r r"]:
+    r"""Per head $U^\top F_h U = E_i \operatorname{Cov}_{p_h(j|i)}[U^\top x_j]$ over the sequences ``xs`` under the
+    attention of weights ``w``, for a ``basis`` $U$ ``(D, r)``: ``(H, r, r)`` float32.
+
+    Per sequence, $\sum_i \operatorname{Cov}_{p_i}[y] = \sum_j w_j y_j y_j^\top - \sum_i m_i m_i^\top
+    = Y^\top K Y$ with $w_j = \sum_i p_{ij}$ (the attention key $j$ receives), $m_i = \sum_j p_{ij} y_j$ and
+    $K = \operatorname{diag}(w) - P^\top P$ ``(T, T)``, positive semi-definite when $P$'s rows sum to 1. The
+    two sums nearly cancel for a head whose attention is nearly one-hot (its covariances are small), so the
+    cancellation happens in $K$, formed in float64 from $P$'s rows renormalised in float64 (a $T^3$ product per
+    head and sequence), not between two float32 ``(r, r)`` Gram matrices, whose rounding is relative to the
+    sums' size rather than the result's; the ``(r, r)`` result then takes one product of $Y^\top$ with $KY$ per
+    head ($T r^2$ per sequence, half of two Gram matrices)."""
+    p = attention_probs(xs, w).transpose(0, 1).double()  # (H, B, T, T)
+    p /= p.sum(-1, keepdim=True)
+    k = (p.mT @ p).neg_()  # (H, B, T, T): K, in place
+    k.diagonal(dim1=-2, dim2=-1).add_(p.sum(-2))
+    del p
+    # the covariance is shift invariant; centring keeps float32 accurate. Coordinates y = U^T x_c: (B, T, r)
+    y = (xs - xs.mean(1, keepdim=True)) @ basis
+    ky = k.to(y.dtype) @ y  # (H, B, T, r)
+    del k
+    f = y.flatten(0, 1).mT @ ky.flatten(1, 2)  # (H, r, r): sum over sequences of Y^T K Y
+    return (f + f.mT) / (2 * xs.shape[0] * xs.shape[1])
 
 
 def fisher_targets(fisher: Float[Tensor, "heads r r"], k: int, start: torch.Generator
