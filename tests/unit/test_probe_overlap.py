@@ -132,3 +132,35 @@ def test_overlapped_probe_is_bitwise_the_synchronous_one(gen, tmp_path, monkeypa
     for a, b in zip(sync.records, overlapped.records, strict=True):
         assert a.verdict == b.verdict and _same(a.metrics, b.metrics), a.id
         assert _same(a.details, b.details) and a.controls == b.controls and a.notes == b.notes, a.id
+
+
+class _Traced:
+    """An estimator stand-in whose analysis and record leave a trace in ``log``."""
+
+    def __init__(self, claim, log):
+        self.claim, self.log = claim, log
+
+    def measure(self):
+        self.log.append(f"measure {self.claim}")
+        return self.claim
+
+    def result(self, out_dir, measured):
+        from expattn.results.record import Record
+        return Record(self.claim, "empirical", "inconclusive")
+
+
+def test_the_heap_goes_back_after_each_analysis_in_turn_and_two_at_a_time(monkeypatch):
+    """Each analysis's transient is given back (``release_heap``) before the next one allocates its own, so an
+    analysis's peak does not sit on the heap the ones before it left (benchmarks/RESULTS.md: the resident size
+    crept up analysis after analysis)."""
+    from expattn.probes import analyses, overlap
+
+    log = []
+    monkeypatch.setattr(analyses, "release_heap", lambda: log.append("release"))
+    monkeypatch.setattr(overlap, "release_heap", lambda: log.append("release"))
+    analyses.records([_Traced("E1", log), _Traced("E2", log)], {}, {}, "m", None)
+    assert log == ["measure E1", "release", "measure E2", "release"]
+    log.clear()
+    measure_in_parallel([_Traced("E1", log), _Traced("E2", log), _Traced("E3", log)])
+    assert log.count("release") == 3  # one per analysis, whichever thread ran it
+    assert sorted(e for e in log if e != "release") == ["measure E1", "measure E2", "measure E3"]

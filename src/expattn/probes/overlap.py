@@ -16,7 +16,10 @@ on the same two cores.
 fragmentation lets the heap creep up over hundreds of batches, so without trimming the peak depends on the run's
 length. ``heap_trimmer`` calls glibc's ``malloc_trim(0)`` after a batch when the resident size has grown more than
 ``TRIM_SLACK`` over its size after the first batch; trimming after every batch would make the next forward pass
-fault those pages in again (~0.5 s per 20,000 MiniLM tokens), hence the threshold.
+fault those pages in again (~0.5 s per 20,000 MiniLM tokens), hence the threshold. After each analysis
+(``measure_in_parallel``, ``analyses.records``) ``release_heap`` gives its transient back at once: without it the
+resident size crept up analysis after analysis (SmolLM2: 3.76 -> 4.35 GiB over E3-E9, 3.15-3.19 GiB
+between analyses with it; benchmarks/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -187,6 +190,7 @@ def measure_in_parallel(estimators: list, threads: int = 2) -> dict[str, tuple[o
                 outcome: object = est.measure()
             except Exception as err:  # reported in the estimator's record, as a sequential analysis would be
                 outcome = err
+        release_heap()  # its transient goes back before the next analysis allocates its own
         return outcome, time.perf_counter() - t0
 
     with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="expattn-probe-analyses") as pool:
