@@ -21,6 +21,12 @@ from expattn.memory import probe_bytes, readable
 from expattn.probes.footprint import Footprint, footprint
 from expattn.probes.hypotheses.base import ProbeContext
 
+# On the CPU the resident size runs above the tensor storage the footprint counts (glibc's per-thread arenas, a
+# fragmented heap). Measured above the printed estimate (benchmarks/RESULTS.md): SmolLM2 0.9-1.05 GiB (0.42 of the
+# probe's part), Qwen2.5 0.5B float32 1.9 GiB (0.40), the bfloat16 1.5B 0.86 GiB (0.06); that 1.5B's twin, planned
+# without a slack, was killed at 23.3 GiB of a 23.4 GiB machine. So a plan against the host's free memory keeps
+# back half the run's estimate, at most HOST_SLACK (not against a stated budget, nor on an accelerator).
+HOST_SLACK = 2 * memory.GIB
 UNITS = {"": 1, "b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "kb": 10**3, "mb": 10**6,
          "gb": 10**9, "tb": 10**12}
 
@@ -55,14 +61,16 @@ def run_footprint(ctx: ProbeContext, hypotheses: Iterable[str], config, dtype: t
 def plan(need: Footprint, device: str | torch.device, tokens: int, budget: int | None,
          what: str) -> list[tuple[str, ...]]:
     """The groups of hypotheses, one pass each, whose peaks fit the room: the free memory of ``device`` (the
-    float32 weight copies, ``need.weights``, are held already) and ``budget`` (bytes beside the model's weights,
-    or None), less the token ids (``memory.probe_bytes``). One group when everything fits; ValueError naming
-    ``what`` when one hypothesis alone does not fit, with the numbers and the lower-memory choices."""
+    float32 weight copies, ``need.weights``, are held already; on a CPU less half the estimate, at most
+    ``HOST_SLACK``) and ``budget`` (bytes beside the model's weights, or None), less the token ids
+    (``memory.probe_bytes``). One group when everything fits; ValueError naming ``what`` when one hypothesis alone
+    does not fit, with the numbers and the lower-memory choices."""
     chosen = tuple(need.statistics)
     if not chosen:
         return []
     free = memory.available_bytes(device)  # read through the module: tests stand in for the device
-    rooms = [r for r in (None if free is None else free + need.weights, budget) if r is not None]
+    kept = min(HOST_SLACK, need.peak() // 2) if torch.device(device).type == "cpu" else 0
+    rooms = [r for r in (None if free is None else free + need.weights - kept, budget) if r is not None]
     room = None if not rooms else min(rooms) - probe_bytes(tokens)
     if room is None or need.peak() <= room:
         return [chosen]
@@ -70,12 +78,14 @@ def plan(need: Footprint, device: str | torch.device, tokens: int, budget: int |
     over = [h for h in chosen if alone[h] > room]
     if over:
         worst = max(over, key=alone.get)
-        where = "the memory budget" if budget is not None and room == budget - probe_bytes(tokens) else (
-            f"the free memory of {torch.device(device).type}")
+        by_budget = budget is not None and room == budget - probe_bytes(tokens)
+        kept = 0 if by_budget else kept
+        where = "the memory budget" if by_budget else (f"the free memory of {torch.device(device).type}" + (
+            f", {readable(kept)} of it kept for the allocator's slack" if kept else ""))
         raise ValueError(f"{what} needs at least {readable(alone[worst] + probe_bytes(tokens))} for {worst} alone "
                          f"(its statistics {readable(need.statistics[worst])}, its analysis "
                          f"{readable(need.analysis[worst])}, a batch {readable(need.batch)}), but only "
-                         f"{readable(max(room + probe_bytes(tokens), 0))} is available within {where}; "
+                         f"{readable(max(room + kept + probe_bytes(tokens), 0))} is available within {where}; "
                          f"{_choices(need, over)}")
     groups: list[tuple[str, ...]] = []
     for h in chosen:

@@ -1,0 +1,50 @@
+"""``passes.plan`` against the host's free memory keeps back the allocator's slack: the bfloat16 Qwen2.5 1.5B twin's
+probe, planned as one pass into free memory its estimate just fitted, was killed by the kernel (benchmarks/RESULTS.md)."""
+
+from __future__ import annotations
+
+import pytest
+
+from expattn.probes.footprint import footprint
+from expattn.probes.passes import HOST_SLACK, plan
+
+GIB = 2**30
+# the probe of Qwen2.5-Coder 1.5B in bfloat16 at 8,192 tokens: 14.0 GiB beside the weights
+QWEN_15B = footprint(1536, 28, 12, head_dim=128, kv_heads=2, intermediate=8960, dtype="bfloat16", tokens=8192)
+
+
+@pytest.fixture
+def free(monkeypatch):
+    """Stand in for the device's free memory: ``free(n)`` makes it ``n`` bytes."""
+    def set_free(n: int) -> None:
+        monkeypatch.setattr("expattn.memory.available_bytes", lambda device: n)
+    return set_free
+
+
+def test_on_the_cpu_a_run_its_estimate_barely_fits_goes_in_passes(free):
+    peak = QWEN_15B.peak()
+    assert 13.5 * GIB < peak < 14.5 * GIB
+    free(peak + GIB)  # room for the estimate, not for the 2 GiB the resident size ran above it
+    groups = plan(QWEN_15B, "cpu", 8192, None, "qwen")
+    assert len(groups) >= 2 and sorted(h for g in groups for h in g) == sorted(QWEN_15B.statistics)
+    assert all(QWEN_15B.peak(g) <= peak + GIB - HOST_SLACK for g in groups)
+    free(peak + HOST_SLACK + GIB)  # room for both: one pass
+    assert plan(QWEN_15B, "cpu", 8192, None, "qwen") == [tuple(QWEN_15B.statistics)]
+
+
+def test_the_slack_is_half_a_small_runs_estimate_and_not_kept_off_the_host_or_from_a_budget(free):
+    small = footprint(64, 2, 4, dtype="float32", tokens=512, seq_len=32, detail_sequences=2, replicates=20)
+    free(int(small.peak() * 1.4))  # fits with 0.4 of slack, not with half the estimate
+    assert len(plan(small, "cpu", 512, None, "tiny")) >= 2
+    free(int(small.peak() * 1.6))
+    assert len(plan(small, "cpu", 512, None, "tiny")) == 1
+    free(QWEN_15B.peak() + GIB)
+    assert len(plan(QWEN_15B, "meta", 8192, None, "qwen")) == 1  # an accelerator's allocator: no host slack
+    free(10**15)
+    assert len(plan(QWEN_15B, "cpu", 8192, QWEN_15B.peak() + GIB, "qwen")) == 1  # a stated budget is the user's
+
+
+def test_a_refusal_names_the_free_memory_and_the_slack_kept(free):
+    free(QWEN_15B.peak() // 4)
+    with pytest.raises(ValueError, match=r"free memory of cpu, 2\.0 GiB of it kept for the allocator's slack"):
+        plan(QWEN_15B, "cpu", 8192, None, "qwen")
