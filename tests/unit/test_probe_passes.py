@@ -1,5 +1,6 @@
 """``passes.plan`` against the host's free memory keeps back the allocator's slack: the bfloat16 Qwen2.5 1.5B twin's
-probe, planned as one pass into free memory its estimate just fitted, was killed by the kernel (benchmarks/RESULTS.md)."""
+probe, planned as one pass into free memory its estimate just fitted, was killed by the kernel
+(benchmarks/RESULTS.md)."""
 
 from __future__ import annotations
 
