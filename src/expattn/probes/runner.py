@@ -170,6 +170,8 @@ def probe_subject(subject: Subject, config: ProbeConfig, out_dir: Path | None,
     built = [cls for cls in ESTIMATORS if cls.claim in config.hypotheses and cls.claim not in skipped]
     groups = passes(subject, ctx, [cls.claim for cls in built], config) if built else [[]]  # [[]]: skipped ones
     run = _feed(subject, ctx, built, groups, skipped, fed, config, out_dir, progress, speedups)
+    info = _model_info(subject, ctx, run.checked)
+    del ctx  # the float32 copies of the model's attention weights go before each twin makes its own
     if config.twin:  # the same ids through each random-init twin; their records become controls
         seeds = [config.seed + i for i in range(config.twin_inits)]
         twins = []
@@ -179,7 +181,7 @@ def probe_subject(subject: Subject, config: ProbeConfig, out_dir: Path | None,
         run.records = attach_twin(run.records, twins, headlines(), seeds) if run.rank == 0 else run.records
     return ProbeOutcome(
         run.records, fed.count * config.seq_len, fed.count, time.perf_counter() - start, run.forward,
-        run.stats_seconds, run.forward_cpu, run.stats_cpu, _model_info(subject, ctx, run.checked), asdict(config),
+        run.stats_seconds, run.forward_cpu, run.stats_cpu, info, asdict(config),
         run.timings, run.drawn, [list(group) for group in groups],
     )
 
