@@ -49,3 +49,27 @@ def test_a_refusal_names_the_free_memory_and_the_slack_kept(free):
     free(QWEN_15B.peak() // 4)
     with pytest.raises(ValueError, match=r"free memory of cpu, 2\.0 GiB of it kept for the allocator's slack"):
         plan(QWEN_15B, "cpu", 8192, None, "qwen")
+
+
+MEMINFO = "MemTotal:       24683784 kB\nMemFree:          227124 kB\nMemAvailable:   {available} kB\n"
+
+
+@pytest.mark.parametrize(("available_gib", "resident_gib", "free_gib"), [
+    (15.0, 11.0, 23.54 - 11.0),  # the kernel counts more as available than the machine has beside this process
+    (6.0, 11.0, 6.0),  # other processes hold the rest: MemAvailable is the bound
+    (15.0, 24.0, 0.0),  # never below zero
+])
+def test_the_hosts_free_memory_is_never_more_than_what_this_process_does_not_hold(available_gib, resident_gib,
+                                                                                  free_gib):
+    from expattn.memory import host_available
+
+    meminfo = MEMINFO.format(available=int(available_gib * 2**20))
+    status = f"Name:\tpython\nVmHWM:\t{int(resident_gib * 2**20) + 5} kB\nVmRSS:\t{int(resident_gib * 2**20)} kB\n"
+    assert host_available(meminfo, status) == pytest.approx(free_gib * GIB, abs=0.01 * GIB)
+
+
+def test_a_missing_field_is_named():
+    from expattn.memory import host_available
+
+    with pytest.raises(ValueError, match="no VmRSS"):
+        host_available(MEMINFO.format(available=1), "Name:\tpython\n")
