@@ -150,14 +150,14 @@ class _Traced:
 
 
 def test_the_heap_goes_back_after_each_analysis_in_turn_and_two_at_a_time(monkeypatch):
-    """Each analysis's transient is given back (``release_heap``) before the next one allocates its own, so an
+    """Each analysis's transient is given back (``trim_heap``) before the next one allocates its own, so an
     analysis's peak does not sit on the heap the ones before it left (benchmarks/RESULTS.md: the resident size
     crept up analysis after analysis)."""
     from expattn.probes import analyses, overlap
 
     log = []
-    monkeypatch.setattr(analyses, "release_heap", lambda: log.append("release"))
-    monkeypatch.setattr(overlap, "release_heap", lambda: log.append("release"))
+    monkeypatch.setattr(analyses, "trim_heap", lambda: log.append("release"))
+    monkeypatch.setattr(overlap, "trim_heap", lambda: log.append("release"))
     analyses.records([_Traced("E1", log), _Traced("E2", log)], {}, {}, "m", None)
     assert log == ["measure E1", "release", "measure E2", "release"]
     log.clear()

@@ -11,7 +11,7 @@ import torch
 from expattn.catalogue import entry
 from expattn.probes.hypotheses import hypotheses
 from expattn.probes.hypotheses.base import Measured
-from expattn.probes.overlap import measure_in_parallel, release_heap
+from expattn.probes.overlap import measure_in_parallel, trim_heap
 from expattn.probes.progress import Stage
 from expattn.results.record import Record, enforce_controls, error_record
 
@@ -46,7 +46,7 @@ def records(estimators: list, inapplicable: dict[str, str], failed: dict[str, Re
                     measured = est.measure() if measured is None else measured
                     record = est.result(out_dir, measured)
                 kept[est.claim] = measured
-                release_heap()  # its transient goes back before the next analysis allocates its own
+                trim_heap()  # its transient goes back before the next analysis allocates its own
         except OSError:  # writing its plot failed (a full disk...): an error of the run, not a verdict
             raise
         except Exception as err:  # one failing analysis must not discard the others: report it

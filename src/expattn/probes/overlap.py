@@ -17,9 +17,10 @@ fragmentation lets the heap creep up over hundreds of batches, so without trimmi
 length. ``heap_trimmer`` calls glibc's ``malloc_trim(0)`` after a batch when the resident size has grown more than
 ``TRIM_SLACK`` over its size after the first batch; trimming after every batch would make the next forward pass
 fault those pages in again (~0.5 s per 20,000 MiniLM tokens), hence the threshold. After each analysis
-(``measure_in_parallel``, ``analyses.records``) ``release_heap`` gives its transient back at once: without it the
-resident size crept up analysis after analysis (SmolLM2: 3.76 -> 4.35 GiB over E3-E9, 3.15-3.19 GiB
-between analyses with it; benchmarks/RESULTS.md).
+(``measure_in_parallel``, ``analyses.records``) ``trim_heap`` gives its freed transient back at once: without it the
+resident size crept up analysis after analysis (SmolLM2: 3.76 -> 4.35 GiB over E3-E9; 3.15-3.19 GiB between
+analyses with a ``gc.collect`` and the trim, benchmarks/RESULTS.md). Only the trim (well under a millisecond): a
+``gc.collect`` costs a quarter of a second per million live objects, nine times per probe.
 """
 
 from __future__ import annotations
@@ -69,14 +70,19 @@ def _malloc_trim() -> Callable[[int], int] | None:
     return getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
 
 
+def trim_heap() -> None:
+    """glibc's ``malloc_trim(0)`` (nothing without glibc): the heap pages freed since go back to the system."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
 def release_heap() -> None:
     """Between two runs in one process (a model's probe, then each random-init twin's): collect the freed
     statistics and give the heap pages glibc keeps back to the system (``malloc_trim(0)``), so the next run's
     peak does not sit on top of the last one's."""
     gc.collect()
-    trim = _malloc_trim()
-    if trim is not None:
-        trim(0)
+    trim_heap()
 
 
 def heap_trimmer() -> Callable[[], None] | None:
@@ -190,7 +196,7 @@ def measure_in_parallel(estimators: list, threads: int = 2) -> dict[str, tuple[o
                 outcome: object = est.measure()
             except Exception as err:  # reported in the estimator's record, as a sequential analysis would be
                 outcome = err
-        release_heap()  # its transient goes back before the next analysis allocates its own
+        trim_heap()  # its transient goes back before the next analysis allocates its own
         return outcome, time.perf_counter() - t0
 
     with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="expattn-probe-analyses") as pool:
