@@ -40,13 +40,16 @@ def host_available(meminfo: str, status: str) -> int:
     reclaimable (a bfloat16 Qwen2.5 1.5B twin, holding 11.0 GiB of a 23.5 GiB machine, planned its passes on
     ``MemAvailable`` alone as if at least 14.3 GiB were free, which the plan it printed implies, and the
     resident size went to the machine's limit; benchmarks/RESULTS.md). ValueError when a field is missing."""
-    def field(text: str, name: str) -> int:
-        for line in text.splitlines():
-            if line.startswith(f"{name}:"):
-                return int(line.split()[1]) * 1024
-        raise ValueError(f"no {name} in the text given")
+    return max(0, min(_kib_field(meminfo, "MemAvailable"),
+                      _kib_field(meminfo, "MemTotal") - _kib_field(status, "VmRSS")))
 
-    return max(0, min(field(meminfo, "MemAvailable"), field(meminfo, "MemTotal") - field(status, "VmRSS")))
+
+def _kib_field(text: str, name: str) -> int:
+    """The ``NAME:  N kB`` line of a ``/proc`` text, in bytes; ValueError when it is missing."""
+    for line in text.splitlines():
+        if line.startswith(f"{name}:"):
+            return int(line.split()[1]) * 1024
+    raise ValueError(f"no {name} in the text given")
 
 
 def held_bytes(device: str | torch.device) -> int | None:
@@ -58,12 +61,9 @@ def held_bytes(device: str | torch.device) -> int | None:
         return int(torch.cuda.memory_allocated(device)) if torch.cuda.is_available() else None
     try:
         with open("/proc/self/status") as fh:
-            for line in fh:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
+            return _kib_field(fh.read(), "VmRSS")
+    except (OSError, ValueError):
+        return None
 
 
 def readable(n: int) -> str:

@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 import torch
@@ -64,8 +65,9 @@ def speedups(enabled: bool | None, device: torch.device | str, thread_safe: bool
     return Speedups(UpdateWorker() if threaded else None, heap_trimmer())
 
 
+@cache
 def _malloc_trim() -> Callable[[int], int] | None:
-    """glibc's ``malloc_trim`` (None without glibc)."""
+    """glibc's ``malloc_trim`` (None without glibc), looked up once."""
     name = ctypes.util.find_library("c")
     return getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
 
