@@ -252,6 +252,9 @@ def probe_command(
                     "ids): each record gets their verdicts and a class, learned or architectural.")] = False,
     twin_inits: Annotated[int | None, typer.Option(help="With --twin: twins, one per initialisation seed (seed, "
                                                         "seed + 1, ...) [3].")] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="With --seeds: go on with a run into --out that stopped; "
+                      "the seeds whose folder holds results of the same settings are kept, the others probed.")
+                      ] = False,
     overwrite: Overwrite = False,
 ) -> None:
     """Measure the probe's hypotheses (see `expattn claims`) on a trained transformer; writes results.json and plots."""
@@ -278,7 +281,7 @@ def probe_command(
                  f"{sequences}, got {detail_sequences}")
         model = configs[0].model
         with probe_progress(console, model) as progress:
-            outcomes = probe_to_dir(configs, out, progress, overwrite)
+            outcomes = probe_to_dir(configs, out, progress, overwrite, resume)
     except (ValueError, OSError) as err:
         fail(str(err).splitlines()[0] if str(err) else type(err).__name__)
     from expattn.commands.tables import headline_table, spread_table

@@ -77,3 +77,51 @@ def test_bad_seeds_are_one_line_errors(tmp_path, args, fragment):
     assert result.exit_code == 2 and fragment in result.output and "Traceback" not in result.output
     assert len(result.output.strip().splitlines()) == 1
     assert list(tmp_path.iterdir()) == []
+
+
+def _cli(folder, text, out, *more):
+    return CliRunner().invoke(app, ["probe", "--model", str(folder), "--text", str(text), "--out", str(out),
+                                    "--only", "E1,E5", "--tokens", "192", "--seq-len", "32", *more])
+
+
+def test_a_stopped_seeds_run_keeps_its_finished_seeds_and_resume_probes_only_the_others(tiny, tmp_path, monkeypatch):
+    from expattn.commands import probe as command
+
+    folder, _, _ = tiny
+    text = tmp_path / "text.txt"
+    text.write_text(TEXT)
+    whole = _cli(folder, text, tmp_path / "whole", "--seeds", "0,1,2")
+    assert whole.exit_code == 0, whole.output
+    run_probe, probed = command.run_probe, []
+
+    def stopping(config, *args, **kwargs):  # the run stops in seed 1, as a killed or failed run would
+        probed.append(config.seed)
+        if config.seed == 1 and len(probed) == 2:
+            raise ValueError("stopped here")
+        return run_probe(config, *args, **kwargs)
+
+    monkeypatch.setattr(command, "run_probe", stopping)
+    out = tmp_path / "out"
+    stopped = _cli(folder, text, out, "--seeds", "0,1,2")
+    assert stopped.exit_code == 2 and "stopped here" in stopped.output
+    assert sorted(p.name for p in out.iterdir()) == ["seed-0"]  # finished seed kept; no staging, no seeds.json
+    kept = (out / "seed-0" / "results.json").read_bytes()
+    refused = _cli(folder, text, out, "--seeds", "0,1,2")
+    assert refused.exit_code == 2 and "--resume" in refused.output
+    other = _cli(folder, text, out, "--seeds", "0,1,2", "--resume", "--seq-len", "48")
+    assert other.exit_code == 2 and "seq_len=32" in other.output and "seq_len=48" in other.output
+    probed.clear()
+    resumed = _cli(folder, text, out, "--seeds", "0,1,2", "--resume")
+    assert resumed.exit_code == 0, resumed.output
+    assert probed == [1, 2]  # seed 0 is read back, not probed again
+    assert (out / "seed-0" / "results.json").read_bytes() == kept
+    assert sorted(p.name for p in out.iterdir()) == ["seed-0", "seed-1", "seed-2", "seeds.json"]
+    for name in ("seeds.json", "seed-1/results.json", "seed-2/results.json"):
+        assert (out / name).read_bytes() == (tmp_path / "whole" / name).read_bytes(), name
+
+
+@pytest.mark.parametrize("more", [["--seed", "0", "--resume"], ["--seeds", "0,1", "--resume", "--overwrite"]])
+def test_resume_needs_seeds_and_not_overwrite(tmp_path, more):
+    result = CliRunner().invoke(app, ["probe", *more, "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2 and "--resume goes on with a run of several --seeds" in result.output
+    assert list(tmp_path.iterdir()) == []

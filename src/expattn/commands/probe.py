@@ -1,11 +1,14 @@
-"""``expattn probe``: the probe's records and plots written to an output folder, all or nothing (one probe per
-seed under ``--seeds``), and its progress bar, which names the stage it is in (``expattn.probes.progress``)."""
+"""``expattn probe``: the probe's records and plots written to an output folder, all or nothing (under
+``--seeds`` one probe per seed, each seed's folder published when it is done, and ``--resume`` to go on after a
+stop), and its progress bar, which names the stage it is in (``expattn.probes.progress``)."""
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import asdict
 from pathlib import Path
 
 from rich.console import Console
@@ -15,10 +18,12 @@ from expattn.catalogue import headlines
 from expattn.probes.overlap import release_heap
 from expattn.probes.progress import Stage
 from expattn.probes.runner import ProbeConfig, ProbeOutcome, run_probe
-from expattn.results.files import write_json_atomic
+from expattn.results.files import RESULTS, staged, write_json_atomic
+from expattn.results.lock import hold_output
 from expattn.results.outputs import check_output_folder, output_folder
+from expattn.results.record import load_records
 from expattn.results.seed_spread import seed_spread, spread_document
-from expattn.results.timings import write_results
+from expattn.results.timings import read_document, write_results
 from expattn.terminal import plain
 
 
@@ -51,32 +56,85 @@ def probe_progress(console: Console, model: str) -> Iterator[Callable[..., None]
 
 
 def probe_to_dir(
-    configs: list[ProbeConfig], out: Path, progress: Callable[..., None] | None = None, overwrite: bool = False
+    configs: list[ProbeConfig], out: Path, progress: Callable[..., None] | None = None, overwrite: bool = False,
+    resume: bool = False,
 ) -> dict[int, ProbeOutcome]:
-    """Run the probe once per config (one per seed) and write its ``results.json`` plus the PNG plots, all or
-    nothing: into ``out`` for one config; for several, into ``out/seed-N/`` each, and ``out/seeds.json`` with each
-    headline's median and range over the seeds (``results.seed_spread``). Returns seed -> outcome.
+    """Run the probe once per config (one per seed) and write its ``results.json`` plus the PNG plots. For one
+    config, into ``out``, all or nothing. For several, into ``out/seed-N/``, each seed's folder all or nothing and
+    published as soon as that seed is done, then ``out/seeds.json`` with each headline's median and range over the
+    seeds (``results.seed_spread``): a run stopped after some seeds keeps them, and ``resume`` goes on with it (the
+    seeds whose folder holds results of the same settings are read back, not probed again). Returns seed -> outcome
+    (a seed read back has no drawings).
 
     ``out`` follows the one rule of output folders (``expattn.results.outputs``; ``overwrite`` is
-    ``--overwrite``). Everything is written into a temporary sibling folder moved into ``out`` at
-    the end, so a failure leaves no partial folder. Under ``torchrun`` only rank 0 writes.
+    ``--overwrite``; ``resume`` writes into a folder that is not empty, as ``--overwrite`` would, but keeps the seeds
+    it finds done). Everything is written into temporary sibling folders moved into place at the end, so a failure
+    leaves no partial folder. Under ``torchrun`` only rank 0 writes.
 
     Raises:
-        ValueError: as ``probe`` (whose ``load`` checks each config's settings before its model is read), or when
-            the rule refuses ``out`` or another process is writing it.
+        ValueError: as ``probe`` (whose ``load`` checks each config's settings before its model is read), when
+            the rule refuses ``out`` or another process is writing it, or when ``resume`` is given for one config,
+            with ``overwrite``, or finds a seed's folder probed with other settings.
     """
-    check_output_folder(out, overwrite)
+    if resume and (len(configs) == 1 or overwrite):
+        raise ValueError("--resume goes on with a run of several --seeds: give it with --seeds and without "
+                         "--overwrite")
+    try:
+        check_output_folder(out, overwrite or resume)
+    except ValueError as err:
+        if len(configs) == 1:
+            raise
+        raise ValueError(f"{err}; or pass --resume to go on with the seeds it holds") from None
     if int(os.environ.get("RANK", "0")) != 0:
         return {c.seed: run_probe(c, None, progress) for c in configs}
+    if len(configs) == 1:
+        with output_folder(out, overwrite=overwrite) as tmp:
+            return {configs[0].seed: _probe_into(configs[0], tmp, progress)}
     outcomes = {}
-    with output_folder(out, overwrite=overwrite) as tmp:
+    with hold_output(out):
+        check_output_folder(out, overwrite or resume)  # again: another writer may have published meanwhile
         for config in configs:
-            folder = tmp if len(configs) == 1 else tmp / f"seed-{config.seed}"
-            folder.mkdir(exist_ok=True)
-            release_heap()  # the last seed's model and statistics go back before the next seed's load
-            outcomes[config.seed] = outcome = run_probe(config, folder, progress)
-            write_results(folder, outcome.document())
-        if len(configs) > 1:
-            spreads = seed_spread({s: o.records for s, o in outcomes.items()}, headlines())
-            write_json_atomic(tmp / "seeds.json", spread_document(spreads, configs[0].model))
+            folder = out / f"seed-{config.seed}"
+            done = read_seed(folder, config) if resume else None
+            if done is None:
+                with staged(folder) as tmp:
+                    done = _probe_into(config, tmp, progress)
+            outcomes[config.seed] = done
+        spreads = seed_spread({s: o.records for s, o in outcomes.items()}, headlines())
+        write_json_atomic(out / "seeds.json", spread_document(spreads, configs[0].model))
     return outcomes
+
+
+def _probe_into(config: ProbeConfig, folder: Path, progress: Callable[..., None] | None) -> ProbeOutcome:
+    """``run_probe(config)`` with its plots and ``results.json`` in ``folder``."""
+    release_heap()  # the last seed's model and statistics go back before this one's load
+    outcome = run_probe(config, folder, progress)
+    write_results(folder, outcome.document())
+    return outcome
+
+
+RESUMABLE = ("memory_budget",)  # settings a resumed seed may differ in: they decide passes, not numbers
+
+
+def read_seed(folder: Path, config: ProbeConfig) -> ProbeOutcome | None:
+    """The outcome a finished seed left in ``folder`` (its ``results.json`` and ``timings.json``), or ``None`` when
+    ``folder`` holds no results.
+
+    Raises:
+        ValueError: the results were measured with settings other than ``config``'s (the first one is named).
+    """
+    if not (folder / RESULTS).is_file():
+        return None
+    document = read_document(folder / RESULTS)
+    wanted = {k: v for k, v in json.loads(json.dumps(asdict(config))).items() if k not in RESUMABLE}
+    found = {k: v for k, v in document.get("config", {}).items() if k not in RESUMABLE}
+    for key in wanted:
+        if found.get(key) != wanted[key]:
+            raise ValueError(f"--resume: {folder} was probed with {key}={found.get(key)!r}, this run asks "
+                             f"{key}={wanted[key]!r}; choose another --out, or --overwrite")
+    return ProbeOutcome(
+        load_records(folder / RESULTS), document["tokens"], document["sequences"], document.get("seconds", 0.0),
+        document.get("forward_seconds", 0.0), document.get("stats_seconds", 0.0),
+        document.get("forward_cpu_seconds", 0.0), document.get("stats_cpu_seconds", 0.0), document["model"],
+        document["config"], document.get("timings", {}), passes=document.get("passes", []),
+    )
