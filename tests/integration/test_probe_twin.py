@@ -106,9 +106,33 @@ def test_cli_twin_writes_the_classification(tmp_path):
     assert result.exit_code == 0 and load_records(plain / "results.json")[0].training is None
 
 
+def test_the_command_releases_the_models_weights_before_its_twins_and_measures_the_same(tmp_path, monkeypatch):
+    """``run_probe`` loaded the model itself: its weights go to the ``meta`` device before its twins are built on the
+    model's device, and every record, twin controls included, is what the same run keeping the weights gives."""
+    from expattn.probes import runner
+    from expattn.probes.runner import ProbeConfig, run_probe
+
+    config = ProbeConfig(model=str(save_tiny("llama", tmp_path / "llama")), hypotheses=("E1", "E7"), tokens=128,
+                         seq_len=32, twin=True, twin_inits=1, replicates=20)
+    seen, twin_records = [], runner.twin_records
+
+    def watched(subject, *args, **kwargs):
+        seen.append((next(subject.model.parameters()).device.type, kwargs["device"].type))
+        return twin_records(subject, *args, **kwargs)
+
+    monkeypatch.setattr(runner, "twin_records", watched)
+    released = run_probe(config, None).records
+    monkeypatch.setattr(runner, "_release_weights", lambda *a: None)
+    kept = run_probe(config, None).records
+    assert seen == [("meta", "cpu"), ("cpu", "cpu")]
+    assert [(r.id, r.verdict, r.training, r.metrics, [c.metrics for c in r.controls]) for r in released] == [
+        (r.id, r.verdict, r.training, r.metrics, [c.metrics for c in r.controls]) for r in kept]
+    assert all(r.controls[-1].kind == "twin" and r.controls[-1].verdict not in ("error", "skipped") for r in released)
+
+
 @pytest.mark.slow
 def test_a_twin_that_fails_is_an_error_and_the_command_exits_1(tmp_path, monkeypatch):
-    def broken(subject, seed):
+    def broken(subject, seed, device=None):
         raise RuntimeError("no initialiser for this architecture")
 
     monkeypatch.setattr("expattn.probes.models.twin.twin_subject", broken)
@@ -130,6 +154,32 @@ def test_twin_must_be_a_boolean_and_twin_inits_a_count():
 
 
 @pytest.mark.slow
+def test_the_replays_copies_in_other_dtypes_are_dropped_before_its_twins_run(monkeypatch):
+    """A model read through replays of its attention modules (Qwen2 here) gets copies of them in float32 (for its
+    context) and float64 (E5, E7) during its run; they go with the run, not with the model while its twins run."""
+    from expattn.probes import runner
+    from expattn.probes.models.taps import Replay
+
+    copies_at_twin = []
+
+    def twin_records(subject, config, fed, seed, speedups=None, device=None):
+        layers = subject.model.config.num_hidden_layers
+        replays = [subject.adapter.attention(subject.model, i).qkv for i in range(layers)]
+        assert all(isinstance(r, Replay) for r in replays)
+        copies_at_twin.append(sum(len(r._copies) for r in replays))
+        return []
+
+    forget = Replay.forget
+    forgotten = []
+    monkeypatch.setattr(Replay, "forget", lambda self: forgotten.append(len(self._copies)) or forget(self))
+    monkeypatch.setattr(runner, "twin_records", twin_records)
+    monkeypatch.setattr(runner, "attach_twin", lambda records, *a: records)
+    model = build_tiny("qwen2", seed=5).to(torch.bfloat16)
+    res = expattn.probe(model, _tokenizer(), twin=True, twin_inits=1, seed=2, hypotheses="E5,E7", **SIZES)
+    assert copies_at_twin == [0] and res.records
+    assert sum(forgotten) >= model.config.num_hidden_layers  # there were copies to drop: the float32 ones at least
+
+
 def test_the_models_attention_copies_are_freed_before_its_twins_run(monkeypatch):
     """A twin is probed while the model is held; the model's own context (its float32 copies of the attention
     weights, 0.57 GiB for the bfloat16 Qwen2.5 1.5B) is not, so the twin's room is the model's weights, not more."""
@@ -142,7 +192,7 @@ def test_the_models_attention_copies_are_freed_before_its_twins_run(monkeypatch)
     context = runner.context
     monkeypatch.setattr(runner, "context", lambda *a, **k: made.append(context(*a, **k)) or made[-1])
 
-    def twin_records(subject, config, fed, seed, speedups=None):
+    def twin_records(subject, config, fed, seed, speedups=None, device=None):
         refs = [weakref.ref(made.pop(0))] if made else []
         gc.collect()
         alive_at_twin.append([r() is not None for r in refs])

@@ -38,6 +38,7 @@ from expattn.probes.hypotheses import ESTIMATORS, hypotheses, inapplicable
 from expattn.probes.hypotheses.base import ProbeContext
 from expattn.probes.models.corpus import Sequences, load_text, sequences
 from expattn.probes.models.subject import Subject, open_subject
+from expattn.probes.models.taps import Replay
 from expattn.probes.models.twin import probe_twin
 from expattn.probes.overlap import release_heap
 from expattn.probes.passes import plan, run_footprint
@@ -153,31 +154,38 @@ def run_probe(
     if int(os.environ.get("RANK", "0")) == 0:
         reporter(progress)(Stage("loading", 0, 1))
     subject = load(config)
-    return probe_subject(subject, config, out_dir, progress, text=text, start=start, speedups=speedups)
+    return probe_subject(subject, config, out_dir, progress, text=text, start=start, speedups=speedups, release=True)
 
 
 def probe_subject(subject: Subject, config: ProbeConfig, out_dir: Path | None,
                   progress: Callable[..., None] | None = None, *, text: str | None = None,
                   input_ids: Int[torch.Tensor, "sequence seq_len"] | None = None, start: float | None = None,
-                  speedups: bool | None = None) -> ProbeOutcome:
+                  speedups: bool | None = None, release: bool = False) -> ProbeOutcome:
     """Steps 2-4 on a loaded ``subject``: sequences cut from ``text`` (as ``TokenSample`` does) or the rows of
-    ``input_ids`` ``(sequence, seq_len)`` (``models.corpus.sequences``); see ``probe``."""
+    ``input_ids`` ``(sequence, seq_len)`` (``models.corpus.sequences``); see ``probe``. ``release``: the model is
+    the run's own (``run_probe`` loaded it), and its weights go to the ``meta`` device once its records are made,
+    before its twins are built (one model's weights beside a twin's probe instead of two)."""
     start = time.perf_counter() if start is None else start
     torch.manual_seed(config.seed)
     fed = sequences(subject, config.seq_len, config.tokens, config.seed, text=text, input_ids=input_ids)
     ctx = context(subject, config, fed)
     skipped = inapplicable(subject, config.hypotheses)
     built = [cls for cls in ESTIMATORS if cls.claim in config.hypotheses and cls.claim not in skipped]
-    groups = passes(subject, ctx, [cls.claim for cls in built], config) if built else [[]]  # [[]]: skipped ones
+    twin = ("instead" if release else "beside") if config.twin else None
+    groups = passes(subject, ctx, [cls.claim for cls in built], config, twin) if built else [[]]  # [[]]: skipped
     run = _feed(subject, ctx, built, groups, skipped, fed, config, out_dir, progress, speedups)
     info = _model_info(subject, ctx, run.checked)
+    _forget_copies(subject, ctx.layers)
     del ctx  # the float32 copies of the model's attention weights go before each twin makes its own
     if config.twin:  # the same ids through each random-init twin; their records become controls
         seeds = [config.seed + i for i in range(config.twin_inits)]
+        device = subject.device
+        if release:
+            _release_weights(subject, config)
         twins = []
         for seed in seeds:  # one twin at a time, on the heap the last run gave back
             release_heap()
-            twins.append(twin_records(subject, config, fed, seed, speedups))
+            twins.append(twin_records(subject, config, fed, seed, speedups, device=device))
         run.records = attach_twin(run.records, twins, headlines(), seeds) if run.rank == 0 else run.records
     return ProbeOutcome(
         run.records, fed.count * config.seq_len, fed.count, time.perf_counter() - start, run.forward,
@@ -186,15 +194,32 @@ def probe_subject(subject: Subject, config: ProbeConfig, out_dir: Path | None,
     )
 
 
+def _forget_copies(subject: Subject, layers: int) -> None:
+    """Drop the copies of ``subject``'s attention modules in other dtypes that the run's replays made (float32 for a
+    half-precision model, float64 for E5 and E7: 1.8 GiB for the bfloat16 Qwen2.5 1.5B), which would otherwise stay
+    with the model's reading while its twins run."""
+    for i in range(layers):
+        qkv = subject.adapter.attention(subject.model, i).qkv
+        if isinstance(qkv, Replay):
+            qkv.forget()
+
+
+def _release_weights(subject: Subject, config: ProbeConfig) -> None:
+    """``subject``'s weights to the ``meta`` device (their memory goes back; its class and config stay for its
+    twins), unless a device map spreads them (accelerate's hooks hold their own placement)."""
+    if config.device_map is None:
+        subject.model.to("meta")
+
+
 def twin_records(subject: Subject, config: ProbeConfig, fed: Sequences, seed: int, speedups: bool | None = None,
-                 progress: Callable[..., None] | None = None) -> list[Record]:
-    """The records of ``subject``'s random-init twin of initialisation ``seed`` (``models.twin.probe_twin``) on the
-    token ids ``fed`` gave the model, measured as ``config`` says, without plots (``progress`` as ``probe`` takes
-    it)."""
+                 progress: Callable[..., None] | None = None, device: torch.device | None = None) -> list[Record]:
+    """The records of ``subject``'s random-init twin of initialisation ``seed`` (``models.twin.probe_twin``, built
+    on ``device`` [the model's]) on the token ids ``fed`` gave the model, measured as ``config`` says, without plots
+    (``progress`` as ``probe`` takes it)."""
     alone = replace(config, twin=False)
     return probe_twin(subject, lambda twin, ids: probe_subject(twin, alone, None, progress, input_ids=ids,
                                                                speedups=speedups).records,
-                      seed=seed, fed=fed, hypotheses=config.hypotheses)
+                      seed=seed, fed=fed, hypotheses=config.hypotheses, device=device)
 
 
 def probe_twin_of(config: ProbeConfig, seed: int, progress: Callable[..., None] | None = None) -> list[Record]:
@@ -207,7 +232,9 @@ def probe_twin_of(config: ProbeConfig, seed: int, progress: Callable[..., None] 
     subject = load(config)
     torch.manual_seed(config.seed)
     fed = sequences(subject, config.seq_len, config.tokens, config.seed, text=text)
-    return twin_records(subject, config, fed, seed, progress=progress)
+    device = subject.device
+    _release_weights(subject, config)  # the twin needs the model's class, config and token ids, not its weights
+    return twin_records(subject, config, fed, seed, progress=progress, device=device)
 
 
 @dataclass
@@ -290,11 +317,12 @@ def _model_info(subject: Subject, ctx: ProbeContext, checked: float) -> dict:
 SAY_PEAK_FROM = 2 * memory.GIB
 
 
-def _say_estimate(need: Footprint, subject: Subject, twin: bool = False) -> None:
+def _say_estimate(need: Footprint, subject: Subject, twin: str | None = None) -> None:
     """One line on stderr before feeding, once the run is planned: the peak it will reach, what the process holds now
     (the model and the interpreter) plus the footprint's peak beside it (measured peaks: benchmarks/RESULTS.md), plus,
-    with ``twin``, one random-init twin's weights (a twin is built and probed while the model is held, one at a
-    time, with the heap released between runs: ``release_heap``).
+    with ``twin="beside"``, one random-init twin's weights (a twin is built and probed while the model is held, one
+    at a time, with the heap released between runs: ``release_heap``); with ``twin="instead"`` each twin takes the
+    place of the model's released weights (``probe_subject(release=True)``) and adds nothing.
     Only where the model's weights and the probe's footprint together reach ``SAY_PEAK_FROM``: a smaller run is no
     risk to any machine the probe runs on, its one-line messages stay one line, and whether the line appears depends
     on the model and the settings, not on what else the process has held before (a notebook, a test session)."""
@@ -302,22 +330,25 @@ def _say_estimate(need: Footprint, subject: Subject, twin: bool = False) -> None
     weights = sum(t.numel() * t.element_size() for t in (*subject.model.parameters(), *subject.model.buffers()))
     if held is None or weights + need.peak() < SAY_PEAK_FROM or int(os.environ.get("RANK", "0")) != 0:
         return
-    twins = weights if twin else 0
+    twins = weights if twin == "beside" else 0
     print(f"memory: estimated peak {memory.readable(held + twins + need.peak())} on {subject.device.type} "
           f"({memory.readable(held)} held now, model included, + {memory.readable(need.peak())} for the probe"
-          + (f", + {memory.readable(twins)} for a random-init twin" if twin else "")
+          + (f", + {memory.readable(twins)} for a random-init twin" if twin == "beside" else "")
+          + (", each random-init twin in the model's place" if twin == "instead" else "")
           + f"; largest: {', '.join(need.largest())})", file=sys.stderr)
 
 
-def passes(subject: Subject, ctx: ProbeContext, chosen: list[str], config: ProbeConfig) -> list[tuple[str, ...]]:
+def passes(subject: Subject, ctx: ProbeContext, chosen: list[str], config: ProbeConfig,
+           twin: str | None = None) -> list[tuple[str, ...]]:
     """The groups of ``chosen`` hypotheses fed in one pass each (``expattn.probes.passes.plan``: one group when
-    all fit); under ``torchrun`` every process takes the plan with the most passes, so all feed the same groups."""
+    all fit); under ``torchrun`` every process takes the plan with the most passes, so all feed the same groups.
+    ``twin``: where the twins will run, as ``_say_estimate`` takes it."""
     if ctx.layers == 0 or not chosen:
         return [tuple(chosen)] if chosen else []
     need = run_footprint(ctx, chosen, config, subject.dtype)
     groups = plan(need, subject.device, config.tokens, config.memory_budget,
                   f"probing {ctx.layers} layers of width {ctx.dim} for {', '.join(chosen)}")
-    _say_estimate(need, subject, config.twin)
+    _say_estimate(need, subject, twin)
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         _distributed()
         every: list = [None] * torch.distributed.get_world_size()

@@ -320,6 +320,13 @@ class Replay:
             self._copies[dtype] = Replay(self.origin, runner, dtype)
         return self._copies[dtype]
 
+    def forget(self) -> None:
+        """Drop the copies ``to`` made (and theirs): a run's copies of the module in other dtypes go with the run
+        instead of staying with the model's reading as long as the model is held."""
+        for replay in self._copies.values():
+            replay.forget()
+        self._copies.clear()
+
     def __call__(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         if self.origin.call is None:
             raise ValueError(f"{type(self.origin.module).__name__} has not run yet; nothing to replay")

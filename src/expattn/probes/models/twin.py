@@ -26,45 +26,48 @@ from expattn.probes.models.subject import Subject, subject_from_model
 from expattn.results.record import Record, error_record
 
 
-def twin_model(model: nn.Module, seed: int = 0) -> nn.Module:
-    """A fresh, randomly initialised model of ``model``'s class and config, in its dtype and on its device, in eval
-    mode; ``model`` and the global random state are untouched.
+def twin_model(model: nn.Module, seed: int = 0, device: torch.device | None = None) -> nn.Module:
+    """A fresh, randomly initialised model of ``model``'s class and config, in its dtype and on its device (or
+    ``device``: where the model was before its weights went to the ``meta`` device), in eval mode; ``model`` and the
+    global random state are untouched.
 
     Raises:
         TypeError: ``model`` is neither a HuggingFace ``PreTrainedModel`` nor expattn's probed LM.
     """
     param = next(model.parameters())
-    devices = [param.device] if param.device.type == "cuda" else []
+    device = param.device if device is None else device
+    devices = [device] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.manual_seed(seed)
         if isinstance(model, ProbedLM):
-            return ProbedLM(LM(model.lm.cfg)).to(param.device, param.dtype).eval()
+            return ProbedLM(LM(model.lm.cfg)).to(device, param.dtype).eval()
         build = getattr(type(model), "_from_config", None)
         if build is None:
             raise TypeError(f"model must be a HuggingFace PreTrainedModel or an expattn LM to build a random-init "
                             f"twin, got {type(model).__name__}")
-        with torch.device(param.device):
+        with torch.device(device):
             twin = build(copy.deepcopy(model.config), dtype=param.dtype)
     return twin.eval()
 
 
-def twin_subject(subject: Subject, seed: int = 0) -> Subject:
-    """The ``Subject`` of ``subject``'s twin (``twin_model``): the same tokenizer, name ``"<name> (random init)"``,
-    its own reading of the module tree where the model has no hand-written adapter."""
-    twin = subject_from_model(twin_model(subject.model, seed), subject.tokenizer, name=f"{subject.name} (random init)")
+def twin_subject(subject: Subject, seed: int = 0, device: torch.device | None = None) -> Subject:
+    """The ``Subject`` of ``subject``'s twin (``twin_model``, on ``device`` when given): the same tokenizer, name
+    ``"<name> (random init)"``, its own reading of the module tree where the model has no hand-written adapter."""
+    twin = subject_from_model(twin_model(subject.model, seed, device), subject.tokenizer,
+                              name=f"{subject.name} (random init)")
     twin.model_type, twin.config = subject.model_type, subject.config
     return twin
 
 
 def probe_twin(subject: Subject, run: Callable[[Subject, torch.Tensor | None], list[Record]], *, seed: int,
-               fed: Sequences, hypotheses: tuple[str, ...]) -> list[Record]:
+               fed: Sequences, hypotheses: tuple[str, ...], device: torch.device | None = None) -> list[Record]:
     """The twin's records: ``run(twin_subject(subject, seed), ids)`` on the token ids the trained model was fed, the
     items of ``fed`` stacked ``(sequences, seq_len)`` (None for a vision model, whose images depend on the seed
     only). A twin that cannot be built or probed gives one ``error`` record per hypothesis (the exception in its
     notes): the trained model's records stand, and their twin control says ``error``."""
     try:
         ids = None if subject.image is not None else torch.stack([fed.item(i) for i in range(fed.count)])
-        return run(twin_subject(subject, seed), ids)
+        return run(twin_subject(subject, seed, device), ids)
     except Exception as err:  # the trained records are measured: the twin's failure is recorded beside them
         return [error_record(h, "empirical", "twin", err) for h in hypotheses]
