@@ -73,3 +73,17 @@ def test_a_missing_field_is_named():
 
     with pytest.raises(ValueError, match="no VmRSS"):
         host_available(MEMINFO.format(available=1), "Name:\tpython\n")
+
+
+def test_e4_and_e9_go_in_one_pass_when_they_fit_together_and_apart_when_they_do_not(free):
+    # E4 and E9 share one analysis within a pass: in two passes it is computed twice
+    free(QWEN_15B.peak(("E1", "E2", "E3", "E4", "E5", "E6", "E7", "E8")) + HOST_SLACK)  # in order: E9 apart
+    groups = plan(QWEN_15B, "cpu", 8192, None, "qwen")
+    assert len(groups) >= 2 and sorted(h for g in groups for h in g) == sorted(QWEN_15B.statistics)
+    assert any({"E4", "E9"} <= set(g) for g in groups)
+    assert all(QWEN_15B.peak(g) <= QWEN_15B.peak(tuple(QWEN_15B.statistics)) for g in groups)
+    some = footprint(1536, 28, 12, ("E4", "E5", "E9"), head_dim=128, kv_heads=2, dtype="bfloat16", tokens=8192)
+    free(10**15)  # a budget E4 alone fits and the pair does not: each in a pass of its own
+    groups = plan(some, "cpu", 8192, (some.peak(("E4",)) + some.peak(("E4", "E9"))) // 2, "qwen")
+    assert sorted(h for g in groups for h in g) == ["E4", "E5", "E9"]
+    assert not any({"E4", "E9"} <= set(g) for g in groups)

@@ -2,11 +2,11 @@
 
 The probe knows each estimator's memory before it builds any (``footprint.Footprint``). When the whole set's
 peak exceeds the room, the device's free memory or the user's ``memory_budget``, the hypotheses are grouped
-(in the catalogue's order, each joining the current group while the group's peak fits) and the model reads the
-same token sample once per group; each group's statistics are freed before the next. The estimators are
-independent (each seeds its own draws and reads only its own statistics), so the records are those of one pass.
-A hypothesis that does not fit alone is refused before anything is allocated, with the numbers and the
-lower-memory choices.
+(in the catalogue's order, each joining the current group while the group's peak fits; E4 and E9, which share an
+analysis, together when they fit one pass) and the model reads the same token sample once per group; each group's
+statistics are freed before the next. The estimators are independent (each seeds its own draws and reads only its
+own statistics), so the records are those of one pass. A hypothesis that does not fit alone is refused before
+anything is allocated, with the numbers and the lower-memory choices.
 """
 
 from __future__ import annotations
@@ -29,6 +29,9 @@ from expattn.probes.hypotheses.base import ProbeContext
 # host's free memory keeps back half the run's estimate, at most HOST_SLACK (not against a stated budget, nor on an
 # accelerator).
 HOST_SLACK = 7 * memory.GIB // 2
+# E4 and E9 read one per-layer analysis (``E4Alignment._layers``, shared within a pass through ``ctx.analyses``):
+# in two passes a run computes it twice (342 s of the bfloat16 1.5B's probe), so the two go in one pass if they fit.
+TOGETHER = ("E4", "E9")
 UNITS = {"": 1, "b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "kb": 10**3, "mb": 10**6,
          "gb": 10**9, "tb": 10**12}
 
@@ -90,12 +93,21 @@ def plan(need: Footprint, device: str | torch.device, tokens: int, budget: int |
                          f"{readable(max(room + kept + probe_bytes(tokens), 0))} is available within {where}; "
                          f"{_choices(need, over)}")
     groups: list[tuple[str, ...]] = []
-    for h in chosen:
-        if groups and need.peak((*groups[-1], h)) <= room:
-            groups[-1] = (*groups[-1], h)
+    for unit in _units(chosen, need, room):
+        if groups and need.peak((*groups[-1], *unit)) <= room:
+            groups[-1] = (*groups[-1], *unit)
         else:
-            groups.append((h,))
+            groups.append(unit)
     return groups
+
+
+def _units(chosen: tuple[str, ...], need: Footprint, room: int) -> list[tuple[str, ...]]:
+    """``chosen`` in order, as the units a group takes whole: ``TOGETHER`` at its first member's place when both are
+    chosen and fit one pass together, every other hypothesis alone."""
+    pair = tuple(h for h in TOGETHER if h in chosen)
+    if len(pair) < 2 or need.peak(pair) > room:
+        return [(h,) for h in chosen]
+    return [pair if h == pair[0] else (h,) for h in chosen if h not in pair[1:]]
 
 
 def _choices(need: Footprint, over: list[str]) -> str:
