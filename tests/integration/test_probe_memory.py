@@ -95,6 +95,19 @@ def test_a_budget_that_holds_not_all_gives_passes_with_the_records_of_one(capsys
     assert f"pass 1 of {len(split.outcome.passes)} over the same {SEQUENCES * SEQ_LEN:,} tokens" in err, err
     assert one.outcome.passes == [list(kw["hypotheses"])]
     assert _records(split) == _records(one)
+    from expattn import memory
+    from expattn.probes import runner
+
+    with pytest.MonkeyPatch.context() as mp:  # the line's peak is its largest pass's, not all four at once
+        mp.setattr(memory, "held_bytes", lambda device: 0)
+        mp.setattr(runner, "SAY_PEAK_FROM", 0)
+        expattn.probe(model, memory_budget=budget, **kw)
+        said = capsys.readouterr().err
+    largest = max(need.peak(tuple(group)) for group in split.outcome.passes)
+    assert memory.readable(largest) != memory.readable(need.peak())
+    assert (f"memory: estimated peak {memory.readable(largest)} on cpu (0.0 MiB held now, model "
+            f"included, + {memory.readable(largest)} for the probe in its largest of {len(split.outcome.passes)} "
+            f"passes, {memory.readable(need.peak())} all at once;") in said, said
     with pytest.raises(ValueError, match=r"for E3 alone .* within the memory budget.*--statistics float32"):
         expattn.probe(model, memory_budget=need.peak(("E6",)) // 2, **kw)
     with pytest.raises(ValueError, match="memory_budget must be a whole number of bytes"):

@@ -317,9 +317,11 @@ def _model_info(subject: Subject, ctx: ProbeContext, checked: float) -> dict:
 SAY_PEAK_FROM = 2 * memory.GIB
 
 
-def _say_estimate(need: Footprint, subject: Subject, twin: str | None = None) -> None:
+def _say_estimate(need: Footprint, subject: Subject, twin: str | None = None,
+                  groups: list[tuple[str, ...]] | None = None) -> None:
     """One line on stderr before feeding, once the run is planned: the peak it will reach, what the process holds now
-    (the model and the interpreter) plus the footprint's peak beside it (measured peaks: benchmarks/RESULTS.md), plus,
+    (the model and the interpreter) plus the footprint's peak beside it (measured peaks: benchmarks/RESULTS.md); in
+    passes (``groups``, more than one), the largest pass's peak, and what all at once would need; plus,
     with ``twin="beside"``, one random-init twin's weights (a twin is built and probed while the model is held, one
     at a time, with the heap released between runs: ``release_heap``); with ``twin="instead"`` each twin takes the
     place of the model's released weights (``probe_subject(release=True)``) and adds nothing.
@@ -331,8 +333,11 @@ def _say_estimate(need: Footprint, subject: Subject, twin: str | None = None) ->
     if held is None or weights + need.peak() < SAY_PEAK_FROM or int(os.environ.get("RANK", "0")) != 0:
         return
     twins = weights if twin == "beside" else 0
-    print(f"memory: estimated peak {memory.readable(held + twins + need.peak())} on {subject.device.type} "
-          f"({memory.readable(held)} held now, model included, + {memory.readable(need.peak())} for the probe"
+    split = groups is not None and len(groups) > 1
+    probe = max(need.peak(g) for g in groups) if split else need.peak()
+    print(f"memory: estimated peak {memory.readable(held + twins + probe)} on {subject.device.type} "
+          f"({memory.readable(held)} held now, model included, + {memory.readable(probe)} for the probe"
+          + (f" in its largest of {len(groups)} passes, {memory.readable(need.peak())} all at once" if split else "")
           + (f", + {memory.readable(twins)} for a random-init twin" if twin == "beside" else "")
           + (", each random-init twin in the model's place" if twin == "instead" else "")
           + f"; largest: {', '.join(need.largest())})", file=sys.stderr)
@@ -348,7 +353,7 @@ def passes(subject: Subject, ctx: ProbeContext, chosen: list[str], config: Probe
     need = run_footprint(ctx, chosen, config, subject.dtype)
     groups = plan(need, subject.device, config.tokens, config.memory_budget,
                   f"probing {ctx.layers} layers of width {ctx.dim} for {', '.join(chosen)}")
-    _say_estimate(need, subject, twin)
+    _say_estimate(need, subject, twin, groups)
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         _distributed()
         every: list = [None] * torch.distributed.get_world_size()
