@@ -351,6 +351,7 @@ def passes(subject: Subject, ctx: ProbeContext, chosen: list[str], config: Probe
     if ctx.layers == 0 or not chosen:
         return [tuple(chosen)] if chosen else []
     need = run_footprint(ctx, chosen, config, subject.dtype)
+    memory.read_in((*subject.model.parameters(), *subject.model.buffers()))  # before the free memory is read
     groups = plan(need, subject.device, config.tokens, config.memory_budget,
                   f"probing {ctx.layers} layers of width {ctx.dim} for {', '.join(chosen)}")
     _say_estimate(need, subject, twin, groups)
