@@ -44,7 +44,7 @@ def read_in(tensors: Iterable[torch.Tensor]) -> None:
     with torch.no_grad():
         for t in tensors:
             if t.device.type == "cpu" and t.numel() and t.is_contiguous():  # a strided view would be copied
-                t.detach().view(-1)[:: max(1, PAGE // t.element_size())].sum()
+                t.detach().view(-1).view(torch.uint8)[::PAGE].sum()  # as bytes: any dtype, one per page
 
 
 def host_available(meminfo: str, status: str) -> int:

@@ -17,7 +17,7 @@ def _resident() -> int:
         return memory._kib_field(fh.read(), "VmRSS")
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float8_e4m3fn, torch.bool])
 def test_a_memory_mapped_tensor_is_resident_after_read_in(tmp_path, dtype):
     size = 64 * MIB
     path = tmp_path / "weights.bin"
