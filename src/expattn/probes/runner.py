@@ -290,6 +290,8 @@ def _feed(subject: Subject, ctx: ProbeContext, built: list, groups: list, skippe
         report(Stage("analyses", len(estimators), len(estimators)))
         ctx.analyses.clear()  # the group's shared read-outs and statistics go before the next group's
         del estimators, done
+        if number < len(groups):  # and the heap they leave: the next pass's peak would sit on top of it
+            release_heap()
     order = hypotheses()
     run.records.sort(key=lambda r: order.index(r.id))
     return run
