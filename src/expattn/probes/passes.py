@@ -1,12 +1,12 @@
 """Passes over the same tokens when the chosen hypotheses do not fit together: the memory check before a run.
 
-The probe knows each estimator's memory before it builds any (``footprint.Footprint``). When the whole set's
-peak exceeds the room, the device's free memory or the user's ``memory_budget``, the hypotheses are grouped
-(in the catalogue's order, each joining the current group while the group's peak fits; E4 and E9, which share an
-analysis, together when they fit one pass) and the model reads the same token sample once per group; each group's
-statistics are freed before the next. The estimators are independent (each seeds its own draws and reads only its
-own statistics), so the records are those of one pass. A hypothesis that does not fit alone is refused before
-anything is allocated, with the numbers and the lower-memory choices.
+The probe knows each estimator's memory before it builds any (``footprint.Footprint``). When the whole set's peak
+exceeds the room, the device's free memory or the user's ``memory_budget``, the hypotheses are grouped (in the
+catalogue's order, each joining the current group while the group's peak fits; E4 and E9, which share an analysis,
+together when they fit one pass) and the model reads the same token sample once per group; each group's statistics
+are freed, and the heap released, before the next. The estimators are independent (each seeds its own draws and
+reads only its own statistics), so the records are those of one pass. A hypothesis that does not fit alone is
+refused before anything is allocated, with the numbers and the lower-memory choices.
 """
 
 from __future__ import annotations
