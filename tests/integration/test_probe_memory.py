@@ -130,13 +130,19 @@ def test_between_passes_the_heap_goes_back_once_the_last_passs_statistics_are_go
     budget = max(need.peak((h,)) for h in kw["hypotheses"]) + 16 * SEQUENCES * SEQ_LEN
     alive: list[set[str]] = []
 
-    def release() -> None:  # the estimators still holding statistics when the heap is released
+    def estimators() -> list[Estimator]:
         gc.collect()
         with warnings.catch_warnings():  # isinstance on every object reads torch's deprecated module attributes
             warnings.simplefilter("ignore", FutureWarning)
-            alive.append({o.claim for o in gc.get_objects() if isinstance(o, Estimator)
-                          and any(not isinstance(v, (bool, int, float, str, type(None)))
-                                  for k, v in vars(o).items() if k != "ctx")})
+            return [o for o in gc.get_objects() if isinstance(o, Estimator)]
+
+    before = estimators()  # other tests' estimators, held here so that no new one takes their id
+    others = {id(o) for o in before}
+
+    def release() -> None:  # this probe's estimators still holding statistics when the heap is released
+        alive.append({o.claim for o in estimators() if id(o) not in others
+                      and any(not isinstance(v, (bool, int, float, str, type(None)))
+                              for k, v in vars(o).items() if k != "ctx")})
 
     monkeypatch.setattr(runner, "release_heap", release)
     split = expattn.probe(model, memory_budget=budget, **kw)
