@@ -37,8 +37,9 @@ class OneLineUsageErrors(TyperGroup):
             return super().invoke(ctx)
         except NoArgsIsHelpError:
             raise
-        except KeyboardInterrupt:  # Ctrl-C: one line; staging folders and temporary files are gone already
-            print("interrupted; nothing written", file=sys.stderr)
+        except KeyboardInterrupt:  # Ctrl-C: one line; staging folders and temporary files are gone already, finished
+            # seeds and stages of a run that --resume goes on with are kept
+            print("interrupted; no partial output left (what was finished is kept)", file=sys.stderr)
             raise typer.Exit(code=130) from None
         except UsageError as err:  # a value of the wrong type, an unknown option or command: exit 2
             error(_without_guess(err))

@@ -18,7 +18,8 @@ def test_ctrl_c_prints_one_line_and_exits_130(tmp_path, monkeypatch):
 
     monkeypatch.setattr(verify, "run_verify", _interrupted)  # Ctrl-C while the checks run
     result = CliRunner().invoke(app, ["verify", "--json", str(tmp_path / "r.json")])
-    assert result.exit_code == 130 and result.output.strip() == "interrupted; nothing written"
+    said = "interrupted; no partial output left (what was finished is kept)"
+    assert result.exit_code == 130 and result.output.strip() == said
     assert list(tmp_path.iterdir()) == []
 
 

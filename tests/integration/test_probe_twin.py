@@ -122,7 +122,7 @@ def test_the_command_releases_the_models_weights_before_its_twins_and_measures_t
 
     monkeypatch.setattr(runner, "twin_records", watched)
     released = run_probe(config, None).records
-    monkeypatch.setattr(runner, "_release_weights", lambda *a: None)
+    monkeypatch.setattr(runner, "release_weights", lambda *a: None)
     kept = run_probe(config, None).records
     assert seen == [("meta", "cpu"), ("cpu", "cpu")]
     assert [(r.id, r.verdict, r.training, r.metrics, [c.metrics for c in r.controls]) for r in released] == [

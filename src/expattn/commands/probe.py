@@ -4,26 +4,24 @@ stop), and its progress bar, which names the stage it is in (``expattn.probes.pr
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict
 from pathlib import Path
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from expattn.catalogue import headlines
+from expattn.commands.probe_stages import probe_seed, read_seed
 from expattn.probes.overlap import release_heap
 from expattn.probes.progress import Stage
 from expattn.probes.runner import ProbeConfig, ProbeOutcome, run_probe
-from expattn.results.files import RESULTS, staged, write_json_atomic
+from expattn.results.files import write_json_atomic
 from expattn.results.lock import hold_output
 from expattn.results.outputs import check_output_folder, output_folder
-from expattn.results.record import load_records
 from expattn.results.seed_spread import seed_spread, spread_document
-from expattn.results.timings import read_document, write_results
+from expattn.results.timings import write_results
 from expattn.terminal import plain
 
 
@@ -62,14 +60,15 @@ def probe_to_dir(
     """Run the probe once per config (one per seed) and write its ``results.json`` plus the PNG plots. For one
     config, into ``out``, all or nothing. For several, into ``out/seed-N/``, each seed's folder all or nothing and
     published as soon as that seed is done, then ``out/seeds.json`` with each headline's median and range over the
-    seeds (``results.seed_spread``): a run stopped after some seeds keeps them, and ``resume`` goes on with it (the
-    seeds whose folder holds results of the same settings are read back, not probed again). Returns seed -> outcome
-    (a seed read back has no drawings).
+    seeds (``results.seed_spread``): a run stopped after some seeds keeps them, and the stages of the seed it was in
+    (the model's run, each twin) in ``out/seed-N.unfinished`` (``probe_stages``); ``resume`` goes on with it (the
+    seeds whose folder holds results of the same settings are read back, not probed again, and so are the kept
+    stages). Returns seed -> outcome (a seed read back has no drawings).
 
     ``out`` follows the one rule of output folders (``expattn.results.outputs``; ``overwrite`` is
     ``--overwrite``; ``resume`` writes into a folder that is not empty, as ``--overwrite`` would, but keeps the seeds
-    it finds done). Everything is written into temporary sibling folders moved into place at the end, so a failure
-    leaves no partial folder. Under ``torchrun`` only rank 0 writes.
+    and stages it finds done). Everything is written into temporary sibling folders moved into place at the end, so
+    a failure leaves no partial folder, only the finished stages of a seed. Under ``torchrun`` only rank 0 writes.
 
     Raises:
         ValueError: as ``probe`` (whose ``load`` checks each config's settings before its model is read), when
@@ -96,10 +95,7 @@ def probe_to_dir(
         for config in configs:
             folder = out / f"seed-{config.seed}"
             done = read_seed(folder, config) if resume else None
-            if done is None:
-                with staged(folder) as tmp:
-                    done = _probe_into(config, tmp, progress)
-            outcomes[config.seed] = done
+            outcomes[config.seed] = probe_seed(config, folder, progress, resume) if done is None else done
         spreads = seed_spread({s: o.records for s, o in outcomes.items()}, headlines())
         write_json_atomic(out / "seeds.json", spread_document(spreads, configs[0].model))
     return outcomes
@@ -111,30 +107,3 @@ def _probe_into(config: ProbeConfig, folder: Path, progress: Callable[..., None]
     outcome = run_probe(config, folder, progress)
     write_results(folder, outcome.document())
     return outcome
-
-
-RESUMABLE = ("memory_budget",)  # settings a resumed seed may differ in: they decide passes, not numbers
-
-
-def read_seed(folder: Path, config: ProbeConfig) -> ProbeOutcome | None:
-    """The outcome a finished seed left in ``folder`` (its ``results.json`` and ``timings.json``), or ``None`` when
-    ``folder`` holds no results.
-
-    Raises:
-        ValueError: the results were measured with settings other than ``config``'s (the first one is named).
-    """
-    if not (folder / RESULTS).is_file():
-        return None
-    document = read_document(folder / RESULTS)
-    wanted = {k: v for k, v in json.loads(json.dumps(asdict(config))).items() if k not in RESUMABLE}
-    found = {k: v for k, v in document.get("config", {}).items() if k not in RESUMABLE}
-    for key in wanted:
-        if found.get(key) != wanted[key]:
-            raise ValueError(f"--resume: {folder} was probed with {key}={found.get(key)!r}, this run asks "
-                             f"{key}={wanted[key]!r}; choose another --out, or --overwrite")
-    return ProbeOutcome(
-        load_records(folder / RESULTS), document["tokens"], document["sequences"], document.get("seconds", 0.0),
-        document.get("forward_seconds", 0.0), document.get("stats_seconds", 0.0),
-        document.get("forward_cpu_seconds", 0.0), document.get("stats_cpu_seconds", 0.0), document["model"],
-        document["config"], document.get("timings", {}), passes=document.get("passes", []),
-    )

@@ -77,8 +77,9 @@ def probe_model(model: str, ctx: RunContext, progress: ProbeProgress) -> ProbeOu
 
 def probe_model_twin(model: str, ctx: RunContext, progress: ProbeProgress, seed: int) -> list[Record]:
     """The records of ``model``'s random-init twin of initialisation ``seed`` on the token ids ``probe_model`` feeds
-    the model at the same ``ctx`` (``runner.probe_twin_of``). The twin stages' default ``ProbeTwin``."""
-    from expattn.probes.runner import ProbeConfig, probe_twin_of
+    the model at the same ``ctx`` (``twin_runs.probe_twin_of``). The twin stages' default ``ProbeTwin``."""
+    from expattn.probes.runner import ProbeConfig
+    from expattn.probes.twin_runs import probe_twin_of
 
     return probe_twin_of(ProbeConfig.preset(model, quick=ctx.quick, seed=ctx.seed), seed, progress)
 

@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Protocol
 
 import torch
 from jaxtyping import Int
@@ -131,7 +132,7 @@ def context(subject: Subject, config: ProbeConfig, sequences: Sequences) -> Prob
 
 def run_probe(
     config: ProbeConfig, out_dir: Path | None, progress: Callable[..., None] | None = None,
-    speedups: bool | None = None,
+    speedups: bool | None = None, stages: Stages | None = None,
 ) -> ProbeOutcome:
     """Run the chosen hypotheses on ``config.model`` and return the records with timing (see module docstring).
 
@@ -144,6 +145,8 @@ def run_probe(
         speedups: the one switch of the feeding step's speed machinery (``expattn.probes.overlap``: the
             estimators' updates in a worker thread beside the forward pass, and heap trimming; the same numbers);
             ``None``: each part where it helps and is safe.
+        stages: with ``config.twin``, where the model's outcome and each twin's records are kept as they finish
+            (``probe_subject``).
 
     Raises:
         ValueError: an empty or unreadable text, bad settings (``load``), or an architecture whose recomputed
@@ -154,17 +157,30 @@ def run_probe(
     if int(os.environ.get("RANK", "0")) == 0:
         reporter(progress)(Stage("loading", 0, 1))
     subject = load(config)
-    return probe_subject(subject, config, out_dir, progress, text=text, start=start, speedups=speedups, release=True)
+    return probe_subject(subject, config, out_dir, progress, text=text, start=start, speedups=speedups, release=True,
+                         stages=stages)
+
+
+class Stages(Protocol):
+    """Where a run keeps its finished stages as it goes (the model's run, then each twin), so that a run stopped
+    between them goes on from the last one (``expattn.commands.probe_stages``)."""
+
+    def keep_model(self, outcome: ProbeOutcome) -> None: ...
+    def twin(self, seed: int) -> list[Record] | None: ...
+    def keep_twin(self, seed: int, records: list[Record]) -> None: ...
 
 
 def probe_subject(subject: Subject, config: ProbeConfig, out_dir: Path | None,
                   progress: Callable[..., None] | None = None, *, text: str | None = None,
                   input_ids: Int[torch.Tensor, "sequence seq_len"] | None = None, start: float | None = None,
-                  speedups: bool | None = None, release: bool = False) -> ProbeOutcome:
+                  speedups: bool | None = None, release: bool = False, stages: Stages | None = None,
+                  ) -> ProbeOutcome:
     """Steps 2-4 on a loaded ``subject``: sequences cut from ``text`` (as ``TokenSample`` does) or the rows of
     ``input_ids`` ``(sequence, seq_len)`` (``models.corpus.sequences``); see ``probe``. ``release``: the model is
     the run's own (``run_probe`` loaded it), and its weights go to the ``meta`` device once its records are made,
-    before its twins are built (one model's weights beside a twin's probe instead of two)."""
+    before its twins are built (one model's weights beside a twin's probe instead of two). ``stages``: the model's
+    outcome (its plots are in ``out_dir`` by then) and each twin's records are kept there as they finish, and a twin
+    it already holds is read back, not probed again."""
     start = time.perf_counter() if start is None else start
     torch.manual_seed(config.seed)
     fed = sequences(subject, config.seq_len, config.tokens, config.seed, text=text, input_ids=input_ids)
@@ -177,21 +193,38 @@ def probe_subject(subject: Subject, config: ProbeConfig, out_dir: Path | None,
     info = _model_info(subject, ctx, run.checked)
     _forget_copies(subject, ctx.layers)
     del ctx  # the float32 copies of the model's attention weights go before each twin makes its own
-    if config.twin:  # the same ids through each random-init twin; their records become controls
-        seeds = [config.seed + i for i in range(config.twin_inits)]
-        device = subject.device
-        if release:
-            _release_weights(subject, config)
-        twins = []
-        for seed in seeds:  # one twin at a time, on the heap the last run gave back
-            release_heap()
-            twins.append(twin_records(subject, config, fed, seed, speedups, device=device))
-        run.records = attach_twin(run.records, twins, headlines(), seeds) if run.rank == 0 else run.records
-    return ProbeOutcome(
+    outcome = ProbeOutcome(
         run.records, fed.count * config.seq_len, fed.count, time.perf_counter() - start, run.forward,
         run.stats_seconds, run.forward_cpu, run.stats_cpu, info, asdict(config),
         run.timings, run.drawn, [list(group) for group in groups],
     )
+    if config.twin:  # the same ids through each random-init twin; their records become controls
+        if stages is not None:
+            stages.keep_model(outcome)
+        device = subject.device
+        if release:
+            release_weights(subject, config)
+        outcome.records = with_twins(subject, config, fed, outcome.records, run.rank, speedups, device, stages)
+        outcome.seconds = time.perf_counter() - start
+    return outcome
+
+
+def with_twins(subject: Subject, config: ProbeConfig, fed: Sequences, records: list[Record], rank: int,
+               speedups: bool | None, device: torch.device, stages: Stages | None = None) -> list[Record]:
+    """``records`` (the model's) with the verdicts of its ``config.twin_inits`` random-init twins attached
+    (``results.twin.attach_twin``, on rank 0), each twin probed on ``fed`` one at a time, on the heap the last run
+    gave back, unless ``stages`` holds its records."""
+    seeds = [config.seed + i for i in range(config.twin_inits)]
+    twins = []
+    for seed in seeds:
+        kept = None if stages is None else stages.twin(seed)
+        if kept is None:
+            release_heap()
+            kept = twin_records(subject, config, fed, seed, speedups, device=device)
+            if stages is not None:
+                stages.keep_twin(seed, kept)
+        twins.append(kept)
+    return attach_twin(records, twins, headlines(), seeds) if rank == 0 else records
 
 
 def _forget_copies(subject: Subject, layers: int) -> None:
@@ -204,7 +237,7 @@ def _forget_copies(subject: Subject, layers: int) -> None:
             qkv.forget()
 
 
-def _release_weights(subject: Subject, config: ProbeConfig) -> None:
+def release_weights(subject: Subject, config: ProbeConfig) -> None:
     """``subject``'s weights to the ``meta`` device (their memory goes back; its class and config stay for its
     twins), unless a device map spreads them (accelerate's hooks hold their own placement)."""
     if config.device_map is None:
@@ -220,21 +253,6 @@ def twin_records(subject: Subject, config: ProbeConfig, fed: Sequences, seed: in
     return probe_twin(subject, lambda twin, ids: probe_subject(twin, alone, None, progress, input_ids=ids,
                                                                speedups=speedups).records,
                       seed=seed, fed=fed, hypotheses=config.hypotheses, device=device)
-
-
-def probe_twin_of(config: ProbeConfig, seed: int, progress: Callable[..., None] | None = None) -> list[Record]:
-    """The records of ``config.model``'s random-init twin of initialisation ``seed`` alone, on the token ids
-    ``run_probe(config)`` feeds the model (the same text, sample and seed): the twin as a stage of its own, which a
-    report runs beside the model's."""
-    text = load_text(config.corpus, config.text)
-    if int(os.environ.get("RANK", "0")) == 0:
-        reporter(progress)(Stage("loading", 0, 1))
-    subject = load(config)
-    torch.manual_seed(config.seed)
-    fed = sequences(subject, config.seq_len, config.tokens, config.seed, text=text)
-    device = subject.device
-    _release_weights(subject, config)  # the twin needs the model's class, config and token ids, not its weights
-    return twin_records(subject, config, fed, seed, progress=progress, device=device)
 
 
 @dataclass
