@@ -203,3 +203,41 @@ def test_the_models_attention_copies_are_freed_before_its_twins_run(monkeypatch)
     model = build_tiny("bert", seed=5)
     res = expattn.probe(model, _tokenizer(), twin=True, twin_inits=1, seed=2, hypotheses="E1,E7", **SIZES)
     assert alive_at_twin == [[False]] and res.records
+
+
+def test_a_twin_measures_what_decides_its_verdicts_alone_and_they_are_the_full_runs(monkeypatch):
+    """A twin control reads its run's verdict and headline number only: the twin's run leaves out the readings
+    reported beside a verdict (E4's and E9's Fisher readings, each head's Fisher and its decomposition: most of E4's
+    analysis on a wide model), and every verdict and headline is what the full run gives."""
+    from expattn.catalogue import headlines
+    from expattn.probes.hypotheses import e4_alignment
+    from expattn.probes.models.subject import subject_from_model
+    from expattn.probes.runner import ProbeConfig, probe_subject
+
+    subject = subject_from_model(build_tiny("llama", seed=3), None)
+    config = ProbeConfig(model="tiny", **SIZES)
+    ids = torch.randint(0, 30_522, (SIZES["tokens"] // SIZES["seq_len"], SIZES["seq_len"]),
+                        generator=torch.Generator().manual_seed(0))
+    fisher_targets, decomposed = e4_alignment.fisher_targets, []
+
+    def counted(*args, **kwargs):
+        decomposed.append(args[0].shape)
+        return fisher_targets(*args, **kwargs)
+
+    monkeypatch.setattr(e4_alignment, "fisher_targets", counted)
+    full = probe_subject(subject, config, None, input_ids=ids).records
+    layers = len(decomposed)
+    assert layers == 2  # one per layer, shared by E4 and E9
+    deciding = probe_subject(subject, config, None, input_ids=ids, deciding=True).records
+    assert len(decomposed) == layers  # none in the twin's run
+    heads = headlines()
+    assert [r.id for r in deciding] == [r.id for r in full] == [f"E{i}" for i in range(1, 10)]
+    for mine, theirs in zip(deciding, full, strict=True):
+        key = heads[mine.id][0]
+        assert (mine.verdict, mine.metrics.get(key)) == (theirs.verdict, theirs.metrics.get(key)), mine.id
+        assert mine.verdict not in ("error", "skipped"), (mine.id, mine.notes)
+    by_id = {r.id: r for r in deciding}
+    assert "mean_margin_fisher_inv" in {r.id: r for r in full}["E4"].metrics
+    assert not any("fisher" in key for key in by_id["E4"].metrics if key not in ("fisher_heads_clipped",
+                                                                                  "fisher_unconverged",
+                                                                                  "fisher_sequences"))

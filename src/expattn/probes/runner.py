@@ -106,9 +106,9 @@ def load(config: ProbeConfig) -> Subject:
                         device_map=config.device_map, tokenizer=config.tokenizer)
 
 
-def context(subject: Subject, config: ProbeConfig, sequences: Sequences) -> ProbeContext:
+def context(subject: Subject, config: ProbeConfig, sequences: Sequences, deciding: bool = False) -> ProbeContext:
     """The fixed choices of a run on ``subject`` fed ``sequences`` (attention weights in float32 when the model
-    is not)."""
+    is not); ``deciding``: ``ProbeContext.deciding``."""
     adapter, model = subject.adapter, subject.model
     layers = len(adapter.blocks(model))
     attention = tuple(adapter.attention(model, i) for i in range(layers))
@@ -127,6 +127,7 @@ def context(subject: Subject, config: ProbeConfig, sequences: Sequences) -> Prob
         model_name=subject.name,
         statistics=getattr(torch, config.statistics),
         token_text=sequences.token_text,
+        deciding=deciding,
     )
 
 
@@ -174,17 +175,17 @@ def probe_subject(subject: Subject, config: ProbeConfig, out_dir: Path | None,
                   progress: Callable[..., None] | None = None, *, text: str | None = None,
                   input_ids: Int[torch.Tensor, "sequence seq_len"] | None = None, start: float | None = None,
                   speedups: bool | None = None, release: bool = False, stages: Stages | None = None,
-                  ) -> ProbeOutcome:
+                  deciding: bool = False) -> ProbeOutcome:
     """Steps 2-4 on a loaded ``subject``: sequences cut from ``text`` (as ``TokenSample`` does) or the rows of
     ``input_ids`` ``(sequence, seq_len)`` (``models.corpus.sequences``); see ``probe``. ``release``: the model is
     the run's own (``run_probe`` loaded it), and its weights go to the ``meta`` device once its records are made,
     before its twins are built (one model's weights beside a twin's probe instead of two). ``stages``: the model's
     outcome (its plots are in ``out_dir`` by then) and each twin's records are kept there as they finish, and a twin
-    it already holds is read back, not probed again."""
+    it already holds is read back, not probed again. ``deciding``: ``ProbeContext.deciding`` (a twin's run)."""
     start = time.perf_counter() if start is None else start
     torch.manual_seed(config.seed)
     fed = sequences(subject, config.seq_len, config.tokens, config.seed, text=text, input_ids=input_ids)
-    ctx = context(subject, config, fed)
+    ctx = context(subject, config, fed, deciding)
     skipped = inapplicable(subject, config.hypotheses)
     built = [cls for cls in ESTIMATORS if cls.claim in config.hypotheses and cls.claim not in skipped]
     twin = ("instead" if release else "beside") if config.twin else None
@@ -248,10 +249,11 @@ def twin_records(subject: Subject, config: ProbeConfig, fed: Sequences, seed: in
                  progress: Callable[..., None] | None = None, device: torch.device | None = None) -> list[Record]:
     """The records of ``subject``'s random-init twin of initialisation ``seed`` (``models.twin.probe_twin``, built
     on ``device`` [the model's]) on the token ids ``fed`` gave the model, measured as ``config`` says, without plots
-    (``progress`` as ``probe`` takes it)."""
+    (``progress`` as ``probe`` takes it), measuring only what decides each verdict and its headline
+    (``ProbeContext.deciding``: all a twin control reads)."""
     alone = replace(config, twin=False)
     return probe_twin(subject, lambda twin, ids: probe_subject(twin, alone, None, progress, input_ids=ids,
-                                                               speedups=speedups).records,
+                                                               speedups=speedups, deciding=True).records,
                       seed=seed, fed=fed, hypotheses=config.hypotheses, device=device)
 
 

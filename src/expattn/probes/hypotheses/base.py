@@ -47,6 +47,9 @@ class ProbeContext:
         statistics: dtype of the ``(D, D)`` accumulators of E3, E4 and E6 (``torch.float32``: half the memory).
         token_text: ``(sequence index, position) ->`` the decoded text of that token (None: the run has no
             tokenizer); E3 names the tokens that carry massive activations with it.
+        deciding: measure only what decides each verdict and its headline number, as a random-init twin needs (its
+            verdict and headline are all its ``twin`` control reads): readings reported beside the verdict may be
+            left out (E4's and E9's Fisher readings).
         analyses: results that two estimators compute from identical statistics, computed once per run and
             keyed by a fingerprint of those statistics (E4 and E9 read the same per-layer cosines); read and
             filled under ``analyses_lock`` (analyses may run in parallel threads).
@@ -64,6 +67,7 @@ class ProbeContext:
     model_name: str
     statistics: torch.dtype = torch.float64
     token_text: Callable[[int, int], str | None] | None = None
+    deciding: bool = False
     analyses: dict = field(default_factory=dict, compare=False, repr=False)
     analyses_lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
 

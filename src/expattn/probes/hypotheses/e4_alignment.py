@@ -152,10 +152,12 @@ class E4Alignment(Estimator):
         e, v = torch.linalg.eigh(sigma.double())
         lam, basis, gap = range_basis(e, v)
         u = basis.float()  # (D, r)
-        fisher = self.fisher(i, u)  # (H, r, r)
-        start = torch.Generator().manual_seed(self.ctx.seed * 1009 + i)  # the eigensolver's start, off `gen`'s draws
-        # (F_h+ + lambda_F I)^-1 with lambda_F = 1e-2 tr F_h / r beside F_h, and each target's top pairs
-        dense, tops, ridge, clipped = fisher_targets(fisher, min(max(DEFLATIONS), lam.numel()), start)
+        dense, tops, ridge, clipped = {}, {}, None, 0  # a twin's run (ctx.deciding): no Fisher reading
+        if not self.ctx.deciding:
+            fisher = self.fisher(i, u)  # (H, r, r)
+            start = torch.Generator().manual_seed(self.ctx.seed * 1009 + i)  # the eigensolver's start, off `gen`
+            # (F_h+ + lambda_F I)^-1 with lambda_F = 1e-2 tr F_h / r beside F_h, and each target's top pairs
+            dense, tops, ridge, clipped = fisher_targets(fisher, min(max(DEFLATIONS), lam.numel()), start)
         spectra = {"sigma": lam.float(), "sigma_inv": lam.reciprocal().float()}
         wq, wk = w.head_matrices()  # (H, dh, D) each: all heads at once
         aq, ak = wq @ u, wk @ u  # (H, dh, r): A_h in range coordinates is sym(aq^T ak)
@@ -177,12 +179,14 @@ class E4Alignment(Estimator):
         sets = {"model": (aq, ak), "random": (rq, rk)}
         rotated = with_rotations(sets, q)
         noise = torch.Generator().manual_seed(self.ctx.seed * 1013 + i)  # the positive controls' draws
+        names = [name for name in READINGS if family(name) == "sigma" or not self.ctx.deciding]
         out["spectral"] = {name: self._spectral(READINGS[name], spectra, rotated, q, (tops, dense), noise)
-                           for name in READINGS}
-        for name in READINGS:
+                           for name in names}
+        for name in names:
             out[f"cos_{name}"] = out["spectral"][name][0]["model"][name]
         out["trace_fraction"] = trace_fraction(lam, applicable(DEFLATIONS, self.ctx.dim))
-        out["own_fisher"] = {name: c.double().cpu().numpy() for name, c in full_cos(aq, ak, dense).items()}
+        if dense:
+            out["own_fisher"] = {name: c.double().cpu().numpy() for name, c in full_cos(aq, ak, dense).items()}
         out["sigma_full"] = {"sigma": sigma.float(), "sigma_inv": ((basis / lam) @ basis.T).float()}
         out["cos_sigma_inv_ridge"] = sym_cos(wq, wk, regularised_inverse(sigma)[0].float()).double().cpu().numpy()
         for tol in TOLERANCES:  # the Sigma readings again at other cuts of the range
@@ -252,14 +256,19 @@ class E4Alignment(Estimator):
         ks = [k for k in layers[0]["spectral"][name] if k]
         return {h: {"cos": at(0, h), "deflated": {k: at(k, h) for k in ks}} for h in layers[0]["spectral"][name][0]}
 
+    def measured_readings(self) -> tuple[str, ...]:
+        """The readings measured: both, or in a twin's run (``ctx.deciding``) the deciding one alone."""
+        return self.readings[:1] if self.ctx.deciding else self.readings
+
     def measure(self) -> Measured:
         layers = self._layers()
-        cos = {k: np.stack([lay[f"cos_{k}"] for lay in layers]) for k in TARGETS}  # (L, H)
+        cos = {k: np.stack([lay[f"cos_{k}"] for lay in layers]) for k in TARGETS if f"cos_{k}" in layers[0]}  # (L, H)
         rng = np.random.default_rng(self.ctx.seed + 40)
         q95 = np.array([lay["random_q95"] for lay in layers])
-        readings = {name: judge_reading(READINGS[name], self._heads(layers, name), q95, rng) for name in self.readings}
+        readings = {name: judge_reading(READINGS[name], self._heads(layers, name), q95, rng)
+                    for name in self.measured_readings()}
         unconverged = sum(lay["fisher_unconverged"] for lay in layers)
-        for name in self.readings:  # no verdict from eigenvectors the solver did not settle
+        for name in readings:  # no verdict from eigenvectors the solver did not settle
             if family(name) == "fisher" and unconverged:
                 readings[name]["verdict"] = "inconclusive"
         headline = READINGS[self.readings[0]]
@@ -279,8 +288,10 @@ class E4Alignment(Estimator):
         metrics |= specificity(own_layer, f"heads_specific_{headline.name}", f"specificity_margin_{headline.name}",
                                rng)
         fisher = self.readings[1]
-        table = np.stack([lay["own_fisher"][fisher] for lay in layers])  # (L, H', H): target head, head
-        metrics |= specificity(own_over_best_other(table), f"heads_own_{fisher}", f"own_head_margin_{fisher}", rng)
+        if fisher in readings:
+            table = np.stack([lay["own_fisher"][fisher] for lay in layers])  # (L, H', H): target head, head
+            metrics |= specificity(own_over_best_other(table), f"heads_own_{fisher}", f"own_head_margin_{fisher}",
+                                   rng)
         metrics |= {
             "heads": int(cos["identity"].size),
             f"median_cos_{self.readings[0]}": float(np.median(cos[self.readings[0]])),
