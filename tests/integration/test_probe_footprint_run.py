@@ -98,6 +98,29 @@ def test_statistics_bytes_equal_what_a_run_holds(shape, statistics, hypotheses, 
 
 
 @pytest.mark.slow
+def test_a_twins_run_holds_what_statistics_bytes_of_a_deciding_run_says(monkeypatch):
+    """A random-init twin's run measures only what decides each verdict (``ProbeContext.deciding``): E4 and E9 keep
+    no detail sequences for the Fisher readings, and the footprint it is planned with says so, byte for byte."""
+    from expattn.probes.models.subject import subject_from_model
+    from expattn.probes.runner import ProbeConfig, probe_subject
+
+    model = build_tiny("llama")
+    ids = torch.randint(1000, 2000, (SEQUENCES, SEQ_LEN), generator=torch.Generator().manual_seed(0))
+    fitted = fitted_estimators(monkeypatch)
+    config = ProbeConfig(model="tiny", tokens=ids.numel(), seq_len=SEQ_LEN, replicates=REPLICATES, batch_size=16,
+                         detail_sequences=4)
+    probe_subject(subject_from_model(model, None), config, None, input_ids=ids, deciding=True)
+    measured = {est.claim: held_bytes(est) for est in fitted}
+    cfg = model.config
+    sizes = {"tokens": SEQUENCES * SEQ_LEN, "seq_len": SEQ_LEN, "detail_sequences": 4, "replicates": REPLICATES}
+    expected = statistics_bytes(cfg.hidden_size, cfg.num_hidden_layers, cfg.num_attention_heads, hypotheses(),
+                                deciding=True, **sizes)
+    full = statistics_bytes(cfg.hidden_size, cfg.num_hidden_layers, cfg.num_attention_heads, hypotheses(), **sizes)
+    assert measured == expected
+    assert {h for h in full if full[h] != expected[h]} == {"E4", "E9"} and expected["E4"] < full["E4"]
+
+
+@pytest.mark.slow
 def test_a_probe_whose_statistics_do_not_fit_is_refused_with_the_number_and_the_options(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 

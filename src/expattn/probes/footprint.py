@@ -56,7 +56,7 @@ TAPS = 7
 def statistics_bytes(hidden: int, layers: int, heads: int, hypotheses: Iterable[str] | None = None, *,
                      head_dim: int | None = None, tokens: int = 20_000, seq_len: int = 128,
                      detail_sequences: int = 32, replicates: int = 200,
-                     statistics: str = "float64") -> dict[str, int]:
+                     statistics: str = "float64", deciding: bool = False) -> dict[str, int]:
     """Bytes each chosen estimator holds after a run (see the module docstring); an upper bound where the
     data decide (E3 buffers at most ``buffer_size(D)`` kept tokens per depth and assumes ``tokens`` reach it).
 
@@ -66,6 +66,7 @@ def statistics_bytes(hidden: int, layers: int, heads: int, hypotheses: Iterable[
         head_dim: width of a head (default ``hidden // heads``).
         tokens, seq_len, detail_sequences, replicates: as ``ProbeConfig``.
         statistics: ``float64`` or ``float32``, the dtype of the ``(D, D)`` accumulators.
+        deciding: a twin's run, which measures only what decides each verdict (``ProbeContext.deciding``).
 
     Returns:
         ``{id: bytes}`` for each of ``hypotheses``.
@@ -80,20 +81,23 @@ def statistics_bytes(hidden: int, layers: int, heads: int, hypotheses: Iterable[
         positive_int(name, value)
     if statistics not in STATISTICS:
         raise ValueError(f"statistics must be one of {', '.join(STATISTICS)}, got {statistics!r}")
-    n = Sizes(hidden, layers, heads, dh, tokens, seq_len, detail_sequences, replicates, STATISTICS[statistics])
+    n = Sizes(hidden, layers, heads, dh, tokens, seq_len, detail_sequences, replicates, STATISTICS[statistics],
+              deciding)
     return {h: registry.estimator(h).statistics_bytes(n) for h in _chosen(hypotheses)}
 
 
 def analysis_bytes(hidden: int, layers: int, heads: int, hypotheses: Iterable[str] | None = None, *,
                    head_dim: int | None = None, tokens: int = 20_000, seq_len: int = 128, detail_sequences: int = 32,
-                   replicates: int = 200, statistics: str = "float64") -> dict[str, int]:
+                   replicates: int = 200, statistics: str = "float64", deciding: bool = False) -> dict[str, int]:
     """Bytes each chosen estimator's analysis allocates beside its statistics at its peak
     (``Estimator.analysis_bytes``; the arguments and checks of ``statistics_bytes``)."""
     hypotheses = None if hypotheses is None else tuple(hypotheses)
     statistics_bytes(hidden, layers, heads, hypotheses, head_dim=head_dim, tokens=tokens, seq_len=seq_len,
-                     detail_sequences=detail_sequences, replicates=replicates, statistics=statistics)  # the checks
+                     detail_sequences=detail_sequences, replicates=replicates, statistics=statistics,
+                     deciding=deciding)  # the checks
     dh = hidden // heads if head_dim is None else head_dim
-    n = Sizes(hidden, layers, heads, dh, tokens, seq_len, detail_sequences, replicates, STATISTICS[statistics])
+    n = Sizes(hidden, layers, heads, dh, tokens, seq_len, detail_sequences, replicates, STATISTICS[statistics],
+              deciding)
     return {h: registry.estimator(h).analysis_bytes(n) for h in _chosen(hypotheses)}
 
 
@@ -144,12 +148,12 @@ def footprint(hidden: int, layers: int, heads: int, hypotheses: Iterable[str] | 
               head_dim: int | None = None, kv_heads: int | None = None, intermediate: int | None = None,
               batch_size: int = 16, dtype: str = "float32", tokens: int = 20_000,
               seq_len: int = 128, detail_sequences: int = 32, replicates: int = 200,
-              statistics: str = "float64") -> Footprint:
+              statistics: str = "float64", deciding: bool = False) -> Footprint:
     """The ``Footprint`` of a probe of a model of this shape (``Footprint.peak()``: the bytes beside its weights).
 
     Args:
-        hidden, layers, heads, hypotheses, head_dim, tokens, seq_len, detail_sequences, replicates, statistics: as
-            ``statistics_bytes``.
+        hidden, layers, heads, hypotheses, head_dim, tokens, seq_len, detail_sequences, replicates, statistics,
+            deciding: as ``statistics_bytes``.
         kv_heads: key/value heads (default ``heads``); intermediate: the MLP's width $I$ (default $4D$).
         batch_size: sequences per forward pass; dtype: the model's (``float32``, ``bfloat16``, ``float16``).
 
@@ -158,7 +162,7 @@ def footprint(hidden: int, layers: int, heads: int, hypotheses: Iterable[str] | 
     """
     chosen = _chosen(hypotheses)
     sizes = {"head_dim": head_dim, "tokens": tokens, "seq_len": seq_len, "detail_sequences": detail_sequences,
-             "replicates": replicates, "statistics": statistics}
+             "replicates": replicates, "statistics": statistics, "deciding": deciding}
     held = statistics_bytes(hidden, layers, heads, chosen, **sizes)
     if dtype not in MODEL_ENTRY:
         raise ValueError(f"dtype must be one of {', '.join(MODEL_ENTRY)}, got {dtype!r}")

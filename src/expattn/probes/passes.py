@@ -60,7 +60,7 @@ def run_footprint(ctx: ProbeContext, hypotheses: Iterable[str], config, dtype: t
                      intermediate=intermediate if isinstance(intermediate, int) and intermediate > 0 else None,
                      batch_size=config.batch_size, dtype=str(dtype).removeprefix("torch."),
                      tokens=config.tokens, seq_len=config.seq_len, detail_sequences=ctx.detail_sequences,
-                     replicates=config.replicates, statistics=config.statistics)
+                     replicates=config.replicates, statistics=config.statistics, deciding=ctx.deciding)
 
 
 def plan(need: Footprint, device: str | torch.device, tokens: int, budget: int | None,

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Sizes:
     """``hidden`` $D$, ``layers`` $L$, ``heads`` $H$, ``head_dim`` $d_h$, ``tokens``, ``seq_len`` $T$,
-    ``detail_sequences`` $S$ (asked for), ``replicates`` $R$ and ``entry_bytes`` $s$."""
+    ``detail_sequences`` $S$ (asked for), ``replicates`` $R$, ``entry_bytes`` $s$, and ``deciding``: a twin's run,
+    which measures only what decides each verdict (``ProbeContext.deciding``)."""
 
     hidden: int
     layers: int
@@ -25,6 +26,7 @@ class Sizes:
     detail_sequences: int
     replicates: int
     entry_bytes: int
+    deciding: bool = False
 
     @property
     def big(self) -> int:

@@ -100,8 +100,8 @@ class E4Alignment(Estimator):
     @staticmethod
     def statistics_bytes(n: Sizes) -> int:
         """Per layer: the scatter and mean of the attention input, and the detail sequences' inputs (float32)
-        for the Fisher matrices (E9 holds its own copy)."""
-        return n.layers * (n.big + 8 * n.hidden + 4 * n.detail * n.seq_len * n.hidden)
+        for the Fisher matrices (E9 holds its own copy; none in a twin's run, ``n.deciding``)."""
+        return n.layers * (n.big + 8 * n.hidden + (0 if n.deciding else 4 * n.detail * n.seq_len * n.hidden))
 
     @staticmethod
     def analysis_bytes(n: Sizes) -> int:
@@ -109,10 +109,10 @@ class E4Alignment(Estimator):
         their ``(L, D, D)`` stacks (one name stacked at a time), and one layer's float64 eigendecomposition of
         $\Sigma$, its inverses and the ``(H, r, r)`` Fisher matrices of rank $r \le \min(D, \text{tokens})$ with
         their eigenvectors, inverses and the detail sequences' attention: $P$ and $K$ in float64 ``(H, S, T, T)``, then
-        $K$ in float32 beside $KY$ ``(H, S, T, r)``."""
+        $K$ in float32 beside $KY$ ``(H, S, T, r)`` (not in a twin's run, ``n.deciding``)."""
         d, r, seqs, t = n.hidden, min(n.hidden, n.tokens), n.detail * n.seq_len, n.seq_len
-        return (12 * n.layers * d * d + 64 * d * d + 20 * n.heads * r * r
-                + 4 * n.heads * seqs * max(4 * t, 3 * t + r))
+        fisher = 0 if n.deciding else 20 * n.heads * r * r + 4 * n.heads * seqs * max(4 * t, 3 * t + r)
+        return 12 * n.layers * d * d + 64 * d * d + fisher
 
     def __init__(self, ctx: ProbeContext):
         self.ctx = ctx
@@ -125,7 +125,7 @@ class E4Alignment(Estimator):
         keep = kept_weights(batch, tensors, kept).bool()
         self.inputs_[i].merge(shared(batch, "moments kept", x, lambda t: kept_moments(t, kept, keep)))
         for row, index in enumerate(batch.index.tolist()):
-            if index < self.ctx.detail_sequences:
+            if index < self.ctx.detail_sequences and not self.ctx.deciding:  # for the Fisher readings
                 self.detail_[i][index] = x[row].clone()
 
     def merge(self, other: E4Alignment) -> E4Alignment:
