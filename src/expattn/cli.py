@@ -119,6 +119,8 @@ def report(
     twin_inits: Annotated[int, typer.Option(help="Random-init twins per probed model, one per initialisation seed, "
                                                  "each a stage of its own; 0: none (--quick: none).")
                           ] = REPORT.twin_inits,
+    dtype: Annotated[str | None, typer.Option(help="dtype of the probed models and their twins: float32 (default), "
+                                                   "bfloat16 or float16.")] = REPORT.dtype,
 ) -> None:
     """Run verify, simulate, probe and train and write one shareable report; exit 0 iff nothing failed."""
     checked_seed(seed)
@@ -128,7 +130,7 @@ def report(
     chosen = tuple(s.strip().lower() for s in stages.split(",") if s.strip())
     try:
         config = ReportConfig(out_dir=out, models=names, quick=quick, seed=seed, stages=chosen, overwrite=overwrite,
-                              jobs=jobs, twin_inits=twin_inits)
+                              jobs=jobs, twin_inits=twin_inits, dtype=dtype)
         verbose_loading(verbose)
         result = run_report(config, console)
     except (ValueError, TypeError, OSError) as err:

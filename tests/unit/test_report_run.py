@@ -185,6 +185,10 @@ def test_twin_stages_classify_the_probe_records_and_follow_a_model_that_cannot_b
         ("E1", "learned", ["not_supported", "not_supported"])]
     assert all(r.training is None for r in result.records if r.details["model"] == "smollm2")
     assert stages.seen["probe minilm, twin seed 4"].seed == 3 and not stages.seen["probe minilm, twin seed 4"].quick
+    assert stages.seen["probe minilm"].dtype is None  # float32
+    bf16 = run(tmp_path, stages, stages=("probe",), twin_inits=1, dtype="bfloat16", overwrite=True)
+    assert [stages.seen[s.name].dtype for s in bf16.stages] == ["bfloat16"] * 4
+    assert ReportConfig(twin_inits=1, dtype="bfloat16").command.endswith("--twin-inits 1 --dtype bfloat16")
     quick = run(tmp_path, stages, stages=("probe",), quick=True, overwrite=True)
     assert [s.name for s in quick.stages] == ["probe minilm", "probe smollm2"]  # a smoke run probes no twin
 
@@ -321,7 +325,8 @@ def test_unwritable_out_is_refused_before_any_work(tmp_path):
 @pytest.mark.parametrize(
     ("options", "error"),
     [({"seed": -1}, ValueError), ({"models": ["minilm"]}, TypeError), ({"out_dir": "report"}, TypeError),
-     ({"stages": ("verify", "plot")}, ValueError), ({"stages": ()}, ValueError), ({"stages": ["verify"]}, TypeError)],
+     ({"stages": ("verify", "plot")}, ValueError), ({"stages": ()}, ValueError), ({"stages": ["verify"]}, TypeError),
+     ({"dtype": "half"}, ValueError)],
 )
 def test_config_rejects_bad_values(options, error):
     with pytest.raises(error, match=next(iter(options))):

@@ -28,11 +28,13 @@ class RunContext:
         seed: seed of all random draws of the check.
         out_dir: folder for plots (``None``: draw none, e.g. under ``verify``).
         quick: smaller sizes for smoke runs (``report --quick``, tests).
+        dtype: the dtype the probe stage loads its models in (``report --dtype``; None: float32).
     """
 
     seed: int = 0
     out_dir: Path | None = None
     quick: bool = False
+    dtype: str | None = None
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,8 @@ class ReportConfig:
             The records are the same either way at the same threads per stage. The workers are spawned, so a
             script that leaves ``jobs`` to its default or sets it above 1 needs Python's
             ``if __name__ == "__main__":`` guard (``multiprocessing``'s rule).
+        dtype: the dtype the probed models and their twins are loaded in: ``float32`` (None, the default),
+            ``bfloat16`` or ``float16`` (a 1.5B model in float32 needs 7 GiB for its weights alone).
     """
 
     out_dir: Path = Path("report")
@@ -47,6 +49,7 @@ class ReportConfig:
     overwrite: bool = False
     jobs: int | None = None
     twin_inits: int = TWIN_INITS
+    dtype: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.out_dir, Path):
@@ -68,6 +71,11 @@ class ReportConfig:
         if self.jobs is not None and self.jobs < 1:
             raise ValueError(f"jobs must be >= 1 (worker processes), got {self.jobs}")
         integer("twin_inits", self.twin_inits, at_least=0)
+        if self.dtype is not None:
+            from expattn.probes.models.subject import DTYPES  # torch: only when a dtype is asked for
+
+            if self.dtype not in DTYPES:
+                raise ValueError(f"dtype must be one of {', '.join(DTYPES)} or None, got {self.dtype!r}")
 
     @property
     def command(self) -> str:
@@ -75,8 +83,9 @@ class ReportConfig:
         quick = " --quick" if self.quick else ""
         stages = "" if set(self.stages) == set(STAGES) else f" --stages {','.join(self.chosen)}"
         twins = "" if self.twin_inits == TWIN_INITS else f" --twin-inits {self.twin_inits}"
+        dtype = "" if self.dtype is None else f" --dtype {self.dtype}"
         return (f"expattn report --out {self.out_dir} --models {','.join(self.models)} --seed {self.seed}"
-                f"{stages}{twins}{quick}")
+                f"{stages}{twins}{dtype}{quick}")
 
     @property
     def twin_seeds(self) -> tuple[int, ...]:

@@ -68,11 +68,13 @@ ProbeTwin = Callable[[str, RunContext, ProbeProgress, int], list[Record]]
 
 
 def probe_model(model: str, ctx: RunContext, progress: ProbeProgress) -> ProbeOutcome:
-    """The probe of ``model`` at its preset size (``ProbeConfig.preset``) for ``ctx``'s seed and quickness, plots
-    written into ``ctx.out_dir``: its records and per-hypothesis timings. The probe stage's default ``ProbeModel``."""
+    """The probe of ``model`` at its preset size (``ProbeConfig.preset``) for ``ctx``'s seed, quickness and dtype,
+    plots written into ``ctx.out_dir``: its records and per-hypothesis timings. The probe stage's default
+    ``ProbeModel``."""
     from expattn.probes.runner import ProbeConfig, run_probe
 
-    return run_probe(ProbeConfig.preset(model, quick=ctx.quick, seed=ctx.seed), ctx.out_dir, progress=progress)
+    config = ProbeConfig.preset(model, quick=ctx.quick, seed=ctx.seed, dtype=ctx.dtype)
+    return run_probe(config, ctx.out_dir, progress=progress)
 
 
 def probe_model_twin(model: str, ctx: RunContext, progress: ProbeProgress, seed: int) -> list[Record]:
@@ -81,7 +83,7 @@ def probe_model_twin(model: str, ctx: RunContext, progress: ProbeProgress, seed:
     from expattn.probes.runner import ProbeConfig
     from expattn.probes.twin_runs import probe_twin_of
 
-    return probe_twin_of(ProbeConfig.preset(model, quick=ctx.quick, seed=ctx.seed), seed, progress)
+    return probe_twin_of(ProbeConfig.preset(model, quick=ctx.quick, seed=ctx.seed, dtype=ctx.dtype), seed, progress)
 
 
 def train_norms(config: ReportConfig, plot_dir: Path) -> list[Record]:
@@ -236,7 +238,8 @@ class _Runner:
                 self.tell.describe(f"probe {escape(model)}: {escape(str(stage))}")
 
             try:
-                ctx = RunContext(seed=self.config.seed, out_dir=plot_dir, quick=self.config.quick)
+                ctx = RunContext(seed=self.config.seed, out_dir=plot_dir, quick=self.config.quick,
+                                 dtype=self.config.dtype)
                 outcome = self.work.probe(model, ctx, progress)
             except (ImportError, ValueError) as err:
                 reason = f"cannot probe this model here: {err}"
@@ -255,7 +258,7 @@ class _Runner:
         model = unit.model
         self.tell.describe(f"probe {escape(model)}, twin seed {unit.twin_seed}: loading")
         try:
-            ctx = RunContext(seed=self.config.seed, out_dir=None, quick=self.config.quick)
+            ctx = RunContext(seed=self.config.seed, out_dir=None, quick=self.config.quick, dtype=self.config.dtype)
 
             def progress(done: int, total: int, stage: ProbeStage) -> None:
                 self.tell.describe(f"probe {escape(model)}, twin seed {unit.twin_seed}: {escape(str(stage))}")

@@ -72,10 +72,12 @@ class ProbeConfig:
     twin_inits: int = TWIN_INITS
 
     @classmethod
-    def preset(cls, model: str, quick: bool = False, seed: int = 0, twin: bool = False) -> ProbeConfig:
-        """The default size for ``model``: its token budget (``budgets.DEFAULT_TOKENS``; ``quick``: the quick one)."""
+    def preset(cls, model: str, quick: bool = False, seed: int = 0, twin: bool = False,
+               dtype: str | None = None) -> ProbeConfig:
+        """The default size for ``model``: its token budget (``budgets.DEFAULT_TOKENS``; ``quick``: the quick one),
+        in ``dtype`` (None: float32)."""
         return cls(
-            model=model, twin=twin,
+            model=model, twin=twin, dtype=dtype,
             tokens=default_tokens(model, quick),
             seed=seed,
             detail_sequences=8 if quick else 32,
