@@ -7,7 +7,7 @@ import pytest
 
 from expattn.report.markdown import spread_section
 from expattn.results.record import Record
-from expattn.results.seed_spread import seed_spread, spread_document, spread_frame
+from expattn.results.seed_spread import seed_spread, spread_document, spread_frame, spread_name
 from expattn.seeds import check_seeds
 
 HEADLINES = {"E1": ("ratio", "spread ratio"), "E5": ("max_error", "error")}
@@ -34,6 +34,11 @@ def test_median_and_range_over_seeds():
     assert e5.verdicts_agree
     doc = spread_document([e1, e5], "minilm")
     assert doc["seeds"] == [0, 1, 2] and doc["hypotheses"][0]["max"] == 1.30
+    assert doc["dtype"] == "float32" and spread_name(doc) == "minilm"
+    half = spread_document([e1, e5], "qwen2.5-1.5b", "bfloat16")  # a column or legend says the dtype
+    assert spread_name(half) == "qwen2.5-1.5b (bfloat16)" and "| qwen2.5-1.5b (bfloat16) |" in spread_section([half])[4]
+    del doc["dtype"]  # written before seeds.json said its dtype: float32
+    assert spread_name(doc) == "minilm"
     frame = spread_frame([e1, e5])
     assert list(frame["verdict 1"]) == ["inconclusive", "pass"] and frame["seed 2"].iloc[0] == 1.05
 

@@ -97,7 +97,7 @@ def probe_to_dir(
             done = read_seed(folder, config) if resume else None
             outcomes[config.seed] = probe_seed(config, folder, progress, resume) if done is None else done
         spreads = seed_spread({s: o.records for s, o in outcomes.items()}, headlines())
-        write_json_atomic(out / "seeds.json", spread_document(spreads, configs[0].model))
+        write_json_atomic(out / "seeds.json", spread_document(spreads, configs[0].model, configs[0].dtype or "float32"))
     return outcomes
 
 

@@ -121,8 +121,8 @@ class SeedResults:
         with output_folder(out, overwrite=overwrite, flag="overwrite=True") as tmp:
             for seed, results in self.runs.items():
                 results.save(tmp / f"seed-{seed}")
-            model = next(iter(self.runs.values())).outcome.model["name"]
-            write_json_atomic(tmp / "seeds.json", spread_document(self.seed_spread, model))
+            model = next(iter(self.runs.values())).outcome.model
+            write_json_atomic(tmp / "seeds.json", spread_document(self.seed_spread, model["name"], model["dtype"]))
         return out
 
 

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 
 from expattn.report.figures_draw import RC, colour, model_label
 from expattn.results.plotting import pyplot
+from expattn.results.seed_spread import spread_name
 
 TITLE_CHARS = 48
 MARKERS = {"supported": "o", "pass": "o", "not_supported": "X", "fail": "X", "inconclusive": "^"}
@@ -74,7 +75,7 @@ def size_figure(spreads: Sequence[dict], parameters: Mapping[str, int]):
                 ax.set_yscale("log")
         for ax in axes.flat[len(claims):]:
             ax.set_visible(False)
-        handles = [plt.Line2D([], [], color=colour(i), marker="o", linestyle="", label=model_label(d["model"]))
+        handles = [plt.Line2D([], [], color=colour(i), marker="o", linestyle="", label=model_label(spread_name(d)))
                    for i, d in enumerate(models)]
         handles += [plt.Line2D([], [], color="black", marker=m, linestyle="", markerfacecolor="black" if v else "white",
                                label=label) for m, v, label in (("o", True, "supported / pass"),

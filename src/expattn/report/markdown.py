@@ -30,6 +30,7 @@ from expattn.report.document import (
 )
 from expattn.report.matrix import MARK_LEGEND, PER_MODEL, RIVALS_LEGEND, RUNS_ANCHOR, check_verdict
 from expattn.report.twins import twin_section
+from expattn.results.seed_spread import spread_name
 
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
 
@@ -281,7 +282,7 @@ def spread_section(spreads: list[dict[str, Any]]) -> list[str]:
             rows[i].append(cells.get(i, PENDING))
     preface = SPREAD_PREFACE.format(seeds=", ".join(map(str, seeds)), seed_list=",".join(map(str, seeds)))
     return ["## Headlines over seeds", "", preface, "",
-            *_table(["ID", "headline", *(md(d["model"]) for d in spreads)], [rows[i] for i in order])]
+            *_table(["ID", "headline", *(md(spread_name(d)) for d in spreads)], [rows[i] for i in order])]
 
 
 def read_spreads(folder: Path) -> list[dict[str, Any]]:

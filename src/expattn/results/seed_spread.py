@@ -108,10 +108,18 @@ def seed_spread(runs: Mapping[int, Sequence[Record]], headlines: Mapping[str, tu
     return out
 
 
-def spread_document(spreads: Sequence[SeedSpread], model: str) -> dict:
-    """``seeds.json``: the model, the seeds and one entry per hypothesis (``SeedSpread.as_dict``)."""
-    return {"model": model, "seeds": list(spreads[0].seeds) if spreads else [],
+def spread_document(spreads: Sequence[SeedSpread], model: str, dtype: str = "float32") -> dict:
+    """``seeds.json``: the model, the dtype it ran in, the seeds and one entry per hypothesis
+    (``SeedSpread.as_dict``)."""
+    return {"model": model, "dtype": dtype, "seeds": list(spreads[0].seeds) if spreads else [],
             "hypotheses": [s.as_dict() for s in spreads]}
+
+
+def spread_name(document: dict) -> str:
+    """The model of a ``seeds.json`` document as a table or legend names it: with its dtype unless float32 (a
+    document without one was written in float32)."""
+    dtype = document.get("dtype", "float32")
+    return document["model"] if dtype == "float32" else f"{document['model']} ({dtype})"
 
 
 def spread_frame(spreads: Sequence[SeedSpread]) -> pd.DataFrame:
