@@ -161,6 +161,7 @@ def test_a_run_stopped_among_a_seeds_twins_keeps_the_finished_ones_and_resume_pr
     resumed = _cli(folder, text, out, *twins, "--resume")
     assert resumed.exit_code == 0, resumed.output
     assert probed == [("model", 0), ("twin", 0, 0), ("twin", 0, 1), ("twin", 1, 2)]  # seed 1: its second twin only
+    assert f"--resume: seed-1: the model's run and twins 1 read back from {unfinished}" in resumed.output
     assert sorted(p.name for p in out.iterdir()) == ["seed-0", "seed-1", "seeds.json"]
     for seed in ("seed-0", "seed-1"):
         assert sorted(p.name for p in (out / seed).iterdir()) == sorted(p.name for p in (tmp_path / "whole" / seed)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -72,6 +73,9 @@ def probe_seed(config: ProbeConfig, folder: Path, progress: Callable[..., None] 
             release_heap()  # the last seed's model and statistics go back before this one's load
             outcome = run_probe(config, stages.model_dir, progress, stages=stages)
         else:
+            kept = sorted(int(p.stem.removeprefix("twin-")) for p in stages.folder.glob("twin-*.json"))
+            print(f"--resume: {folder.name}: the model's run" + (f" and twins {', '.join(map(str, kept))}" if kept
+                  else "") + f" read back from {stages.folder}", file=sys.stderr)
             outcome = twins_after(model, config, stages, progress)
         write_results(stages.model_dir, outcome.document())
         replace_dir(stages.model_dir, folder)
