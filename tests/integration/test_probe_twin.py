@@ -208,7 +208,7 @@ def test_the_models_attention_copies_are_freed_before_its_twins_run(monkeypatch)
 def test_a_twin_measures_what_decides_its_verdicts_alone_and_they_are_the_full_runs(monkeypatch):
     """A twin control reads its run's verdict and headline number only: the twin's run leaves out the readings
     reported beside a verdict (E4's and E9's Fisher readings, each head's Fisher and its decomposition: most of E4's
-    analysis on a wide model), and every verdict and headline is what the full run gives."""
+    analysis on a wide model; E7's skip path), and every verdict and headline is what the full run gives."""
     from expattn.catalogue import headlines
     from expattn.probes.hypotheses import e4_alignment
     from expattn.probes.models.subject import subject_from_model
@@ -236,8 +236,9 @@ def test_a_twin_measures_what_decides_its_verdicts_alone_and_they_are_the_full_r
         key = heads[mine.id][0]
         assert (mine.verdict, mine.metrics.get(key)) == (theirs.verdict, theirs.metrics.get(key)), mine.id
         assert mine.verdict not in ("error", "skipped"), (mine.id, mine.notes)
-    by_id = {r.id: r for r in deciding}
-    assert "mean_margin_fisher_inv" in {r.id: r for r in full}["E4"].metrics
+    by_id, whole = {r.id: r for r in deciding}, {r.id: r for r in full}
+    assert "decades_lost_skip" in whole["E7"].metrics and "decades_lost_skip" not in by_id["E7"].metrics
+    assert "mean_margin_fisher_inv" in whole["E4"].metrics
     assert not any("fisher" in key for key in by_id["E4"].metrics if key not in ("fisher_heads_clipped",
                                                                                   "fisher_unconverged",
                                                                                   "fisher_sequences"))

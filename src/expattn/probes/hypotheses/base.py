@@ -49,7 +49,7 @@ class ProbeContext:
             tokenizer); E3 names the tokens that carry massive activations with it.
         deciding: measure only what decides each verdict and its headline number, as a random-init twin needs (its
             verdict and headline are all its ``twin`` control reads): readings reported beside the verdict may be
-            left out (E4's and E9's Fisher readings).
+            left out (E4's and E9's Fisher readings, E7's skip path).
         analyses: results that two estimators compute from identical statistics, computed once per run and
             keyed by a fingerprint of those statistics (E4 and E9 read the same per-layer cosines); read and
             filled under ``analyses_lock`` (analyses may run in parallel threads).

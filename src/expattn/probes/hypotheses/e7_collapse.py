@@ -185,11 +185,12 @@ class E7Collapse(Estimator):
         self.model_res_.update(other.model_res_)
         return self
 
-    def paths(self) -> tuple[np.ndarray, np.ndarray]:
-        """Residual curves ``(sequence, L+1)`` of the pure-attention path without and with skips (float64)."""
+    def paths(self, with_skip: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
+        """Residual curves ``(sequence, L+1)`` of the pure-attention path without and with skips (float64); the
+        second ``None`` without ``with_skip`` (a twin's run, which leaves out what is reported, not judged)."""
         x0 = torch.stack([self.inputs_[k] for k in sorted(self.inputs_)]).double()  # (S, T, D)
-        plain, skip = x0.clone(), x0.clone()
-        curves = [[residual_norm(plain)], [residual_norm(skip)]]
+        plain, skip = x0.clone(), x0.clone() if with_skip else None
+        curves = [[residual_norm(plain)], [residual_norm(skip)] if with_skip else []]
         with torch.no_grad():
             for i in range(self.ctx.layers):
                 w = self.ctx.attention[i].to(torch.float64)
@@ -199,19 +200,21 @@ class E7Collapse(Estimator):
                     return attention_branch(x if norm is None else normalize64(x, norm), w)
 
                 plain = branch(plain)
-                skip = skip + branch(skip)
                 curves[0].append(residual_norm(plain))
-                curves[1].append(residual_norm(skip))
-        return torch.stack(curves[0], 1).cpu().numpy(), torch.stack(curves[1], 1).cpu().numpy()
+                if with_skip:
+                    skip = skip + branch(skip)
+                    curves[1].append(residual_norm(skip))
+        return (torch.stack(curves[0], 1).cpu().numpy(),
+                torch.stack(curves[1], 1).cpu().numpy() if with_skip else None)
 
     def measure(self) -> Measured:
         if not self.inputs_:
             raise ValueError("E7 saw no detail sequence; detail_sequences must be >= 1")
-        plain, skip = self.paths()
+        plain, skip = self.paths(with_skip=not self.ctx.deciding)
         model = np.stack([self.model_res_[k] for k in sorted(self.model_res_)])
         drops = {  # decades lost per sequence, -log10(res_L / res_0)
             name: -np.log10(np.maximum(c[:, -1], 1e-300) / c[:, 0])
-            for name, c in (("no_skip", plain), ("skip", skip), ("model", model))
+            for name, c in (("no_skip", plain), ("skip", skip), ("model", model)) if c is not None
         }
         rng = np.random.default_rng(self.ctx.seed + 7)
         picks = rng.integers(0, len(plain), (2000, len(plain)))
@@ -228,16 +231,18 @@ class E7Collapse(Estimator):
             metrics["decades_per_layer_no_skip_last"] = float(per_layer[-1])
         details = {
             "res_no_skip": [as_list(np.median(plain, 0))],
-            "res_skip": [as_list(np.median(skip, 0))],
+            "res_skip": [None if skip is None else as_list(np.median(skip, 0))],
             "res_model": [as_list(np.median(model, 0))],
             "branch": "norm1 + attention (pre-LN)"
             if self.ctx.adapter.norm_position == "pre"
             else "attention only (post-LN)",
             "dtype": "float64",
             "decades_lost_per_layer_no_skip": as_list(per_layer),
-            "skip_path_keeps_rank": bool(ci["skip"][1] < KEPT),
-            "published": [dong_2021(float(drops["no_skip"].mean()), float(drops["skip"].mean()), as_list(per_layer))],
         }
+        if skip is not None:
+            details["skip_path_keeps_rank"] = bool(ci["skip"][1] < KEPT)
+            details["published"] = [dong_2021(float(drops["no_skip"].mean()), float(drops["skip"].mean()),
+                                              as_list(per_layer))]
         arrays = {"plain": plain, "skip": skip, "model": model, "per_layer": per_layer,
                   **{f"drop_{k}": d for k, d in drops.items()}, **{f"interval_{k}": c for k, c in ci.items()}}
         return Measured(arrays, metrics, details)
@@ -247,8 +252,10 @@ class E7Collapse(Estimator):
         control = Control("the full model's residual stream", "negative", collapse_verdict(a["interval_model"]),
                           {"decades_lost": float(a["drop_model"].mean()), "low": float(a["interval_model"][0]),
                            "high": float(a["interval_model"][1])})
-        notes = (f"skip path: {a['drop_skip'].mean():.2f} decades lost (reported, not judged); no-skip decay "
-                 f"{', '.join(f'{v:.2f}' for v in a['per_layer'])} decades per layer above the float64 floor")
+        skip = (f"skip path: {a['drop_skip'].mean():.2f} decades lost (reported, not judged); "
+                if "drop_skip" in a else "")
+        notes = (f"{skip}no-skip decay {', '.join(f'{v:.2f}' for v in a['per_layer'])} decades per layer above the "
+                 "float64 floor")
         return Judgement(collapse_verdict(a["interval_no_skip"]), [control], notes)
 
     def draw(self, measured: Measured, out_dir: Path | None) -> list[str]:
@@ -259,6 +266,8 @@ class E7Collapse(Estimator):
         for key, label in (("plain", "pure attention, no skip"), ("skip", "pure attention + skip"),
                            ("model", "full model (null)")):
             curves = measured.arrays[key]
+            if curves is None:  # the skip path, left out of a twin's run
+                continue
             line = ax.plot(depth, np.median(curves, 0), marker="o", ms=3, label=label)[0]
             ax.fill_between(depth, curves.min(0), curves.max(0), color=line.get_color(), alpha=0.15)
         ax.set_yscale("log")
