@@ -57,6 +57,15 @@ def host_available(meminfo: str, status: str) -> int:
                       _kib_field(meminfo, "MemTotal") - _kib_field(status, "VmRSS")))
 
 
+def host_total() -> int | None:
+    """The host's memory, ``MemTotal`` of ``/proc/meminfo``, in bytes; None where it cannot be read."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            return _kib_field(meminfo.read(), "MemTotal")
+    except (OSError, ValueError):
+        return None
+
+
 def _kib_field(text: str, name: str) -> int:
     """The ``NAME:  N kB`` line of a ``/proc`` text, in bytes; ValueError when it is missing."""
     for line in text.splitlines():

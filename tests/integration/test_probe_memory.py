@@ -102,9 +102,12 @@ def test_a_budget_that_holds_not_all_gives_passes_with_the_records_of_one(capsys
     with pytest.MonkeyPatch.context() as mp:  # the line's peak is its largest pass's, not all four at once
         mp.setattr(memory, "held_bytes", lambda device: 0)
         mp.setattr(runner, "SAY_PEAK_FROM", 0)
+        tight: list[int] = []
+        mp.setattr(runner, "map_when_tight", tight.append)  # told the peak it says
         expattn.probe(model, memory_budget=budget, **kw)
         said = capsys.readouterr().err
     largest = max(need.peak(tuple(group)) for group in split.outcome.passes)
+    assert tight == [largest]
     assert memory.readable(largest) != memory.readable(need.peak())
     assert (f"memory: estimated peak {memory.readable(largest)} on cpu (0.0 MiB held now, model "
             f"included, + {memory.readable(largest)} for the probe in its largest of {len(split.outcome.passes)} "

@@ -21,6 +21,18 @@ fault those pages in again (~0.5 s per 20,000 MiniLM tokens), hence the threshol
 resident size crept up analysis after analysis (SmolLM2: 3.76 -> 4.35 GiB over E3-E9; 3.15-3.19 GiB between
 analyses with a ``gc.collect`` and the trim, benchmarks/RESULTS.md). Only the trim (well under a millisecond): a
 ``gc.collect`` costs a quarter of a second per million live objects, nine times per probe.
+
+**Large blocks mapped apart where memory is tight.** Trimming gives back only whole free pages: blocks that glibc
+placed in its heaps (by default those below a threshold that rises to 32 MiB as the run frees large ones) leave the
+heaps fragmented, and a run after another in the same process, a random-init twin after its model, ran 20-22%
+above its estimate (the bfloat16 Qwen2.5 1.5B's twin: 22.76 GiB against 18.6 printed, 0.8 GiB short of this
+machine's memory; SmolLM2's twin: 3.49 against 2.9). With glibc's ``M_MMAP_THRESHOLD`` fixed at 1 MiB every larger
+block is mapped on its own and goes back when freed: SmolLM2's twin then peaked at 2.93 GiB against 2.8 (+5%), its
+model at 3.08 against 3.1, but the page faults of the blocks mapped afresh every batch cost the short run 27% of
+its time (4 or 16 MiB kept the heaps' excess; a single arena changed nothing; benchmarks/RESULTS.md). So only a
+run whose estimated peak is above ``TIGHT`` of the host's memory maps its large blocks apart (``map_when_tight``),
+for the rest of its process: where the memory is tight the estimate must hold, and a large model's forward
+passes dwarf the faults.
 """
 
 from __future__ import annotations
@@ -40,9 +52,13 @@ from pathlib import Path
 
 import torch
 
+from expattn import memory
 from expattn.arguments import positive_int
 
 _STOP = object()
+M_MMAP_THRESHOLD = -3  # mallopt's parameter (glibc's malloc.h); setting it also ends glibc's moving threshold
+MAPPED_FROM = 2**20  # bytes: blocks at least this large are mapped apart where memory is tight (map_when_tight)
+TIGHT = 0.5  # a run whose estimated peak is above this share of the host's memory is tight
 TRIM_SLACK = 0.10  # relative growth of the resident size that triggers a heap trim (see heap_trimmer)
 
 
@@ -77,6 +93,23 @@ def trim_heap() -> None:
     trim = _malloc_trim()
     if trim is not None:
         trim(0)
+
+
+def map_large_blocks() -> bool:
+    """glibc's ``mallopt(M_MMAP_THRESHOLD, MAPPED_FROM)`` for the rest of this process: every block of at least
+    ``MAPPED_FROM`` bytes gets a mapping of its own, which goes back to the system when it is freed, instead of a place
+    in a heap that fragmentation keeps resident (see the module docstring). True when set (False without glibc)."""
+    name = ctypes.util.find_library("c")
+    mallopt = getattr(ctypes.CDLL(name), "mallopt", None) if name else None
+    return bool(mallopt is not None and mallopt(M_MMAP_THRESHOLD, MAPPED_FROM))
+
+
+def map_when_tight(peak: int) -> bool:
+    """``map_large_blocks`` when a run's estimated ``peak`` (bytes) is above ``TIGHT`` of the host's memory: there
+    the resident size must stay by its estimate, and the page faults of blocks mapped afresh cost least beside the
+    large model's forward passes. True when set."""
+    total = memory.host_total()
+    return total is not None and peak > TIGHT * total and map_large_blocks()
 
 
 def release_heap() -> None:

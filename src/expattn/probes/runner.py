@@ -41,7 +41,7 @@ from expattn.probes.models.corpus import Sequences, load_text, sequences
 from expattn.probes.models.subject import Subject, open_subject
 from expattn.probes.models.taps import Replay
 from expattn.probes.models.twin import probe_twin
-from expattn.probes.overlap import release_heap
+from expattn.probes.overlap import map_when_tight, release_heap
 from expattn.probes.passes import plan, run_footprint
 from expattn.probes.progress import Stage, reporter
 from expattn.results.record import Record, results_document
@@ -340,7 +340,7 @@ SAY_PEAK_FROM = 2 * memory.GIB
 
 
 def _say_estimate(need: Footprint, subject: Subject, twin: str | None = None,
-                  groups: list[tuple[str, ...]] | None = None) -> None:
+                  groups: list[tuple[str, ...]] | None = None) -> int | None:
     """One line on stderr before feeding, once the run is planned: the peak it will reach, what the process holds now
     (the model and the interpreter) plus the footprint's peak beside it (measured peaks: benchmarks/RESULTS.md); in
     passes (``groups``, more than one), the largest pass's peak, and what all at once would need; plus,
@@ -349,11 +349,12 @@ def _say_estimate(need: Footprint, subject: Subject, twin: str | None = None,
     place of the model's released weights (``probe_subject(release=True)``) and adds nothing.
     Only where the model's weights and the probe's footprint together reach ``SAY_PEAK_FROM``: a smaller run is no
     risk to any machine the probe runs on, its one-line messages stay one line, and whether the line appears depends
-    on the model and the settings, not on what else the process has held before (a notebook, a test session)."""
+    on the model and the settings, not on what else the process has held before (a notebook, a test session).
+    Returns the peak said, or None."""
     held = memory.held_bytes(subject.device)
     weights = sum(t.numel() * t.element_size() for t in (*subject.model.parameters(), *subject.model.buffers()))
     if held is None or weights + need.peak() < SAY_PEAK_FROM or int(os.environ.get("RANK", "0")) != 0:
-        return
+        return None
     twins = weights if twin == "beside" else 0
     split = groups is not None and len(groups) > 1
     probe = max(need.peak(g) for g in groups) if split else need.peak()
@@ -363,6 +364,7 @@ def _say_estimate(need: Footprint, subject: Subject, twin: str | None = None,
           + (f", + {memory.readable(twins)} for a random-init twin" if twin == "beside" else "")
           + (", each random-init twin in the model's place" if twin == "instead" else "")
           + f"; largest: {', '.join(need.largest())})", file=sys.stderr)
+    return held + twins + probe
 
 
 def passes(subject: Subject, ctx: ProbeContext, chosen: list[str], config: ProbeConfig,
@@ -376,7 +378,9 @@ def passes(subject: Subject, ctx: ProbeContext, chosen: list[str], config: Probe
     memory.read_in((*subject.model.parameters(), *subject.model.buffers()))  # before the free memory is read
     groups = plan(need, subject.device, config.tokens, config.memory_budget,
                   f"probing {ctx.layers} layers of width {ctx.dim} for {', '.join(chosen)}")
-    _say_estimate(need, subject, twin, groups)
+    peak = _say_estimate(need, subject, twin, groups)
+    if peak is not None and subject.device.type == "cpu":
+        map_when_tight(peak)  # the resident size by its estimate where the memory is tight
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         _distributed()
         every: list = [None] * torch.distributed.get_world_size()
