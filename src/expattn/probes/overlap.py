@@ -32,7 +32,7 @@ model at 3.08 against 3.1, but the page faults of the blocks mapped afresh every
 its time (4 or 16 MiB kept the heaps' excess; a single arena changed nothing; benchmarks/RESULTS.md). So only a
 run whose estimated peak is above ``TIGHT`` of the host's memory maps its large blocks apart (``map_when_tight``),
 for the rest of its process: where the memory is tight the estimate must hold, and a large model's forward
-passes dwarf the faults.
+passes dwarf the faults (the 1.5B's twin: 19.0 GiB against 18.0 printed, +5.6%, in 2.3% more time).
 """
 
 from __future__ import annotations
