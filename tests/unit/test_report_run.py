@@ -331,3 +331,17 @@ def test_unwritable_out_is_refused_before_any_work(tmp_path):
 def test_config_rejects_bad_values(options, error):
     with pytest.raises(error, match=next(iter(options))):
         ReportConfig(**options)
+
+
+def test_the_default_probe_stages_load_the_models_in_the_reports_dtype(monkeypatch):
+    """``--dtype`` reaches the probe's config, the model's and each twin's."""
+    from expattn.commands import report_stages
+    from expattn.probes import runner, twin_runs
+
+    seen = []
+    monkeypatch.setattr(runner, "run_probe", lambda config, out, progress=None: seen.append(config))
+    monkeypatch.setattr(twin_runs, "probe_twin_of", lambda config, seed, progress=None: seen.append(config))
+    ctx = RunContext(seed=2, out_dir=None, quick=True, dtype="bfloat16")
+    report_stages.probe_model("minilm", ctx, None)
+    report_stages.probe_model_twin("minilm", ctx, None, 3)
+    assert [(c.dtype, c.seed, c.model) for c in seen] == [("bfloat16", 2, "minilm")] * 2
