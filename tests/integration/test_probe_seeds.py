@@ -156,6 +156,8 @@ def test_a_run_stopped_among_a_seeds_twins_keeps_the_finished_ones_and_resume_pr
     assert sorted(p.name for p in out.iterdir()) == ["seed-1.unfinished"]
     assert {"results.json", "timings.json"} <= {p.name for p in (unfinished / "model").iterdir()}
     assert sorted(p.name for p in unfinished.iterdir()) == ["model", "twin-1.json"]
+    kept = json.loads((unfinished / "twin-1.json").read_text())["seconds"]  # counted in the seed's seconds
+    model = json.loads((unfinished / "model" / "timings.json").read_text())["seconds"]
     assert probed == [("model", 1), ("twin", 1, 1), ("twin", 1, 2)]
     probed.clear()
     resumed = _cli(folder, text, out, *twins, "--resume")
@@ -168,6 +170,7 @@ def test_a_run_stopped_among_a_seeds_twins_keeps_the_finished_ones_and_resume_pr
                                                                          .iterdir())
     for name in ("seeds.json", "seed-0/results.json", "seed-1/results.json"):
         assert (out / name).read_bytes() == (tmp_path / "whole" / name).read_bytes(), name
+    assert kept > 0 and json.loads((out / "seed-1" / "timings.json").read_text())["seconds"] > model + kept
     again = _cli(folder, text, tmp_path / "other", *twins)  # a stop before the model's run is done keeps nothing
     monkeypatch.setattr(probe_stages, "run_probe", lambda *a, **k: (_ for _ in ()).throw(ValueError("stopped")))
     with pytest.raises(ValueError, match="stopped"):

@@ -47,12 +47,15 @@ class SeedStages:
     def keep_model(self, outcome: ProbeOutcome) -> None:
         write_results(self.model_dir, outcome.document())
 
-    def twin(self, seed: int) -> list[Record] | None:
+    def twin(self, seed: int) -> tuple[list[Record], float] | None:
         path = self.folder / f"twin-{seed}.json"
-        return load_records(path) if path.is_file() else None
+        if not path.is_file():
+            return None
+        return load_records(path), float(json.loads(path.read_text(encoding="utf-8")).get("seconds", 0.0))
 
-    def keep_twin(self, seed: int, records: list[Record]) -> None:
-        write_json_atomic(self.folder / f"twin-{seed}.json", results_document(records, "probe twin", twin_seed=seed))
+    def keep_twin(self, seed: int, records: list[Record], seconds: float) -> None:
+        write_json_atomic(self.folder / f"twin-{seed}.json",
+                          results_document(records, "probe twin", twin_seed=seed, seconds=seconds))
 
 
 def probe_seed(config: ProbeConfig, folder: Path, progress: Callable[..., None] | None = None,

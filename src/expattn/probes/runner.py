@@ -167,8 +167,8 @@ class Stages(Protocol):
     between them goes on from the last one (``expattn.commands.probe_stages``)."""
 
     def keep_model(self, outcome: ProbeOutcome) -> None: ...
-    def twin(self, seed: int) -> list[Record] | None: ...
-    def keep_twin(self, seed: int, records: list[Record]) -> None: ...
+    def twin(self, seed: int) -> tuple[list[Record], float] | None: ...  # its records and the seconds it took
+    def keep_twin(self, seed: int, records: list[Record], seconds: float) -> None: ...
 
 
 def probe_subject(subject: Subject, config: ProbeConfig, out_dir: Path | None,
@@ -205,27 +205,30 @@ def probe_subject(subject: Subject, config: ProbeConfig, out_dir: Path | None,
         device = subject.device
         if release:
             release_weights(subject, config)
-        outcome.records = with_twins(subject, config, fed, outcome.records, run.rank, speedups, device, stages)
+        outcome.records, _ = with_twins(subject, config, fed, outcome.records, run.rank, speedups, device, stages)
         outcome.seconds = time.perf_counter() - start
     return outcome
 
 
 def with_twins(subject: Subject, config: ProbeConfig, fed: Sequences, records: list[Record], rank: int,
-               speedups: bool | None, device: torch.device, stages: Stages | None = None) -> list[Record]:
+               speedups: bool | None, device: torch.device, stages: Stages | None = None,
+               ) -> tuple[list[Record], float]:
     """``records`` (the model's) with the verdicts of its ``config.twin_inits`` random-init twins attached
     (``results.twin.attach_twin``, on rank 0), each twin probed on ``fed`` one at a time, on the heap the last run
-    gave back, unless ``stages`` holds its records."""
+    gave back, unless ``stages`` holds its records; and the seconds the twins read back from ``stages`` took."""
     seeds = [config.seed + i for i in range(config.twin_inits)]
-    twins = []
+    twins, before = [], 0.0
     for seed in seeds:
         kept = None if stages is None else stages.twin(seed)
         if kept is None:
             release_heap()
-            kept = twin_records(subject, config, fed, seed, speedups, device=device)
+            start = time.perf_counter()
+            kept = twin_records(subject, config, fed, seed, speedups, device=device), 0.0
             if stages is not None:
-                stages.keep_twin(seed, kept)
-        twins.append(kept)
-    return attach_twin(records, twins, headlines(), seeds) if rank == 0 else records
+                stages.keep_twin(seed, kept[0], time.perf_counter() - start)
+        twins.append(kept[0])
+        before += kept[1]
+    return (attach_twin(records, twins, headlines(), seeds) if rank == 0 else records), before
 
 
 def _forget_copies(subject: Subject, layers: int) -> None:

@@ -32,11 +32,11 @@ def twins_after(model: ProbeOutcome, config: ProbeConfig, stages: Stages,
                 progress: Callable[..., None] | None = None) -> ProbeOutcome:
     """``model``, the outcome of ``config``'s model that ``stages`` kept (a run stopped among its twins), with its
     twins attached: those ``stages`` holds read back, the others probed on the token ids ``run_probe(config)`` fed
-    the model. Its ``seconds`` add this run's to the model's."""
+    the model. Its ``seconds`` add this run's and the kept twins' to the model's."""
     start = time.perf_counter()
     subject, fed, device = _fed_without_weights(config, progress)
-    model.records = with_twins(subject, config, fed, model.records, 0, None, device, stages)
-    model.seconds += time.perf_counter() - start
+    model.records, before = with_twins(subject, config, fed, model.records, 0, None, device, stages)
+    model.seconds += time.perf_counter() - start + before
     return model
 
 
