@@ -24,15 +24,16 @@ analyses with a ``gc.collect`` and the trim, benchmarks/RESULTS.md). Only the tr
 
 **Large blocks mapped apart where memory is tight.** Trimming gives back only whole free pages: blocks that glibc
 placed in its heaps (by default those below a threshold that rises to 32 MiB as the run frees large ones) leave the
-heaps fragmented, and a run after another in the same process, a random-init twin after its model, ran 20-22%
-above its estimate (the bfloat16 Qwen2.5 1.5B's twin: 22.76 GiB against 18.6 printed, 0.8 GiB short of this
+heaps fragmented, and a run after another in the same process, a random-init twin after its model, ran 17-21%
+above its estimate (the bfloat16 Qwen2.5 1.5B's twin: 21.70 GiB against 18.6 printed, 1.8 GiB short of this
 machine's memory; SmolLM2's twin: 3.49 against 2.9). With glibc's ``M_MMAP_THRESHOLD`` fixed at 1 MiB every larger
 block is mapped on its own and goes back when freed: SmolLM2's twin then peaked at 2.93 GiB against 2.8 (+5%), its
 model at 3.08 against 3.1, but the page faults of the blocks mapped afresh every batch cost the short run 27% of
 its time (4 or 16 MiB kept the heaps' excess; a single arena changed nothing; benchmarks/RESULTS.md). So only a
 run whose estimated peak is above ``TIGHT`` of the host's memory maps its large blocks apart (``map_when_tight``),
 for the rest of its process: where the memory is tight the estimate must hold, and a large model's forward
-passes dwarf the faults (the 1.5B's twin: 19.0 GiB against 18.0 printed, +5.6%, in 2.3% more time).
+passes dwarf the faults (the 1.5B's next twins: 18.10 and 18.16 GiB against 18.0 and 17.9 printed, in 3-7% more
+time).
 """
 
 from __future__ import annotations
