@@ -256,17 +256,13 @@ class E4Alignment(Estimator):
         ks = [k for k in layers[0]["spectral"][name] if k]
         return {h: {"cos": at(0, h), "deflated": {k: at(k, h) for k in ks}} for h in layers[0]["spectral"][name][0]}
 
-    def measured_readings(self) -> tuple[str, ...]:
-        """The readings measured: both, or in a twin's run (``ctx.deciding``) the deciding one alone."""
-        return self.readings[:1] if self.ctx.deciding else self.readings
-
     def measure(self) -> Measured:
         layers = self._layers()
         cos = {k: np.stack([lay[f"cos_{k}"] for lay in layers]) for k in TARGETS if f"cos_{k}" in layers[0]}  # (L, H)
         rng = np.random.default_rng(self.ctx.seed + 40)
         q95 = np.array([lay["random_q95"] for lay in layers])
         readings = {name: judge_reading(READINGS[name], self._heads(layers, name), q95, rng)
-                    for name in self.measured_readings()}
+                    for name in (self.readings[:1] if self.ctx.deciding else self.readings)}  # a twin: the deciding
         unconverged = sum(lay["fisher_unconverged"] for lay in layers)
         for name in readings:  # no verdict from eigenvectors the solver did not settle
             if family(name) == "fisher" and unconverged:
