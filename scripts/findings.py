@@ -4,9 +4,11 @@
     .venv/bin/expattn report --out report --overwrite      # the README's main command (full mode, seed 0)
     cp report/results.json docs/results.json              # (report/timings.json: the wall clock, not read here)
     for m in minilm smollm2 gemma3 qwen2.5-0.5b; do        # each headline over seeds 0, 1 and 2
-      .venv/bin/expattn probe --model $m --seeds 0,1,2 --out seeds-$m --overwrite
+      .venv/bin/expattn probe --model $m --seeds 0,1,2 --out seeds-$m --overwrite   # qwen2.5-0.5b: --twin
       cp seeds-$m/seeds.json docs/seeds/$m.json
     done
+    .venv/bin/expattn probe --model qwen2.5-1.5b --dtype bfloat16 --twin --seeds 0,1,2 --out seeds-1.5b --resume
+    cp seeds-1.5b/seeds.json docs/seeds/qwen2.5-1.5b.json  # (bash scripts/setup.sh --qwen first, for both Qwens)
     .venv/bin/python scripts/findings.py                   # writes docs/FINDINGS.md
 
 The report probes each model beside its random-init twin, so the findings separate what training earned from what

@@ -111,6 +111,7 @@ def test_a_stopped_seeds_run_keeps_its_finished_seeds_and_resume_probes_only_the
     other = _cli(folder, text, out, "--seeds", "0,1,2", "--resume", "--seq-len", "48")
     assert other.exit_code == 2 and "seq_len=32" in other.output and "seq_len=48" in other.output
     probed.clear()
+    (out / "seed-0.unfinished" / "model").mkdir(parents=True)  # a stop after publishing seed 0, before its clean-up
     resumed = _cli(folder, text, out, "--seeds", "0,1,2", "--resume")
     assert resumed.exit_code == 0, resumed.output
     assert probed == [1, 2]  # seed 0 is read back, not probed again

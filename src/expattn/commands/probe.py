@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from expattn.catalogue import headlines
-from expattn.commands.probe_stages import probe_seed, read_seed
+from expattn.commands.probe_stages import probe_seed, read_finished
 from expattn.probes.overlap import release_heap
 from expattn.probes.progress import Stage
 from expattn.probes.runner import ProbeConfig, ProbeOutcome, run_probe
@@ -94,7 +94,7 @@ def probe_to_dir(
         check_output_folder(out, overwrite or resume)  # again: another writer may have published meanwhile
         for config in configs:
             folder = out / f"seed-{config.seed}"
-            done = read_seed(folder, config) if resume else None
+            done = read_finished(folder, config) if resume else None
             outcomes[config.seed] = probe_seed(config, folder, progress, resume) if done is None else done
         spreads = seed_spread({s: o.records for s, o in outcomes.items()}, headlines())
         write_json_atomic(out / "seeds.json", spread_document(spreads, configs[0].model, configs[0].dtype or "float32"))

@@ -90,6 +90,15 @@ def probe_seed(config: ProbeConfig, folder: Path, progress: Callable[..., None] 
     return outcome
 
 
+def read_finished(folder: Path, config: ProbeConfig) -> ProbeOutcome | None:
+    """``read_seed(folder, config)`` of a finished seed, its unfinished folder removed once it is read back: a stop
+    between publishing the seed and removing its stages leaves them behind, finished."""
+    outcome = read_seed(folder, config)
+    if outcome is not None:
+        shutil.rmtree(folder.with_name(folder.name + UNFINISHED), ignore_errors=True)
+    return outcome
+
+
 def read_seed(folder: Path, config: ProbeConfig) -> ProbeOutcome | None:
     """The outcome a finished seed (or a kept model's run) left in ``folder`` (its ``results.json`` and
     ``timings.json``), or ``None`` when ``folder`` holds no results.
