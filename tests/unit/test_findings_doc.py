@@ -9,6 +9,7 @@ from pathlib import Path
 from expattn import catalogue
 from expattn.probes.hypotheses import hypotheses
 from expattn.report.markdown import findings_markdown, read_spreads, spread_section
+from expattn.results.seed_spread import spread_name
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 
@@ -33,7 +34,8 @@ def test_the_spread_over_seeds_is_each_models_probe_at_three_seeds():
     """Each model's seeds.json holds seeds 0-2 of hypotheses the probe has; one added after a model's seeds were
     run is not there yet, and the findings' table says *pending* in its cell (the test below)."""
     spreads = read_spreads(DOCS / "seeds")
-    assert [d["model"] for d in spreads] == ["gemma3", "minilm", "qwen2.5-0.5b", "smollm2"]
+    assert [spread_name(d) for d in spreads] == ["gemma3", "minilm", "qwen2.5-0.5b (bfloat16)", "qwen2.5-0.5b",
+                                                 "qwen2.5-1.5b (bfloat16)", "smollm2"]
     for doc in spreads:
         assert doc["seeds"] == [0, 1, 2] and {h["id"] for h in doc["hypotheses"]} <= set(hypotheses())
 
