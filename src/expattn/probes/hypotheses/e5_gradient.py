@@ -76,7 +76,7 @@ def gradients_of_log_normalizer(
 
 
 class E5Gradient(Estimator):
-    """E5 on the detail sequences. Fitted: ``errors_`` (index -> (L, H) arrays of four error kinds)."""
+    """E5 on the detail sequences. Fitted: ``errors_`` (index -> (L, H) arrays of the ``KINDS`` of error)."""
 
     claim = "E5"
     tensors = ("attn.input", "attn.heads")
@@ -112,7 +112,6 @@ class E5Gradient(Estimator):
         self.ctx = ctx
         self.dtype = next(ctx.model.parameters()).dtype
         self.half = self.dtype in HALF
-        self.kinds = self.KINDS
         self.criterion = self.criterion.format(dtype=describe(self.dtype))
         if self.half:
             self.method = (f"{self.method}; q, k, v by the model's own weights in {describe(self.dtype)}, its head "
@@ -126,7 +125,7 @@ class E5Gradient(Estimator):
         for i, index, per_head in self._pending:
             per_head = per_head.cpu().numpy()  # (B, kinds, H): max over tokens
             for row, seq in enumerate(index.tolist()):
-                table = self.errors_.setdefault(seq, np.zeros((len(self.kinds), self.ctx.layers, per_head.shape[2])))
+                table = self.errors_.setdefault(seq, np.zeros((len(self.KINDS), self.ctx.layers, per_head.shape[2])))
                 table[:, i] = per_head[row]
         self._pending = []
 
@@ -208,7 +207,7 @@ class E5Gradient(Estimator):
             "sequences": len(per_seq),
         }
         metrics["max_reconstruction_over_bound"] = float(worst[8].max())
-        details = {kind: [as_list(row) for row in worst[k]] for k, kind in enumerate(self.kinds)}
+        details = {kind: [as_list(row) for row in worst[k]] for k, kind in enumerate(self.KINDS)}
         details["rounding"] = describe(self.dtype)
         w = self.ctx.attention[0]
         details["features"] = {"rope": w.rope is not None, "gqa": w.kv_heads < w.heads, "causal": w.causal}
