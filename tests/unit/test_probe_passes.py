@@ -10,7 +10,8 @@ from expattn.probes.footprint import footprint
 from expattn.probes.passes import HOST_SLACK, plan
 
 GIB = 2**30
-# the probe of Qwen2.5-Coder 1.5B in bfloat16 at 8,192 tokens: 14.0 GiB beside the weights
+# the probe of Qwen2.5-Coder 1.5B in bfloat16 at 8,192 tokens: 15.2 GiB beside the weights (14.0 before the float64
+# copies of its attention modules that E5's and E7's replays keep were counted)
 QWEN_15B = footprint(1536, 28, 12, head_dim=128, kv_heads=2, intermediate=8960, dtype="bfloat16", tokens=8192)
 
 
@@ -24,7 +25,7 @@ def free(monkeypatch):
 
 def test_on_the_cpu_a_run_its_estimate_barely_fits_goes_in_passes(free):
     peak = QWEN_15B.peak()
-    assert 13.5 * GIB < peak < 14.5 * GIB
+    assert 14.7 * GIB < peak < 15.7 * GIB
     free(peak + GIB)  # room for the estimate, not for the 3 GiB the resident size ran above it
     groups = plan(QWEN_15B, "cpu", 8192, None, "qwen")
     assert len(groups) >= 2 and sorted(h for g in groups for h in g) == sorted(QWEN_15B.statistics)

@@ -22,9 +22,13 @@ weights of a model not in float32 ($4 L\,d_h D (2H + 2H_{kv})$ bytes), one batch
 ($B T$ tokens: the forward's own, about $3I + 6D$ entries of the model's dtype per token for intermediate width
 $I$, and the probe's $(B, T, D)$ float32 tensors of a block, ``TAPS`` per token: the captured tensors and the
 updates' products) and each analysis's transient (``Estimator.analysis_bytes``: float64 read-outs and
-eigendecompositions, one layer or depth at a time). The statistics are held throughout, so
+eigendecompositions, one layer or depth at a time); and, where a chosen hypothesis replays the attention in float64
+(``Estimator.float64_replay``: E5, E7), the float64 copy of every attention module that the replay keeps for the
+rest of the run, $C = 8 L\,d_h D (2H + 2H_{kv})$ bytes (the float32 Qwen2.5 1.5B's second pass began 2.1 GiB above
+the resident size before the run, 1.15 GiB of it these copies: benchmarks/RESULTS.md). The statistics are held
+throughout, so
 
-$$\text{peak} = W + \sum_h S_h + \max\Big(A_{\text{batch}},\; \max_h A_h\Big)$$
+$$\text{peak} = W + C + \sum_h S_h + \max\Big(A_{\text{batch}},\; \max_h A_h\Big)$$
 
 feeding and analysing are phases, not a sum (where two analyses run at a time on a spare CPU core, their
 peaks did not coincide in the tiny models' runs: the largest one still bounds them). Not counted: on a CPU with a
@@ -124,20 +128,23 @@ class Footprint:
         statistics: hypothesis -> its statistics, held from the first batch to its record.
         analysis: hypothesis -> its analysis's transient beside them.
         batch: one batch's activations while feeding (the forward's and the probe's float32 tensors).
-        weights: the float32 copies of the attention weights (0 for a model in float32).
+        weights: the float32 copies of the attention weights (0 for a model in float32), made before the run.
+        copies: the float64 copies of the attention modules a float64 replay keeps (0 when no chosen hypothesis
+            replays in float64), made during the run and kept to its end, so counted in every pass.
     """
 
     statistics: dict[str, int]
     analysis: dict[str, int]
     batch: int
     weights: int
+    copies: int = 0
 
     def peak(self, hypotheses: Iterable[str] | None = None) -> int:
-        r"""$W + \sum_h S_h + \max(A_{\text{batch}}, \max_h A_h)$ over ``hypotheses`` (default all of them): the
-        statistics are held throughout, the batch's activations and the analyses' transients come in turn."""
+        r"""$W + C + \sum_h S_h + \max(A_{\text{batch}}, \max_h A_h)$ over ``hypotheses`` (default all of them):
+        the statistics are held throughout, the batch's activations and the analyses' transients come in turn."""
         chosen = tuple(self.statistics) if hypotheses is None else tuple(hypotheses)
         transient = max(self.analysis[h] for h in chosen)
-        return self.weights + sum(self.statistics[h] for h in chosen) + max(self.batch, transient)
+        return self.weights + self.copies + sum(self.statistics[h] for h in chosen) + max(self.batch, transient)
 
     def largest(self, k: int = 2) -> list[str]:
         """The ``k`` hypotheses whose statistics and analysis need the most."""
@@ -171,7 +178,9 @@ def footprint(hidden: int, layers: int, heads: int, hypotheses: Iterable[str] | 
     dh = hidden // heads if head_dim is None else head_dim
     batch_tokens = positive_int("batch_size", batch_size) * min(seq_len, tokens)
     batch = batch_tokens * (MODEL_ENTRY[dtype] * (FORWARD_I * width + FORWARD_D * hidden) + 4 * TAPS * hidden)
-    weights = 0 if dtype == "float32" else 4 * layers * dh * hidden * (2 * heads + 2 * kv)
-    return Footprint(held, analysis_bytes(hidden, layers, heads, chosen, **sizes), batch, weights)
+    attention = layers * dh * hidden * (2 * heads + 2 * kv)  # entries of the attention modules' weights
+    weights = 0 if dtype == "float32" else 4 * attention
+    copies = 8 * attention if any(registry.estimator(h).float64_replay for h in chosen) else 0
+    return Footprint(held, analysis_bytes(hidden, layers, heads, chosen, **sizes), batch, weights, copies)
 
 

@@ -156,6 +156,9 @@ class Estimator:
     # what it asks of the model reading beyond its tensors, in the order the first one lacking is reported
     # (names of ``expattn.probes.models.adapters.CAPABILITIES``, offered through ``Adapter.offered``)
     needs: tuple[str, ...] = ()
+    # True: its update or analysis replays the attention in float64 (``AttnWeights.to``), which keeps a float64 copy
+    # of every attention module for the rest of the run (``taps.Replay``; ``probes.footprint`` counts it)
+    float64_replay: bool = False
 
     @staticmethod
     def inapplicable(subject: Subject) -> str | None:

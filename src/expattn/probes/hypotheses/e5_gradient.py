@@ -81,6 +81,7 @@ class E5Gradient(Estimator):
     claim = "E5"
     tensors = ("attn.input", "attn.heads")
     needs = ("attention.softmax", "attention.recomputable", "logits.uncapped")
+    float64_replay = True
     kind = "identity"
     method = "float32 attention with V=K vs autograd gradient of logsumexp on the model's q, K (rotary, GQA, causal)"
     criterion = (

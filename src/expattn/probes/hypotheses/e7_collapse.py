@@ -131,6 +131,7 @@ class E7Collapse(Estimator):
     claim = "E7"
     tensors = ("input", "output")
     needs = ("attention.softmax", "attention.recomputable", "attention.output.linear", "depth.one_step")
+    float64_replay = True
     method = (
         "relative distance to rank one along the attention-only path, float64, with/without skips; "
         "sequence bootstrap"
