@@ -137,7 +137,7 @@ class Footprint:
     analysis: dict[str, int]
     batch: int
     weights: int
-    copies: int = 0
+    copies: int
 
     def peak(self, hypotheses: Iterable[str] | None = None) -> int:
         r"""$W + C + \sum_h S_h + \max(A_{\text{batch}}, \max_h A_h)$ over ``hypotheses`` (default all of them):
