@@ -7,8 +7,9 @@
       .venv/bin/expattn probe --model $m --seeds 0,1,2 --out seeds-$m --overwrite   # qwen2.5-0.5b: --twin
       cp seeds-$m/seeds.json docs/seeds/$m.json
     done
-    .venv/bin/expattn probe --model qwen2.5-1.5b --dtype bfloat16 --twin --seeds 0,1,2 --out seeds-1.5b --resume
-    cp seeds-1.5b/seeds.json docs/seeds/qwen2.5-1.5b.json  # (bash scripts/setup.sh --qwen first, for both Qwens)
+    .venv/bin/expattn probe --model qwen2.5-1.5b --twin --seeds 0,1,2 --out seeds-1.5b --resume  # setup.sh --qwen
+    cp seeds-1.5b/seeds.json docs/seeds/qwen2.5-1.5b.json
+    # both Qwens again with --dtype bfloat16 --twin, into docs/seeds/MODEL-bfloat16.json
     .venv/bin/python scripts/findings.py                   # writes docs/FINDINGS.md
 
 The report probes each model beside its random-init twin, so the findings separate what training earned from what

@@ -35,7 +35,7 @@ def test_the_spread_over_seeds_is_each_models_probe_at_three_seeds():
     run is not there yet, and the findings' table says *pending* in its cell (the test below)."""
     spreads = read_spreads(DOCS / "seeds")
     assert [spread_name(d) for d in spreads] == ["gemma3", "minilm", "qwen2.5-0.5b (bfloat16)", "qwen2.5-0.5b",
-                                                 "qwen2.5-1.5b (bfloat16)", "smollm2"]
+                                                 "qwen2.5-1.5b (bfloat16)", "qwen2.5-1.5b", "smollm2"]
     for doc in spreads:
         assert doc["seeds"] == [0, 1, 2] and {h["id"] for h in doc["hypotheses"]} <= set(hypotheses())
 
